@@ -1,0 +1,175 @@
+"""``runlog init`` and ``runlog doctor``: create the topics, check the services."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from processors.admin import ServiceUnavailable, check_kafka, check_redis, ensure_topics
+from schemas.settings import Settings
+
+EXIT_OK, EXIT_FOUND, EXIT_UNAVAILABLE = 0, 1, 3
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "init",
+        help="create Runlog's topics (a no-op when they exist with the right config)",
+        description=(
+            "Create the events, checkpoints, effects, resume and dead-letter topics. "
+            "Existing topics are checked; a conflicting setting is reported and the "
+            "command exits 1 without changing anything."
+        ),
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_init)
+    d = sub.add_parser(
+        "doctor",
+        help="check Kafka, Redis and the topics; exit non-zero when something is wrong",
+        description="Report broker and Redis reachability, versions and topic configs.",
+    )
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=_doctor)
+    register_smoke(sub)
+
+
+def _report_dict(r: Any) -> dict[str, Any]:
+    return {
+        "topic": r.name,
+        "action": r.action,
+        "partitions": r.partitions,
+        "replication_factor": r.replication_factor,
+        "conflicts": [
+            {"setting": c.setting, "expected": c.expected, "actual": c.actual} for c in r.conflicts
+        ],
+    }
+
+
+def _init(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    try:
+        reports = ensure_topics(settings)
+    except ServiceUnavailable as err:
+        print(f"runlog init: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    bad = [r for r in reports if r.action != "ok" and r.action != "created"]
+    if args.json:
+        print(json.dumps({"ok": not bad, "topics": [_report_dict(r) for r in reports]}))
+    else:
+        for r in reports:
+            print(f"{r.action:9} {r.name}")
+            for c in r.conflicts:
+                print(f"          {c.setting}: is {c.actual!r}, Runlog needs {c.expected!r}")
+        if bad:
+            print("runlog init: existing topics conflict with Runlog's settings; "
+                  "nothing was changed", file=sys.stderr)
+    return EXIT_FOUND if bad else EXIT_OK
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    out: dict[str, Any] = {"settings": settings.redacted(), "ok": True}
+    try:
+        out["kafka"] = check_kafka(settings)
+    except ServiceUnavailable as err:
+        out["kafka"] = {"error": str(err)}
+        out["ok"] = False
+    try:
+        out["redis"] = check_redis(settings)
+    except ServiceUnavailable as err:
+        out["redis"] = {"error": str(err)}
+        out["ok"] = False
+    if "error" not in out["kafka"]:
+        reports = ensure_topics(settings, create=False)
+        out["topics"] = [_report_dict(r) for r in reports]
+        if any(r.action != "ok" for r in reports):
+            out["ok"] = False
+    if args.json:
+        print(json.dumps(out, default=str))
+    else:
+        k, r = out["kafka"], out["redis"]
+        print(f"kafka   {settings.kafka_bootstrap_servers}: "
+              + (f"ERROR {k['error']}" if "error" in k else
+                 f"ok, cluster {k['cluster_id']}, brokers {', '.join(k['brokers'])}"))
+        print(f"redis   {settings.redacted()['redis_url']}: "
+              + (f"ERROR {r['error']}" if "error" in r else
+                 f"ok, version {r['redis_version']} ({r['redis_mode']}), "
+                 f"aof {'on' if r['aof_enabled'] else 'off'}"))
+        for t in out.get("topics", []):
+            status = t["action"]
+            extra = f" partitions={t['partitions']} rf={t['replication_factor']}" \
+                if status != "missing" else ""
+            print(f"topic   {t['topic']}: {status}{extra}")
+            for c in t["conflicts"]:
+                print(f"        {c['setting']}: is {c['actual']!r}, needs {c['expected']!r}")
+        print("doctor: all good" if out["ok"] else "doctor: problems found")
+    if "error" in out["kafka"] or "error" in out["redis"]:
+        return EXIT_UNAVAILABLE
+    return EXIT_OK if out["ok"] else EXIT_FOUND
+
+
+def register_smoke(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "smoke",
+        help="append Avro RunEvents to the events topic and read them back",
+        description="A round trip through the real broker: produce, consume, decode, compare.",
+    )
+    s.add_argument("--runs", type=int, default=5)
+    s.set_defaults(func=_smoke)
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    import uuid
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from schemas import Codec, EventType, RunEvent, Topics, now_ms
+
+    settings = Settings.from_env()
+    topic = Topics.of(settings).events
+    codec = Codec()
+    producer = Producer(settings.producer_config())
+    tag = uuid.uuid4().hex[:8]
+    sent = [
+        RunEvent(f"smoke-{tag}-{i}", seq, 1, t, now_ms(), attributes={"smoke": tag})
+        for i in range(args.runs)
+        for seq, t in enumerate((EventType.RUN_STARTED, EventType.RUN_COMPLETED), start=1)
+    ]
+    positions: list[tuple[int, int]] = []
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            positions.append((msg.partition(), msg.offset()))
+        else:
+            errors.append(str(err))
+
+    for ev in sent:
+        producer.produce(topic, key=ev.run_id.encode(), value=codec.encode(ev), on_delivery=on_delivery)
+    producer.flush(30)
+    if len(positions) != len(sent):
+        print(f"smoke: only {len(positions)} of {len(sent)} events acknowledged "
+              f"({errors[0] if errors else 'timeout'}); did `runlog init` run?", file=sys.stderr)
+        return EXIT_FOUND
+    consumer = Consumer(settings.consumer_config(f"runlog-smoke-{tag}"))
+    start: dict[int, int] = {}
+    for p, o in positions:
+        start[p] = min(o, start.get(p, o))
+    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    got = []
+    wanted = set(positions)
+    for _ in range(len(sent) * 20):
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error():
+            continue
+        if (msg.partition(), msg.offset()) in wanted:
+            got.append(codec.decode(msg.value(), RunEvent))
+        if len(got) == len(sent):
+            break
+    consumer.close()
+    ok = sorted(got, key=lambda e: (e.run_id, e.seq)) == sorted(sent, key=lambda e: (e.run_id, e.seq))
+    print(f"smoke: {len(sent)} events appended to {topic}, {len(got)} read back, "
+          f"{'equal' if ok else 'DIFFERENT'}")
+    return EXIT_OK if ok else EXIT_FOUND

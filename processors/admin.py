@@ -1,0 +1,186 @@
+"""Topic administration and health checks against the real broker and Redis.
+
+``ensure_topics`` creates Runlog's topics and checks existing ones: a topic that
+exists with the right configuration is left alone, one whose configuration
+conflicts is reported setting by setting (never silently accepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from schemas.errors import ConfigError, RunlogError, TopicConfigConflict
+from schemas.settings import Settings
+from schemas.topics import Topics, TopicSpec
+
+__all__ = [
+    "ServiceUnavailable",
+    "TopicReport",
+    "admin_client",
+    "check_kafka",
+    "check_redis",
+    "ensure_topics",
+    "inspect_topic",
+    "redis_client",
+]
+
+
+class ServiceUnavailable(RunlogError):
+    """Kafka or Redis did not answer."""
+
+
+@dataclass
+class TopicReport:
+    """What ``ensure_topics`` found or did for one topic."""
+
+    name: str
+    action: str  # "created" | "ok" | "conflict" | "missing"
+    conflicts: list[TopicConfigConflict] = field(default_factory=list)
+    partitions: int | None = None
+    replication_factor: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def admin_client(settings: Settings) -> AdminClient:
+    return AdminClient(settings.admin_config())
+
+
+def _topic_metadata(admin: AdminClient, timeout: float) -> dict[str, Any]:
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"Kafka did not answer: {err}") from err
+    return dict(md.topics)
+
+
+def inspect_topic(admin: AdminClient, name: str, timeout: float = 10.0) -> TopicReport:
+    """Partitions, replication and configuration of an existing topic."""
+    topics = _topic_metadata(admin, timeout)
+    if name not in topics or topics[name].error is not None:
+        return TopicReport(name, "missing")
+    tmd = topics[name]
+    parts = len(tmd.partitions)
+    rf = min((len(p.replicas) for p in tmd.partitions.values()), default=0)
+    res = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        configs = admin.describe_configs([res])[res].result(timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"describe_configs({name}) failed: {err}") from err
+    cfg = {k: str(v.value) for k, v in configs.items()}
+    return TopicReport(name, "ok", partitions=parts, replication_factor=rf, config=cfg)
+
+
+def _conflicts(spec: TopicSpec, found: TopicReport) -> list[TopicConfigConflict]:
+    out = []
+    if found.partitions != spec.partitions:
+        out.append(TopicConfigConflict(spec.name, "partitions", str(spec.partitions),
+                                       str(found.partitions)))
+    if found.replication_factor != spec.replication_factor:
+        out.append(TopicConfigConflict(spec.name, "replication.factor",
+                                       str(spec.replication_factor), str(found.replication_factor)))
+    for key, want in spec.config.items():
+        have = found.config.get(key)
+        if have != want:
+            out.append(TopicConfigConflict(spec.name, key, want, str(have)))
+    return out
+
+
+def ensure_topics(
+    settings: Settings, *, create: bool = True, timeout: float = 30.0
+) -> list[TopicReport]:
+    """Create missing topics and check existing ones against what Runlog needs.
+
+    Returns one report per topic; conflicts are listed, not raised, so a caller
+    can print all of them at once.
+    """
+    admin = admin_client(settings)
+    specs = Topics.of(settings).specs(settings)
+    existing = _topic_metadata(admin, timeout)
+    to_create = [s for s in specs if s.name not in existing]
+    created: set[str] = set()
+    if to_create and create:
+        futures = admin.create_topics(
+            [
+                NewTopic(s.name, num_partitions=s.partitions,
+                         replication_factor=s.replication_factor, config=dict(s.config))
+                for s in to_create
+            ],
+            operation_timeout=timeout,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout)
+                created.add(name)
+            except KafkaException as err:
+                kerr = err.args[0] if err.args else None
+                if isinstance(kerr, KafkaError) and kerr.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # a concurrent init made it; it is checked below
+                if isinstance(kerr, KafkaError) and kerr.code() in (
+                    KafkaError.INVALID_REPLICATION_FACTOR,
+                    KafkaError.POLICY_VIOLATION,
+                    KafkaError.INVALID_CONFIG,
+                ):
+                    raise ConfigError(f"cannot create topic {name!r}: {kerr.str()}") from err
+                raise ServiceUnavailable(f"creating topic {name!r} failed: {err}") from err
+    reports = []
+    for spec in specs:
+        if spec.name in created:
+            reports.append(TopicReport(spec.name, "created", partitions=spec.partitions,
+                                       replication_factor=spec.replication_factor,
+                                       config=dict(spec.config)))
+            continue
+        found = inspect_topic(admin, spec.name, timeout)
+        if found.action == "missing":
+            reports.append(found)
+            continue
+        found.conflicts = _conflicts(spec, found)
+        if found.conflicts:
+            found.action = "conflict"
+        reports.append(found)
+    return reports
+
+
+def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
+    """Cluster id, brokers and controller, or ServiceUnavailable."""
+    admin = admin_client(settings)
+    try:
+        md = admin.list_topics(timeout=timeout)
+        cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                                 f"{err}") from err
+    return {
+        "cluster_id": md.cluster_id,
+        "brokers": sorted(f"{b.host}:{b.port}" for b in md.brokers.values()),
+        "controller_id": cluster.controller.id if cluster.controller else None,
+    }
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A redis-py client configured from settings (AUTH and TLS from the URL or settings)."""
+    return redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+
+
+def check_redis(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
+    """Redis version and mode, or ServiceUnavailable."""
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=timeout, socket_timeout=timeout,
+        **settings.redis_kwargs(),
+    )
+    try:
+        info = client.info("server")
+        persistence = client.info("persistence")
+    except redis.RedisError as err:
+        raise ServiceUnavailable(f"Redis did not answer: {err}") from err
+    finally:
+        client.close()
+    return {
+        "redis_version": info.get("redis_version"),
+        "redis_mode": info.get("redis_mode"),
+        "aof_enabled": bool(persistence.get("aof_enabled")),
+    }

@@ -1,0 +1,71 @@
+"""The ``runlog`` command line: subcommands over Runlog's components.
+
+Exit codes: 0 success, 1 the command ran and found a problem (a failed check,
+a difference, a blocked run), 2 bad usage or configuration, 3 a service could
+not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from schemas.errors import ConfigError, RunlogError
+
+__all__ = ["EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+# Each module exposes ``register(subparsers)`` adding its subcommands; a subcommand
+# sets ``func`` (args -> exit code) through ``set_defaults``.
+_COMMAND_MODULES: tuple[str, ...] = (
+    "processors._cmd_admin",
+)
+
+
+class _Registers(Protocol):
+    def register(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runlog",
+        description=(
+            "Runlog records agent runs as an append-only Avro log on Kafka, projects "
+            "checkpoints and an effects ledger into Redis, and resumes runs from them."
+        ),
+        epilog="Configuration comes from the environment; see the README's table.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMAND_MODULES:
+        module: _Registers = importlib.import_module(name)
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``runlog`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except ConfigError as err:
+        print(f"runlog: configuration error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunlogError as err:
+        print(f"runlog: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_FOUND
+    except KeyboardInterrupt:
+        print("runlog: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Python types that map 1:1 onto the Avro records in ``schemas/avro``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "ArtifactRef",
+    "Checkpoint",
+    "Effect",
+    "EffectStatus",
+    "ErrorInfo",
+    "EventType",
+    "ReplayPolicy",
+    "ResumeRequest",
+    "RuleResult",
+    "RunEvent",
+    "StageSpec",
+    "WorkflowSpec",
+    "now_ms",
+]
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds, as the schemas' timestamp-millis."""
+    return time.time_ns() // 1_000_000
+
+
+class EventType(StrEnum):
+    """What an event says happened. ``UNKNOWN`` is what a symbol from a newer schema reads as."""
+
+    UNKNOWN = "UNKNOWN"
+    RUN_STARTED = "RUN_STARTED"
+    LEASE_ACQUIRED = "LEASE_ACQUIRED"
+    STAGE_STARTED = "STAGE_STARTED"
+    TOOL_CALLED = "TOOL_CALLED"
+    TOOL_RESULT = "TOOL_RESULT"
+    EFFECT_INTENT = "EFFECT_INTENT"
+    EFFECT_RESULT = "EFFECT_RESULT"
+    EFFECT_RECONCILED = "EFFECT_RECONCILED"
+    VERIFIED = "VERIFIED"
+    FAILED = "FAILED"
+    RUN_BLOCKED = "RUN_BLOCKED"
+    RUN_COMPLETED = "RUN_COMPLETED"
+    RUN_BRANCHED = "RUN_BRANCHED"
+
+
+class ReplayPolicy(StrEnum):
+    """What resume may do with a tool call that has no recorded result."""
+
+    SAFE = "SAFE"
+    """Run it again: it has no side effects worth protecting."""
+    IDEMPOTENT = "IDEMPOTENT"
+    """Reuse the recorded result, or call again with the same idempotency key."""
+    RECONCILE_FIRST = "RECONCILE_FIRST"
+    """Ask the external system first; execute only when it holds no result."""
+    NEVER = "NEVER"
+    """An intent without a result blocks the run for a person."""
+
+
+class EffectStatus(StrEnum):
+    """State of one effect in the ledger."""
+
+    UNKNOWN = "UNKNOWN"
+    INTENT = "INTENT"
+    DONE = "DONE"
+    RECONCILED = "RECONCILED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRef:
+    """Content-addressed bytes stored outside the event."""
+
+    uri: str
+    sha256: str
+    size: int
+    media_type: str = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleResult:
+    """The outcome of one named verification rule."""
+
+    rule: str
+    passed: bool
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpec:
+    """A stage as recorded in ``RUN_STARTED``: its name, the inputs it reads, its rules."""
+
+    name: str
+    inputs: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+    checkpoint: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSpec:
+    """The workflow definition a run was started with."""
+
+    name: str
+    version: str
+    stages: tuple[StageSpec, ...]
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def next_stage(self, after: str | None) -> str | None:
+        """The stage that follows ``after`` (the first one when ``after`` is None)."""
+        names = self.stage_names
+        if after is None:
+            return names[0] if names else None
+        try:
+            i = names.index(after)
+        except ValueError:
+            return None
+        return names[i + 1] if i + 1 < len(names) else None
+
+    def stage(self, name: str) -> StageSpec:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why something failed, as carried by ``FAILED`` and ``RUN_BLOCKED``."""
+
+    kind: str
+    message: str
+    retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One immutable fact about a run (see ``run_event.avsc``)."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    type: EventType
+    occurred_at: int
+    stage: str | None = None
+    workflow: WorkflowSpec | None = None
+    input_versions: Mapping[str, str] = field(default_factory=dict)
+    payload_ref: ArtifactRef | None = None
+    artifact_refs: tuple[ArtifactRef, ...] = ()
+    tool: str | None = None
+    call_id: str | None = None
+    replay_policy: ReplayPolicy | None = None
+    idempotency_key: str | None = None
+    delivery_key: str | None = None
+    target: str | None = None
+    request_hash: str | None = None
+    external_id: str | None = None
+    verification: tuple[RuleResult, ...] = ()
+    error: ErrorInfo | None = None
+    parent_run_id: str | None = None
+    forked_from_seq: int | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The verified end of a stage: the resume point (see ``checkpoint.avsc``)."""
+
+    checkpoint_id: str
+    run_id: str
+    last_seq: int
+    partition: int
+    offset: int
+    stage: str
+    created_at: int
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    artifacts: tuple[ArtifactRef, ...] = ()
+    verified_by: tuple[RuleResult, ...] = ()
+    next_stage: str | None = None
+    workflow_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One entry of the effects ledger (see ``effect.avsc``)."""
+
+    delivery_key: str
+    run_id: str
+    target: str
+    status: EffectStatus
+    seq: int
+    updated_at: int
+    external_id: str | None = None
+    tool: str | None = None
+    stage: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRequest:
+    """Asks the resumer group to continue a run (see ``resume_request.avsc``)."""
+
+    run_id: str
+    requested_at: int
+    reason: str = ""
+    requested_by: str | None = None

@@ -1,0 +1,177 @@
+"""Runlog's exception tree: one root, a few meaningful children with structured fields.
+
+::
+
+    RunlogError
+    ├── ConfigError                 bad or missing configuration
+    │   └── TopicConfigConflict     an existing topic differs from what Runlog needs
+    ├── DecodeError                 bytes that are not a Runlog record (reason says which)
+    ├── DeliveryError               the broker did not acknowledge an append
+    ├── LeaseLost                   this writer no longer holds the run's lease
+    ├── ArtifactError               artifact store problems
+    │   ├── ArtifactMissing
+    │   └── ArtifactCorrupt         stored bytes do not hash to their name
+    ├── WorkflowDefinitionError     a workflow or tool declared wrongly
+    ├── RunConflict                 a run idempotency key reused with other parameters
+    ├── ToolError                   a tool call failed
+    │   ├── RetryableToolError
+    │   └── TerminalToolError
+    ├── VerificationFailed          a stage's rules did not all pass
+    └── ResumeBlocked               a run cannot be resumed without a person
+
+Driver errors (confluent-kafka, redis, fastavro) are translated at the adapter
+with ``raise ... from err`` so the cause stays attached.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArtifactCorrupt",
+    "ArtifactError",
+    "ArtifactMissing",
+    "ConfigError",
+    "DecodeError",
+    "DeliveryError",
+    "LeaseLost",
+    "ResumeBlocked",
+    "RetryableToolError",
+    "RunConflict",
+    "RunlogError",
+    "TerminalToolError",
+    "ToolError",
+    "TopicConfigConflict",
+    "VerificationFailed",
+    "WorkflowDefinitionError",
+]
+
+
+class RunlogError(Exception):
+    """Root of every error Runlog raises on purpose."""
+
+
+class ConfigError(RunlogError):
+    """Configuration is missing or malformed."""
+
+
+class TopicConfigConflict(ConfigError):
+    """An existing topic's setting differs from what Runlog requires."""
+
+    def __init__(self, topic: str, setting: str, expected: str, actual: str) -> None:
+        self.topic = topic
+        self.setting = setting
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"topic {topic!r}: {setting} is {actual!r}, Runlog needs {expected!r}"
+        )
+
+
+class DecodeError(RunlogError):
+    """Bytes that cannot be decoded into a Runlog record.
+
+    Attributes:
+        reason: one of ``unknown_framing``, ``unknown_schema``, ``truncated``,
+            ``invalid_body``, ``wrong_type``, ``oversized``.
+        detail: human-readable explanation.
+    """
+
+    REASONS = frozenset(
+        {"unknown_framing", "unknown_schema", "truncated", "invalid_body", "wrong_type", "oversized"}
+    )
+
+    def __init__(self, reason: str, detail: str) -> None:
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown DecodeError reason {reason!r}")
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+class DeliveryError(RunlogError):
+    """The broker did not acknowledge a produced record."""
+
+    def __init__(self, topic: str, key: str | None, reason: str) -> None:
+        self.topic = topic
+        self.key = key
+        self.reason = reason
+        super().__init__(f"delivery to {topic!r} (key {key!r}) failed: {reason}")
+
+
+class LeaseLost(RunlogError):
+    """The writer's lease on a run expired or was taken over."""
+
+    def __init__(self, run_id: str, epoch: int, detail: str = "") -> None:
+        self.run_id = run_id
+        self.epoch = epoch
+        self.detail = detail
+        super().__init__(f"lease on run {run_id!r} at epoch {epoch} lost{': ' + detail if detail else ''}")
+
+
+class ArtifactError(RunlogError):
+    """An artifact could not be stored or read."""
+
+    def __init__(self, uri: str, detail: str) -> None:
+        self.uri = uri
+        self.detail = detail
+        super().__init__(f"artifact {uri}: {detail}")
+
+
+class ArtifactMissing(ArtifactError):
+    """No artifact is stored under this name."""
+
+
+class ArtifactCorrupt(ArtifactError):
+    """The stored bytes do not hash to the artifact's sha256."""
+
+
+class WorkflowDefinitionError(RunlogError):
+    """A workflow, stage or tool is declared in a way Runlog refuses."""
+
+
+class RunConflict(RunlogError):
+    """A run idempotency key was reused with different parameters."""
+
+    def __init__(self, idempotency_key: str, run_id: str, detail: str) -> None:
+        self.idempotency_key = idempotency_key
+        self.run_id = run_id
+        super().__init__(
+            f"run idempotency key {idempotency_key!r} already names run {run_id!r}: {detail}"
+        )
+
+
+class ToolError(RunlogError):
+    """A tool call failed."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        self.kind = kind or type(self).__name__
+        super().__init__(message)
+
+
+class RetryableToolError(ToolError):
+    """A transient failure: the tool's retry policy may call it again."""
+
+    retryable = True
+
+
+class TerminalToolError(ToolError):
+    """A failure that retrying cannot fix: the stage fails at once."""
+
+
+class VerificationFailed(RunlogError):
+    """A stage's verification rules did not all pass."""
+
+    def __init__(self, stage: str, failed: list[str]) -> None:
+        self.stage = stage
+        self.failed = failed
+        super().__init__(f"stage {stage!r} failed verification: {', '.join(failed)}")
+
+
+class ResumeBlocked(RunlogError):
+    """A run cannot be resumed automatically; a person must look at it."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id!r} is blocked: {reason}")

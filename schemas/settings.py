@@ -1,0 +1,215 @@
+"""Runlog's settings: one frozen object built from the environment, the only reader of it.
+
+Every variable, its default and its meaning is listed in the README's
+configuration table and in :data:`ENV_VARS`. Client configuration for
+librdkafka and redis-py is built here too, so security settings (SASL, TLS,
+Redis AUTH) are passed through in one place and never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from schemas.errors import ConfigError
+
+__all__ = ["ENV_VARS", "Settings"]
+
+#: (variable, default, meaning) for every environment variable Runlog reads.
+ENV_VARS: tuple[tuple[str, str, str], ...] = (
+    ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers (host:port,...)"),
+    ("REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL (redis:// or rediss://, may carry AUTH)"),
+    ("RUNLOG_TOPIC_PREFIX", "", "prefix put before every topic name, e.g. `prod.`"),
+    ("RUNLOG_REDIS_PREFIX", "runlog", "first segment of every Redis key"),
+    ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects and resume topics"),
+    ("RUNLOG_REPLICATION_FACTOR", "1", "replication factor of created topics"),
+    ("RUNLOG_MIN_INSYNC_REPLICAS", "1", "min.insync.replicas of created topics"),
+    ("RUNLOG_EVENTS_RETENTION_MS", "-1", "retention.ms of the events topic (-1: keep forever)"),
+    ("RUNLOG_SCHEMA_REGISTRY_URL", "", "Schema Registry URL; when set, records use its wire format"),
+    ("RUNLOG_ARTIFACT_ROOT", ".runlog/artifacts", "root directory of the local artifact store"),
+    ("RUNLOG_LEASE_TTL_MS", "15000", "how long a writer's lease lives without a heartbeat"),
+    ("RUNLOG_MAX_RECORD_BYTES", "1000000", "largest encoded record accepted"),
+    ("RUNLOG_METRICS_PORT", "9464", "Prometheus metrics port of the projector (0: off)"),
+    ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
+     " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
+    ("RUNLOG_REDIS_USERNAME", "", "Redis ACL user (instead of putting it in REDIS_URL)"),
+    ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
+    ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
+     " where the process kills itself with SIGKILL (off when empty)"),
+)
+
+_SECRET_HINTS = ("password", "secret", "token", "key")
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Configuration of every Runlog component."""
+
+    kafka_bootstrap_servers: str = "127.0.0.1:19092"
+    """Kafka bootstrap servers."""
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    """Redis URL; may carry credentials, which are never printed."""
+    topic_prefix: str = ""
+    """Put before every topic name, so tenants or environments can share a cluster."""
+    redis_prefix: str = "runlog"
+    """First segment of every Redis key."""
+    partitions: int = 12
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    events_retention_ms: int = -1
+    schema_registry_url: str | None = None
+    artifact_root: str = ".runlog/artifacts"
+    lease_ttl_ms: int = 15_000
+    max_record_bytes: int = 1_000_000
+    metrics_port: int = 9464
+    kafka_extra: Mapping[str, str] = field(default_factory=dict)
+    """librdkafka settings passed through as given (SASL, TLS, ...)."""
+    redis_username: str | None = None
+    redis_password: str | None = None
+    crash_at: str | None = None
+    """Fault tests only: the writer point where the process SIGKILLs itself (see producers/_crash.py)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``RUNLOG_*`` variables (``os.environ`` by default)."""
+        e = os.environ if env is None else env
+        extra = {
+            k[len("RUNLOG_KAFKA_"):].lower().replace("_", "."): v
+            for k, v in e.items()
+            if k.startswith("RUNLOG_KAFKA_") and v
+        }
+        s = cls(
+            kafka_bootstrap_servers=e.get("KAFKA_BOOTSTRAP_SERVERS") or cls.kafka_bootstrap_servers,
+            redis_url=e.get("REDIS_URL") or cls.redis_url,
+            topic_prefix=e.get("RUNLOG_TOPIC_PREFIX", ""),
+            redis_prefix=e.get("RUNLOG_REDIS_PREFIX") or "runlog",
+            partitions=_int(e, "RUNLOG_PARTITIONS", 12),
+            replication_factor=_int(e, "RUNLOG_REPLICATION_FACTOR", 1),
+            min_insync_replicas=_int(e, "RUNLOG_MIN_INSYNC_REPLICAS", 1),
+            events_retention_ms=_int(e, "RUNLOG_EVENTS_RETENTION_MS", -1),
+            schema_registry_url=e.get("RUNLOG_SCHEMA_REGISTRY_URL") or None,
+            artifact_root=e.get("RUNLOG_ARTIFACT_ROOT") or ".runlog/artifacts",
+            lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
+            max_record_bytes=_int(e, "RUNLOG_MAX_RECORD_BYTES", 1_000_000),
+            metrics_port=_int(e, "RUNLOG_METRICS_PORT", 9464),
+            kafka_extra=extra,
+            redis_username=e.get("RUNLOG_REDIS_USERNAME") or None,
+            redis_password=e.get("RUNLOG_REDIS_PASSWORD") or None,
+            crash_at=e.get("RUNLOG_CRASH_AT") or None,
+        )
+        s = replace(s, **overrides) if overrides else s
+        s.validate()
+        return s
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some settings changed."""
+        return replace(self, **changes)
+
+    def validate(self) -> None:
+        if self.partitions < 1:
+            raise ConfigError("RUNLOG_PARTITIONS must be >= 1")
+        if self.replication_factor < 1:
+            raise ConfigError("RUNLOG_REPLICATION_FACTOR must be >= 1")
+        if not 1 <= self.min_insync_replicas <= self.replication_factor:
+            raise ConfigError(
+                "RUNLOG_MIN_INSYNC_REPLICAS must be between 1 and RUNLOG_REPLICATION_FACTOR"
+            )
+        if self.lease_ttl_ms < 100:
+            raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+
+    # -- client configuration, built in one place ---------------------------------------------
+
+    def kafka_common(self) -> dict[str, Any]:
+        """librdkafka settings shared by every client: servers plus pass-through security."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        conf.update(self.kafka_extra)
+        return conf
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        """An idempotent, acks=all producer: no acknowledged event is lost or duplicated."""
+        conf = self.kafka_common()
+        conf.update(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "message.timeout.ms": 120_000,
+                "partitioner": "murmur2_random",
+            }
+        )
+        conf.update(overrides)
+        return conf
+
+    def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
+        """A consumer that commits only what it has processed (at-least-once)."""
+        conf = self.kafka_common()
+        conf.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        conf.update(overrides)
+        return conf
+
+    def admin_config(self) -> dict[str, Any]:
+        return self.kafka_common()
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``redis.Redis.from_url(self.redis_url, **kwargs)``."""
+        kw: dict[str, Any] = {"decode_responses": False}
+        if self.redis_username:
+            kw["username"] = self.redis_username
+        if self.redis_password:
+            kw["password"] = self.redis_password
+        return kw
+
+    # -- never print secrets -------------------------------------------------------------------
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict with every credential masked, safe to print or log."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "redis_url" or (f.name == "schema_registry_url" and v):
+                v = _redact_url(v)
+            elif f.name == "redis_password" and v:
+                v = "***"
+            elif f.name == "kafka_extra":
+                v = {k: ("***" if any(h in k for h in _SECRET_HINTS) else val) for k, val in v.items()}
+            out[f.name] = v
+        return out
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items())
+        return f"Settings({inner})"
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))

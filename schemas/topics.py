@@ -1,0 +1,75 @@
+"""Topic names and the configuration Runlog needs of each (DESIGN.md, "Topics")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from schemas.settings import Settings
+
+__all__ = ["TopicSpec", "Topics"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic as Runlog creates it: name, partitions, replication, configs."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The names of Runlog's topics under a prefix."""
+
+    prefix: str = ""
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}runlog.events"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.prefix}runlog.checkpoints"
+
+    @property
+    def effects(self) -> str:
+        return f"{self.prefix}runlog.effects"
+
+    @property
+    def resume(self) -> str:
+        return f"{self.prefix}runlog.resume"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}runlog.events.dlq"
+
+    @classmethod
+    def of(cls, settings: Settings) -> Topics:
+        return cls(settings.topic_prefix)
+
+    def specs(self, settings: Settings) -> tuple[TopicSpec, ...]:
+        """Every topic with the configuration ``runlog init`` creates and checks."""
+        p, rf = settings.partitions, settings.replication_factor
+        isr = str(settings.min_insync_replicas)
+        delete = {"cleanup.policy": "delete", "min.insync.replicas": isr}
+        compact = {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": isr,
+            "min.compaction.lag.ms": "60000",
+        }
+        return (
+            TopicSpec(
+                self.events,
+                p,
+                rf,
+                {**delete, "retention.ms": str(settings.events_retention_ms),
+                 "retention.bytes": "-1"},
+            ),
+            TopicSpec(self.checkpoints, p, rf, compact),
+            TopicSpec(self.effects, p, rf, compact),
+            TopicSpec(self.resume, p, rf, {**delete, "retention.ms": str(7 * 24 * 3600 * 1000)}),
+            TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
+        )

@@ -1,0 +1,73 @@
+"""Settings: built from the environment, validated, and never printing a secret."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import ConfigError, Settings, Topics
+from schemas.settings import ENV_VARS
+
+
+def test_defaults_and_env() -> None:
+    s = Settings.from_env({})
+    assert s.kafka_bootstrap_servers == "127.0.0.1:19092"
+    assert s.partitions == 12
+    s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:1", "RUNLOG_PARTITIONS": "3",
+                           "RUNLOG_TOPIC_PREFIX": "prod."})
+    assert (s.kafka_bootstrap_servers, s.partitions) == ("k:1", 3)
+    assert Topics.of(s).events == "prod.runlog.events"
+
+
+def test_kafka_passthrough_reaches_every_client_config() -> None:
+    s = Settings.from_env({"RUNLOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                           "RUNLOG_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                           "RUNLOG_KAFKA_SASL_USERNAME": "svc",
+                           "RUNLOG_KAFKA_SASL_PASSWORD": "hunter2",
+                           "RUNLOG_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem"})
+    for conf in (s.producer_config(), s.consumer_config("g"), s.admin_config()):
+        assert conf["security.protocol"] == "SASL_SSL"
+        assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert conf["sasl.password"] == "hunter2"
+        assert conf["ssl.ca.location"] == "/etc/ca.pem"
+    p = s.producer_config()
+    assert p["acks"] == "all" and p["enable.idempotence"] is True
+
+
+def test_secrets_never_in_repr() -> None:
+    s = Settings.from_env({"REDIS_URL": "redis://app:s3cret@db:6379/0",
+                           "RUNLOG_KAFKA_SASL_PASSWORD": "hunter2",
+                           "RUNLOG_REDIS_PASSWORD": "pw123"})
+    text = repr(s)
+    for secret in ("s3cret", "hunter2", "pw123"):
+        assert secret not in text
+    assert "redis://app:***@db:6379/0" in text
+    assert s.redis_kwargs()["password"] == "pw123"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"RUNLOG_PARTITIONS": "many"}, {"RUNLOG_PARTITIONS": "0"},
+     {"RUNLOG_MIN_INSYNC_REPLICAS": "2"}, {"REDIS_URL": "http://x"}],
+)
+def test_bad_settings_are_config_errors(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        Settings.from_env(env)
+
+
+def test_every_variable_is_documented_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    for name, _default, _meaning in ENV_VARS:
+        assert f"`{name}`" in readme, name
+
+
+def test_topic_specs() -> None:
+    s = Settings.from_env({"RUNLOG_REPLICATION_FACTOR": "3", "RUNLOG_MIN_INSYNC_REPLICAS": "2"})
+    specs = {t.name: t for t in Topics.of(s).specs(s)}
+    assert specs["runlog.checkpoints"].config["cleanup.policy"] == "compact"
+    assert specs["runlog.effects"].config["cleanup.policy"] == "compact"
+    assert specs["runlog.events"].config["cleanup.policy"] == "delete"
+    assert specs["runlog.events"].config["retention.ms"] == "-1"
+    assert all(t.replication_factor == 3 and t.config["min.insync.replicas"] == "2"
+               for t in specs.values())
