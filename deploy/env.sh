@@ -23,4 +23,4 @@ if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
     eval "$("$ROOT/deploy/local/up")"
 fi
 export KAFKA_BOOTSTRAP_SERVERS REDIS_URL
-say "Kafka at $KAFKA_BOOTSTRAP_SERVERS, Redis at ${REDIS_URL%%@*}${REDIS_URL#*@}" 
+say "Kafka at $KAFKA_BOOTSTRAP_SERVERS, Redis at ${REDIS_URL##*@}"
