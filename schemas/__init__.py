@@ -35,7 +35,7 @@ from schemas.errors import (
     WorkflowDefinitionError,
 )
 from schemas.settings import Settings
-from schemas.topics import Topics, TopicSpec
+from schemas.topics import Topics, TopicSpec, murmur2, partition_for
 
 __all__ = [
     "SINGLE_OBJECT_MAGIC",
@@ -74,5 +74,7 @@ __all__ = [
     "WorkflowSpec",
     "crc64_avro",
     "load_schema",
+    "murmur2",
     "now_ms",
+    "partition_for",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from schemas.settings import Settings
 
-__all__ = ["TopicSpec", "Topics"]
+__all__ = ["TopicSpec", "Topics", "murmur2", "partition_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +73,34 @@ class Topics:
             TopicSpec(self.resume, p, rf, {**delete, "retention.ms": str(7 * 24 * 3600 * 1000)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
         )
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (the Java client's default partitioner), as an unsigned 32-bit int."""
+    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length % 4
+    idx = length - tail
+    if tail == 3:
+        h ^= data[idx + 2] << 16
+    if tail >= 2:
+        h ^= data[idx + 1] << 8
+    if tail >= 1:
+        h ^= data[idx]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Runlog's producers (``partitioner=murmur2_random``) put a run id on."""
+    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions

@@ -7,7 +7,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from schemas import Codec, EventType, RunEvent, Settings, Topics
+from schemas import Codec, EventType, RunEvent, Settings, Topics, partition_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +53,7 @@ def test_fifty_runs_keep_order_on_one_partition_each(topics: Settings) -> None:
         assert msg.key().decode() == ev.run_id
         got[ev.run_id].append(ev)
         partitions[ev.run_id].add(msg.partition())
+        assert msg.partition() == partition_for(ev.run_id, 12)  # resume computes it the same way
         n += 1
     consumer.close()
     assert got == sent
