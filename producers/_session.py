@@ -1,0 +1,200 @@
+"""One writer's hold on one run: gapless seq, the lease epoch on every event, confirmation.
+
+Delivery semantics: see :mod:`producers._writer`. A session assigns ``seq`` and
+produces under one lock, so produce order is seq order and, with the idempotent
+producer on one partition, log order is seq order. Before every append the
+lease is checked (:class:`~schemas.errors.LeaseLost` stops the writer); after a
+failed delivery every further append raises the
+:class:`~schemas.errors.DeliveryError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from producers._crash import crash_point, kill_self
+from producers._inputs import InputSource, PinnedInputs
+from producers._lease import Lease, LeaseManager
+from producers._writer import RunWriter
+from schemas._types import EventType, RunEvent, now_ms
+from schemas.errors import DeliveryError
+
+if TYPE_CHECKING:
+    from producers._workflow import Workflow
+
+__all__ = ["AppendResult", "RunSession"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendResult:
+    """An event as appended; ``partition``/``offset`` are known once confirmed (else -1)."""
+
+    event: RunEvent
+    partition: int = -1
+    offset: int = -1
+
+
+class _Ack:
+    __slots__ = ("done", "error", "offset", "partition")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: DeliveryError | None = None
+        self.partition = -1
+        self.offset = -1
+
+
+class RunSession:
+    """The state a writer needs to append to one run it holds the lease of.
+
+    Build one with :meth:`start` (a new run; the runner does this) or
+    :meth:`take_over` (an existing run, for resume). Attributes are read-only
+    by convention: ``run_id``, ``epoch``, ``next_seq``, ``workflow``, ``inputs``
+    (pinned), ``params``.
+    """
+
+    def __init__(self, writer: RunWriter, lease: Lease, *, run_id: str, next_seq: int,
+                 workflow: Workflow, inputs: PinnedInputs, params: Mapping[str, Any]) -> None:
+        self.writer = writer
+        self.lease = lease
+        self.run_id = run_id
+        self.epoch = lease.epoch
+        self.next_seq = next_seq
+        self.workflow = workflow
+        self.inputs = inputs
+        self.params: dict[str, Any] = dict(params)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._outstanding = 0
+        self._error: DeliveryError | None = None
+        self.closed = False
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def take_over(cls, writer: RunWriter, leases: LeaseManager, run_id: str, *, last_seq: int,
+                  workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
+                  params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
+                  attributes: Mapping[str, str] | None = None) -> RunSession:
+        """Take an existing run's lease at a new epoch and append a confirmed ``LEASE_ACQUIRED``.
+
+        Args:
+            last_seq: the run's last accepted seq (from the fold); ``LEASE_ACQUIRED``
+                gets ``last_seq + 1``.
+            last_epoch: the highest epoch seen on the log; the new one is higher.
+            force: take the lease even if another writer holds it (that writer gets
+                ``LeaseLost`` at its next heartbeat, and its later events are fenced).
+
+        Raises:
+            producers.LeaseHeld: another writer holds the lease and ``force`` is false.
+        """
+        lease = leases.acquire(run_id, force=force, min_epoch=last_epoch + 1)
+        s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,
+                inputs=PinnedInputs(source, input_versions), params=params)
+        attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
+        s.append(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
+        return s
+
+    # -- appending --------------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    def check(self) -> None:
+        """Raise DeliveryError after a failed delivery, LeaseLost when the lease is gone."""
+        if self._error is not None:
+            raise self._error
+        self.lease.check()
+
+    def append(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
+        """Append one event (``run_id``, ``seq``, ``epoch``, ``occurred_at`` filled in).
+
+        Args:
+            confirm: wait for the broker's acknowledgement before returning.
+            **fields: any other ``RunEvent`` field.
+
+        Raises:
+            LeaseLost: before anything is produced, if the lease is gone.
+            DeliveryError: a delivery of this run failed (now or earlier).
+        """
+        ack = _Ack()
+        with self._lock:
+            self.check()
+            event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
+                             occurred_at=now_ms(), **fields)
+            if self.writer.crash_at("before", event):
+                self.crash()
+            crash_after = self.writer.crash_at("after", event)
+            with self._cond:
+                self._outstanding += 1
+            try:
+                self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o))
+            except BaseException:
+                with self._cond:
+                    self._outstanding -= 1
+                raise
+            self.next_seq += 1
+        if confirm:
+            self._wait(ack, event)
+        if crash_after:
+            self.crash()
+        return AppendResult(event, ack.partition, ack.offset)
+
+    def crash_point(self, point: str) -> None:
+        """Crash here if ``point`` (e.g. ``inside:STAGE:draft``) is the configured crash point."""
+        if crash_point(self.writer.settings.crash_at, point):
+            self.crash()
+
+    def crash(self) -> None:
+        """Fault tests: wait for every produced event of this run, then SIGKILL the process."""
+        with contextlib.suppress(DeliveryError):
+            self.flush()
+        kill_self()
+
+    def _delivered(self, ack: _Ack, err: DeliveryError | None, partition: int, offset: int) -> None:
+        ack.error, ack.partition, ack.offset = err, partition, offset
+        with self._cond:
+            if err is not None and self._error is None:
+                self._error = err
+            self._outstanding -= 1
+            self._cond.notify_all()
+        ack.done.set()
+
+    def _timeout(self) -> float:
+        return self.writer.delivery_timeout_s + 10
+
+    def _wait(self, ack: _Ack, event: RunEvent) -> None:
+        if not ack.done.wait(self._timeout()):
+            raise DeliveryError(self.writer.topic, self.run_id, f"seq {event.seq} not acknowledged in time")
+        if ack.error is not None:
+            raise ack.error
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every event of this run appended so far is acknowledged.
+
+        Raises:
+            DeliveryError: one of them was not delivered, or the wait timed out.
+        """
+        limit = self._timeout() if timeout is None else timeout
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._outstanding == 0, limit):
+                raise DeliveryError(self.writer.topic, self.run_id,
+                                    f"{self._outstanding} events not acknowledged within {limit}s")
+            if self._error is not None:
+                raise self._error
+
+    def close(self, *, release: bool = True) -> None:
+        """Flush, then give the lease up (``release=False`` keeps it to expire)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.flush()
+        finally:
+            if release:
+                self.lease.release()

@@ -1,0 +1,173 @@
+"""Tools with replay policies, their retry policy, and the information each call receives.
+
+Pure: declaring a tool validates it (``RECONCILE_FIRST`` needs a reconcile
+function, effect tools need a target and a delivery-key function) and raises
+:class:`~schemas.errors.WorkflowDefinitionError` at definition time.
+
+A tool function is ``fn(call: CallInfo, **args) -> result``; ``args`` and the
+result are JSON data. An effect tool returns the external record, a JSON object
+with a string ``"external_id"``. It raises
+:class:`~schemas.errors.RetryableToolError` for transient failures and anything
+else (preferably :class:`~schemas.errors.TerminalToolError`) for terminal ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas._types import ReplayPolicy
+from schemas.errors import RetryableToolError, WorkflowDefinitionError
+
+__all__ = [
+    "CallInfo",
+    "DeliveryFn",
+    "ReconcileFn",
+    "RetryPolicy",
+    "Tool",
+    "ToolFn",
+    "call_with_retry",
+    "tool",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What one tool call is told about itself; ``epoch`` is the fencing token an
+    external system can check (reject calls with an epoch lower than one it saw)."""
+
+    run_id: str
+    stage: str
+    tool: str
+    call_id: str
+    index: int
+    epoch: int
+    request_hash: str
+    idempotency_key: str | None = None
+    """Set for IDEMPOTENT tools: stable across retries and resumes of this call."""
+    delivery_key: str | None = None
+    """Set for effect tools (after the delivery function ran)."""
+    attempt: int = 1
+
+
+ToolFn = Callable[..., Any]
+DeliveryFn = Callable[[Mapping[str, Any], CallInfo], tuple[str, str, str, str]]
+"""``(args, call) -> (account, platform, canonical object id, revision)``."""
+ReconcileFn = Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None]
+"""``(delivery_key, request_args) -> existing external record (with "external_id") or None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``attempts`` calls at most; before attempt n+1 sleep
+    ``min(backoff * multiplier**(n-1), max_backoff)`` seconds."""
+
+    attempts: int = 1
+    backoff: float = 0.0
+    multiplier: float = 2.0
+    max_backoff: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise WorkflowDefinitionError("RetryPolicy.attempts must be >= 1")
+        if self.backoff < 0 or self.multiplier < 1 or self.max_backoff < 0:
+            raise WorkflowDefinitionError("RetryPolicy backoff must be >= 0 and multiplier >= 1")
+
+    def delays(self) -> Iterator[float]:
+        """The sleeps between attempts (``attempts - 1`` of them)."""
+        for n in range(self.attempts - 1):
+            yield min(self.backoff * self.multiplier**n, self.max_backoff)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A declared tool; call it through ``ctx.call(tool, **args)``."""
+
+    name: str
+    fn: ToolFn
+    policy: ReplayPolicy
+    effect: bool = False
+    target: str | None = None
+    delivery: DeliveryFn | None = None
+    reconcile: ReconcileFn | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        where = f"tool {self.name!r}"
+        if not self.name or "/" in self.name:
+            raise WorkflowDefinitionError(f"{where}: a tool name must be non-empty and without '/'")
+        if not isinstance(self.policy, ReplayPolicy):
+            raise WorkflowDefinitionError(f"{where}: policy must be a ReplayPolicy")
+        if self.policy is ReplayPolicy.RECONCILE_FIRST and self.reconcile is None:
+            raise WorkflowDefinitionError(
+                f"{where} has replay policy RECONCILE_FIRST but no reconcile function; declare "
+                "reconcile=fn(delivery_key, request_args) -> existing external record or None, "
+                "so resume can ask the external system before calling it again"
+            )
+        if self.effect:
+            if not self.target:
+                raise WorkflowDefinitionError(f"{where} changes the outside world: declare its target "
+                                              "(e.g. target='platform:articles')")
+            if self.delivery is None:
+                raise WorkflowDefinitionError(
+                    f"{where} changes the outside world: declare delivery=fn(args, call) -> "
+                    "(account, platform, object_id, revision)"
+                )
+
+
+def tool(
+    name: str,
+    *,
+    policy: ReplayPolicy = ReplayPolicy.SAFE,
+    effect: bool | None = None,
+    target: str | None = None,
+    delivery: DeliveryFn | None = None,
+    reconcile: ReconcileFn | None = None,
+    retry: RetryPolicy | None = None,
+) -> Callable[[ToolFn], Tool]:
+    """Decorator declaring ``fn(call, **args)`` as a tool.
+
+    ``NEVER`` and ``RECONCILE_FIRST`` tools are always effect tools (``effect=False``
+    with them is an error); others are effect tools when ``effect=True``.
+    """
+    forced = policy in (ReplayPolicy.NEVER, ReplayPolicy.RECONCILE_FIRST)
+    if forced and effect is False:
+        raise WorkflowDefinitionError(f"tool {name!r}: {policy.value} tools are effect tools; "
+                                      "effect=False contradicts the policy")
+    is_effect = forced or bool(effect)
+
+    def deco(fn: ToolFn) -> Tool:
+        return Tool(name, fn, policy, is_effect, target, delivery, reconcile, retry or RetryPolicy())
+
+    return deco
+
+
+def call_with_retry(
+    fn: Callable[[int], Any],
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    before_retry: Callable[[int], None] | None = None,
+) -> tuple[Any, int]:
+    """Call ``fn(attempt)`` until it returns, retrying only RetryableToolError.
+
+    Returns ``(result, attempts used)``. Any other exception propagates at once;
+    the last RetryableToolError propagates when the attempts are used up.
+    ``before_retry(next_attempt)`` runs before each retry (the writer checks its
+    lease there).
+    """
+    delays = policy.delays()
+    attempt = 1
+    while True:
+        try:
+            return fn(attempt), attempt
+        except RetryableToolError:
+            delay = next(delays, None)
+            if delay is None:
+                raise
+        sleep(delay)
+        attempt += 1
+        if before_retry is not None:
+            before_retry(attempt)

@@ -1,0 +1,186 @@
+"""Workflow definitions: ordered stages with declared inputs and named verification rules.
+
+Pure: a :class:`Workflow` is plain Python objects; :meth:`Workflow.spec` is what
+``RUN_STARTED`` records so any consumer can compute ``next_stage`` from the log.
+
+Example::
+
+    wf = Workflow("content", version="1")
+
+    @wf.stage("research", inputs=["sources"],
+              rules=[rule("results.count >= 3", lambda out: len(out["results"]) >= 3)])
+    def research(ctx, inputs):
+        return {"results": ctx.call(search, q=ctx.params["topic"])}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from schemas._types import RuleResult, StageSpec, WorkflowSpec
+from schemas.errors import WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from producers._context import StageContext
+
+__all__ = ["Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "evaluate_rules", "rule"]
+
+StageFn = Callable[["StageContext", dict[str, Any]], Mapping[str, Any]]
+"""A stage: ``fn(ctx, inputs) -> output`` (a JSON object)."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise WorkflowDefinitionError(
+            f"{kind} name {name!r} must be non-empty letters, digits, '_', '-' or '.'"
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named predicate over a stage's output. ``check`` returns a bool, or
+    ``(bool, detail)`` to say why."""
+
+    name: str
+    check: Callable[[Mapping[str, Any]], bool | tuple[bool, str]]
+
+
+def rule(name: str, check: Callable[[Mapping[str, Any]], bool | tuple[bool, str]]) -> Rule:
+    """Declare a verification rule, e.g. ``rule("image.count == 3", lambda o: len(o["images"]) == 3)``."""
+    if not name:
+        raise WorkflowDefinitionError("a rule needs a name")
+    if not callable(check):
+        raise WorkflowDefinitionError(f"rule {name!r}: check must be callable")
+    return Rule(name, check)
+
+
+def evaluate_rules(rules: Iterable[Rule], output: Mapping[str, Any]) -> list[RuleResult]:
+    """Every rule's result, in order. A rule that raises or returns a non-bool fails
+    (with the reason as detail) instead of aborting the others."""
+    results = []
+    for r in rules:
+        try:
+            got = r.check(output)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError) as err:
+            results.append(RuleResult(r.name, False, f"raised {type(err).__name__}: {err}"))
+            continue
+        detail: str | None = None
+        if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], str):
+            got, detail = got
+        if isinstance(got, bool):
+            results.append(RuleResult(r.name, got, detail if detail else (None if got else "false")))
+        else:
+            results.append(RuleResult(r.name, False, f"returned {type(got).__name__}, not bool"))
+    return results
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a workflow."""
+
+    name: str
+    fn: StageFn
+    inputs: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    checkpoint: bool = True
+
+    def spec(self) -> StageSpec:
+        return StageSpec(self.name, self.inputs, tuple(r.name for r in self.rules), self.checkpoint)
+
+
+class Workflow:
+    """A named, versioned, ordered list of stages (declared in order with :meth:`stage`)."""
+
+    def __init__(self, name: str, version: str) -> None:
+        _check_name("workflow", name)
+        if not version:
+            raise WorkflowDefinitionError(f"workflow {name!r} needs a version")
+        self.name = name
+        self.version = version
+        self._stages: list[Stage] = []
+
+    def stage(self, name: str, *, inputs: Sequence[str] = (), rules: Sequence[Rule] = (),
+              checkpoint: bool = True) -> Callable[[StageFn], StageFn]:
+        """Decorator adding ``fn(ctx, inputs) -> dict`` as the next stage."""
+
+        def deco(fn: StageFn) -> StageFn:
+            self.add_stage(Stage(name, fn, tuple(inputs), tuple(rules), checkpoint))
+            return fn
+
+        return deco
+
+    def add_stage(self, stage: Stage) -> None:
+        _check_name("stage", stage.name)
+        if any(s.name == stage.name for s in self._stages):
+            raise WorkflowDefinitionError(f"workflow {self.name!r}: stage {stage.name!r} declared twice")
+        for i in stage.inputs:
+            _check_name(f"stage {stage.name!r} input", i)
+        names = [r.name for r in stage.rules]
+        if len(set(names)) != len(names):
+            raise WorkflowDefinitionError(f"stage {stage.name!r}: rule names must be unique")
+        self._stages.append(stage)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return tuple(self._stages)
+
+    def get_stage(self, name: str) -> Stage:
+        for s in self._stages:
+            if s.name == name:
+                return s
+        raise WorkflowDefinitionError(f"workflow {self.name!r} has no stage {name!r}")
+
+    def input_names(self) -> tuple[str, ...]:
+        """Every input any stage reads, sorted (what a run pins at start)."""
+        return tuple(sorted({i for s in self._stages for i in s.inputs}))
+
+    def spec(self) -> WorkflowSpec:
+        if not self._stages:
+            raise WorkflowDefinitionError(f"workflow {self.name!r} has no stages")
+        return WorkflowSpec(self.name, self.version, tuple(s.spec() for s in self._stages))
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, version={self.version!r}, stages={[s.name for s in self._stages]})"
+
+
+class WorkflowRegistry:
+    """Workflows by name, as an application module exposes them to resume.
+
+    Resume looks up the workflow named in ``RUN_STARTED`` here and refuses to run
+    when the registered definition's spec differs from the recorded one.
+    """
+
+    def __init__(self, workflows: Iterable[Workflow] = ()) -> None:
+        self._by_name: dict[str, Workflow] = {}
+        for wf in workflows:
+            self.register(wf)
+
+    def register(self, wf: Workflow) -> Workflow:
+        if wf.name in self._by_name and self._by_name[wf.name] is not wf:
+            raise WorkflowDefinitionError(f"a workflow named {wf.name!r} is already registered")
+        self._by_name[wf.name] = wf
+        return wf
+
+    def get(self, name: str, version: str | None = None) -> Workflow:
+        wf = self._by_name.get(name)
+        if wf is None:
+            raise WorkflowDefinitionError(f"no workflow named {name!r} is registered")
+        if version is not None and wf.version != version:
+            raise WorkflowDefinitionError(
+                f"workflow {name!r} is registered at version {wf.version!r}, not {version!r}"
+            )
+        return wf
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[Workflow]:
+        return iter(self._by_name.values())
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._by_name)

@@ -1,0 +1,102 @@
+"""The run writer: one idempotent Kafka producer shared by every run of a process.
+
+Delivery semantics: the producer has ``enable.idempotence=true`` and
+``acks=all`` (``Settings.producer_config``), records are keyed by run id, so a
+run's events land on one partition in produce order without duplicates from
+retries. Appends are pipelined (produce, return); an append marked
+``confirm=True`` (every ``EFFECT_INTENT``, ``RUN_STARTED``, ``LEASE_ACQUIRED``)
+waits for the broker's acknowledgement before returning, and
+:meth:`RunSession.flush` (at every stage end and run end) waits for all of a
+run's outstanding events. A failed delivery is never dropped: it is raised as
+:class:`~schemas.errors.DeliveryError` from the next append or flush of that run,
+and the session refuses further appends (its seq may have a gap; resume from the
+log).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from producers._crash import crash_point, event_subject
+from schemas._codec import Codec
+from schemas._types import RunEvent
+from schemas.errors import DeliveryError
+from schemas.settings import Settings
+from schemas.topics import Topics
+
+__all__ = ["RunWriter"]
+
+DeliveryCallback = Callable[[DeliveryError | None, int, int], None]
+"""``(error or None, partition, offset)``."""
+
+
+class RunWriter:
+    """Produces encoded run events; thread-safe, shared by many :class:`RunSession` s.
+
+    Args:
+        settings: broker, topic prefix, crash point.
+        writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
+        producer_overrides: extra librdkafka settings (tests shorten timeouts).
+    """
+
+    def __init__(self, settings: Settings, *, writer_id: str | None = None, codec: Codec | None = None,
+                 producer_overrides: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.topic = Topics.of(settings).events
+        self.codec = codec or Codec(max_record_bytes=settings.max_record_bytes)
+        self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
+        conf = settings.producer_config(**(producer_overrides or {}))
+        self.delivery_timeout_s = float(conf.get("message.timeout.ms", 300_000)) / 1000
+        """How long librdkafka tries a record before reporting it failed."""
+        self._producer = Producer(conf)
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="runlog-writer-poll", daemon=True)
+        self._poller.start()
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+        """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
+        data = self.codec.encode(event)
+        topic, key = self.topic, event.run_id
+
+        def cb(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                on_delivery(DeliveryError(topic, key, f"{err.name()}: {err.str()}"), -1, -1)
+            else:
+                on_delivery(None, msg.partition(), msg.offset())
+
+        while True:
+            try:
+                self._producer.produce(topic, value=data, key=key.encode("utf-8"), on_delivery=cb)
+                return
+            except BufferError:
+                time.sleep(0.01)  # the poll thread drains delivery reports
+
+    def crash_at(self, when: str, event: RunEvent) -> bool:
+        """Whether the configured crash point is ``when`` (before/after) this event."""
+        return crash_point(self.settings.crash_at,
+                           f"{when}:{event.type.value}:{event_subject(event.stage, event.call_id)}")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Deliver everything still queued, then stop the poll thread."""
+        remaining = self._producer.flush(timeout)
+        self._stop.set()
+        self._poller.join(timeout=5)
+        if remaining:
+            raise DeliveryError(self.topic, None, f"{remaining} events not acknowledged within {timeout}s")
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,152 @@
+"""Workflow definitions, rule evaluation and tool declarations (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from producers import (
+    CallInfo,
+    RetryPolicy,
+    Workflow,
+    WorkflowRegistry,
+    call_with_retry,
+    evaluate_rules,
+    rule,
+    tool,
+)
+from schemas import ReplayPolicy, RuleResult, StageSpec
+from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+
+
+def _wf() -> Workflow:
+    wf = Workflow("content", version="3")
+
+    @wf.stage("research", inputs=["facts"], rules=[rule("results.count >= 3",
+                                                        lambda o: len(o["results"]) >= 3)])
+    def research(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"results": []}
+
+    @wf.stage("draft", inputs=["style", "facts"], checkpoint=False)
+    def draft(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    return wf
+
+
+def test_spec_records_order_inputs_rules_and_version() -> None:
+    spec = _wf().spec()
+    assert (spec.name, spec.version) == ("content", "3")
+    assert spec.stages == (
+        StageSpec("research", ("facts",), ("results.count >= 3",), True),
+        StageSpec("draft", ("style", "facts"), (), False),
+    )
+    assert spec.next_stage("research") == "draft"
+    assert _wf().input_names() == ("facts", "style")
+
+
+def test_duplicate_stage_is_refused() -> None:
+    wf = _wf()
+    with pytest.raises(WorkflowDefinitionError, match="declared twice"):
+        wf.stage("draft")(lambda ctx, inputs: {})
+
+
+def test_empty_workflow_has_no_spec() -> None:
+    with pytest.raises(WorkflowDefinitionError, match="no stages"):
+        Workflow("w", "1").spec()
+
+
+def test_registry_by_name_and_version() -> None:
+    wf = _wf()
+    reg = WorkflowRegistry([wf])
+    assert reg.get("content") is wf and reg.get("content", "3") is wf and "content" in reg
+    with pytest.raises(WorkflowDefinitionError, match="version"):
+        reg.get("content", "2")
+    with pytest.raises(WorkflowDefinitionError, match="no workflow"):
+        reg.get("other")
+    with pytest.raises(WorkflowDefinitionError, match="already registered"):
+        reg.register(_wf())
+
+
+def test_rules_pass_fail_and_explain() -> None:
+    rules = [
+        rule("image.count == 3", lambda o: len(o["images"]) == 3),
+        rule("image.watermark == false", lambda o: (not o["watermark"], f"watermark={o['watermark']}")),
+        rule("title present", lambda o: bool(o["title"])),
+    ]
+    out = {"images": [1, 2, 3], "watermark": True}
+    res = evaluate_rules(rules, out)
+    assert res[0] == RuleResult("image.count == 3", True, None)
+    assert res[1] == RuleResult("image.watermark == false", False, "watermark=True")
+    assert res[2].passed is False and res[2].detail is not None and "KeyError" in res[2].detail
+
+
+def test_rule_returning_non_bool_fails() -> None:
+    [r] = evaluate_rules([rule("truthy", lambda o: o["n"])], {"n": 5})
+    assert not r.passed and "not bool" in (r.detail or "")
+
+
+def test_reconcile_first_without_reconcile_is_rejected_at_definition() -> None:
+    with pytest.raises(WorkflowDefinitionError, match="RECONCILE_FIRST but no reconcile function"):
+        @tool("publish", policy=ReplayPolicy.RECONCILE_FIRST, target="platform:articles",
+              delivery=lambda a, c: ("acct", "blog", a["slug"], "1"))
+        def publish(call: CallInfo, slug: str) -> dict[str, Any]:
+            return {"external_id": slug}
+
+
+def test_never_and_reconcile_first_are_effect_tools() -> None:
+    @tool("charge", policy=ReplayPolicy.NEVER, target="billing:charges",
+          delivery=lambda a, c: ("acct", "billing", c.run_id, "1"))
+    def charge(call: CallInfo) -> dict[str, Any]:
+        return {"external_id": "ch_1"}
+
+    assert charge.effect
+    with pytest.raises(WorkflowDefinitionError, match="effect tools"):
+        tool("charge2", policy=ReplayPolicy.NEVER, effect=False)
+    with pytest.raises(WorkflowDefinitionError, match="target"):
+        tool("charge3", policy=ReplayPolicy.NEVER)(lambda call: None)
+    with pytest.raises(WorkflowDefinitionError, match="delivery"):
+        tool("upload", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="cdn:assets")(lambda call: None)
+
+
+def test_retry_policy_delays() -> None:
+    p = RetryPolicy(attempts=4, backoff=0.5, multiplier=2, max_backoff=1.5)
+    assert list(p.delays()) == [0.5, 1.0, 1.5]
+    assert list(RetryPolicy().delays()) == []
+    with pytest.raises(WorkflowDefinitionError):
+        RetryPolicy(attempts=0)
+
+
+def test_call_with_retry_retries_only_retryable_errors() -> None:
+    slept: list[float] = []
+    seen: list[int] = []
+
+    def flaky(attempt: int) -> str:
+        seen.append(attempt)
+        if attempt < 3:
+            raise RetryableToolError("503")
+        return "ok"
+
+    assert call_with_retry(flaky, RetryPolicy(3, 0.1), sleep=slept.append) == ("ok", 3)
+    assert seen == [1, 2, 3] and slept == [0.1, 0.2]
+
+    calls: list[int] = []
+
+    def always(attempt: int) -> str:
+        calls.append(attempt)
+        raise RetryableToolError("503")
+
+    with pytest.raises(RetryableToolError):
+        call_with_retry(always, RetryPolicy(2, 0), sleep=lambda s: None)
+    assert calls == [1, 2]
+
+    terminal: list[int] = []
+
+    def broken(attempt: int) -> str:
+        terminal.append(attempt)
+        raise TerminalToolError("bad request")
+
+    with pytest.raises(TerminalToolError):
+        call_with_retry(broken, RetryPolicy(5, 0), sleep=lambda s: None)
+    assert terminal == [1]  # a terminal error is not retried
