@@ -1,0 +1,143 @@
+"""``runlog project``: the Faust app folding the events topic into Redis and the compacted topics.
+
+Delivery semantics: at-least-once in, idempotent apply. The agent takes a batch,
+folds it (:class:`projections.BatchProjector`, a plain function of the batch),
+writes Redis through the offset-guarded Lua script, then produces checkpoints
+(key run id), effects (key delivery key) and dead letters and waits for their
+acknowledgements before the batch's offsets can be committed. A crash anywhere
+replays from the last commit: Redis ignores what it already holds, the
+compacted topics receive identical records again. Instances sharing the app id
+form one consumer group and split the partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from processors.dlq import to_record
+from processors.metrics import Metrics, MetricsServer
+from projections.batch import BatchProjector, BatchResult, RawRecord
+from projections.redis_store import RedisStore
+from schemas._codec import Codec
+from schemas.settings import Settings
+from schemas.topics import Topics
+
+__all__ = ["ProjectorOptions", "build_app", "observe", "run_projector"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectorOptions:
+    app_id: str = "runlog-projector"
+    """Faust app id, also the consumer group id."""
+    batch_size: int = 500
+    within: float = 0.5
+    """Seconds to wait for a batch to fill."""
+    cache_size: int = 10_000
+    """Run states kept in memory (LRU); misses load from Redis."""
+    lag_every: float = 5.0
+
+
+def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]:
+    """Faust settings that work against a Kafka 4 broker with auto topic creation off."""
+    return {
+        "broker": [f"kafka://{h.strip()}" for h in settings.kafka_bootstrap_servers.split(",")],
+        "store": "memory://",
+        "value_serializer": "raw",
+        "key_serializer": "raw",
+        "web_enabled": False,
+        "topic_disable_leader": True,
+        "topic_allow_declare": False,
+        "consumer_auto_offset_reset": "earliest",
+        "producer_acks": -1,
+        "autodiscover": False,
+        "stream_wait_empty": False,
+        "broker_commit_every": 1000,
+        "broker_commit_interval": 1.0,
+    }
+
+
+def observe(metrics: Metrics, res: BatchResult, records: int) -> None:
+    """Count one batch's outcomes."""
+    metrics.inc("runlog_projector_records_total", records)
+    metrics.inc("runlog_projector_events_applied_total", res.applied)
+    metrics.inc("runlog_projector_duplicates_total", res.outcomes["duplicate"])
+    metrics.inc("runlog_projector_conflicts_total", res.conflicts)
+    for reason, n in res.rejected.items():
+        metrics.inc("runlog_projector_rejected_total", n, reason=reason)
+    for dl in res.dead_letters:
+        metrics.inc("runlog_projector_dead_letters_total", 1, reason=dl.reason)
+
+
+def build_app(settings: Settings, opts: ProjectorOptions | None = None,
+              metrics: Metrics | None = None) -> faust.App:
+    """The projector app (not started)."""
+    o = opts or ProjectorOptions()
+    m = metrics or Metrics()
+    app = faust.App(o.app_id, **faust_settings(settings, o))
+    names = Topics.of(settings)
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
+                           "key_serializer": "raw", "value_serializer": "raw"}
+    events = app.topic(names.events, **raw)
+    checkpoints = app.topic(names.checkpoints, **raw)
+    effects = app.topic(names.effects, **raw)
+    dlq = app.topic(names.dlq, **raw)
+    codec = Codec(max_record_bytes=settings.max_record_bytes)
+    core = BatchProjector(RedisStore.from_settings(settings), codec, cache_size=o.cache_size)
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")
+    done: dict[int, int] = {}
+
+    async def project(stream: Any) -> None:
+        loop = asyncio.get_running_loop()
+        async for batch in stream.take_events(o.batch_size, within=o.within):
+            recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
+                              e.message.key, e.message.value) for e in batch]
+            res = await loop.run_in_executor(worker, core.process, recs)
+            sent: list[Awaitable[Any]] = []
+            for dl in res.dead_letters:
+                rec = to_record(dl)
+                sent.append(await dlq.send(key=rec.key, value=rec.value, headers=list(rec.headers)))
+            for cp in res.checkpoints:
+                sent.append(await checkpoints.send(key=cp.run_id.encode(), value=codec.encode(cp)))
+            for eff in res.effects:
+                sent.append(await effects.send(key=eff.delivery_key.encode(),
+                                               value=codec.encode(eff.to_effect())))
+            await asyncio.gather(*sent)
+            observe(m, res, len(recs))
+            for r in recs:
+                done[r.partition] = max(done.get(r.partition, -1), r.offset)
+
+    async def lag() -> None:
+        for tp in app.consumer.assignment():
+            if tp.topic != names.events:
+                continue
+            hw = app.consumer.highwater(tp)
+            if hw is not None:
+                m.set("runlog_projector_consumer_lag", max(hw - done.get(tp.partition, -1) - 1, 0),
+                      partition=str(tp.partition))
+
+    app.agent(events, name="project")(project)
+    app.timer(o.lag_every)(lag)
+    return app
+
+
+def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> int:
+    """Run the projector until it is stopped (SIGINT/SIGTERM); returns an exit code."""
+    metrics = Metrics()
+    server = MetricsServer(metrics, settings.metrics_port) if settings.metrics_port else None
+    try:
+        app = build_app(settings, opts, metrics)
+        worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+        worker.execute_from_commandline()
+    finally:
+        if server is not None:
+            server.close()
+    return 0

@@ -1,0 +1,428 @@
+"""The run-state value the fold computes, its parts, and its JSON form (pure: no I/O, no drivers)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from schemas._types import (
+    ArtifactRef,
+    Checkpoint,
+    Effect,
+    EffectStatus,
+    ErrorInfo,
+    ReplayPolicy,
+    RuleResult,
+    StageSpec,
+    WorkflowSpec,
+)
+
+__all__ = [
+    "CallRecord",
+    "CallStatus",
+    "CheckpointEntry",
+    "EffectEntry",
+    "RejectedEvent",
+    "RunState",
+    "RunStatus",
+    "StoredCheckpoint",
+    "state_from_json",
+    "state_to_json",
+]
+
+JSON_VERSION = 1
+
+
+class RunStatus(StrEnum):
+    """Where a run stands, as the log tells it."""
+
+    PENDING = "PENDING"
+    """Known from some event, but no accepted ``RUN_STARTED`` yet."""
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    BLOCKED = "BLOCKED"
+
+
+class CallStatus(StrEnum):
+    CALLED = "called"
+    RESULT = "result"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call: what resume needs to reuse a recorded result or find an open intent."""
+
+    call_id: str
+    tool: str | None
+    policy: ReplayPolicy | None
+    status: CallStatus
+    stage: str | None
+    seq: int
+    """Seq of the ``TOOL_CALLED`` event."""
+    args: ArtifactRef | None = None
+    result: ArtifactRef | None = None
+    idempotency_key: str | None = None
+    delivery_key: str | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectEntry:
+    """One entry of the effects ledger, with the call that caused it."""
+
+    delivery_key: str
+    run_id: str
+    target: str
+    status: EffectStatus
+    seq: int
+    """Seq of the event that last moved this effect."""
+    updated_at: int
+    call_id: str | None = None
+    tool: str | None = None
+    stage: str | None = None
+    external_id: str | None = None
+    replay_policy: ReplayPolicy | None = None
+    request_hash: str | None = None
+
+    def to_effect(self) -> Effect:
+        """The ledger record published on the effects topic."""
+        return Effect(
+            delivery_key=self.delivery_key,
+            run_id=self.run_id,
+            target=self.target,
+            status=self.status,
+            seq=self.seq,
+            updated_at=self.updated_at,
+            external_id=self.external_id,
+            tool=self.tool,
+            stage=self.stage,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointEntry:
+    """Where a checkpoint is in the log: enough to fall back to an earlier one."""
+
+    checkpoint_id: str
+    stage: str
+    last_seq: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedEvent:
+    """An event the fold refused, kept (boundedly) for audits."""
+
+    seq: int
+    epoch: int
+    type: str
+    reason: str
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Everything the log says about one run, up to ``last_seq``. Immutable: the fold returns new ones.
+
+    Mapping fields are never mutated after construction (the fold copies on write).
+    """
+
+    run_id: str
+    status: RunStatus = RunStatus.PENDING
+    stage: str | None = None
+    """The stage in progress (None between stages)."""
+    next_stage: str | None = None
+    """The stage to run next after the last verified one (from the workflow in ``RUN_STARTED``)."""
+    last_seq: int = 0
+    epoch: int = 0
+    partition: int = -1
+    """The Kafka partition of the run's events (-1 when folded without positions)."""
+    offset: int = -1
+    """Offset of the last record folded, accepted or rejected: the idempotence guard."""
+    workflow: WorkflowSpec | None = None
+    input_versions: Mapping[str, str] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    forked_from_seq: int | None = None
+    started_at: int = 0
+    updated_at: int = 0
+    """``occurred_at`` of the last accepted event (never wall-clock: rebuilds must be identical)."""
+    verified_artifacts: tuple[ArtifactRef, ...] = ()
+    stage_outputs: Mapping[str, ArtifactRef] = field(default_factory=dict)
+    completed_stages: tuple[str, ...] = ()
+    calls: Mapping[str, CallRecord] = field(default_factory=dict)
+    open_effects: Mapping[str, EffectEntry] = field(default_factory=dict)
+    closed_effects: Mapping[str, EffectEntry] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
+    """The latest checkpoint manifest."""
+    checkpoints: tuple[CheckpointEntry, ...] = ()
+    """Recent checkpoints, oldest first (bounded), for falling back."""
+    last_error: ErrorInfo | None = None
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    """Rejected-event counts by reason."""
+    recent_rejected: tuple[RejectedEvent, ...] = ()
+    recent: tuple[tuple[int, str], ...] = ()
+    """(seq, content digest) of the last accepted events, oldest first (bounded)."""
+
+    @property
+    def workflow_version(self) -> str:
+        return self.workflow.version if self.workflow is not None else ""
+
+    @property
+    def workflow_name(self) -> str:
+        return self.workflow.name if self.workflow is not None else ""
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    @property
+    def open_intents(self) -> tuple[EffectEntry, ...]:
+        """Effects with an intent and no result, in seq order."""
+        return tuple(sorted(self.open_effects.values(), key=lambda e: e.seq))
+
+    def without_audit(self) -> RunState:
+        """This state with the rejection bookkeeping cleared: what accepted events alone determine."""
+        return replace(self, rejected={}, recent_rejected=(), offset=-1)
+
+    def to_json(self) -> str:
+        return state_to_json(self)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> RunState:
+        return state_from_json(text)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    """A checkpoint manifest with the run state as of its ``VERIFIED`` event."""
+
+    checkpoint: Checkpoint
+    state: RunState
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def _art(a: ArtifactRef | None) -> Any:
+    return None if a is None else [a.uri, a.sha256, a.size, a.media_type]
+
+
+def _art_from(v: Any) -> ArtifactRef | None:
+    return None if v is None else ArtifactRef(v[0], v[1], int(v[2]), v[3])
+
+
+def _arts(v: Any) -> tuple[ArtifactRef, ...]:
+    return tuple(ArtifactRef(a[0], a[1], int(a[2]), a[3]) for a in v)
+
+
+def _rule(r: RuleResult) -> Any:
+    return [r.rule, r.passed, r.detail]
+
+
+def _err(e: ErrorInfo | None) -> Any:
+    return None if e is None else [e.kind, e.message, e.retryable]
+
+
+def _workflow(w: WorkflowSpec | None) -> Any:
+    if w is None:
+        return None
+    return {
+        "name": w.name,
+        "version": w.version,
+        "stages": [[s.name, list(s.inputs), list(s.rules), s.checkpoint] for s in w.stages],
+    }
+
+
+def _workflow_from(d: Any) -> WorkflowSpec | None:
+    if d is None:
+        return None
+    stages = tuple(StageSpec(s[0], tuple(s[1]), tuple(s[2]), bool(s[3])) for s in d["stages"])
+    return WorkflowSpec(d["name"], d["version"], stages)
+
+
+def checkpoint_to_dict(c: Checkpoint) -> dict[str, Any]:
+    return {
+        "checkpoint_id": c.checkpoint_id,
+        "run_id": c.run_id,
+        "last_seq": c.last_seq,
+        "partition": c.partition,
+        "offset": c.offset,
+        "stage": c.stage,
+        "created_at": c.created_at,
+        "inputs": dict(sorted(c.inputs.items())),
+        "artifacts": [_art(a) for a in c.artifacts],
+        "verified_by": [_rule(r) for r in c.verified_by],
+        "next_stage": c.next_stage,
+        "workflow_version": c.workflow_version,
+    }
+
+
+def checkpoint_from_dict(d: Mapping[str, Any]) -> Checkpoint:
+    return Checkpoint(
+        checkpoint_id=d["checkpoint_id"],
+        run_id=d["run_id"],
+        last_seq=int(d["last_seq"]),
+        partition=int(d["partition"]),
+        offset=int(d["offset"]),
+        stage=d["stage"],
+        created_at=int(d["created_at"]),
+        inputs=dict(d["inputs"]),
+        artifacts=_arts(d["artifacts"]),
+        verified_by=tuple(RuleResult(r[0], bool(r[1]), r[2]) for r in d["verified_by"]),
+        next_stage=d["next_stage"],
+        workflow_version=d["workflow_version"],
+    )
+
+
+def effect_to_dict(e: EffectEntry) -> dict[str, Any]:
+    return {
+        "delivery_key": e.delivery_key,
+        "run_id": e.run_id,
+        "target": e.target,
+        "status": e.status.value,
+        "seq": e.seq,
+        "updated_at": e.updated_at,
+        "call_id": e.call_id,
+        "tool": e.tool,
+        "stage": e.stage,
+        "external_id": e.external_id,
+        "replay_policy": None if e.replay_policy is None else e.replay_policy.value,
+        "request_hash": e.request_hash,
+    }
+
+
+def effect_from_dict(d: Mapping[str, Any]) -> EffectEntry:
+    pol = d.get("replay_policy")
+    return EffectEntry(
+        delivery_key=d["delivery_key"],
+        run_id=d["run_id"],
+        target=d["target"],
+        status=EffectStatus(d["status"]),
+        seq=int(d["seq"]),
+        updated_at=int(d["updated_at"]),
+        call_id=d.get("call_id"),
+        tool=d.get("tool"),
+        stage=d.get("stage"),
+        external_id=d.get("external_id"),
+        replay_policy=None if pol is None else ReplayPolicy(pol),
+        request_hash=d.get("request_hash"),
+    )
+
+
+def _call(c: CallRecord) -> dict[str, Any]:
+    return {
+        "call_id": c.call_id,
+        "tool": c.tool,
+        "policy": None if c.policy is None else c.policy.value,
+        "status": c.status.value,
+        "stage": c.stage,
+        "seq": c.seq,
+        "args": _art(c.args),
+        "result": _art(c.result),
+        "idempotency_key": c.idempotency_key,
+        "delivery_key": c.delivery_key,
+        "request_hash": c.request_hash,
+    }
+
+
+def _call_from(d: Mapping[str, Any]) -> CallRecord:
+    pol = d["policy"]
+    return CallRecord(
+        call_id=d["call_id"],
+        tool=d["tool"],
+        policy=None if pol is None else ReplayPolicy(pol),
+        status=CallStatus(d["status"]),
+        stage=d["stage"],
+        seq=int(d["seq"]),
+        args=_art_from(d["args"]),
+        result=_art_from(d["result"]),
+        idempotency_key=d["idempotency_key"],
+        delivery_key=d["delivery_key"],
+        request_hash=d["request_hash"],
+    )
+
+
+def state_to_dict(s: RunState) -> dict[str, Any]:
+    return {
+        "v": JSON_VERSION,
+        "run_id": s.run_id,
+        "status": s.status.value,
+        "stage": s.stage,
+        "next_stage": s.next_stage,
+        "last_seq": s.last_seq,
+        "epoch": s.epoch,
+        "partition": s.partition,
+        "offset": s.offset,
+        "workflow": _workflow(s.workflow),
+        "input_versions": dict(sorted(s.input_versions.items())),
+        "parent_run_id": s.parent_run_id,
+        "forked_from_seq": s.forked_from_seq,
+        "started_at": s.started_at,
+        "updated_at": s.updated_at,
+        "verified_artifacts": [_art(a) for a in s.verified_artifacts],
+        "stage_outputs": {k: _art(v) for k, v in sorted(s.stage_outputs.items())},
+        "completed_stages": list(s.completed_stages),
+        "calls": [_call(c) for _, c in sorted(s.calls.items())],
+        "open_effects": [effect_to_dict(e) for _, e in sorted(s.open_effects.items())],
+        "closed_effects": [effect_to_dict(e) for _, e in sorted(s.closed_effects.items())],
+        "checkpoint": None if s.checkpoint is None else checkpoint_to_dict(s.checkpoint),
+        "checkpoints": [
+            [c.checkpoint_id, c.stage, c.last_seq, c.partition, c.offset] for c in s.checkpoints
+        ],
+        "last_error": _err(s.last_error),
+        "rejected": dict(sorted(s.rejected.items())),
+        "recent_rejected": [[r.seq, r.epoch, r.type, r.reason, r.offset] for r in s.recent_rejected],
+        "recent": [[q, d] for q, d in s.recent],
+    }
+
+
+def state_from_dict(d: Mapping[str, Any]) -> RunState:
+    err = d["last_error"]
+    cp = d["checkpoint"]
+    return RunState(
+        run_id=d["run_id"],
+        status=RunStatus(d["status"]),
+        stage=d["stage"],
+        next_stage=d["next_stage"],
+        last_seq=int(d["last_seq"]),
+        epoch=int(d["epoch"]),
+        partition=int(d["partition"]),
+        offset=int(d["offset"]),
+        workflow=_workflow_from(d["workflow"]),
+        input_versions=dict(d["input_versions"]),
+        parent_run_id=d["parent_run_id"],
+        forked_from_seq=d["forked_from_seq"],
+        started_at=int(d["started_at"]),
+        updated_at=int(d["updated_at"]),
+        verified_artifacts=_arts(d["verified_artifacts"]),
+        stage_outputs={k: ArtifactRef(v[0], v[1], int(v[2]), v[3]) for k, v in d["stage_outputs"].items()},
+        completed_stages=tuple(d["completed_stages"]),
+        calls={c["call_id"]: _call_from(c) for c in d["calls"]},
+        open_effects={e["delivery_key"]: effect_from_dict(e) for e in d["open_effects"]},
+        closed_effects={e["delivery_key"]: effect_from_dict(e) for e in d["closed_effects"]},
+        checkpoint=None if cp is None else checkpoint_from_dict(cp),
+        checkpoints=tuple(
+            CheckpointEntry(c[0], c[1], int(c[2]), int(c[3]), int(c[4])) for c in d["checkpoints"]
+        ),
+        last_error=None if err is None else ErrorInfo(err[0], err[1], bool(err[2])),
+        rejected={k: int(v) for k, v in d["rejected"].items()},
+        recent_rejected=tuple(
+            RejectedEvent(int(r[0]), int(r[1]), r[2], r[3], int(r[4])) for r in d["recent_rejected"]
+        ),
+        recent=tuple((int(q), str(h)) for q, h in d["recent"]),
+    )
+
+
+def state_to_json(s: RunState) -> str:
+    """A canonical JSON text: equal states give equal texts (keys and maps sorted)."""
+    return json.dumps(state_to_dict(s), separators=(",", ":"), sort_keys=True)
+
+
+def state_from_json(text: str | bytes) -> RunState:
+    return state_from_dict(json.loads(text))

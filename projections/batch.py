@@ -1,0 +1,185 @@
+"""Project a batch of raw event records: decode, fold per run (LRU-cached states), write the store.
+
+Delivery: the input is at-least-once (a record may come again after a crash);
+the fold's position guard and the store's offset compare-and-set make a
+repeated record change nothing, so the outputs (checkpoints, effects) of a
+record are produced at least once and identical each time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from projections._state import EffectEntry, RunState, StoredCheckpoint
+from projections.fold import Outcome, OutcomeKind, Position, fold
+from projections.store import ApplyResult, ProjectionStore, RunUpdate
+from schemas._codec import Codec
+from schemas._types import Checkpoint, RunEvent
+from schemas.errors import DecodeError, RunlogError
+
+__all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "decode_records"]
+
+MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """A record as read from the events topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that is not a valid event of this topic, and why."""
+
+    record: RawRecord
+    reason: str
+    detail: str
+
+
+@dataclass
+class BatchResult:
+    """What one batch did; ``checkpoints`` and ``effects`` are to be published, in order."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    effects: list[EffectEntry] = field(default_factory=list)
+    conflicts: int = 0
+
+    @property
+    def applied(self) -> int:
+        return self.outcomes[OutcomeKind.ACCEPTED.value]
+
+
+def decode_records(
+    codec: Codec, records: Sequence[RawRecord]
+) -> tuple[list[tuple[RunEvent, Position]], list[DeadLetter]]:
+    """Decode records into events with their positions; the rest become dead letters."""
+    good: list[tuple[RunEvent, Position]] = []
+    dead: list[DeadLetter] = []
+    for r in records:
+        if r.value is None:
+            dead.append(DeadLetter(r, "truncated", "record has no value"))
+            continue
+        try:
+            ev = codec.decode(r.value, RunEvent)
+        except DecodeError as err:
+            dead.append(DeadLetter(r, err.reason, err.detail))
+            continue
+        if r.key is not None and r.key != ev.run_id.encode("utf-8"):
+            dead.append(DeadLetter(r, "key_mismatch", f"key {r.key[:64]!r} is not run id {ev.run_id!r}"))
+            continue
+        good.append((ev, (r.partition, r.offset)))
+    return good, dead
+
+
+@dataclass
+class _Folded:
+    base: RunState | None
+    state: RunState | None
+    outcomes: list[Outcome]
+    checkpoints: list[StoredCheckpoint]
+
+
+def _fold_run(base: RunState | None, items: list[tuple[RunEvent, Position]]) -> _Folded:
+    state = base
+    outcomes: list[Outcome] = []
+    cps: list[StoredCheckpoint] = []
+    for ev, pos in items:
+        state, out = fold(state, ev, pos)
+        outcomes.append(out)
+        if out.checkpoint is not None:
+            cps.append(StoredCheckpoint(out.checkpoint, state))
+    return _Folded(base, state, outcomes, cps)
+
+
+class BatchProjector:
+    """Folds batches of records into a :class:`ProjectionStore`, caching run states (LRU)."""
+
+    def __init__(self, store: ProjectionStore, codec: Codec, *, cache_size: int = 10_000) -> None:
+        self.store = store
+        self.codec = codec
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, RunState] = OrderedDict()
+
+    def forget(self, run_ids: Sequence[str] | None = None) -> None:
+        """Drop cached states (all when ``run_ids`` is None), e.g. after a rebalance."""
+        if run_ids is None:
+            self._cache.clear()
+        else:
+            for r in run_ids:
+                self._cache.pop(r, None)
+
+    def _remember(self, state: RunState) -> None:
+        self._cache[state.run_id] = state
+        self._cache.move_to_end(state.run_id)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    def process(self, records: Sequence[RawRecord]) -> BatchResult:
+        events, dead = decode_records(self.codec, records)
+        result = self.process_events(events)
+        result.dead_letters.extend(dead)
+        return result
+
+    def process_events(self, events: Sequence[tuple[RunEvent, Position]]) -> BatchResult:
+        result = BatchResult()
+        by_run: dict[str, list[tuple[RunEvent, Position]]] = {}
+        for item in events:
+            by_run.setdefault(item[0].run_id, []).append(item)
+        pending = list(by_run)
+        bases: dict[str, RunState | None] = {r: self._cache.get(r) for r in pending}
+        bases.update(self.store.load_states([r for r in pending if bases[r] is None]))
+        for _ in range(MAX_ATTEMPTS):
+            folded = {r: _fold_run(bases.get(r), by_run[r]) for r in pending}
+            writes = [(r, f) for r, f in folded.items() if f.state is not None and f.state is not f.base]
+            updates = [
+                RunUpdate(
+                    state=f.state,
+                    base_offset=f.base.offset if f.base is not None else -1,
+                    base_status=f.base.status if f.base is not None else None,
+                    checkpoints=tuple(f.checkpoints),
+                    effects=_last_per_key(f.outcomes),
+                )
+                for _, f in writes
+                if f.state is not None
+            ]
+            results = dict(zip([r for r, _ in writes], self.store.apply(updates), strict=True))
+            retry = [r for r, res in results.items() if res is not ApplyResult.APPLIED]
+            for r, f in folded.items():
+                if r in retry:
+                    continue
+                if f.state is not None:
+                    self._remember(f.state)
+                for out in f.outcomes:
+                    result.outcomes[out.kind.value] += 1
+                    if out.rejected and out.reason:
+                        result.rejected[out.reason] += 1
+                    result.effects.extend(out.effects)
+                result.checkpoints.extend(c.checkpoint for c in f.checkpoints)
+            if not retry:
+                return result
+            # Computed from a stale base (another worker moved the run): re-fold from the store.
+            result.conflicts += len(retry)
+            self.forget(retry)
+            fresh = self.store.load_states(retry)
+            bases = {r: fresh.get(r) for r in retry}
+            pending = retry
+        raise RunlogError(f"runs {pending[:5]} kept conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _last_per_key(outcomes: list[Outcome]) -> tuple[EffectEntry, ...]:
+    last: dict[str, EffectEntry] = {}
+    for out in outcomes:
+        for e in out.effects:
+            last[e.delivery_key] = e
+    return tuple(last.values())

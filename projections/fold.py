@@ -1,0 +1,330 @@
+"""The one fold: a run's state plus its next event gives its new state (pure, no I/O, no drivers).
+
+Acceptance (DESIGN.md, "One fold, everywhere"): an event is accepted when
+``seq == last_seq + 1`` and ``epoch >= epoch`` so far (``LEASE_ACQUIRED`` needs
+a strictly higher epoch); a repeat of an accepted ``(seq, content)`` still in
+the recent window is a duplicate; a record at or before the last folded log
+position is a redelivery (also a duplicate); anything else is rejected, counted
+by reason and kept (boundedly) for audits. Memory is bounded: the digest window,
+the rejected list and the checkpoint list have fixed sizes, and the calls of a
+stage are dropped once it is verified (its checkpoint snapshot keeps them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from projections._state import (
+    CallRecord,
+    CallStatus,
+    CheckpointEntry,
+    EffectEntry,
+    RejectedEvent,
+    RunState,
+    RunStatus,
+)
+from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, RunEvent
+
+__all__ = [
+    "CHECKPOINT_WINDOW",
+    "DIGEST_WINDOW",
+    "REJECTED_WINDOW",
+    "Outcome",
+    "OutcomeKind",
+    "Position",
+    "event_digest",
+    "fold",
+    "fold_all",
+    "fold_many",
+]
+
+DIGEST_WINDOW = 64
+REJECTED_WINDOW = 32
+CHECKPOINT_WINDOW = 64
+
+Position = tuple[int, int]
+"""(partition, offset) of a record on the events topic."""
+
+
+class OutcomeKind(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REJECTED_FENCED = "rejected_fenced"
+    REJECTED_OUT_OF_ORDER = "rejected_out_of_order"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What folding one event did, and what it produced for the compacted topics."""
+
+    kind: OutcomeKind
+    reason: str | None = None
+    checkpoint: Checkpoint | None = None
+    effects: tuple[EffectEntry, ...] = field(default=())
+
+    @property
+    def accepted(self) -> bool:
+        return self.kind is OutcomeKind.ACCEPTED
+
+    @property
+    def rejected(self) -> bool:
+        return self.kind in (OutcomeKind.REJECTED_FENCED, OutcomeKind.REJECTED_OUT_OF_ORDER)
+
+
+_ACCEPTED = Outcome(OutcomeKind.ACCEPTED)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, StrEnum):
+        return v.value
+    if hasattr(v, "__dataclass_fields__"):
+        return [_plain(getattr(v, f.name)) for f in fields(v)]
+    if isinstance(v, Mapping):
+        return sorted((str(k), _plain(x)) for k, x in v.items())
+    if isinstance(v, tuple | list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def event_digest(event: RunEvent) -> str:
+    """A digest of the whole event: every field counts (a writer retry re-sends identical content)."""
+    text = json.dumps(_plain(event), separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _reject(
+    state: RunState, event: RunEvent, kind: OutcomeKind, reason: str, position: Position | None
+) -> tuple[RunState, Outcome]:
+    counts = dict(state.rejected)
+    counts[reason] = counts.get(reason, 0) + 1
+    off = position[1] if position is not None else -1
+    recent = (*state.recent_rejected, RejectedEvent(event.seq, event.epoch, event.type.value, reason, off))
+    new = replace(
+        state,
+        rejected=counts,
+        recent_rejected=recent[-REJECTED_WINDOW:],
+        partition=position[0] if position is not None else state.partition,
+        offset=off if position is not None else state.offset,
+    )
+    return new, Outcome(kind, reason)
+
+
+def fold(
+    state: RunState | None, event: RunEvent, position: Position | None = None
+) -> tuple[RunState, Outcome]:
+    """Fold one event into a run's state.
+
+    Args:
+        state: the run's state so far, or None before its first event.
+        event: the next event of this run, in log order.
+        position: (partition, offset) of the event's record, when read from Kafka; makes
+            redelivery of any record (rejected ones included) a no-op.
+
+    Returns:
+        The new state (the same object on a duplicate) and what happened.
+    """
+    if state is None:
+        state = RunState(run_id=event.run_id)
+    elif state.run_id != event.run_id:
+        raise ValueError(f"event of run {event.run_id!r} folded into run {state.run_id!r}")
+    if (
+        position is not None
+        and state.partition == position[0]
+        and position[1] <= state.offset
+    ):
+        return state, Outcome(OutcomeKind.DUPLICATE, "redelivered")
+    digest = event_digest(event)
+    if event.seq <= state.last_seq:
+        for seq, d in state.recent:
+            if seq == event.seq and d == digest:
+                return state, Outcome(OutcomeKind.DUPLICATE, "same_content")
+    if event.epoch < state.epoch:
+        return _reject(state, event, OutcomeKind.REJECTED_FENCED, "stale_epoch", position)
+    if event.type is EventType.LEASE_ACQUIRED and event.epoch <= state.epoch:
+        return _reject(state, event, OutcomeKind.REJECTED_FENCED, "lease_epoch_not_higher", position)
+    if event.seq != state.last_seq + 1:
+        reason = "seq_gap" if event.seq > state.last_seq else "seq_replayed"
+        return _reject(state, event, OutcomeKind.REJECTED_OUT_OF_ORDER, reason, position)
+    base = replace(
+        state,
+        last_seq=event.seq,
+        epoch=event.epoch,
+        updated_at=event.occurred_at,
+        recent=(*state.recent, (event.seq, digest))[-DIGEST_WINDOW:],
+        partition=position[0] if position is not None else state.partition,
+        offset=position[1] if position is not None else state.offset,
+    )
+    return _apply(base, event, position)
+
+
+def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Outcome]:
+    """The state machine proper, for an accepted event (``s`` already carries its seq and epoch)."""
+    t = e.type
+    if t in (EventType.RUN_STARTED, EventType.RUN_BRANCHED):
+        wf = e.workflow if e.workflow is not None else s.workflow
+        s = replace(
+            s,
+            status=RunStatus.RUNNING,
+            workflow=wf,
+            input_versions=dict(e.input_versions) if e.input_versions else s.input_versions,
+            started_at=s.started_at or e.occurred_at,
+            parent_run_id=e.parent_run_id if e.parent_run_id is not None else s.parent_run_id,
+            forked_from_seq=e.forked_from_seq if e.forked_from_seq is not None else s.forked_from_seq,
+            next_stage=s.next_stage if s.completed_stages or wf is None else wf.next_stage(None),
+        )
+        return s, _ACCEPTED
+    if t is EventType.LEASE_ACQUIRED:
+        if s.status is not RunStatus.COMPLETED:
+            s = replace(s, status=RunStatus.RUNNING)
+        return s, _ACCEPTED
+    if t is EventType.STAGE_STARTED:
+        return replace(s, stage=e.stage, status=RunStatus.RUNNING), _ACCEPTED
+    if t is EventType.TOOL_CALLED and e.call_id is not None:
+        call = CallRecord(
+            call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=CallStatus.CALLED,
+            stage=e.stage or s.stage, seq=e.seq, args=e.payload_ref,
+            idempotency_key=e.idempotency_key, delivery_key=e.delivery_key,
+            request_hash=e.request_hash,
+        )
+        return replace(s, calls={**s.calls, e.call_id: call}), _ACCEPTED
+    if t is EventType.TOOL_RESULT and e.call_id is not None:
+        return _update_call(s, e, CallStatus.RESULT, e.payload_ref), _ACCEPTED
+    if t is EventType.EFFECT_INTENT and e.delivery_key is not None:
+        return _effect(s, e, EffectStatus.INTENT)
+    if t in (EventType.EFFECT_RESULT, EventType.EFFECT_RECONCILED) and e.delivery_key is not None:
+        done = EffectStatus.DONE if t is EventType.EFFECT_RESULT else EffectStatus.RECONCILED
+        s2, out = _effect(s, e, done)
+        if t is EventType.EFFECT_RECONCILED and e.call_id is not None and e.payload_ref is not None:
+            s2 = _update_call(s2, e, CallStatus.RESULT, e.payload_ref)
+        return s2, out
+    if t is EventType.VERIFIED:
+        return _verified(s, e, pos)
+    if t is EventType.FAILED:
+        if e.call_id is not None:
+            s = _update_call(s, e, CallStatus.FAILED, None)
+            s = replace(s, last_error=e.error)
+            if e.delivery_key is not None and e.delivery_key in s.open_effects:
+                return _effect(s, e, EffectStatus.FAILED)
+            return s, _ACCEPTED
+        return replace(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage), _ACCEPTED
+    if t is EventType.RUN_BLOCKED:
+        return replace(s, status=RunStatus.BLOCKED, last_error=e.error), _ACCEPTED
+    if t is EventType.RUN_COMPLETED:
+        return replace(s, status=RunStatus.COMPLETED, stage=None, next_stage=None), _ACCEPTED
+    # UNKNOWN (a newer schema's type) or a malformed event: it holds its seq, nothing more.
+    return s, _ACCEPTED
+
+
+def _update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactRef | None) -> RunState:
+    assert e.call_id is not None
+    old = s.calls.get(e.call_id)
+    if old is None:
+        old = CallRecord(call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=status,
+                         stage=e.stage or s.stage, seq=e.seq, delivery_key=e.delivery_key)
+    call = replace(old, status=status, result=result if result is not None else old.result)
+    return replace(s, calls={**s.calls, e.call_id: call})
+
+
+def _effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, Outcome]:
+    dk = e.delivery_key
+    assert dk is not None
+    old = s.open_effects.get(dk) or s.closed_effects.get(dk)
+    entry = EffectEntry(
+        delivery_key=dk,
+        run_id=s.run_id,
+        target=e.target or (old.target if old else ""),
+        status=status,
+        seq=e.seq,
+        updated_at=e.occurred_at,
+        call_id=e.call_id or (old.call_id if old else None),
+        tool=e.tool or (old.tool if old else None),
+        stage=e.stage or (old.stage if old else s.stage),
+        external_id=e.external_id or (old.external_id if old else None),
+        replay_policy=e.replay_policy or (old.replay_policy if old else None),
+        request_hash=e.request_hash or (old.request_hash if old else None),
+    )
+    opened = dict(s.open_effects)
+    closed = dict(s.closed_effects)
+    opened.pop(dk, None)
+    closed.pop(dk, None)
+    if status is EffectStatus.INTENT:
+        opened[dk] = entry
+    else:
+        closed[dk] = entry
+    calls = s.calls
+    if entry.call_id is not None and entry.call_id in calls and calls[entry.call_id].delivery_key != dk:
+        calls = {**calls, entry.call_id: replace(calls[entry.call_id], delivery_key=dk)}
+    s = replace(s, open_effects=opened, closed_effects=closed, calls=calls)
+    return s, Outcome(OutcomeKind.ACCEPTED, effects=(entry,))
+
+
+def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Outcome]:
+    stage = e.stage or s.stage
+    if stage is None or not all(r.passed for r in e.verification):
+        # Rule 2: a stage whose rules did not all pass yields no checkpoint.
+        return s, Outcome(OutcomeKind.ACCEPTED, "verification_not_passed")
+    arts = {a.uri: a for a in s.verified_artifacts}
+    for a in e.artifact_refs:
+        arts.pop(a.uri, None)
+        arts[a.uri] = a
+    outputs = dict(s.stage_outputs)
+    if e.payload_ref is not None:
+        outputs[stage] = e.payload_ref
+    done = s.completed_stages if stage in s.completed_stages else (*s.completed_stages, stage)
+    nxt = s.workflow.next_stage(stage) if s.workflow is not None else None
+    # Finished calls of a verified stage are no longer needed by resume (the snapshot keeps them).
+    calls = {k: c for k, c in s.calls.items() if c.stage != stage or c.status is CallStatus.CALLED}
+    s = replace(
+        s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
+        stage_outputs=outputs, completed_stages=done, calls=calls,
+    )
+    wants_cp = True
+    if s.workflow is not None and stage in s.workflow.stage_names:
+        wants_cp = s.workflow.stage(stage).checkpoint
+    if not wants_cp:
+        return s, _ACCEPTED
+    part, off = pos if pos is not None else (-1, -1)
+    cp = Checkpoint(
+        checkpoint_id=f"{s.run_id}:{e.seq}",
+        run_id=s.run_id,
+        last_seq=e.seq,
+        partition=part,
+        offset=off,
+        stage=stage,
+        created_at=e.occurred_at,
+        inputs=dict(s.input_versions),
+        artifacts=s.verified_artifacts,
+        verified_by=e.verification,
+        next_stage=nxt,
+        workflow_version=s.workflow_version,
+    )
+    entry = CheckpointEntry(cp.checkpoint_id, stage, e.seq, part, off)
+    s = replace(s, checkpoint=cp, checkpoints=(*s.checkpoints, entry)[-CHECKPOINT_WINDOW:])
+    return s, Outcome(OutcomeKind.ACCEPTED, checkpoint=cp)
+
+
+def fold_all(
+    events: Iterable[RunEvent | tuple[RunEvent, Position | None]], state: RunState | None = None
+) -> RunState | None:
+    """Fold one run's events (optionally with positions) in order; None when there are none."""
+    for item in events:
+        ev, pos = item if isinstance(item, tuple) else (item, None)
+        state, _ = fold(state, ev, pos)
+    return state
+
+
+def fold_many(
+    events: Iterable[RunEvent | tuple[RunEvent, Position | None]],
+    states: Mapping[str, RunState] | None = None,
+) -> dict[str, RunState]:
+    """Fold an interleaving of many runs' events; returns each run's state."""
+    out: dict[str, RunState] = dict(states or {})
+    for item in events:
+        ev, pos = item if isinstance(item, tuple) else (item, None)
+        out[ev.run_id], _ = fold(out.get(ev.run_id), ev, pos)
+    return out

@@ -1,0 +1,31 @@
+-- Apply one run update atomically, guarded by the run's last folded log offset (compare-and-set).
+-- KEYS: 1 state hash, 2 checkpoints zset, 3 effects hash, 4 index of the base status,
+--       5 index of the new status, 6 global effects-by-delivery-key hash
+-- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs...,
+--       n_checkpoints, score/member pairs..., n_effects, delivery_key/json pairs...
+-- Returns 1 applied, 0 already applied (stored offset >= new), -1 conflict (stored != base).
+local cur = tonumber(redis.call('HGET', KEYS[1], 'offset') or '-1')
+local base = tonumber(ARGV[1])
+local new = tonumber(ARGV[2])
+if cur >= new then return 0 end
+if cur ~= base then return -1 end
+local i = 6
+local n = tonumber(ARGV[5])
+local fields = {}
+for j = 1, 2 * n do fields[j] = ARGV[i + j - 1] end
+i = i + 2 * n
+redis.call('HSET', KEYS[1], unpack(fields))
+if KEYS[4] ~= KEYS[5] then redis.call('ZREM', KEYS[4], ARGV[3]) end
+redis.call('ZADD', KEYS[5], tonumber(ARGV[4]), ARGV[3])
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[i]), ARGV[i + 1])
+  i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+return 1

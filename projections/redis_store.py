@@ -1,0 +1,208 @@
+"""The Redis adapter of :class:`~projections.store.ProjectionStore`.
+
+Key layout (``P`` = ``settings.redis_prefix``; braces are literal hash tags, so
+one run's keys share a Redis Cluster slot):
+
+* ``P:{run}:state``        hash: status, stage, next_stage, last_seq, epoch, partition,
+  offset, workflow, workflow_version, updated_at, rejected, checkpoint, open_effects,
+  and ``snapshot`` (the full RunState as JSON);
+* ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
+* ``P:{run}:effects``      hash delivery_key -> effect JSON;
+* ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
+* ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id and status).
+
+Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
+the run's stored log offset; a batch of updates goes through one pipeline.
+The global indexes live outside the run's slot: on Redis Cluster they would
+need their own writes (not supported yet).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+
+from projections._state import (
+    EffectEntry,
+    RunState,
+    RunStatus,
+    StoredCheckpoint,
+    checkpoint_from_dict,
+    checkpoint_to_dict,
+    effect_from_dict,
+    effect_to_dict,
+    state_from_dict,
+    state_from_json,
+    state_to_dict,
+    state_to_json,
+)
+from projections.store import ApplyResult, RunUpdate
+from schemas.errors import RunlogError
+from schemas.settings import Settings
+
+__all__ = ["ProjectionStoreError", "RedisStore", "apply_script"]
+
+_RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
+
+
+class ProjectionStoreError(RunlogError):
+    """Redis refused or failed a projection read or write."""
+
+
+def apply_script() -> str:
+    """The Lua source that applies one run update."""
+    return resources.files("projections").joinpath("lua", "apply.lua").read_text(encoding="utf-8")
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+class RedisStore:
+    """Projection store in Redis under ``prefix`` (see the module docstring)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._source = apply_script()
+        try:
+            self._sha: str = str(client.script_load(self._source))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"cannot load the apply script: {err}") from err
+
+    @classmethod
+    def from_settings(cls, settings: Settings, prefix: str | None = None) -> RedisStore:
+        client = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+        return cls(client, settings.redis_prefix if prefix is None else prefix)
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def state_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:state"
+
+    def checkpoints_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:checkpoints"
+
+    def effects_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:effects"
+
+    def status_key(self, status: RunStatus) -> str:
+        return f"{self.prefix}:runs:by_status:{status.value}"
+
+    @property
+    def effects_index_key(self) -> str:
+        return f"{self.prefix}:effects:by_key"
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def load_state(self, run_id: str) -> RunState | None:
+        return self.load_states([run_id]).get(run_id)
+
+    def load_states(self, run_ids: Iterable[str]) -> dict[str, RunState]:
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for r in ids:
+                pipe.hget(self.state_key(r), "snapshot")
+            raw = pipe.execute()
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"loading {len(ids)} run states failed: {err}") from err
+        return {r: state_from_json(v) for r, v in zip(ids, raw, strict=True) if v is not None}
+
+    def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+        try:
+            raw: list[Any] = list(self.client.zrange(self.checkpoints_key(run_id), 0, -1))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading checkpoints of {run_id!r} failed: {err}") from err
+        out = []
+        for m in raw:
+            d = json.loads(m)
+            out.append(StoredCheckpoint(checkpoint_from_dict(d["checkpoint"]), state_from_dict(d["state"])))
+        return out
+
+    def effects(self, run_id: str) -> dict[str, EffectEntry]:
+        try:
+            raw: dict[Any, Any] = dict(self.client.hgetall(self.effects_key(run_id)))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading effects of {run_id!r} failed: {err}") from err
+        return {k.decode(): effect_from_dict(json.loads(v)) for k, v in raw.items()}
+
+    def effect(self, delivery_key: str) -> EffectEntry | None:
+        try:
+            raw = self.client.hget(self.effects_index_key, delivery_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading effect {delivery_key!r} failed: {err}") from err
+        return None if raw is None else effect_from_dict(json.loads(raw))
+
+    def runs(self, status: RunStatus | None = None) -> list[str]:
+        statuses = list(RunStatus) if status is None else [status]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for s in statuses:
+                pipe.zrange(self.status_key(s), 0, -1, withscores=True)
+            raw = pipe.execute()
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"listing runs failed: {err}") from err
+        scored = sorted((score, m.decode()) for part in raw for m, score in part)
+        return [r for _, r in scored]
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def script_args(self, u: RunUpdate) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of the apply script for one update."""
+        s = u.state
+        base_status = u.base_status or s.status
+        keys = [
+            self.state_key(s.run_id),
+            self.checkpoints_key(s.run_id),
+            self.effects_key(s.run_id),
+            self.status_key(base_status),
+            self.status_key(s.status),
+            self.effects_index_key,
+        ]
+        cp = s.checkpoint
+        fields: list[str | int] = [
+            "run_id", s.run_id, "status", s.status.value, "stage", s.stage or "",
+            "next_stage", s.next_stage or "", "last_seq", s.last_seq, "epoch", s.epoch,
+            "partition", s.partition, "offset", s.offset, "workflow", s.workflow_name,
+            "workflow_version", s.workflow_version, "updated_at", s.updated_at,
+            "rejected", s.rejected_total, "checkpoint", cp.checkpoint_id if cp else "",
+            "open_effects", len(s.open_effects), "snapshot", state_to_json(s),
+        ]
+        argv: list[str | int] = [u.base_offset, s.offset, s.run_id, s.updated_at, len(fields) // 2, *fields]
+        argv.append(len(u.checkpoints))
+        for c in u.checkpoints:
+            member = _dumps({"checkpoint": checkpoint_to_dict(c.checkpoint), "state": state_to_dict(c.state)})
+            argv.extend([c.checkpoint.last_seq, member])
+        argv.append(len(u.effects))
+        for e in u.effects:
+            argv.extend([e.delivery_key, _dumps(effect_to_dict(e))])
+        return keys, argv
+
+    def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
+        if not updates:
+            return []
+        args = [self.script_args(u) for u in updates]
+        try:
+            raw = self._run(args)
+            if any(isinstance(r, redis.exceptions.NoScriptError) for r in raw):
+                self._sha = str(self.client.script_load(self._source))
+                raw = self._run(args)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
+        for r in raw:
+            if isinstance(r, Exception):
+                raise ProjectionStoreError(f"apply script failed: {r}") from r
+        return [_RESULTS[int(r)] for r in raw]
+
+    def _run(self, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for keys, argv in args:
+            pipe.evalsha(self._sha, len(keys), *keys, *argv)
+        return list(pipe.execute(raise_on_error=False))

@@ -1,0 +1,47 @@
+"""The store contract against real Redis, plus what only Redis has: keys, script, indexes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from projections import RedisStore, RunStatus
+from schemas import Settings
+from tests.unit.projections.runlogs import full_run
+from tests.unit.projections.store_contract import StoreContract, fold_updates
+
+pytestmark = pytest.mark.integration
+
+
+class TestRedisStore(StoreContract):
+    @pytest.fixture(autouse=True)
+    def _store(self, settings: Settings, redis_client: redis.Redis) -> None:
+        self.store = RedisStore(redis_client, settings.redis_prefix)
+        self.redis = redis_client
+        self.prefix = settings.redis_prefix
+
+    def test_key_layout(self) -> None:
+        self.store.apply(fold_updates(full_run("run-42", stages=4)))
+        p = self.prefix
+        keys = {k.decode() for k in self.redis.scan_iter(match=f"{p}:*")}
+        assert keys == {
+            f"{p}:{{run-42}}:state", f"{p}:{{run-42}}:checkpoints", f"{p}:{{run-42}}:effects",
+            f"{p}:runs:by_status:RUNNING", f"{p}:effects:by_key",
+        }
+        h = self.redis.hgetall(f"{p}:{{run-42}}:state")
+        assert h[b"status"] == b"RUNNING" and h[b"stage"] == b"" and h[b"next_stage"] == b"prefill"
+        assert int(h[b"offset"]) == int(h[b"last_seq"]) - 1 and h[b"workflow_version"] == b"3"
+        assert json.loads(h[b"snapshot"])["run_id"] == "run-42"
+        assert self.redis.zcard(f"{p}:{{run-42}}:checkpoints") == 4
+        (dk,) = self.redis.hkeys(f"{p}:effects:by_key")
+        assert json.loads(self.redis.hget(f"{p}:effects:by_key", dk))["run_id"] == "run-42"
+        assert self.store.runs(RunStatus.RUNNING) == ["run-42"]
+
+    def test_script_reloaded_after_flush(self) -> None:
+        ups = fold_updates(full_run("r-flush", stages=1))
+        self.store.apply(ups[:2])
+        self.redis.script_flush()
+        assert self.store.apply(ups[2:])
+        assert self.store.load_state("r-flush") == ups[-1].state

@@ -1,0 +1,15 @@
+"""The store contract against the in-memory adapter."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections import MemoryStore
+
+from .store_contract import StoreContract
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture(autouse=True)
+    def _store(self) -> None:
+        self.store = MemoryStore()
