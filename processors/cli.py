@@ -26,6 +26,7 @@ EXIT_UNAVAILABLE = 3
 # sets ``func`` (args -> exit code) through ``set_defaults``.
 _COMMAND_MODULES: tuple[str, ...] = (
     "processors._cmd_admin",
+    "processors._cmd_runs",
     "processors._cmd_project",
 )
 

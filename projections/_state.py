@@ -150,6 +150,8 @@ class RunState:
     parent_run_id: str | None = None
     forked_from_seq: int | None = None
     started_at: int = 0
+    params_ref: ArtifactRef | None = None
+    """The run's parameters (the ``payload_ref`` of ``RUN_STARTED``)."""
     updated_at: int = 0
     """``occurred_at`` of the last accepted event (never wall-clock: rebuilds must be identical)."""
     verified_artifacts: tuple[ArtifactRef, ...] = ()
@@ -364,6 +366,7 @@ def state_to_dict(s: RunState) -> dict[str, Any]:
         "parent_run_id": s.parent_run_id,
         "forked_from_seq": s.forked_from_seq,
         "started_at": s.started_at,
+        "params_ref": _art(s.params_ref),
         "updated_at": s.updated_at,
         "verified_artifacts": [_art(a) for a in s.verified_artifacts],
         "stage_outputs": {k: _art(v) for k, v in sorted(s.stage_outputs.items())},
@@ -399,6 +402,7 @@ def state_from_dict(d: Mapping[str, Any]) -> RunState:
         parent_run_id=d["parent_run_id"],
         forked_from_seq=d["forked_from_seq"],
         started_at=int(d["started_at"]),
+        params_ref=_art_from(d.get("params_ref")),
         updated_at=int(d["updated_at"]),
         verified_artifacts=_arts(d["verified_artifacts"]),
         stage_outputs={k: ArtifactRef(v[0], v[1], int(v[2]), v[3]) for k, v in d["stage_outputs"].items()},

@@ -173,6 +173,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             workflow=wf,
             input_versions=dict(e.input_versions) if e.input_versions else s.input_versions,
             started_at=s.started_at or e.occurred_at,
+            params_ref=e.payload_ref if t is EventType.RUN_STARTED else s.params_ref,
             parent_run_id=e.parent_run_id if e.parent_run_id is not None else s.parent_run_id,
             forked_from_seq=e.forked_from_seq if e.forked_from_seq is not None else s.forked_from_seq,
             next_stage=s.next_stage if s.completed_stages or wf is None else wf.next_stage(None),

@@ -35,6 +35,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_METRICS_PORT", "9464", "Prometheus metrics port of the projector (0: off)"),
     ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
      " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
+    ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
+    ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "consumer group of the resumers"),
+    ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
     ("RUNLOG_REDIS_USERNAME", "", "Redis ACL user (instead of putting it in REDIS_URL)"),
     ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
@@ -79,6 +82,10 @@ class Settings:
     """librdkafka settings passed through as given (SASL, TLS, ...)."""
     redis_username: str | None = None
     redis_password: str | None = None
+    demo_world_url: str | None = None
+    """Base URL of the demo's external services."""
+    resumer_group: str = "runlog-resumer"
+    sweep_interval_ms: int = 5000
     crash_at: str | None = None
     """Fault tests only: the writer point where the process SIGKILLs itself (see producers/_crash.py)."""
 
@@ -108,6 +115,9 @@ class Settings:
             kafka_extra=extra,
             redis_username=e.get("RUNLOG_REDIS_USERNAME") or None,
             redis_password=e.get("RUNLOG_REDIS_PASSWORD") or None,
+            demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
+            resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
+            sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
             crash_at=e.get("RUNLOG_CRASH_AT") or None,
         )
         s = replace(s, **overrides) if overrides else s

@@ -1,0 +1,228 @@
+"""``runlog runs|show|resume|resumer|branch|demo``: looking at runs and continuing them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import UTC
+from typing import Any
+
+from schemas import Settings, now_ms
+
+EXIT_OK, EXIT_FOUND = 0, 1
+
+_DEMO_APP = "processors.demo.pipeline:app"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("runs", help="list runs with status, stage and age (from the Redis projection)")
+    p.add_argument("--status", choices=["PENDING", "RUNNING", "COMPLETED", "FAILED", "BLOCKED"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_runs)
+
+    p = sub.add_parser("show", help="draw a run's timeline from the log",
+                       description="Stages, events, checkpoints with artifacts, effects with external "
+                       "ids, lease epochs and rejected events, all from the events topic.")
+    p.add_argument("run_id")
+    p.add_argument("--at", help="show the state as of this seq (a number) or time (ISO 8601)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_show)
+
+    p = sub.add_parser("resume", help="request a resume (or print its plan with --dry-run)")
+    p.add_argument("run_id")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resume plan and change nothing: no lease, no event, no effect")
+    p.add_argument("--app", default=_DEMO_APP, help="module:attribute of the application (for --dry-run)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_resume)
+
+    p = sub.add_parser("resumer", help="run a resumer: consume resume requests as a group, sweep dead runs")
+    p.add_argument("--app", required=True, help="module:attribute naming a processors.resume.App")
+    p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                   help="stop after this long without a request (default: run forever)")
+    p.set_defaults(func=_resumer)
+
+    p = sub.add_parser("branch", help="branch a run with new input versions (explicit upgrade)")
+    p.add_argument("run_id")
+    p.add_argument("--input", action="append", required=True, metavar="NAME=VERSION")
+    p.add_argument("--app", default=_DEMO_APP)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_branch)
+
+    p = sub.add_parser("demo", help="the crash-and-resume demo (the seed's content pipeline)",
+                       description="Runs the content pipeline once uncrashed and once killed at "
+                       "--crash-at, resumes the crashed run through the resumer group, and prints "
+                       "a timeline and a receipt comparing both.")
+    p.add_argument("--crash-at", default=None,
+                   help="the crash point, e.g. before:EFFECT_RESULT:visual/upload/5 (default: while "
+                   "uploading the cover), inside:STAGE:draft, after:EFFECT_INTENT:publish/publish/0")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_demo)
+
+
+def _age(ms: int) -> str:
+    s = max(0, (now_ms() - ms) // 1000)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from projections import RedisStore, RunStatus
+
+    settings = Settings.from_env()
+    store = RedisStore.from_settings(settings)
+    ids = store.runs(RunStatus(args.status) if args.status else None)
+    states = store.load_states(ids)
+    rows = [states[i] for i in ids if i in states]
+    if args.json:
+        print(json.dumps([{"run_id": s.run_id, "status": s.status.value, "stage": s.stage,
+                           "next_stage": s.next_stage, "last_seq": s.last_seq, "epoch": s.epoch,
+                           "workflow": s.workflow_name, "updated_at": s.updated_at} for s in rows]))
+        return EXIT_OK
+    print(f"{'run':<38} {'status':<10} {'stage':<10} {'next':<10} {'seq':>5} {'epoch':>5} {'age':>5}")
+    for s in rows:
+        print(f"{s.run_id:<38} {s.status.value:<10} {s.stage or '-':<10} {s.next_stage or '-':<10} "
+              f"{s.last_seq:>5} {s.epoch:>5} {_age(s.updated_at):>5}")
+    return EXIT_OK
+
+
+def _parse_at(at: str | None) -> tuple[int | None, int | None]:
+    if at is None:
+        return None, None
+    if at.isdigit():
+        return int(at), None
+    from datetime import datetime
+
+    dt = datetime.fromisoformat(at)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return None, int(dt.timestamp() * 1000)
+
+
+def _state_dict(state: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(state.to_json())
+    return doc
+
+
+def _show(args: argparse.Namespace) -> int:
+    from processors.inspect import render_timeline, run_history
+
+    settings = Settings.from_env()
+    seq, at_ms = _parse_at(args.at)
+    history = run_history(settings, args.run_id, upto_seq=seq, upto_time_ms=at_ms)
+    if not history:
+        print(f"runlog show: no events for {args.run_id!r}", file=sys.stderr)
+        return EXIT_FOUND
+    state = history[-1].state
+    if args.json:
+        print(json.dumps({"state": _state_dict(state),
+                          "events": [{"seq": h.event.seq, "epoch": h.event.epoch,
+                                      "type": h.event.type.value, "stage": h.event.stage,
+                                      "offset": h.offset, "outcome": h.outcome.kind.value}
+                                     for h in history]}))
+        return EXIT_OK
+    print(f"run {state.run_id}  {state.workflow_name}@{state.workflow_version}  {state.status.value}"
+          f"  seq {state.last_seq}  epoch {state.epoch}  inputs "
+          + ", ".join(f"{k}={v}" for k, v in sorted(state.input_versions.items())))
+    if state.parent_run_id:
+        print(f"branched from {state.parent_run_id} at seq {state.forked_from_seq}")
+    print(render_timeline(history))
+    for cp in [h.outcome.checkpoint for h in history if h.outcome.checkpoint is not None]:
+        print(f"checkpoint {cp.checkpoint_id} stage={cp.stage} next={cp.next_stage} "
+              f"offset={cp.partition}:{cp.offset}")
+        for a in cp.artifacts[-3:]:
+            print(f"    {a.sha256[:16]} {a.media_type} {a.size}B")
+    for e in [*state.open_effects.values(), *state.closed_effects.values()]:
+        print(f"effect {e.delivery_key[:16]} {e.target} {e.status.value} external_id={e.external_id}")
+    if state.rejected_total:
+        print(f"rejected events: {dict(state.rejected)}")
+    return EXIT_OK
+
+
+def _resume(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    if not args.dry_run:
+        from processors.resumer import request_resume
+
+        request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli")
+        print(f"resume of {args.run_id} requested on the resume topic")
+        return EXIT_OK
+    from processors.resume import Resumer, load_app
+
+    with Resumer(settings, load_app(args.app)) as r:
+        outcome = r.resume(args.run_id, dry_run=True)
+    plan = outcome.plan.to_dict()
+    if args.json:
+        print(json.dumps(plan))
+        return EXIT_OK
+    cp = plan["checkpoint"]
+    print(f"run {plan['run_id']} ({plan['status']}): read {plan['events_read']} events of the tail")
+    print(f"checkpoint: {cp['checkpoint_id'] + ' (' + cp['stage'] + ')' if cp else 'none (start over)'}; "
+          f"{plan['artifacts_checked']} artifacts checked")
+    for rej in plan["checkpoints_rejected"]:
+        print(f"  rejected {rej['checkpoint_id']}: {rej['reason']}")
+    print(f"continue from: {plan['from_stage']}")
+    print(f"reuse recorded results: {', '.join(plan['reused_calls']) or 'none'}")
+    for e in plan["effects"]:
+        print(f"effect {e['tool']} {e['call_id']} [{e['policy']}]: {e['action']} - {e['detail']}")
+    if plan["blocked_reason"]:
+        print(f"would block: {plan['blocked_reason']}")
+    if outcome.result == "nothing_to_do":
+        print("nothing to do: the run is complete")
+    return EXIT_OK
+
+
+def _resumer(args: argparse.Namespace) -> int:
+    from processors.resume import load_app
+    from processors.resumer import ResumerService
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    settings = Settings.from_env()
+
+    def report(o: Any) -> None:
+        print(json.dumps({"run_id": o.run_id, "result": o.result, "epoch": o.epoch, "detail": o.detail}),
+              flush=True)
+
+    with ResumerService(settings, load_app(args.app), on_outcome=report) as service:
+        handled = service.serve(idle_exit_s=args.idle_exit)
+    print(f"resumer: handled {handled} requests", file=sys.stderr)
+    return EXIT_OK
+
+
+def _branch(args: argparse.Namespace) -> int:
+    from processors.branch import branch_run
+    from processors.resume import load_app
+
+    settings = Settings.from_env()
+    changes = dict(i.split("=", 1) for i in args.input)
+    res = branch_run(settings, load_app(args.app), args.run_id, changes)
+    doc = {"run_id": res.run_id, "parent_run_id": res.parent_run_id,
+           "forked_from_seq": res.forked_from_seq, "first_affected_stage": res.first_affected_stage,
+           "inherited_stages": list(res.inherited_stages), "rerun_stages": list(res.rerun_stages),
+           "completed": res.completed}
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"branch {res.run_id} of {res.parent_run_id} forked at seq {res.forked_from_seq}: "
+              f"inherited {', '.join(res.inherited_stages) or 'nothing'}; re-ran "
+              f"{', '.join(res.rerun_stages)}; {'completed' if res.completed else 'NOT completed'}")
+    return EXIT_OK if res.completed else EXIT_FOUND
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from processors.demo.run import DEFAULT_CRASH_AT, format_receipt, run_demo
+
+    settings = Settings.from_env()
+    t0 = time.monotonic()
+    result = run_demo(settings, crash_at=args.crash_at or DEFAULT_CRASH_AT, quiet=args.json)
+    result["seconds"] = round(time.monotonic() - t0, 2)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "timeline"}))
+    else:
+        print(format_receipt(result))
+    ok = (result["completed"] and result["artifacts_equal_reference"]
+          and all(result[k] == result["reference"][k] for k in ("publishes", "renders_billed",
+                                                                "research_calls", "assets")))
+    return EXIT_OK if ok else EXIT_FOUND

@@ -1,0 +1,466 @@
+"""The resume protocol: continue a crashed run from its last verified checkpoint.
+
+One function, :meth:`Resumer.resume`, used by every entry point (the resumer
+consumer, ``runlog resume``, the demo, the fault suite). In order:
+
+1. load the run: its latest checkpoint snapshot from Redis, else its projected
+   state, else a fold of its partition from the start (Redis is only a cache);
+2. fold only the tail: seek the run's partition to the snapshot's offset and
+   fold the events after it, so the cost grows with the tail, not the history;
+3. verify every artifact of the latest checkpoint (exists, sha256 matches),
+   falling back to an earlier intact checkpoint, or blocking the run;
+4. check the registered workflow is the one the run was started with (strict
+   resume: a different version or definition blocks the run);
+5. take the single-writer lease at a new epoch: ``LEASE_ACQUIRED`` is appended,
+   acknowledged, and read back accepted by the fold before anything else;
+6. reconcile every effect intent without a result, by its tool's policy
+   (``SAFE`` runs again, ``IDEMPOTENT`` runs again with the same idempotency key,
+   ``RECONCILE_FIRST`` asks the external system and records ``EFFECT_RECONCILED``
+   when it already holds the result, ``NEVER`` blocks the run for a person);
+7. continue from the checkpoint's ``next_stage`` with the pinned inputs, reusing
+   the recorded results of calls completed after the checkpoint.
+
+The model is never asked where the run was: everything comes from the log.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from producers import (
+    ArtifactStore,
+    InputSource,
+    LeaseHeld,
+    LocalArtifactStore,
+    Runner,
+    Tool,
+    Workflow,
+    WorkflowRegistry,
+)
+from projections import RedisStore, RunState, RunStatus, read_run_tail
+from projections._state import CallStatus, EffectEntry
+from schemas import (
+    ArtifactError,
+    ArtifactRef,
+    Checkpoint,
+    ConfigError,
+    ErrorInfo,
+    EventType,
+    ReplayPolicy,
+    RunlogError,
+    Settings,
+    Topics,
+    partition_for,
+)
+from schemas.errors import LeaseLost, ToolError, VerificationFailed, WorkflowDefinitionError
+
+__all__ = [
+    "App",
+    "EffectPlan",
+    "ResumeOutcome",
+    "ResumePlan",
+    "Resumer",
+    "UnknownRun",
+    "load_app",
+]
+
+
+class UnknownRun(RunlogError):
+    """Neither Redis nor the log knows this run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} in Redis or on the events topic")
+
+
+@dataclass(frozen=True)
+class App:
+    """What resume needs from an application: its workflows, its tools, its inputs.
+
+    An application module exposes one (``runlog resumer --app module:attribute``).
+    """
+
+    registry: WorkflowRegistry
+    tools: Mapping[str, Tool]
+    source: InputSource
+
+    @classmethod
+    def of(cls, workflows: Iterable[Workflow], tools: Iterable[Tool], source: InputSource) -> App:
+        return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source)
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` and return the :class:`App` it names (or a factory's result)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app must look like module:attribute, got {spec!r}")
+    try:
+        obj: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"cannot load app {spec!r}: {err}") from err
+    if callable(obj) and not isinstance(obj, App):
+        obj = obj()
+    if not isinstance(obj, App):
+        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a processors.resume.App")
+    return obj
+
+
+@dataclass(frozen=True)
+class EffectPlan:
+    """What resume does with one effect that has no recorded result."""
+
+    delivery_key: str
+    call_id: str | None
+    tool: str | None
+    policy: ReplayPolicy | None
+    action: str
+    """``rerun`` | ``rerun_same_key`` | ``reconcile`` | ``reuse_external`` | ``block``."""
+    detail: str = ""
+
+
+@dataclass
+class ResumePlan:
+    """Everything resume found and decided before touching the run (``--dry-run`` prints it)."""
+
+    run_id: str
+    status: str
+    partition: int
+    events_read: int
+    checkpoint: Checkpoint | None
+    checkpoints_rejected: list[tuple[str, str]] = field(default_factory=list)
+    artifacts_checked: int = 0
+    from_stage: str | None = None
+    stage_outputs: dict[str, ArtifactRef] = field(default_factory=dict)
+    reused_calls: dict[str, ArtifactRef] = field(default_factory=dict)
+    effects: list[EffectPlan] = field(default_factory=list)
+    blocked_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        cp = self.checkpoint
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "partition": self.partition,
+            "events_read": self.events_read,
+            "checkpoint": None if cp is None else {
+                "checkpoint_id": cp.checkpoint_id, "stage": cp.stage, "last_seq": cp.last_seq,
+                "offset": cp.offset, "next_stage": cp.next_stage,
+                "artifacts": [a.uri for a in cp.artifacts],
+            },
+            "checkpoints_rejected": [{"checkpoint_id": c, "reason": r}
+                                     for c, r in self.checkpoints_rejected],
+            "artifacts_checked": self.artifacts_checked,
+            "from_stage": self.from_stage,
+            "reused_calls": sorted(self.reused_calls),
+            "effects": [{"delivery_key": e.delivery_key, "call_id": e.call_id, "tool": e.tool,
+                         "policy": e.policy.value if e.policy else None, "action": e.action,
+                         "detail": e.detail} for e in self.effects],
+            "blocked_reason": self.blocked_reason,
+        }
+
+
+@dataclass(frozen=True)
+class ResumeOutcome:
+    """How a resume ended: ``completed``, ``blocked``, ``contended`` (another writer holds
+    the run), ``failed`` (a stage failed), ``nothing_to_do`` or ``planned`` (dry run)."""
+
+    run_id: str
+    result: str
+    plan: ResumePlan
+    epoch: int = 0
+    detail: str = ""
+
+
+class Resumer:
+    """Runs the resume protocol for an application on the real services.
+
+    Args:
+        settings: where Kafka, Redis and the artifact store are.
+        app: the application's workflows, tools and inputs.
+        runner: the producer side (one is made from ``settings`` when None).
+    """
+
+    def __init__(self, settings: Settings, app: App, *, runner: Runner | None = None,
+                 artifacts: ArtifactStore | None = None) -> None:
+        self.settings = settings
+        self.app = app
+        self.artifacts = artifacts or LocalArtifactStore(settings.artifact_root)
+        self._own_runner = runner is None
+        self.runner = runner or Runner.from_settings(settings, source=app.source, store=self.artifacts)
+        self.projection = RedisStore.from_settings(settings)
+        self._partitions: int | None = None
+
+    def close(self) -> None:
+        if self._own_runner:
+            self.runner.close()
+
+    def __enter__(self) -> Resumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- 1 and 2: load the run, fold the tail ------------------------------------------------
+
+    def partition_of(self, run_id: str) -> int:
+        if self._partitions is None:
+            from confluent_kafka.admin import AdminClient
+
+            topic = Topics.of(self.settings).events
+            md = AdminClient(self.settings.admin_config()).list_topics(topic, timeout=10)
+            self._partitions = len(md.topics[topic].partitions) or self.settings.partitions
+        return partition_for(run_id, self._partitions)
+
+    def load(self, run_id: str) -> tuple[RunState, int]:
+        """The run's current state from the nearest snapshot plus the tail of the log."""
+        snapshot: RunState | None = None
+        stored = self.projection.checkpoints(run_id)
+        snapshot = stored[-1].state if stored else self.projection.load_state(run_id)
+        if snapshot is not None and snapshot.partition >= 0:
+            state, n = read_run_tail(self.settings, run_id, snapshot.partition, snapshot.offset + 1,
+                                     snapshot)
+        else:
+            state, n = read_run_tail(self.settings, run_id, self.partition_of(run_id), 0, None)
+        if state is None:
+            raise UnknownRun(run_id)
+        return state, n
+
+    def _checkpoint_history(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
+        """Every checkpoint of the run with the state as of it, oldest first."""
+        stored = self.projection.checkpoints(state.run_id)
+        history = [(sc.checkpoint, sc.state) for sc in stored]
+        known = {c.checkpoint_id for c, _ in history}
+        if all(e.checkpoint_id in known for e in state.checkpoints):
+            if state.checkpoint is not None and state.checkpoint.checkpoint_id not in known:
+                history.append((state.checkpoint, state))
+            return history
+        # Redis lost some snapshots: fold the run from the start and keep each checkpoint's state.
+        return self._history_from_log(state)
+
+    def _history_from_log(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from projections import fold
+        from schemas import Codec, DecodeError, RunEvent
+
+        topic = Topics.of(self.settings).events
+        codec = Codec(max_record_bytes=self.settings.max_record_bytes)
+        consumer = Consumer(self.settings.consumer_config(f"runlog-resume-history-{state.run_id}"))
+        out: list[tuple[Checkpoint, RunState]] = []
+        try:
+            p = state.partition
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            consumer.assign([TopicPartition(topic, p, 0)])
+            key = state.run_id.encode()
+            cur: RunState | None = None
+            pos = 0
+            while pos < hi:
+                msg = consumer.poll(5.0)
+                if msg is None or msg.error() is not None:
+                    continue
+                pos = msg.offset() + 1
+                if msg.key() != key:
+                    continue
+                try:
+                    ev = codec.decode(msg.value(), RunEvent)
+                except DecodeError:
+                    continue
+                cur, outcome = fold(cur, ev, (p, msg.offset()))
+                if outcome.checkpoint is not None and cur is not None:
+                    out.append((outcome.checkpoint, cur))
+        finally:
+            consumer.close()
+        return out
+
+    # -- 3 to 6: the plan --------------------------------------------------------------------
+
+    def _intact(self, refs: Iterable[ArtifactRef]) -> tuple[int, str | None]:
+        n = 0
+        for ref in refs:
+            n += 1
+            try:
+                self.artifacts.verify(ref)
+            except ArtifactError as err:
+                return n, f"{type(err).__name__}: {err}"
+        return n, None
+
+    def plan(self, run_id: str) -> tuple[ResumePlan, RunState]:
+        """Decide how to resume, changing nothing (no lease, no event, no external call)."""
+        state, n = self.load(run_id)
+        plan = ResumePlan(run_id, state.status.value, state.partition, n, None)
+        if state.status is RunStatus.COMPLETED:
+            return plan, state
+        wf = state.workflow
+        if wf is None:
+            plan.blocked_reason = "the run has no RUN_STARTED with a workflow"
+            return plan, state
+        # 3. the newest checkpoint whose artifacts are all intact
+        chosen: tuple[Checkpoint, RunState] | None = None
+        history = self._checkpoint_history(state) if state.checkpoints else []
+        for cp, snap in reversed(history):
+            checked, problem = self._intact(cp.artifacts)
+            plan.artifacts_checked += checked
+            if problem is None:
+                chosen = (cp, snap)
+                break
+            plan.checkpoints_rejected.append((cp.checkpoint_id, problem))
+        if history and chosen is None:
+            plan.blocked_reason = ("no checkpoint has intact artifacts: "
+                                   + "; ".join(f"{c}: {r}" for c, r in plan.checkpoints_rejected))
+            return plan, state
+        if chosen is not None:
+            plan.checkpoint = chosen[0]
+            plan.stage_outputs = dict(chosen[1].stage_outputs)
+            plan.from_stage = chosen[0].next_stage
+            done_stages = set(chosen[1].completed_stages)
+        else:
+            plan.from_stage = wf.next_stage(None)
+            done_stages = set()
+        # 4. strict resume: the registered workflow must be the recorded one
+        try:
+            registered = self.app.registry.get(wf.name, wf.version)
+        except WorkflowDefinitionError as err:
+            plan.blocked_reason = f"strict resume refused: {err}"
+            return plan, state
+        if registered.spec() != wf:
+            plan.blocked_reason = (f"strict resume refused: workflow {wf.name!r} version {wf.version!r} "
+                                   "is registered with a different definition than the run recorded")
+            return plan, state
+        # 6 (planned): recorded results to reuse, effects to reconcile
+        for call in state.calls.values():
+            if call.status is CallStatus.RESULT and call.result is not None \
+                    and call.stage not in done_stages:
+                _, problem = self._intact([call.result])
+                if problem is None:
+                    plan.reused_calls[call.call_id] = call.result
+        for eff in state.open_effects.values():
+            plan.effects.append(self._plan_effect(eff, state, plan))
+        for eff in state.closed_effects.values():
+            rec = state.calls.get(eff.call_id or "")
+            if rec is not None and rec.status is not CallStatus.RESULT \
+                    and rec.stage not in done_stages:
+                plan.effects.append(EffectPlan(eff.delivery_key, eff.call_id, eff.tool,
+                                               eff.replay_policy, "reuse_external",
+                                               f"external id {eff.external_id} already recorded"))
+        blocks = [e for e in plan.effects if e.action == "block"]
+        if blocks:
+            plan.blocked_reason = "; ".join(e.detail for e in blocks)
+        return plan, state
+
+    def _plan_effect(self, eff: EffectEntry, state: RunState, plan: ResumePlan) -> EffectPlan:
+        policy = eff.replay_policy
+        if eff.call_id in plan.reused_calls:
+            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reuse",
+                              "the call's result is recorded")
+        if policy is ReplayPolicy.NEVER or policy is None:
+            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
+                              f"{eff.tool} ({policy.value if policy else 'unknown policy'}) was "
+                              f"interrupted after its intent for {eff.target} (delivery key "
+                              f"{eff.delivery_key[:16]}...): a person must check whether it happened")
+        if policy is ReplayPolicy.RECONCILE_FIRST:
+            if eff.tool not in self.app.tools:
+                return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
+                                  f"tool {eff.tool!r} is not registered, so it cannot be reconciled")
+            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reconcile",
+                              f"ask {eff.target} for delivery key {eff.delivery_key[:16]}...")
+        if policy is ReplayPolicy.IDEMPOTENT:
+            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun_same_key",
+                              "call again with the recorded idempotency key")
+        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun", "safe to run again")
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False) -> ResumeOutcome:
+        """Resume a run (see the module docstring). ``dry_run`` only returns the plan."""
+        plan, state = self.plan(run_id)
+        if state.status is RunStatus.COMPLETED:
+            return ResumeOutcome(run_id, "nothing_to_do", plan, state.epoch, "the run is complete")
+        if dry_run:
+            return ResumeOutcome(run_id, "planned", plan, state.epoch)
+        wf = state.workflow
+        assert wf is not None
+        try:
+            workflow: Workflow = self.app.registry.get(wf.name)
+        except WorkflowDefinitionError:
+            workflow = Workflow(wf.name, wf.version)  # only used to append RUN_BLOCKED
+        params = self._params(state)
+        # 5. the lease, seen accepted in the log before anything else
+        try:
+            session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
+                                            input_versions=state.input_versions, params=params,
+                                            last_epoch=state.epoch, force=force)
+        except LeaseHeld as err:
+            return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
+        confirmed, _ = read_run_tail(self.settings, run_id, state.partition, state.offset + 1, state)
+        if confirmed is None or confirmed.epoch != session.epoch or \
+                confirmed.last_seq != session.last_seq:
+            session.close(release=True)
+            return ResumeOutcome(run_id, "contended", plan, state.epoch,
+                                 "LEASE_ACQUIRED was not accepted by the fold: another writer moved the run")
+        try:
+            if plan.blocked_reason is not None:
+                self._block(session, plan.blocked_reason)
+                return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
+            reconciled = self._reconcile(session, state, plan)
+            if plan.blocked_reason is not None:
+                self._block(session, plan.blocked_reason)
+                return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
+            result = self.runner.execute(session, from_stage=plan.from_stage,
+                                         stage_outputs=plan.stage_outputs,
+                                         recorded_calls=plan.reused_calls, reconciled=reconciled)
+        except (VerificationFailed, ToolError) as err:
+            return ResumeOutcome(run_id, "failed", plan, session.epoch, str(err))
+        except LeaseLost as err:
+            return ResumeOutcome(run_id, "contended", plan, session.epoch, str(err))
+        finally:
+            session.close(release=True)
+        return ResumeOutcome(run_id, "completed" if result.completed else "failed", plan, session.epoch)
+
+    def _params(self, state: RunState) -> dict[str, Any]:
+        ref = state.params_ref
+        if ref is None:
+            return {}
+        doc = json.loads(self.artifacts.get(ref))
+        return dict(doc) if isinstance(doc, dict) else {}
+
+    def _block(self, session: Any, reason: str) -> None:
+        session.append(EventType.RUN_BLOCKED, confirm=True,
+                       error=ErrorInfo("ResumeBlocked", reason, False))
+
+    def _reconcile(self, session: Any, state: RunState, plan: ResumePlan) -> dict[str, Mapping[str, Any]]:
+        """Step 6: ask external systems about open intents; record what they already hold."""
+        reconciled: dict[str, Mapping[str, Any]] = {}
+        for i, eff in enumerate(plan.effects):
+            call = state.calls.get(eff.call_id or "")
+            entry = state.open_effects.get(eff.delivery_key) or state.closed_effects.get(eff.delivery_key)
+            if eff.action == "reuse_external" and call is not None and entry is not None:
+                record = self._ask(eff, call.args) if eff.policy is ReplayPolicy.RECONCILE_FIRST else None
+                reconciled[call.call_id] = record or {"external_id": entry.external_id}
+            if eff.action != "reconcile" or call is None or entry is None:
+                continue
+            record = self._ask(eff, call.args)
+            if record is None:
+                plan.effects[i] = EffectPlan(eff.delivery_key, eff.call_id, eff.tool, eff.policy,
+                                             "rerun", f"{entry.target} holds no result: executing")
+                continue
+            ref = self.artifacts.put(json.dumps(dict(record), sort_keys=True).encode(), "application/json")
+            session.append(EventType.EFFECT_RECONCILED, confirm=True, stage=call.stage, tool=call.tool,
+                           call_id=call.call_id, delivery_key=eff.delivery_key, target=entry.target,
+                           replay_policy=eff.policy, external_id=str(record.get("external_id")),
+                           payload_ref=ref)
+            reconciled[call.call_id] = record
+            plan.effects[i] = EffectPlan(eff.delivery_key, eff.call_id, eff.tool, eff.policy,
+                                         "reconciled", f"{entry.target} already holds "
+                                         f"{record.get('external_id')}")
+        return reconciled
+
+    def _ask(self, eff: EffectPlan, args_ref: ArtifactRef | None) -> Mapping[str, Any] | None:
+        tool = self.app.tools.get(eff.tool or "")
+        if tool is None or tool.reconcile is None:
+            return None
+        args = json.loads(self.artifacts.get(args_ref)) if args_ref is not None else {}
+        return tool.reconcile(eff.delivery_key, args)
