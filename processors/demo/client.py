@@ -21,6 +21,8 @@ class WorldClient:
 
     def _call(self, method: str, path: str, body: bytes | None = None,
               content_type: str = "application/json") -> Any:
+        if not self.base_url:
+            raise TerminalToolError("the demo world is not configured: set RUNLOG_DEMO_WORLD_URL")
         req = urllib.request.Request(self.base_url + path, data=body, method=method,
                                      headers={"Content-Type": content_type})
         try:
