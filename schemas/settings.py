@@ -42,6 +42,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
      " where the process kills itself with SIGKILL (off when empty)"),
+    ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
 )
 
 _SECRET_HINTS = ("password", "secret", "token", "key")
@@ -88,6 +89,8 @@ class Settings:
     sweep_interval_ms: int = 5000
     crash_at: str | None = None
     """Fault tests only: the writer point where the process SIGKILLs itself (see producers/_crash.py)."""
+    fault_report: str = ".runlog/reports/faults.json"
+    """Where the fault suite writes its machine-readable summary."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -119,6 +122,7 @@ class Settings:
             resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
             sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
             crash_at=e.get("RUNLOG_CRASH_AT") or None,
+            fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         )
         s = replace(s, **overrides) if overrides else s
         s.validate()

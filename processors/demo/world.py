@@ -4,8 +4,9 @@ Four systems, each with its own database file, so double execution is visible
 and countable:
 
 * ``search``   results change on every call (a drifting index); counts calls.
-* ``renderer`` renders an image from a prompt and a seed; bills every call
-  into its own ledger, whatever key comes with it.
+* ``renderer`` renders an image from a prompt and a seed and bills it into its
+  own ledger; a repeated idempotency key returns the first render unbilled (a
+  call without a key is billed every time).
 * ``assets``   stores uploads keyed by the caller's idempotency key: the same
   key returns the stored asset instead of a second one.
 * ``platform`` publishes articles. It does NOT deduplicate: a blind retry
@@ -80,6 +81,13 @@ class World:
         image = hashlib.sha256(f"{prompt}|{seed}".encode()).digest() * 64  # 2 KiB "image"
         digest = hashlib.sha256(image).hexdigest()
         with self._lock:
+            if idempotency_key is not None:
+                row = self._db["renderer"].execute(
+                    "SELECT id FROM bills WHERE idempotency_key = ? ORDER BY id LIMIT 1",
+                    (idempotency_key,)).fetchone()
+                if row is not None:
+                    return {"render_id": f"r-{row[0]}", "sha256": digest, "image_hex": image.hex(),
+                            "watermark": False, "billed_cents": 0}
             cur = self._db["renderer"].execute(
                 "INSERT INTO bills (prompt, seed, idempotency_key, sha256, cents) VALUES (?,?,?,?,?)",
                 (prompt, seed, idempotency_key, digest, 4),
