@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,16 +41,19 @@ from producers import (
     Workflow,
     WorkflowRegistry,
 )
-from projections import RedisStore, RunState, RunStatus, read_run_tail
-from projections._state import CallStatus, EffectEntry
+from projections import RedisStore, RunState, RunStatus, fold, read_run_tail
+from projections._state import CallRecord, CallStatus, EffectEntry
 from schemas import (
     ArtifactError,
     ArtifactRef,
     Checkpoint,
+    Codec,
     ConfigError,
+    DecodeError,
     ErrorInfo,
     EventType,
     ReplayPolicy,
+    RunEvent,
     RunlogError,
     Settings,
     Topics,
@@ -66,6 +69,7 @@ __all__ = [
     "Resumer",
     "UnknownRun",
     "load_app",
+    "plan_effect",
 ]
 
 
@@ -175,6 +179,30 @@ class ResumeOutcome:
     detail: str = ""
 
 
+def plan_effect(eff: EffectEntry, reused_calls: Mapping[str, ArtifactRef],
+                tools: Mapping[str, Tool]) -> EffectPlan:
+    """What resume does with one open effect intent, by its tool's replay policy (pure)."""
+    policy = eff.replay_policy
+    if eff.call_id in reused_calls:
+        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reuse",
+                          "the call's result is recorded")
+    if policy is ReplayPolicy.NEVER or policy is None:
+        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
+                          f"{eff.tool} ({policy.value if policy else 'unknown policy'}) was "
+                          f"interrupted after its intent for {eff.target} (delivery key "
+                          f"{eff.delivery_key[:16]}...): a person must check whether it happened")
+    if policy is ReplayPolicy.RECONCILE_FIRST:
+        if eff.tool not in tools:
+            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
+                              f"tool {eff.tool!r} is not registered, so it cannot be reconciled")
+        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reconcile",
+                          f"ask {eff.target} for delivery key {eff.delivery_key[:16]}...")
+    if policy is ReplayPolicy.IDEMPOTENT:
+        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun_same_key",
+                          "call again with the recorded idempotency key")
+    return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun", "safe to run again")
+
+
 class Resumer:
     """Runs the resume protocol for an application on the real services.
 
@@ -241,23 +269,18 @@ class Resumer:
         # Redis lost some snapshots: fold the run from the start and keep each checkpoint's state.
         return self._history_from_log(state)
 
-    def _history_from_log(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
+    def _events_from(self, run_id: str, partition: int, offset: int) -> Iterator[tuple[int, RunEvent]]:
+        """The run's decodable events on its partition from ``offset`` to the high watermark."""
         from confluent_kafka import Consumer, TopicPartition
-
-        from projections import fold
-        from schemas import Codec, DecodeError, RunEvent
 
         topic = Topics.of(self.settings).events
         codec = Codec(max_record_bytes=self.settings.max_record_bytes)
-        consumer = Consumer(self.settings.consumer_config(f"runlog-resume-history-{state.run_id}"))
-        out: list[tuple[Checkpoint, RunState]] = []
+        consumer = Consumer(self.settings.consumer_config(f"runlog-resume-read-{run_id}"))
         try:
-            p = state.partition
-            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            consumer.assign([TopicPartition(topic, p, 0)])
-            key = state.run_id.encode()
-            cur: RunState | None = None
-            pos = 0
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            consumer.assign([TopicPartition(topic, partition, max(offset, 0))])
+            key = run_id.encode()
+            pos = offset
             while pos < hi:
                 msg = consumer.poll(5.0)
                 if msg is None or msg.error() is not None:
@@ -269,24 +292,52 @@ class Resumer:
                     ev = codec.decode(msg.value(), RunEvent)
                 except DecodeError:
                     continue
-                cur, outcome = fold(cur, ev, (p, msg.offset()))
-                if outcome.checkpoint is not None and cur is not None:
-                    out.append((outcome.checkpoint, cur))
+                yield msg.offset(), ev
         finally:
             consumer.close()
+
+    def _history_from_log(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
+        out: list[tuple[Checkpoint, RunState]] = []
+        cur: RunState | None = None
+        for offset, ev in self._events_from(state.run_id, state.partition, 0):
+            cur, outcome = fold(cur, ev, (state.partition, offset))
+            if outcome.checkpoint is not None:
+                out.append((outcome.checkpoint, cur))
         return out
+
+    def _results_after(self, cp: Checkpoint, snap: RunState) -> tuple[dict[str, CallRecord], int]:
+        """Calls completed (``TOOL_RESULT`` accepted) after checkpoint ``cp``, read from the log.
+
+        Used when resume falls back to an earlier checkpoint: the fold forgets the calls
+        of a stage once it is verified, but their recorded results are still facts.
+        """
+        out: dict[str, CallRecord] = {}
+        n = 0
+        if cp.partition < 0:
+            return out, n
+        cur = snap
+        for offset, ev in self._events_from(cp.run_id, cp.partition, cp.offset + 1):
+            n += 1
+            cur, outcome = fold(cur, ev, (cp.partition, offset))
+            if outcome.accepted and ev.type is EventType.TOOL_RESULT and ev.call_id \
+                    and ev.payload_ref is not None:
+                out[ev.call_id] = CallRecord(call_id=ev.call_id, tool=ev.tool, policy=ev.replay_policy,
+                                             status=CallStatus.RESULT, stage=ev.stage, seq=ev.seq,
+                                             result=ev.payload_ref)
+        return out, n
 
     # -- 3 to 6: the plan --------------------------------------------------------------------
 
     def _intact(self, refs: Iterable[ArtifactRef]) -> tuple[int, str | None]:
-        n = 0
+        """How many artifacts were checked, and every problem found (None: all intact)."""
+        n, problems = 0, []
         for ref in refs:
             n += 1
             try:
                 self.artifacts.verify(ref)
             except ArtifactError as err:
-                return n, f"{type(err).__name__}: {err}"
-        return n, None
+                problems.append(f"{type(err).__name__}: {err}")
+        return n, "; ".join(problems) if problems else None
 
     def plan(self, run_id: str) -> tuple[ResumePlan, RunState]:
         """Decide how to resume, changing nothing (no lease, no event, no external call)."""
@@ -331,14 +382,20 @@ class Resumer:
                                    "is registered with a different definition than the run recorded")
             return plan, state
         # 6 (planned): recorded results to reuse, effects to reconcile
-        for call in state.calls.values():
+        calls = dict(state.calls)
+        if chosen is not None and plan.checkpoints_rejected:
+            # fell back: the calls of the stages after the chosen checkpoint are facts still
+            found, read = self._results_after(chosen[0], chosen[1])
+            plan.events_read += read
+            calls = {**found, **calls}
+        for call in calls.values():
             if call.status is CallStatus.RESULT and call.result is not None \
                     and call.stage not in done_stages:
                 _, problem = self._intact([call.result])
                 if problem is None:
                     plan.reused_calls[call.call_id] = call.result
         for eff in state.open_effects.values():
-            plan.effects.append(self._plan_effect(eff, state, plan))
+            plan.effects.append(plan_effect(eff, plan.reused_calls, self.app.tools))
         for eff in state.closed_effects.values():
             rec = state.calls.get(eff.call_id or "")
             if rec is not None and rec.status is not CallStatus.RESULT \
@@ -350,27 +407,6 @@ class Resumer:
         if blocks:
             plan.blocked_reason = "; ".join(e.detail for e in blocks)
         return plan, state
-
-    def _plan_effect(self, eff: EffectEntry, state: RunState, plan: ResumePlan) -> EffectPlan:
-        policy = eff.replay_policy
-        if eff.call_id in plan.reused_calls:
-            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reuse",
-                              "the call's result is recorded")
-        if policy is ReplayPolicy.NEVER or policy is None:
-            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
-                              f"{eff.tool} ({policy.value if policy else 'unknown policy'}) was "
-                              f"interrupted after its intent for {eff.target} (delivery key "
-                              f"{eff.delivery_key[:16]}...): a person must check whether it happened")
-        if policy is ReplayPolicy.RECONCILE_FIRST:
-            if eff.tool not in self.app.tools:
-                return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
-                                  f"tool {eff.tool!r} is not registered, so it cannot be reconciled")
-            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "reconcile",
-                              f"ask {eff.target} for delivery key {eff.delivery_key[:16]}...")
-        if policy is ReplayPolicy.IDEMPOTENT:
-            return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun_same_key",
-                              "call again with the recorded idempotency key")
-        return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun", "safe to run again")
 
     # -- the protocol --------------------------------------------------------------------------
 

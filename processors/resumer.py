@@ -12,7 +12,8 @@ work up to the partition count.
 
 The sweeper looks at runs the projection shows ``RUNNING`` whose lease key is
 gone from Redis (their worker died and the lease expired) and requests their
-resume. Undecodable requests go to the dead-letter topic with their reason.
+resume. Undecodable requests, and requests for runs neither Redis nor the log
+knows, go to the dead-letter topic with their reason.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
-from processors.resume import App, ResumeOutcome, Resumer
+from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
 from projections import RedisStore, RunStatus
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics, now_ms
 
@@ -114,21 +115,26 @@ class ResumerService:
         try:
             req = self.codec.decode(msg.value(), ResumeRequest)
         except DecodeError as err:
-            self._dead_letter(msg, err)
+            self._dead_letter(msg, err.reason, err.detail)
             return None
         if self.accept is not None and not self.accept(req.run_id):
             return None
-        outcome = self.resumer.resume(req.run_id)
+        try:
+            outcome = self.resumer.resume(req.run_id)
+        except UnknownRun as err:
+            # a request for a run nobody knows would be redelivered forever: dead-letter it
+            self._dead_letter(msg, "unknown_run", str(err))
+            return None
         log.info("resume %s: %s %s", req.run_id, outcome.result, outcome.detail)
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         return outcome
 
-    def _dead_letter(self, msg: Message, err: DecodeError) -> None:
+    def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
         headers = [
-            ("runlog.error.reason", err.reason.encode()),
-            ("runlog.error.detail", err.detail.encode()[:1000]),
+            ("runlog.error.reason", reason.encode()),
+            ("runlog.error.detail", detail.encode()[:1000]),
             ("runlog.original.topic", str(msg.topic()).encode()),
             ("runlog.original.partition", str(msg.partition()).encode()),
             ("runlog.original.offset", str(msg.offset()).encode()),

@@ -20,7 +20,7 @@ from processors.resume import App
 from producers import CallInfo, DictInputSource, StageContext, Tool, Workflow, rule, tool
 from schemas import ReplayPolicy, Settings
 
-__all__ = ["ACCOUNT", "FACTS", "app", "build", "charge_workflow"]
+__all__ = ["ACCOUNT", "FACTS", "app", "app_for", "build", "charge_workflow", "source"]
 
 ACCOUNT = "acct-demo"
 
@@ -46,8 +46,8 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build(world: WorldClient) -> tuple[Workflow, list[Tool]]:
-    """The content workflow and its tools, bound to one demo world."""
+def build(world: WorldClient, *, version: str = "1") -> tuple[Workflow, list[Tool]]:
+    """The content workflow and its tools, bound to one demo world (``version``: the workflow's)."""
 
     @tool("search", policy=ReplayPolicy.SAFE)
     def search(call: CallInfo, query: str) -> Any:
@@ -84,7 +84,7 @@ def build(world: WorldClient) -> tuple[Workflow, list[Tool]]:
         return {"external_id": rec["article_id"], "url": rec["url"], "content_hash": content_hash,
                 "title": title}
 
-    wf = Workflow("content", version="1")
+    wf = Workflow("content", version=version)
 
     @wf.stage("research", inputs=["brief"],
               rules=[rule("sources.count >= 3", lambda out: len(out["sources"]) >= 3)])
@@ -171,13 +171,17 @@ def source() -> DictInputSource:
     return DictInputSource({"brief": BRIEFS, "facts": FACTS}, latest={"facts": "v3", "brief": "v1"})
 
 
+def app_for(world: WorldClient, *, version: str = "1") -> App:
+    """The demo application (content and checkout workflows) bound to one demo world."""
+    wf, tools = build(world, version=version)
+    checkout, charge = charge_workflow(world)
+    return App.of([wf, checkout], [*tools, charge], source())
+
+
 def app() -> App:
     """The demo application, bound to the world at ``RUNLOG_DEMO_WORLD_URL``.
 
     Without it the app can still plan (``runlog resume --dry-run``); its tools then
     fail with a clear error when called.
     """
-    world = WorldClient(Settings.from_env().demo_world_url or "")
-    wf, tools = build(world)
-    checkout, charge = charge_workflow(world)
-    return App.of([wf, checkout], [*tools, charge], source())
+    return app_for(WorldClient(Settings.from_env().demo_world_url or ""))

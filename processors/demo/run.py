@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,17 @@ import redis
 
 from processors.admin import ensure_topics
 from processors.demo.client import WorldClient
-from processors.demo.pipeline import build, charge_workflow, source
+from processors.demo.pipeline import app_for
 from processors.demo.world import serve
 from processors.inspect import render_timeline, run_history
-from processors.resume import App, ResumeOutcome
+from processors.resume import ResumeOutcome
 from processors.resumer import ResumerService, request_resume
 from schemas import ConfigError, EventType, RunlogError, Settings
 
-__all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo"]
+__all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo", "spawn_worker", "wait_lease_gone", "wait_worker",
+           "worker_env"]
+
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 DEFAULT_CRASH_AT = "before:EFFECT_RESULT:visual/upload/5"
 """While uploading the cover: the asset store has it, the log has only the intent."""
@@ -45,30 +49,63 @@ def _say(quiet: bool, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def _worker(settings: Settings, world_url: str, crash_at: str | None, workdir: Path,
-            params: str) -> tuple[str, int]:
-    env = {k: v for k, v in os.environ.items() if k != "RUNLOG_CRASH_AT"}
+def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) -> dict[str, str]:
+    """The environment of a demo worker process: exactly ``settings``, plus the world and crash point."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_")}
     env.update({
         "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
         "REDIS_URL": settings.redis_url,
         "RUNLOG_TOPIC_PREFIX": settings.topic_prefix,
         "RUNLOG_REDIS_PREFIX": settings.redis_prefix,
+        "RUNLOG_PARTITIONS": str(settings.partitions),
         "RUNLOG_ARTIFACT_ROOT": settings.artifact_root,
         "RUNLOG_LEASE_TTL_MS": str(settings.lease_ttl_ms),
+        "RUNLOG_MAX_RECORD_BYTES": str(settings.max_record_bytes),
         "RUNLOG_DEMO_WORLD_URL": world_url,
     })
+    for k, v in settings.kafka_extra.items():
+        env["RUNLOG_KAFKA_" + k.upper().replace(".", "_")] = v
+    if settings.redis_username:
+        env["RUNLOG_REDIS_USERNAME"] = settings.redis_username
+    if settings.redis_password:
+        env["RUNLOG_REDIS_PASSWORD"] = settings.redis_password
     if crash_at:
         env["RUNLOG_CRASH_AT"] = crash_at
-    proc = subprocess.run([sys.executable, "-m", "processors.demo.worker", "--params", params],
-                          env=env, capture_output=True, text=True, timeout=300, check=False,
-                          cwd=os.getcwd())
-    (workdir / ("worker-crashed.log" if crash_at else "worker-reference.log")).write_text(
-        proc.stdout + proc.stderr)
-    run_id = next((line.split("=", 1)[1] for line in proc.stdout.splitlines()
-                   if line.startswith("run_id=")), None)
+    # the worker imports this package: make it importable from any working directory
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def spawn_worker(settings: Settings, world_url: str, crash_at: str | None = None, *,
+                 workflow: str = "content", params: str = '{"seed": 7}',
+                 inputs: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start a demo worker process (one run of ``workflow``); it prints ``run_id=...`` first."""
+    cmd = [sys.executable, "-m", "processors.demo.worker", "--workflow", workflow, "--params", params]
+    for k, v in (inputs or {}).items():
+        cmd += ["--input", f"{k}={v}"]
+    return subprocess.Popen(cmd, env=worker_env(settings, world_url, crash_at), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_worker(proc: subprocess.Popen[str], log: Path | None = None,
+                timeout_s: float = 300) -> tuple[str, int]:
+    """Wait for a worker; returns its run id and exit code (-9: it was killed at its crash point)."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    if log is not None:
+        log.write_text(out + err)
+    run_id = next((line.split("=", 1)[1] for line in out.splitlines() if line.startswith("run_id=")), None)
     if run_id is None:
-        raise DemoFailed(f"the worker printed no run id (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        raise DemoFailed(f"the worker printed no run id (exit {proc.returncode}): {err[-2000:]}")
     return run_id, proc.returncode
+
+
+def wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
+    """Wait until the run's lease key is gone from Redis (its holder died and the ttl passed)."""
+    return _wait_lease_gone(settings, run_id, timeout_s)
 
 
 def _wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
@@ -109,24 +146,31 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
     urls = {name: f"http://127.0.0.1:{s.server_address[1]}" for name, s in servers.items()}
     try:
         _say(quiet, f"demo: worlds in {base} (reference {urls['reference']}, crashed {urls['crashed']})")
-        ref_id, rc = _worker(settings, urls["reference"], None, base, params)
+        # both workers at once: they share nothing but the broker and Redis
+        ref_proc = spawn_worker(settings, urls["reference"], None, params=params)
+        crash_proc = spawn_worker(settings, urls["crashed"], crash_at, params=params)
+        try:
+            ref_id, rc = wait_worker(ref_proc, base / "worker-reference.log")
+            crash_id, crash_rc = wait_worker(crash_proc, base / "worker-crashed.log")
+        finally:
+            for proc in (ref_proc, crash_proc):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
         if rc != 0:
             raise DemoFailed(f"the reference run {ref_id} did not complete (exit {rc})")
         _say(quiet, f"demo: reference run {ref_id} completed")
-        crash_id, rc = _worker(settings, urls["crashed"], crash_at, base, params)
-        if rc != -9:
-            raise DemoFailed(f"the crash point {crash_at!r} was never reached (worker exit {rc})")
+        if crash_rc != -9:
+            raise DemoFailed(f"the crash point {crash_at!r} was never reached (worker exit {crash_rc})")
         _say(quiet, f"demo: run {crash_id} killed with SIGKILL at {crash_at}")
         waited = _wait_lease_gone(settings, crash_id, settings.lease_ttl_ms / 1000 * 3)
         _say(quiet, f"demo: its lease expired after {waited:.1f}s; requesting resume")
         world = WorldClient(urls["crashed"])
-        wf, tools = build(world)
-        checkout, charge = charge_workflow(world)
-        app = App.of([wf, checkout], [*tools, charge], source())
+        app = app_for(world)
         t0 = time.monotonic()
         request_resume(settings, crash_id, "demo: worker crashed", requested_by="demo")
         done: list[ResumeOutcome] = []
-        with ResumerService(settings.with_(resumer_group="runlog-demo-resumer", sweep_interval_ms=0),
+        with ResumerService(settings.with_(resumer_group=f"runlog-demo-resumer-{tag}", sweep_interval_ms=0),
                             app, accept=lambda rid: rid == crash_id,
                             on_outcome=done.append) as service:
             deadline = time.monotonic() + 120

@@ -1,0 +1,59 @@
+"""``runlog bench``: Runlog against the raw clients, side by side, on the configured broker and Redis."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from schemas.settings import Settings
+
+EXIT_OK, EXIT_FOUND = 0, 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark Runlog against raw confluent-kafka, fastavro and redis-py (ratios)",
+        description=(
+            "Measure appends, confirmed appends, projection, end-to-end lag, resume and rebuild, "
+            "each beside its raw-client baseline in the same run, in private topics and Redis "
+            "keys that are deleted afterwards. Exit 1 when a target is missed."
+        ),
+    )
+    p.add_argument("--size", choices=["tiny", "quick", "full"], default="quick",
+                   help="quick: a minute or two; full: the published figures (much longer)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", default=".runlog/reports/bench.png", metavar="PATH",
+                   help="where to write the PNG plot ('' for none)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_bench)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 4)
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from processors.bench import run_bench
+
+    out = run_bench(Settings.from_env(), args.size, progress=None if args.quiet else sys.stderr,
+                    plot=args.plot or None)
+    doc = _clean(out)
+    if args.json:
+        print(json.dumps(doc, sort_keys=False))
+    else:
+        for name, t in doc["targets"].items():
+            flag = "ok  " if t["met"] else "MISS"
+            print(f"{flag} {name:<22} {t['value']!s:>10}  target {t['target']}")
+        if out.get("plot"):
+            print(f"plot: {out['plot']}")
+    return EXIT_OK if all(t["met"] for t in doc["targets"].values()) else EXIT_FOUND

@@ -1,0 +1,268 @@
+"""Read-path benchmarks: the projector, end-to-end lag, rebuild, each against a raw-client baseline.
+
+Delivery semantics: the projector under test is the real one (at-least-once,
+idempotent apply); the baselines read with plain assigned consumers and commit
+nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import fastavro
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from processors.bench._env import BenchEnv, peak_rss_kib
+from processors.bench._events import history, median, percentile, ratio
+from processors.bench._write import _plain_schema
+from producers import RunWriter
+from projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
+from schemas._codec import load_schema
+from schemas.errors import RunlogError
+from schemas.settings import Settings
+from schemas.topics import Topics
+
+__all__ = ["bench_lag", "bench_projector", "bench_rebuild", "populate"]
+
+Tick = Callable[[str], None]
+
+
+def populate(env: BenchEnv, settings: Settings, *, events: int, runs: int, tag: str) -> list[str]:
+    """Write ``events`` bench events over ``runs`` runs, interleaved, to the events topic."""
+    per_run = events // runs
+    ids = [f"run-{tag}-{r:05d}" for r in range(runs)]
+    hists = [list(history(r, 1, per_run)) for r in ids]
+    env.produce_events(settings, [h[i] for i in range(per_run) for h in hists])
+    return ids
+
+
+def _fetch(settings: Settings, topic: str) -> list[tuple[int, int, bytes, bytes]]:
+    """Every record of a topic (partition, offset, key, value), by plain assigned consumption."""
+    c = Consumer(settings.consumer_config("bench-read", **{"enable.partition.eof": False}))
+    out: list[tuple[int, int, bytes, bytes]] = []
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions}
+        todo = {p for p, e in ends.items() if e > 0}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        idle = 0
+        while todo and idle < 30:
+            msgs = c.consume(num_messages=2000, timeout=1.0)
+            idle = 0 if msgs else idle + 1
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                p, o = m.partition(), m.offset()
+                out.append((p, o, m.key(), m.value()))
+                if o >= ends[p] - 1:
+                    todo.discard(p)
+    finally:
+        c.close()
+    return out
+
+
+def _watch(env: BenchEnv, prefix: str, ids: list[str], total: int, child_pids: list[int], marks: list[int],
+           timeout: float) -> dict[str, Any]:
+    """Poll Redis until every event is projected: rate from the first visible event, RSS at marks."""
+    t_first = a_first = None
+    rss_at: dict[str, int] = {}
+    end = time.monotonic() + timeout
+    applied = 0
+    while time.monotonic() < end:
+        applied = sum(env.last_seqs(prefix, ids))
+        now = time.monotonic()
+        if applied and t_first is None:
+            t_first, a_first = now, applied
+        for m in marks:
+            if applied >= m and str(m) not in rss_at:
+                rss_at[str(m)] = sum(max(peak_rss_kib(p), 0) for p in child_pids)
+        if applied >= total:
+            break
+        time.sleep(0.1)
+    else:
+        raise RunlogError(f"bench: projector reached {applied}/{total} events in {timeout:.0f}s")
+    assert t_first is not None and a_first is not None
+    secs = max(now - t_first, 1e-6)
+    return {"events_per_s": (total - a_first) / secs if total > a_first else float("nan"),
+            "seconds": secs, "peak_rss_kib_at": rss_at}
+
+
+def run_group(env: BenchEnv, settings: Settings, ids: list[str], total: int, *, consumers: int,
+              name: str, marks: Sequence[int] = (), timeout: float = 900.0) -> dict[str, Any]:
+    """Project the topic with ``consumers`` projector processes in one group into a fresh prefix."""
+    s = settings.with_(redis_prefix=f"{settings.redis_prefix}.{name}")
+    kids = [env.start_projector(s, name) for _ in range(consumers)]
+    try:
+        res = _watch(env, s.redis_prefix, ids, total, [k.pid or 0 for k in kids], list(marks), timeout)
+    finally:
+        for k in kids:
+            env.stop(k)
+        env.delete_keys(s.redis_prefix + ":")
+    res["consumers"] = consumers
+    return res
+
+
+class RawProjector:
+    """The baseline: fastavro decode, then the same Lua per run per batch through one pipeline."""
+
+    def __init__(self, env: BenchEnv, prefix: str, templates: dict[str, RunState]) -> None:
+        self.schema = fastavro.parse_schema(_plain_schema(load_schema("runlog.RunEvent")), named_schemas={})
+        self.store = RedisStore(env.redis, prefix)
+        self.sha = str(env.redis.script_load(apply_script()))
+        self.templates = templates
+        self.offsets: dict[str, int] = {}
+
+    def apply(self, batch: list[tuple[int, int, bytes, bytes]]) -> None:
+        last: dict[str, tuple[int, int, int]] = {}
+        for p, o, _k, v in batch:
+            rec = fastavro.schemaless_reader(io.BytesIO(v[10:]), self.schema, None)
+            assert isinstance(rec, dict)
+            last[rec["run_id"]] = (p, o, rec["seq"])
+        pipe = self.store.client.pipeline(transaction=False)
+        for run, (p, o, seq) in last.items():
+            st = replace(self.templates[run], last_seq=seq, partition=p, offset=o)
+            keys, argv = self.store.script_args(RunUpdate(st, self.offsets.get(run, -1), RunStatus.RUNNING))
+            pipe.evalsha(self.sha, len(keys), *keys, *argv)
+            self.offsets[run] = o
+        pipe.execute()
+
+
+def bench_projector(env: BenchEnv, *, events: int, runs: int, rounds: int, marks: list[int],
+                    tick: Tick) -> tuple[dict[str, Any], Settings, list[str]]:
+    """Events/s of ``runlog project`` vs decode + the same Lua, and the projector's peak RSS."""
+    settings = env.settings("proj")
+    ids = populate(env, settings, events=events, runs=runs, tag="p")
+    tick("projector: topic written")
+    ours: list[dict[str, Any]] = []
+    for rnd in range(rounds):
+        ours.append(run_group(env, settings, ids, events, consumers=1, name=f"r{rnd}",
+                              marks=marks if rnd == 0 else []))
+        tick(f"projector round {rnd + 1}")
+    recs = _fetch(settings, Topics.of(settings).events)
+    templates = {}
+    for r in ids:
+        st = fold_all(history(r, 1, min(events // runs, 250)))
+        assert st is not None
+        templates[r] = st
+    theirs: list[float] = []
+    for rnd in range(rounds):
+        prefix = f"{settings.redis_prefix}.raw{rnd}"
+        rp = RawProjector(env, prefix, templates)
+        by_part = sorted(recs)
+        t0 = time.perf_counter()
+        for i in range(0, len(by_part), 500):
+            rp.apply(by_part[i:i + 500])
+        theirs.append(len(by_part) / (time.perf_counter() - t0))
+        env.delete_keys(prefix + ":")
+        tick(f"projector baseline round {rnd + 1}")
+    a = median([o["events_per_s"] for o in ours])
+    b = median(theirs)
+    return ({"projector_ratio": ratio(a, b), "runlog_events_per_s": a, "raw_events_per_s": b,
+             "runlog_rounds": [o["events_per_s"] for o in ours], "raw_rounds": theirs, "events": events,
+             "runs": runs, "peak_rss_kib_at_events": ours[0]["peak_rss_kib_at"]}, settings, ids)
+
+
+def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: float,
+              tick: Tick) -> dict[str, Any]:
+    """Broker ack to visible in Redis, at a steady offered load, with the real projector running."""
+    settings = env.settings(f"lag{int(within * 1000)}")
+    kid = env.start_projector(settings, f"lag{int(within * 1000)}", within=within)
+    ids = [f"run-l-{r:04d}" for r in range(runs)]
+    writer = RunWriter(settings)
+    acks: dict[tuple[str, int], float] = {}
+    seen: dict[tuple[str, int], float] = {}
+    seq = dict.fromkeys(ids, 0)
+    lock = threading.Lock()
+
+    def send(run: str) -> None:
+        seq[run] += 1
+        s = seq[run]
+        ev = next(history(run, s, s))
+
+        def cb(err: object, _p: int, _o: int) -> None:
+            if err is None:
+                t = time.time()
+                with lock:
+                    acks[(run, s)] = t
+
+        writer.produce(ev, cb)
+
+    stop = threading.Event()
+    shown = dict.fromkeys(ids, 0)
+
+    def poll() -> None:
+        while not stop.is_set():
+            vals = env.last_seqs(settings.redis_prefix, ids)
+            now = time.time()
+            for r, v in zip(ids, vals, strict=True):
+                for k in range(shown[r] + 1, v + 1):
+                    seen[(r, k)] = now
+                shown[r] = max(shown[r], v)
+            time.sleep(0.002)
+
+    try:
+        for r in ids:  # warm-up: the projector has joined its group once these are visible
+            send(r)
+        if not env.wait_until(lambda: min(env.last_seqs(settings.redis_prefix, ids)) >= 1, 120, 0.1):
+            raise RunlogError("bench: the projector did not start within 120s")
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        tick("lag: projector ready")
+        interval = 0.005
+        per_tick = max(1, int(rate * interval))
+        start = time.perf_counter()
+        n = 0
+        k = 0
+        while time.perf_counter() - start < seconds:
+            for _ in range(per_tick):
+                send(ids[n % runs])
+                n += 1
+            k += 1
+            delay = start + k * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        offered = n / (time.perf_counter() - start)
+        rss = peak_rss_kib(kid.pid) if kid.pid else -1
+        env.wait_until(lambda: all(shown[r] >= seq[r] for r in ids), 60, 0.05)
+        stop.set()
+        poller.join(5)
+    finally:
+        stop.set()
+        writer.close()
+        env.stop(kid)
+    lags = [max(seen[k] - t, 0.0) * 1000 for k, t in acks.items() if k in seen and k[1] > 1]
+    tick(f"lag at within={within}")
+    return {"lag_p50_ms": percentile(lags, 50), "lag_p99_ms": percentile(lags, 99),
+            "lag_max_ms": max(lags) if lags else float("nan"), "offered_events_per_s": offered,
+            "events": len(lags), "runs": runs, "projector_within_s": within,
+            "projector_peak_rss_kib": rss}
+
+
+def bench_rebuild(env: BenchEnv, settings: Settings, *, rounds: int, tick: Tick) -> dict[str, Any]:
+    """Events/s of ``projections.rebuild`` vs raw consume + fastavro decode of the same topic."""
+    topic = Topics.of(settings).events
+    schema = fastavro.parse_schema(_plain_schema(load_schema("runlog.RunEvent")), named_schemas={})
+    ours: list[float] = []
+    theirs: list[float] = []
+    n = 0
+    for rnd in range(rounds):
+        target = f"{settings.redis_prefix}.rebuild{rnd}"
+        rep = rebuild(settings, target, progress=None, client=env.redis)
+        ours.append(rep.records / rep.seconds)
+        env.delete_keys(target + ":")
+        tick(f"rebuild round {rnd + 1}")
+        t0 = time.perf_counter()
+        recs = _fetch(settings, topic)
+        for _p, _o, _k, v in recs:
+            fastavro.schemaless_reader(io.BytesIO(v[10:]), schema, None)
+        theirs.append(len(recs) / (time.perf_counter() - t0))
+        n = len(recs)
+        tick(f"rebuild baseline round {rnd + 1}")
+    a, b = median(ours), median(theirs)
+    return {"rebuild_ratio": ratio(a, b), "runlog_events_per_s": a, "raw_events_per_s": b,
+            "runlog_rounds": ours, "raw_rounds": theirs, "events": n}

@@ -1,0 +1,44 @@
+"""How big a bench run is: ``quick`` (about a minute or two) and ``full`` (the published figures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SIZES", "BenchSize"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSize:
+    name: str
+    rounds: int = 3
+    append_events: int = 20_000
+    append_runs: int = 200
+    intent_samples: int = 100
+    projector_events: int = 20_000
+    projector_runs: int = 200
+    projector_rounds: int = 2
+    projector_marks: tuple[int, ...] = (5_000, 20_000)
+    lag_seconds: float = 6.0
+    lag_rate: int = 2_000
+    lag_runs: int = 50
+    resume_lengths: tuple[int, ...] = (20, 1_000, 10_000)
+    crashed_runs: int = 20
+    resumer_members: int = 2
+    scale_runs: int = 2_000
+    scale_events_per_run: int = 5
+    group_sizes: tuple[int, ...] = (1, 2, 4)
+
+
+SIZES: dict[str, BenchSize] = {
+    "tiny": BenchSize(name="tiny", rounds=1, append_events=2_000, append_runs=20, intent_samples=10,
+                      projector_events=1_000, projector_runs=20, projector_rounds=1,
+                      projector_marks=(500, 1_000), lag_seconds=1.0, lag_runs=10, resume_lengths=(20, 200),
+                      crashed_runs=2, resumer_members=1, scale_runs=50, scale_events_per_run=2,
+                      group_sizes=(1,)),
+    "quick": BenchSize(name="quick"),
+    "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
+                      projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,
+                      projector_marks=(100_000, 1_000_000), lag_seconds=30.0, lag_runs=200,
+                      resume_lengths=(20, 1_000, 10_000, 100_000), crashed_runs=1_000, resumer_members=4,
+                      scale_runs=10_000, scale_events_per_run=10),
+}

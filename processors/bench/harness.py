@@ -1,0 +1,163 @@
+"""``runlog bench``: every benchmark with its raw-client baseline, in one run, on the same services.
+
+Each phase works in its own namespace (``bench-<tag>-<phase>`` topics and Redis
+keys), deleted at the end whatever happens. Ratios are medians of rounds: the
+machine is shared and absolute figures drift, ratios hold better.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from processors.bench._env import BenchEnv
+from processors.bench._png import Panel, line_chart
+from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
+from processors.bench._resume import bench_resume, bench_resumer_group
+from processors.bench._sizes import SIZES, BenchSize
+from processors.bench._write import bench_append, bench_intent, bench_writer_scale
+from schemas.settings import Settings
+
+__all__ = ["TARGETS", "Progress", "machine", "run_bench", "steps_of", "targets_met"]
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "append_ratio": (">=", 0.8),
+    "intent_latency_ratio": ("<=", 1.2),
+    "projector_ratio": (">=", 0.6),
+    "lag_p99_ms": ("<=", 50.0),
+    "resume_tail_ratio": ("<=", 1.5),
+    "rebuild_ratio": (">=", 0.5),
+}
+
+
+def targets_met(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each target with its figure, whether it is met, and by how much it is missed (as a factor)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (op, want) in TARGETS.items():
+        v = figures.get(name, math.nan)
+        met = (v >= want) if op == ">=" else (v <= want)
+        miss = math.nan if math.isnan(v) or met else (want / v if op == ">=" else v / want)
+        out[name] = {"value": v, "target": f"{op} {want:g}", "met": bool(met), "missed_by_factor": miss}
+    return out
+
+
+def steps_of(size: BenchSize) -> int:
+    """How many progress ticks a run of this size makes."""
+    return (2 * size.rounds + size.rounds + 1 + 2 * size.projector_rounds + 3 + len(size.resume_lengths)
+            + 2 + 2 * size.rounds + 2 + max(len(size.group_sizes) - 1, 0) + 1)
+
+
+class Progress:
+    """A one-line progress bar on a text stream (stderr), or nothing when ``out`` is None."""
+
+    def __init__(self, total: int, out: TextIO | None) -> None:
+        self.total, self.out, self.done = max(total, 1), out, 0
+        self.started = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        if self.out is None:
+            return
+        width = 30
+        filled = min(width, self.done * width // self.total)
+        secs = time.monotonic() - self.started
+        self.out.write(f"\rbench [{'#' * filled:<{width}}] {min(self.done, self.total)}/{self.total} "
+                       f"{secs:5.0f}s {what[:40]:<40}")
+        self.out.flush()
+
+    def finish(self) -> None:
+        if self.out is not None:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = -1
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_mib": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "load_avg_at_start": list(os.getloadavg())}
+
+
+def _plot(result: dict[str, Any], path: str) -> str:
+    pts = result["resume"]["points"]
+    xs = [max(p["events"], 1) for p in pts]
+    png = line_chart([
+        Panel("rebuild throughput vs history length",
+              {"rebuild": [(x, p["rebuild_events_per_s"]) for x, p in zip(xs, pts, strict=True)]}, "ev/s"),
+        Panel("resume time vs history length",
+              {"plan": [(x, p["plan_ms"]) for x, p in zip(xs, pts, strict=True)],
+               "resume": [(x, p["resume_ms"]) for x, p in zip(xs, pts, strict=True)]}, "ms"),
+    ])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(png)
+    return path
+
+
+def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: TextIO | None = sys.stderr,
+              plot: str | None = None) -> dict[str, Any]:
+    """Run every benchmark once at ``size`` and return one JSON-ready dict of figures and ratios."""
+    sz = SIZES[size] if isinstance(size, str) else size
+    tick: Callable[[str], None] = Progress(steps_of(sz), progress)
+    started = time.monotonic()
+    env = BenchEnv(settings)
+    result: dict[str, Any] = {"size": sz.name, "tag": env.tag, "machine": machine()}
+    try:
+        result["append"] = bench_append(env, events=sz.append_events, runs=sz.append_runs, rounds=sz.rounds,
+                                        tick=tick)
+        result["intent_latency"] = bench_intent(env, samples=sz.intent_samples, rounds=sz.rounds, tick=tick)
+        result["scale"] = {"writer": bench_writer_scale(env, runs=sz.scale_runs,
+                                                        events_per_run=sz.scale_events_per_run, tick=tick)}
+        proj, proj_settings, ids = bench_projector(env, events=sz.projector_events, runs=sz.projector_runs,
+                                                   rounds=sz.projector_rounds,
+                                                   marks=list(sz.projector_marks), tick=tick)
+        result["projector"] = proj
+        result["lag"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
+                                  within=0.5, tick=tick)
+        result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
+                                             within=0.01, tick=tick)
+        result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.rounds, tick=tick)
+        result["resumer_group"] = bench_resumer_group(env, runs=sz.crashed_runs, members=sz.resumer_members,
+                                                      tick=tick)
+        result["rebuild"] = bench_rebuild(env, proj_settings, rounds=sz.rounds, tick=tick)
+        group = [{"consumers": 1, "events_per_s": proj["runlog_events_per_s"]}]
+        for k in sz.group_sizes:
+            if k == 1:
+                continue
+            g = run_group(env, proj_settings, ids, sz.projector_events, consumers=k, name=f"g{k}")
+            group.append({"consumers": k, "events_per_s": g["events_per_s"]})
+            tick(f"projector group of {k}")
+        result["scale"]["projector_group"] = group
+    finally:
+        env.close()
+        tick("cleaned up")
+        if isinstance(tick, Progress):
+            tick.finish()
+    figures = {
+        "append_ratio": result["append"]["append_ratio"],
+        "intent_latency_ratio": result["intent_latency"]["intent_latency_ratio"],
+        "projector_ratio": result["projector"]["projector_ratio"],
+        "lag_p99_ms": result["lag"]["lag_p99_ms"],
+        "resume_tail_ratio": result["resume"]["resume_tail_ratio"],
+        "rebuild_ratio": result["rebuild"]["rebuild_ratio"],
+    }
+    out: dict[str, Any] = {**figures, **result, "targets": targets_met(figures),
+                           "seconds": time.monotonic() - started}
+    if plot:
+        out["plot"] = _plot(out, plot)
+    return out

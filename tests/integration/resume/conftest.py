@@ -1,0 +1,113 @@
+"""Fixtures of the resume tests: a demo world per test, crashed demo workers, reading a run's log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from processors.demo import WorldClient, serve
+from processors.demo.pipeline import app_for
+from processors.demo.run import spawn_worker, wait_lease_gone, wait_worker
+from processors.inspect import LoggedEvent, run_history
+from processors.resume import App
+from schemas import EventType, Settings
+
+
+@dataclass(frozen=True)
+class DemoWorld:
+    """One demo world (search, renderer, assets, platform, payments) served on 127.0.0.1."""
+
+    url: str
+    client: WorldClient
+
+    def app(self, *, version: str = "1") -> App:
+        return app_for(self.client, version=version)
+
+    def stats(self) -> dict[str, int]:
+        return self.client.stats()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[DemoWorld]:
+    server = serve(tmp_path / "world")
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield DemoWorld(url, WorldClient(url))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def crash_runs(settings: Settings, world: DemoWorld, points: Sequence[str | tuple[str, str]],
+               logs: Path) -> list[str]:
+    """Start one worker per crash point at once (``(point, workflow)`` or a point of the content
+    workflow), check each was SIGKILLed there, wait for their leases to expire; the run ids."""
+    procs = []
+    for i, p in enumerate(points):
+        point, workflow = (p, "content") if isinstance(p, str) else p
+        procs.append((i, point, spawn_worker(settings, world.url, point, workflow=workflow)))
+    ids = []
+    for i, point, proc in procs:
+        log = logs / f"worker-{i}.log"
+        run_id, rc = wait_worker(proc, log, timeout_s=120)
+        assert rc == -9, f"worker for {point} exited {rc}, not killed: {log.read_text()}"
+        ids.append(run_id)
+    for run_id in ids:
+        wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 4)
+    return ids
+
+
+def crash_run(settings: Settings, world: DemoWorld, point: str, logs: Path, workflow: str = "content") -> str:
+    return crash_runs(settings, world, [(point, workflow)], logs)[0]
+
+
+def accepted(history: list[LoggedEvent]) -> list[LoggedEvent]:
+    return [le for le in history if le.outcome.accepted]
+
+
+def types_of(history: list[LoggedEvent]) -> list[EventType]:
+    return [le.event.type for le in accepted(history)]
+
+
+def log_of(settings: Settings, run_id: str) -> list[LoggedEvent]:
+    history = run_history(settings, run_id)
+    assert history, f"no events of {run_id} on the log"
+    return history
+
+
+def project(settings: Settings) -> int:
+    """Fold the whole events topic into the live Redis prefix, as the projector does (its
+    BatchProjector, at-least-once safe); returns the records read."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from projections import BatchProjector, RawRecord, RedisStore
+    from schemas import Codec, Topics
+
+    topic = Topics.of(settings).events
+    proj = BatchProjector(RedisStore.from_settings(settings), Codec())
+    consumer = Consumer(settings.consumer_config(f"t-project-{uuid.uuid4().hex[:8]}"))
+    n = 0
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends = {p: hi for p, hi in ends.items() if hi > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        pos = dict.fromkeys(ends, 0)
+        while any(pos[p] < hi for p, hi in ends.items()):
+            msgs = consumer.consume(500, timeout=1.0)
+            recs = []
+            for m in msgs:
+                assert m.error() is None, m.error()
+                pos[m.partition()] = m.offset() + 1
+                recs.append(RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()))
+            if recs:
+                proj.process(recs)
+                n += len(recs)
+    finally:
+        consumer.close()
+    return n
