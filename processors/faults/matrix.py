@@ -230,10 +230,12 @@ class CrashMatrix:
             time.sleep(0.05)
         return time.monotonic() - t0
 
-    def resume(self, run_id: str, timeout_s: float = 90.0) -> ResumeOutcome:
-        """Request a resume on the topic and let the resumer group handle it."""
-        request_resume(self.settings, run_id, "fault suite: worker killed", requested_by="faults",
-                       producer=self.service.producer)
+    def resume(self, run_id: str, timeout_s: float = 90.0, *, request: bool = True) -> ResumeOutcome:
+        """Request a resume on the topic (unless one is already there) and let the resumer
+        group handle it."""
+        if request:
+            request_resume(self.settings, run_id, "fault suite: worker killed", requested_by="faults",
+                           producer=self.service.producer)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.service.poll_once(0.2)
@@ -242,6 +244,47 @@ class CrashMatrix:
                     self.outcomes.remove(o)
                     return o
         raise MatrixError(f"the resumer did not handle the request for {run_id} in {timeout_s:.0f}s")
+
+    def crashing_resumer(self, run_id: str, url: str, crash_at: str, log: Path, *,
+                         idle_exit_s: float = 10.0) -> int:
+        """``runlog resumer`` as a subprocess in its own group, SIGKILLing itself at ``crash_at``
+        while it resumes; returns its exit code (-9 when the point was reached)."""
+        env = worker_env(self.settings, RUNLOG_DEMO_WORLD_URL=url, RUNLOG_CRASH_AT=crash_at,
+                         RUNLOG_SWEEP_INTERVAL_MS="0",
+                         RUNLOG_RESUMER_GROUP=f"{self.settings.topic_prefix}crashing-{uuid.uuid4().hex[:6]}")
+        proc = subprocess.run([sys.executable, "-m", "processors", "resumer", "--app",
+                               "processors.demo.pipeline:app", "--idle-exit", str(idle_exit_s)],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(proc.stdout + proc.stderr)
+        return proc.returncode
+
+    def double_crash(self, first: str, second: str, ref: Reference) -> PointEntry:
+        """Kill the worker at ``first``, kill the resumer at ``second`` during its resume, then let
+        a clean member of the resumer group (which never committed the request) finish the run."""
+        label = f"{first} + resume {second}"
+        entry, crashed, client = self.crash(first, ref, name=slug(label))
+        entry.point = label
+        if entry.run_id is None or not crashed:
+            entry.checks["run_exists"] = False
+            return self._finish(entry, time.monotonic() - entry.seconds)
+        t0 = time.monotonic() - entry.seconds
+        request_resume(self.settings, entry.run_id, "fault suite: worker killed", requested_by="faults",
+                       producer=self.service.producer)
+        rc = self.crashing_resumer(entry.run_id, client.base_url, second,
+                                   self.workdir / slug(entry.point) / "resumer.log")
+        entry.detail["resumer_exit"] = rc
+        entry.checks["resumer_killed_at_point"] = rc == -9
+        entry.detail["events_at_second_crash"] = len(run_history(self.settings, entry.run_id))
+        self.wait_lease_gone(entry.run_id)
+        self.run_ids.append(entry.run_id)
+        outcome = self.resume(entry.run_id, request=False)
+        entry.detail["resume"] = outcome.result
+        entry.detail["resume_epoch"] = outcome.epoch
+        entry.detail["effects_on_resume"] = [e.action for e in outcome.plan.effects]
+        self.check_final(entry, client, ref, crashed)
+        self._point_worlds[entry.point] = self._point_worlds.pop(first)
+        return self._finish(entry, t0)
 
     def final_hashes(self, history: Sequence[LoggedEvent]) -> dict[str, str]:
         state = history[-1].state
@@ -264,10 +307,11 @@ class CrashMatrix:
 
     # -- one point ----------------------------------------------------------------------------
 
-    def crash(self, point: str, ref: Reference) -> tuple[PointEntry, list[LoggedEvent], WorldClient]:
+    def crash(self, point: str, ref: Reference, *, name: str | None = None
+              ) -> tuple[PointEntry, list[LoggedEvent], WorldClient]:
         """Phase 1 of a point: a fresh world, a worker killed at ``point``, its lease expired."""
         t0 = time.monotonic()
-        name = slug(point)
+        name = name or slug(point)
         server, url = self.world(name)
         self._point_worlds[point] = server
         client = WorldClient(url)
