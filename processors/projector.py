@@ -39,7 +39,7 @@ class ProjectorOptions:
     app_id: str = "runlog-projector"
     """Faust app id, also the consumer group id."""
     batch_size: int = 500
-    within: float = 0.5
+    within: float = 0.02
     """Seconds to wait for a batch to fill."""
     cache_size: int = 10_000
     """Run states kept in memory (LRU); misses load from Redis."""

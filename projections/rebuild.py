@@ -82,9 +82,13 @@ def _read(
         return
     c.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in todo])
     idle = 0.0
+    pos = {p: max(starts.get(p, 0), 0) for p in todo}
     while todo:
+        # Ask for no more than what is left, so a short tail returns as soon as it is fetched
+        # instead of waiting out the poll timeout for a batch that cannot fill.
+        left = sum(todo[p] - pos[p] for p in todo)
         try:
-            msgs = c.consume(num_messages=BATCH, timeout=poll_timeout)
+            msgs = c.consume(num_messages=max(1, min(BATCH, left)), timeout=poll_timeout)
         except KafkaException as err:
             raise RunlogError(f"consuming {topic!r} failed: {err}") from err
         if not msgs:
@@ -102,6 +106,7 @@ def _read(
                     continue
                 raise RunlogError(f"consuming {topic!r} failed: {kerr}")
             p, off = m.partition(), m.offset()
+            pos[p] = max(pos.get(p, 0), off + 1)
             end = todo.get(p)
             if end is None or off >= end:
                 continue
