@@ -18,6 +18,15 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.installed" 2>/dev/null)" != "
 fi
 export PATH="$VENV/bin:$PATH"
 
+# Headless Chromium renders the audit's HTML report in the tests (Debian's package; once).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    say "installing chromium for the HTML report check (first run only)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+        || say "chromium could not be installed: the HTML check will be skipped"
+fi
+
 if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
     say "starting local Kafka and Redis (deploy/local/up)"
     eval "$("$ROOT/deploy/local/up")"

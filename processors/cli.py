@@ -28,6 +28,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors._cmd_admin",
     "processors._cmd_runs",
     "processors._cmd_project",
+    "processors._cmd_audit",
     "processors._cmd_bench",
 )
 

@@ -428,7 +428,8 @@ class Resumer:
         try:
             session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
                                             input_versions=state.input_versions, params=params,
-                                            last_epoch=state.epoch, force=force)
+                                            last_epoch=state.epoch, force=force,
+                                            last_hash=state.last_hash)
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
         confirmed, _ = read_run_tail(self.settings, run_id, state.partition, state.offset + 1, state)

@@ -176,11 +176,11 @@ class Runner:
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
                   input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
-                  force: bool = False) -> RunSession:
+                  force: bool = False, last_hash: str | None = None) -> RunSession:
         """:meth:`RunSession.take_over` with this runner's writer, leases and input source."""
         return RunSession.take_over(self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
                                     input_versions=input_versions, source=self.source, params=params,
-                                    last_epoch=last_epoch, force=force)
+                                    last_epoch=last_epoch, force=force, last_hash=last_hash)
 
     # -- executing --------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from producers._crash import crash_point, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._lease import Lease, LeaseManager
 from producers._writer import RunWriter
+from schemas._hash import event_hash
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
 
@@ -58,7 +59,8 @@ class RunSession:
     """
 
     def __init__(self, writer: RunWriter, lease: Lease, *, run_id: str, next_seq: int,
-                 workflow: Workflow, inputs: PinnedInputs, params: Mapping[str, Any]) -> None:
+                 workflow: Workflow, inputs: PinnedInputs, params: Mapping[str, Any],
+                 last_hash: str | None = None) -> None:
         self.writer = writer
         self.lease = lease
         self.run_id = run_id
@@ -67,6 +69,8 @@ class RunSession:
         self.workflow = workflow
         self.inputs = inputs
         self.params: dict[str, Any] = dict(params)
+        self.last_hash = last_hash
+        """``event_hash`` of the run's last event: the next one's ``prev_hash`` (None before seq 1)."""
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._outstanding = 0
@@ -79,7 +83,7 @@ class RunSession:
     def take_over(cls, writer: RunWriter, leases: LeaseManager, run_id: str, *, last_seq: int,
                   workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
                   params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
-                  attributes: Mapping[str, str] | None = None) -> RunSession:
+                  attributes: Mapping[str, str] | None = None, last_hash: str | None = None) -> RunSession:
         """Take an existing run's lease at a new epoch and append a confirmed ``LEASE_ACQUIRED``.
 
         Args:
@@ -88,13 +92,15 @@ class RunSession:
             last_epoch: the highest epoch seen on the log; the new one is higher.
             force: take the lease even if another writer holds it (that writer gets
                 ``LeaseLost`` at its next heartbeat, and its later events are fenced).
+            last_hash: ``RunState.last_hash`` from the fold: ``LEASE_ACQUIRED`` carries it as
+                ``prev_hash``, continuing the run's hash chain.
 
         Raises:
             producers.LeaseHeld: another writer holds the lease and ``force`` is false.
         """
         lease = leases.acquire(run_id, force=force, min_epoch=last_epoch + 1)
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,
-                inputs=PinnedInputs(source, input_versions), params=params)
+                inputs=PinnedInputs(source, input_versions), params=params, last_hash=last_hash)
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
         s.append(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s
@@ -126,7 +132,7 @@ class RunSession:
         with self._lock:
             self.check()
             event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
-                             occurred_at=now_ms(), **fields)
+                             occurred_at=now_ms(), prev_hash=self.last_hash, **fields)
             if self.writer.crash_at("before", event):
                 self.crash()
             crash_after = self.writer.crash_at("after", event)
@@ -139,6 +145,7 @@ class RunSession:
                     self._outstanding -= 1
                 raise
             self.next_seq += 1
+            self.last_hash = event_hash(event)
         if confirm:
             self._wait(ack, event)
         if crash_after:

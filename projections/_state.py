@@ -170,6 +170,8 @@ class RunState:
     recent_rejected: tuple[RejectedEvent, ...] = ()
     recent: tuple[tuple[int, str], ...] = ()
     """(seq, content digest) of the last accepted events, oldest first (bounded)."""
+    last_hash: str | None = None
+    """``schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``."""
 
     @property
     def workflow_version(self) -> str:
@@ -382,6 +384,7 @@ def state_to_dict(s: RunState) -> dict[str, Any]:
         "rejected": dict(sorted(s.rejected.items())),
         "recent_rejected": [[r.seq, r.epoch, r.type, r.reason, r.offset] for r in s.recent_rejected],
         "recent": [[q, d] for q, d in s.recent],
+        "last_hash": s.last_hash,
     }
 
 
@@ -420,6 +423,7 @@ def state_from_dict(d: Mapping[str, Any]) -> RunState:
             RejectedEvent(int(r[0]), int(r[1]), r[2], r[3], int(r[4])) for r in d["recent_rejected"]
         ),
         recent=tuple((int(q), str(h)) for q, h in d["recent"]),
+        last_hash=d.get("last_hash"),
     )
 
 

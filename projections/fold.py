@@ -28,6 +28,7 @@ from projections._state import (
     RunState,
     RunStatus,
 )
+from schemas._hash import event_hash
 from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, RunEvent
 
 __all__ = [
@@ -156,6 +157,7 @@ def fold(
         epoch=event.epoch,
         updated_at=event.occurred_at,
         recent=(*state.recent, (event.seq, digest))[-DIGEST_WINDOW:],
+        last_hash=event_hash(event),
         partition=position[0] if position is not None else state.partition,
         offset=position[1] if position is not None else state.offset,
     )

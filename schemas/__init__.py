@@ -1,6 +1,14 @@
 """Runlog's contract: Avro schemas, the Python types they map to, the codec, topics, settings."""
 
-from schemas._codec import SINGLE_OBJECT_MAGIC, Codec, SchemaRegistry, crc64_avro, load_schema
+from schemas._codec import (
+    SINGLE_OBJECT_MAGIC,
+    Codec,
+    SchemaRegistry,
+    crc64_avro,
+    load_past_schemas,
+    load_schema,
+)
+from schemas._hash import event_hash
 from schemas._types import (
     ArtifactRef,
     Checkpoint,
@@ -73,6 +81,8 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowSpec",
     "crc64_avro",
+    "event_hash",
+    "load_past_schemas",
     "load_schema",
     "murmur2",
     "now_ms",

@@ -53,6 +53,7 @@ __all__ = [
     "Codec",
     "SchemaRegistry",
     "crc64_avro",
+    "load_past_schemas",
     "load_schema",
 ]
 
@@ -91,6 +92,10 @@ _RECORD_FILES = {
     "runlog.Effect": "effect.avsc",
     "runlog.ResumeRequest": "resume_request.avsc",
 }
+# Earlier versions of a record's schema, still read (their data is on topics with unlimited retention).
+_PAST_FILES: dict[str, tuple[str, ...]] = {
+    "runlog.RunEvent": ("run_event.v1.avsc",),
+}
 
 
 def _read_avsc(name: str) -> dict[str, Any]:
@@ -118,17 +123,27 @@ def _inline(node: Any, defs: dict[str, Any], seen: set[str]) -> Any:
     return node
 
 
-def load_schema(record_name: str) -> dict[str, Any]:
-    """A bundled schema as one self-contained JSON document (shared types inlined)."""
+def _shared_defs() -> dict[str, Any]:
     defs = {}
     for f in _SHARED_FILES:
         d = _read_avsc(f)
         defs[f"{d['namespace']}.{d['name']}"] = d
+    return defs
+
+
+def load_schema(record_name: str) -> dict[str, Any]:
+    """A bundled schema as one self-contained JSON document (shared types inlined)."""
     try:
         top = _read_avsc(_RECORD_FILES[record_name])
     except KeyError:
         raise ConfigError(f"no bundled schema named {record_name!r}") from None
-    return cast(dict[str, Any], _inline(top, defs, set()))
+    return cast(dict[str, Any], _inline(top, _shared_defs(), set()))
+
+
+def load_past_schemas(record_name: str) -> list[dict[str, Any]]:
+    """Earlier bundled versions of a record's schema (oldest first), self-contained."""
+    return [cast(dict[str, Any], _inline(_read_avsc(f), _shared_defs(), set()))
+            for f in _PAST_FILES.get(record_name, ())]
 
 
 def _strip_logical(node: Any) -> Any:
@@ -216,6 +231,7 @@ def _event_to(e: RunEvent) -> dict[str, Any]:
         "parent_run_id": e.parent_run_id,
         "forked_from_seq": e.forked_from_seq,
         "attributes": dict(e.attributes),
+        "prev_hash": e.prev_hash,
     }
 
 
@@ -246,6 +262,7 @@ def _event_from(d: dict[str, Any]) -> RunEvent:
         parent_run_id=d["parent_run_id"],
         forked_from_seq=d["forked_from_seq"],
         attributes=d["attributes"],
+        prev_hash=d.get("prev_hash"),
     )
 
 
@@ -390,6 +407,9 @@ class Codec:
             self._readers[name] = w.parsed
             self._by_fp[w.fingerprint] = w
             self._own_fp[name] = w.fingerprint
+            for past in load_past_schemas(name):
+                pw = self._writer_for(past)
+                self._by_fp[pw.fingerprint] = pw
 
     @staticmethod
     def _writer_for(schema: dict[str, Any]) -> _Writer:

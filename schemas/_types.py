@@ -166,6 +166,8 @@ class RunEvent:
     parent_run_id: str | None = None
     forked_from_seq: int | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    prev_hash: str | None = None
+    """``event_hash`` of the run's previous accepted event (None at seq 1): the tamper-evident chain."""
 
 
 @dataclass(frozen=True, slots=True)
