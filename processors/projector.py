@@ -26,10 +26,11 @@ from processors.metrics import Metrics, MetricsServer
 from projections.batch import BatchProjector, BatchResult, RawRecord
 from projections.redis_store import RedisStore
 from schemas._codec import Codec
+from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
-__all__ = ["ProjectorOptions", "build_app", "observe", "run_projector"]
+__all__ = ["ProjectorOptions", "build_app", "faust_credentials", "faust_settings", "observe", "run_projector"]
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,40 @@ class ProjectorOptions:
     lag_every: float = 5.0
 
 
+def faust_credentials(settings: Settings) -> Any:
+    """The librdkafka security settings (``RUNLOG_KAFKA_*``) as Faust broker credentials.
+
+    ``security.protocol`` SSL / SASL_SSL / SASL_PLAINTEXT with ``sasl.mechanism``,
+    ``sasl.username``, ``sasl.password`` and ``ssl.ca.location`` are translated; None
+    for PLAINTEXT. Anything else is refused, so the projector never connects with
+    weaker security than the other clients.
+    """
+    import ssl
+
+    extra = settings.kafka_extra
+    proto = str(extra.get("security.protocol", "PLAINTEXT")).upper()
+    if proto == "PLAINTEXT":
+        return None
+    ctx = None
+    if proto in ("SSL", "SASL_SSL"):
+        ctx = ssl.create_default_context(cafile=extra.get("ssl.ca.location"))
+        cert, key = extra.get("ssl.certificate.location"), extra.get("ssl.key.location")
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    if proto == "SSL":
+        return faust.SSLCredentials(ctx)
+    if proto in ("SASL_SSL", "SASL_PLAINTEXT"):
+        return faust.SASLCredentials(username=extra.get("sasl.username"),
+                                     password=extra.get("sasl.password"), ssl_context=ctx,
+                                     mechanism=extra.get("sasl.mechanism", "PLAIN"))
+    raise ConfigError(f"security.protocol {proto!r} is not supported by the projector")
+
+
 def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]:
     """Faust settings that work against a Kafka 4 broker with auto topic creation off."""
+    creds = faust_credentials(settings)
     return {
+        **({"broker_credentials": creds} if creds is not None else {}),
         "broker": [f"kafka://{h.strip()}" for h in settings.kafka_bootstrap_servers.split(",")],
         "store": "memory://",
         "value_serializer": "raw",
