@@ -71,7 +71,8 @@ def _watch(env: BenchEnv, prefix: str, ids: list[str], total: int, child_pids: l
     """Poll Redis until every event is projected: rate from the first visible event, RSS at marks."""
     t_first = a_first = None
     rss_at: dict[str, int] = {}
-    end = time.monotonic() + timeout
+    t_start = time.monotonic()
+    end = t_start + timeout
     applied = 0
     while time.monotonic() < end:
         applied = sum(env.last_seqs(prefix, ids))
@@ -87,8 +88,13 @@ def _watch(env: BenchEnv, prefix: str, ids: list[str], total: int, child_pids: l
     else:
         raise RunlogError(f"bench: projector reached {applied}/{total} events in {timeout:.0f}s")
     assert t_first is not None and a_first is not None
-    secs = max(now - t_first, 1e-6)
-    return {"events_per_s": (total - a_first) / secs if total > a_first else float("nan"),
+    if total > a_first:
+        secs = max(now - t_first, 1e-6)
+        rate = (total - a_first) / secs
+    else:  # everything became visible within one poll: fall back to the time since the start
+        secs = max(now - t_start, 1e-6)
+        rate = total / secs
+    return {"events_per_s": rate,
             "seconds": secs, "peak_rss_kib_at": rss_at}
 
 
