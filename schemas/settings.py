@@ -128,6 +128,41 @@ class Settings:
         s.validate()
         return s
 
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that rebuild these settings in a child process.
+
+        The inverse of :meth:`from_env`: ``Settings.from_env(s.to_env()) == s``. It holds
+        credentials, so it is for a child's environment only, never for printing.
+        """
+        env = {
+            "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap_servers,
+            "REDIS_URL": self.redis_url,
+            "RUNLOG_TOPIC_PREFIX": self.topic_prefix,
+            "RUNLOG_REDIS_PREFIX": self.redis_prefix,
+            "RUNLOG_PARTITIONS": str(self.partitions),
+            "RUNLOG_REPLICATION_FACTOR": str(self.replication_factor),
+            "RUNLOG_MIN_INSYNC_REPLICAS": str(self.min_insync_replicas),
+            "RUNLOG_EVENTS_RETENTION_MS": str(self.events_retention_ms),
+            "RUNLOG_ARTIFACT_ROOT": self.artifact_root,
+            "RUNLOG_LEASE_TTL_MS": str(self.lease_ttl_ms),
+            "RUNLOG_MAX_RECORD_BYTES": str(self.max_record_bytes),
+            "RUNLOG_METRICS_PORT": str(self.metrics_port),
+            "RUNLOG_RESUMER_GROUP": self.resumer_group,
+            "RUNLOG_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
+            "RUNLOG_FAULT_REPORT": self.fault_report,
+        }
+        optional = {
+            "RUNLOG_SCHEMA_REGISTRY_URL": self.schema_registry_url,
+            "RUNLOG_DEMO_WORLD_URL": self.demo_world_url,
+            "RUNLOG_CRASH_AT": self.crash_at,
+            "RUNLOG_REDIS_USERNAME": self.redis_username,
+            "RUNLOG_REDIS_PASSWORD": self.redis_password,
+        }
+        env.update({k: v for k, v in optional.items() if v})
+        for key, value in self.kafka_extra.items():
+            env["RUNLOG_KAFKA_" + key.upper().replace(".", "_")] = value
+        return env
+
     def with_(self, **changes: Any) -> Settings:
         """A copy with some settings changed."""
         return replace(self, **changes)

@@ -52,25 +52,7 @@ def _say(quiet: bool, text: str) -> None:
 def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) -> dict[str, str]:
     """The environment of a demo worker process: exactly ``settings``, plus the world and crash point."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_")}
-    env.update({
-        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-        "REDIS_URL": settings.redis_url,
-        "RUNLOG_TOPIC_PREFIX": settings.topic_prefix,
-        "RUNLOG_REDIS_PREFIX": settings.redis_prefix,
-        "RUNLOG_PARTITIONS": str(settings.partitions),
-        "RUNLOG_ARTIFACT_ROOT": settings.artifact_root,
-        "RUNLOG_LEASE_TTL_MS": str(settings.lease_ttl_ms),
-        "RUNLOG_MAX_RECORD_BYTES": str(settings.max_record_bytes),
-        "RUNLOG_DEMO_WORLD_URL": world_url,
-    })
-    for k, v in settings.kafka_extra.items():
-        env["RUNLOG_KAFKA_" + k.upper().replace(".", "_")] = v
-    if settings.redis_username:
-        env["RUNLOG_REDIS_USERNAME"] = settings.redis_username
-    if settings.redis_password:
-        env["RUNLOG_REDIS_PASSWORD"] = settings.redis_password
-    if crash_at:
-        env["RUNLOG_CRASH_AT"] = crash_at
+    env.update(settings.with_(demo_world_url=world_url, crash_at=crash_at or None).to_env())
     # the worker imports this package: make it importable from any working directory
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     return env

@@ -97,17 +97,8 @@ class RoutingWorld(WorldClient):
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment of a Runlog subprocess using ``settings`` (no stray ``RUNLOG_*``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_")}
-    env.update({
-        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-        "REDIS_URL": settings.redis_url,
-        "RUNLOG_TOPIC_PREFIX": settings.topic_prefix,
-        "RUNLOG_REDIS_PREFIX": settings.redis_prefix,
-        "RUNLOG_PARTITIONS": str(settings.partitions),
-        "RUNLOG_ARTIFACT_ROOT": settings.artifact_root,
-        "RUNLOG_LEASE_TTL_MS": str(settings.lease_ttl_ms),
-        "RUNLOG_METRICS_PORT": "0",
-        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    })
+    env.update(settings.with_(metrics_port=0).to_env())
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     env.update(extra)
     return env
 
