@@ -1,0 +1,63 @@
+"""A slow demo worker for the zombie-writer fault: every call to the demo world waits first.
+
+Same as :mod:`processors.demo.worker` (prints ``run_id=<id>``, runs the content
+workflow against ``RUNLOG_DEMO_WORLD_URL``) but each world request is delayed by
+``--delay`` seconds, so a test can pause the process with SIGSTOP at a known
+stage. Exits 3 when it stops because its lease was lost (``LeaseLost``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from processors.demo.client import WorldClient
+from processors.demo.pipeline import app_for
+from producers import Runner
+from schemas import LeaseLost, Settings
+
+
+class SlowWorld(WorldClient):
+    """A world client that sleeps before every request."""
+
+    def __init__(self, base_url: str, delay_s: float) -> None:
+        super().__init__(base_url)
+        self.delay_s = delay_s
+
+    def post(self, path: str, doc: dict[str, Any]) -> Any:
+        time.sleep(self.delay_s)
+        return super().post(path, doc)
+
+    def get(self, path: str, **query: str) -> Any:
+        time.sleep(self.delay_s)
+        return super().get(path, **query)
+
+    def upload(self, idempotency_key: str, data: bytes) -> Any:
+        time.sleep(self.delay_s)
+        return super().upload(idempotency_key, data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="run one slow content workflow")
+    p.add_argument("--delay", type=float, default=0.5)
+    a = p.parse_args(argv)
+    settings = Settings.from_env()
+    application = app_for(SlowWorld(settings.demo_world_url or "", a.delay))
+    wf = application.registry.get("content")
+    with Runner.from_settings(settings, source=application.source) as runner:
+        handle = runner.start_run(wf, {"seed": 7})
+        print(f"run_id={handle.run_id}", flush=True)
+        assert handle.session is not None
+        try:
+            result = runner.execute(handle.session)
+        except LeaseLost as err:
+            print(f"lease_lost={err}", flush=True)
+            return 3
+    print(f"completed={result.completed}", flush=True)
+    return 0 if result.completed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
