@@ -7,6 +7,7 @@ removed. Redis and broker restarts use private services on other ports
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -15,15 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import app_for
-from processors.demo.run import worker_env
+from processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
 from processors.demo.world import serve
+from processors.faults.matrix import start_projector
 from processors.faults.report import PointEntry, write_section
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import Resumer
-from projections import OutcomeKind, RunStatus
+from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
 from schemas import EventType, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -138,3 +141,106 @@ def test_a_zombie_writer_is_fenced_by_the_fold_and_refused_by_its_lease(
                          "stats": stats})
     ENTRIES.append(entry)
     assert not entry.failures, (entry.failures, entry.detail, err[-2000:])
+
+
+# -- 2. Redis restarted empty ------------------------------------------------------------------
+
+
+def _local(cmd: str, local_dir: Path, *args: str, **ports: str) -> str:
+    """Run a ``deploy/local`` script against private services (never the shared ones)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
+    env.update({"RUNLOG_LOCAL_DIR": str(local_dir), **ports})
+    proc = subprocess.run([str(ROOT / "deploy" / "local" / cmd), *args], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert proc.returncode == 0, f"deploy/local/{cmd} {' '.join(args)} failed: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+REDIS_PORT = "36379"
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A private redis-server on port 36379 (state under tmp_path), stopped and purged at the end."""
+    local = tmp_path / "local-redis"
+    out = _local("up", local, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+    url = out.strip().rsplit("=", 1)[1]
+    try:
+        yield url, local
+    finally:
+        _local("down", local, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+
+
+def test_redis_restarted_empty_between_a_crash_and_the_resume(
+    topics: Settings, tmp_path: Path, own_redis: tuple[str, Path]
+) -> None:
+    """Protections: the resume reads the run from the log when Redis holds nothing, and takes a lease
+    epoch above the highest one on the log (``min_epoch``) although the epoch counter was lost."""
+    url, local = own_redis
+    settings = topics.with_(redis_url=url, lease_ttl_ms=1000)
+    client = redis.Redis.from_url(url, **settings.redis_kwargs())
+    server = serve(tmp_path / "world")
+    world_url = f"http://127.0.0.1:{server.server_address[1]}"
+    world = WorldClient(world_url)
+    entry = PointEntry(f"redis restarted empty after a crash at {DEFAULT_CRASH_AT}", "FAILED")
+    t0 = time.monotonic()
+    projector = start_projector(settings, f"{settings.topic_prefix}infra-projector", tmp_path / "proj.log")
+    try:
+        run_id, rc = wait_worker(spawn_worker(settings, world_url, DEFAULT_CRASH_AT), tmp_path / "w.log",
+                                 timeout_s=120)
+        entry.run_id = run_id
+        assert rc == -9, f"the worker was not killed at its crash point (exit {rc})"
+        crashed = run_history(settings, run_id)
+        store = RedisStore(client, settings.redis_prefix)
+        _wait(lambda: (st := store.load_state(run_id)) is not None and st.offset >= crashed[-1].offset,
+              60, "the projector to reach the crash")
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        projector.wait(30)
+    try:
+        keys_before = client.dbsize()
+        client.close()
+        # restart Redis empty: kill it, delete its data, start it again
+        _local("down", local, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        _local("up", local, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        client = redis.Redis.from_url(url, **settings.redis_kwargs())
+        keys_after_restart = client.dbsize()
+        with Resumer(settings, app_for(world)) as resumer:
+            outcome = resumer.resume(run_id)
+        stats = world.stats()
+    finally:
+        server.shutdown()
+        server.server_close()
+    history = run_history(settings, run_id)
+    final = history[-1].state
+    # the projections, rebuilt from the log, become the live namespace again
+    target = f"{settings.redis_prefix}.rebuilt"
+    rebuild(settings, target, progress=None, client=client)
+    swap_namespaces(client, settings.redis_prefix, target)
+    live = dump_namespace(client, settings.redis_prefix)
+    projected = RedisStore(client, settings.redis_prefix).load_state(run_id)
+    client.close()
+    checks = entry.checks
+    checks["redis_was_emptied"] = keys_before > 0 and keys_after_restart == 0
+    checks["resume_completed"] = outcome.result == "completed"
+    checks["new_epoch_above_log"] = outcome.epoch > max(le.event.epoch for le in crashed)
+    checks["completed"] = final.status is RunStatus.COMPLETED
+    accepted = _accepted(history)
+    checks["nothing_rejected"] = len(accepted) == len(history)
+    checks["one_article"] = stats["publishes"] == 1
+    checks["renders_billed_once"] = stats["renders_billed"] == 3
+    checks["assets_stored_once"] = stats["assets"] == 3
+    checks["projection_rebuilt"] = (projected is not None and projected.status is RunStatus.COMPLETED
+                                    and projected.last_seq == final.last_seq
+                                    and f"{{{run_id}}}:checkpoints" in live)
+    entry.completed = checks["completed"]
+    entry.duplicate_effects = max(0, stats["publishes"] - 1) + max(0, stats["assets"] - 3)
+    entry.duplicate_renders = max(0, stats["renders_billed"] - 3)
+    entry.failures = sorted(k for k, v in checks.items() if not v)
+    entry.outcome = "completed" if not entry.failures else "FAILED"
+    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.detail.update({"resume": outcome.result, "resume_epoch": outcome.epoch,
+                         "keys_before_restart": keys_before, "events_at_crash": len(crashed),
+                         "events": len(history), "stats": stats, "reason": outcome.detail})
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
