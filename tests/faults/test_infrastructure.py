@@ -11,23 +11,28 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from processors.admin import ensure_topics
 from processors.demo.client import WorldClient
-from processors.demo.pipeline import app_for
+from processors.demo.pipeline import app_for, source
 from processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
 from processors.demo.world import serve
-from processors.faults.matrix import start_projector
+from processors.faults.matrix import projection_mismatches, start_projector
 from processors.faults.report import PointEntry, write_section
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import Resumer
+from producers import CallInfo, Runner, RunWriter, StageContext, Workflow, rule, tool
+from producers._writer import DeliveryCallback
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
-from schemas import EventType, Settings
+from schemas import DeliveryError, EventType, ReplayPolicy, RunEvent, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -242,5 +247,198 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
     entry.detail.update({"resume": outcome.result, "resume_epoch": outcome.epoch,
                          "keys_before_restart": keys_before, "events_at_crash": len(crashed),
                          "events": len(history), "stats": stats, "reason": outcome.detail})
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
+
+
+# -- 3. projector killed and restarted ---------------------------------------------------------
+
+
+def test_projector_killed_and_restarted_while_runs_are_active_converges_to_a_rebuild(
+    topics: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Protection: the projector is at-least-once with an idempotent apply (the fold drops redelivered
+    events, Redis writes are offset-guarded), so replaying from the last commit changes nothing."""
+    settings = topics
+    app_id = f"{settings.topic_prefix}infra-projector"
+    entry = PointEntry("projector SIGKILLed and restarted with 3 runs active", "FAILED")
+    t0 = time.monotonic()
+    servers = [serve(tmp_path / f"world-{i}") for i in range(3)]
+    urls = [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    projector = start_projector(settings, app_id, tmp_path / "proj.log")
+    workers: list[subprocess.Popen[str]] = []
+    store = RedisStore(redis_client, settings.redis_prefix)
+    try:
+        workers = [subprocess.Popen([sys.executable, "-m", "tests.faults.slow_worker", "--delay", "0.3"],
+                                    env=worker_env(settings, u), cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for u in urls]
+        run_ids = [_first_line(w, "run_id=") for w in workers]
+        entry.run_id = run_ids[0]
+        # kill it once it has projected part of every run
+        _wait(lambda: len(store.load_states(run_ids)) == len(run_ids), 60, "the projector to start")
+        projector.send_signal(signal.SIGKILL)
+        projector.wait(10)
+        active_at_kill = sum(1 for w in workers if w.poll() is None)
+        projected_at_kill = {r: st.last_seq for r, st in store.load_states(run_ids).items()}
+        time.sleep(1.0)  # the runs go on without a projector
+        projector = start_projector(settings, app_id, tmp_path / "proj.log")
+        codes = [w.wait(120) for w in workers]
+        # a SIGKILLed group member is only replaced after its session times out (about a minute)
+        per_run, glob = projection_mismatches(settings, redis_client, run_ids, timeout_s=150)
+        states = store.load_states(run_ids)
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        projector.wait(30)
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+            w.communicate()
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+    checks = entry.checks
+    checks["killed_while_runs_active"] = active_at_kill == len(run_ids)
+    checks["runs_completed"] = codes == [0] * len(run_ids) and all(
+        states[r].status is RunStatus.COMPLETED for r in run_ids if r in states)
+    # per-run keys only: the global delivery-key index is shared by the three runs (same seed, same
+    # delivery keys), so which run it names depends on the order of partitions, not on the fault
+    checks["projection_equals_rebuild"] = not any(per_run.values())
+    entry.completed = checks["runs_completed"]
+    entry.projection_mismatches = sum(len(v) for v in per_run.values())
+    entry.failures = sorted(k for k, v in checks.items() if not v)
+    entry.outcome = "converged" if not entry.failures else "FAILED"
+    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.detail.update({"run_ids": run_ids, "projected_seq_at_kill": projected_at_kill,
+                         "worker_exits": codes, "mismatches": {r: v for r, v in per_run.items() if v},
+                         "global_mismatches": glob})
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
+
+
+# -- 4. broker restarted -----------------------------------------------------------------------
+
+
+KAFKA_PORT = "39092"
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A private single broker on port 39092 (controller 39093), data under tmp_path, purged at the end.
+    The jar cache of the repo's ``.runlog`` is linked in, so nothing is fetched."""
+    local = tmp_path / "local-kafka"
+    (local / "kafka").mkdir(parents=True)
+    libs = ROOT / ".runlog" / "kafka" / "libs"
+    if libs.is_dir():
+        (local / "kafka" / "libs").symlink_to(libs)
+    out = _local("up", local, "--kafka-only", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
+    bootstrap = out.strip().rsplit("=", 1)[1]
+    try:
+        yield bootstrap, local
+    finally:
+        _local("down", local, "--kafka-only", "--kill", "--purge", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
+
+
+class AckLog(RunWriter):
+    """A run writer that records, per produced event, when it was produced and how it was acknowledged."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.lock = threading.Lock()
+        self.produced: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
+        self.errors: list[tuple[int, str]] = []
+
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+        seq = event.seq
+
+        def cb(err: DeliveryError | None, partition: int, offset: int) -> None:
+            with self.lock:
+                if err is None:
+                    self.acked[seq] = time.monotonic()
+                else:
+                    self.errors.append((seq, str(err)))
+            on_delivery(err, partition, offset)
+
+        with self.lock:
+            self.produced[seq] = time.monotonic()
+        super().produce(event, cb)
+
+
+def _busy_workflow(calls: int, pause_s: float) -> Workflow:
+    @tool("tick", policy=ReplayPolicy.SAFE)
+    def tick(call: CallInfo, n: int) -> Any:
+        time.sleep(pause_s)
+        return {"n": n}
+
+    wf = Workflow("busy", version="1")
+    for name in ("one", "two", "three"):
+        @wf.stage(name, rules=[rule("ticks.all", lambda out: len(out["ticks"]) == calls)])
+        def stage(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            return {"ticks": [ctx.call(tick, n=i)["n"] for i in range(calls)]}
+    return wf
+
+
+def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_completes(
+    topics: Settings, tmp_path: Path, own_broker: tuple[str, Path]
+) -> None:
+    """Protection: the idempotent acks=all producer retries through the outage (``message.timeout.ms``
+    covers it) and the session waits for every acknowledgement before it completes the run."""
+    bootstrap, local = own_broker
+    settings = topics.with_(kafka_bootstrap_servers=bootstrap)
+    ensure_topics(settings)
+    entry = PointEntry("broker restarted (controlled) in the middle of a run", "FAILED")
+    t0 = time.monotonic()
+    writer = AckLog(settings)
+    window: dict[str, float] = {}
+
+    def restart() -> None:
+        time.sleep(1.5)
+        window["down"] = time.monotonic()
+        _local("kafka-restart", local, "--down-for", "2", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
+        window["up"] = time.monotonic()
+
+    failure: BaseException | None = None
+    completed = False
+    restarter = threading.Thread(target=restart, name="broker-restart")
+    try:
+        with Runner.from_settings(settings, source=source(), writer=writer) as runner:
+            handle = runner.start_run(_busy_workflow(calls=40, pause_s=0.04), {})
+            assert handle.session is not None
+            run_id = handle.run_id
+            entry.run_id = run_id
+            restarter.start()
+            try:
+                completed = runner.execute(handle.session).completed
+            except DeliveryError as err:  # the writer gave up: it reports, never drops silently
+                failure = err
+            last_seq = handle.session.last_seq
+    finally:
+        if restarter.is_alive():
+            restarter.join(120)
+        writer.close()
+    restarter.join(120)
+    history = run_history(settings, run_id)
+    on_topic = [le.event.seq for le in history]
+    acked = sorted(writer.acked)
+    during = [s for s, at in writer.produced.items() if window.get("down", 0) <= at <= window.get("up", 0)]
+    checks = entry.checks
+    checks["restarted_during_run"] = "up" in window and bool(during)
+    checks["no_delivery_error"] = failure is None and not writer.errors
+    checks["every_ack_on_topic"] = set(acked) <= set(on_topic)
+    checks["nothing_dropped"] = acked == list(range(1, last_seq + 1))
+    checks["no_duplicates_on_topic"] = on_topic == sorted(set(on_topic))
+    # events produced while the broker was going down or down were held and delivered once it was back
+    late = [s for s in during if writer.acked.get(s, 0) >= window.get("up", 0) - 0.5]
+    checks["retried_through_outage"] = bool(late)
+    checks["completed"] = completed and history[-1].state.status is RunStatus.COMPLETED
+    entry.completed = checks["completed"]
+    entry.lost_events = len(set(acked) - set(on_topic))
+    entry.failures = sorted(k for k, v in checks.items() if not v)
+    entry.outcome = "completed" if not entry.failures else "FAILED"
+    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.detail.update({"events": len(history), "acked": len(acked), "produced_while_down": len(during),
+                         "acked_after_restart": len(late),
+                         "outage_s": round(window.get("up", 0) - window.get("down", 0), 3),
+                         "delivery_errors": writer.errors[:5], "failure": str(failure) if failure else None})
     ENTRIES.append(entry)
     assert not entry.failures, (entry.failures, entry.detail)
