@@ -12,12 +12,9 @@ stage are dropped once it is verified (its checkpoint snapshot keeps them).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 from projections._state import (
     CallRecord,
@@ -80,22 +77,13 @@ class Outcome:
 _ACCEPTED = Outcome(OutcomeKind.ACCEPTED)
 
 
-def _plain(v: Any) -> Any:
-    if isinstance(v, StrEnum):
-        return v.value
-    if hasattr(v, "__dataclass_fields__"):
-        return [_plain(getattr(v, f.name)) for f in fields(v)]
-    if isinstance(v, Mapping):
-        return sorted((str(k), _plain(x)) for k, x in v.items())
-    if isinstance(v, tuple | list):
-        return [_plain(x) for x in v]
-    return v
-
-
 def event_digest(event: RunEvent) -> str:
-    """A digest of the whole event: every field counts (a writer retry re-sends identical content)."""
-    text = json.dumps(_plain(event), separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    """The duplicate window's digest: the first 128 bits of ``event_hash``, so every field counts.
+
+    A writer retry re-sends identical content, ``prev_hash`` included, so a retry has the same
+    digest; the fold computes ``event_hash`` once per event and uses it both here and as ``last_hash``.
+    """
+    return event_hash(event)[:32]
 
 
 def _reject(
@@ -139,7 +127,8 @@ def fold(
         and position[1] <= state.offset
     ):
         return state, Outcome(OutcomeKind.DUPLICATE, "redelivered")
-    digest = event_digest(event)
+    content_hash = event_hash(event)
+    digest = content_hash[:32]
     if event.seq <= state.last_seq:
         for seq, d in state.recent:
             if seq == event.seq and d == digest:
@@ -157,7 +146,7 @@ def fold(
         epoch=event.epoch,
         updated_at=event.occurred_at,
         recent=(*state.recent, (event.seq, digest))[-DIGEST_WINDOW:],
-        last_hash=event_hash(event),
+        last_hash=content_hash,
         partition=position[0] if position is not None else state.partition,
         offset=position[1] if position is not None else state.offset,
     )
