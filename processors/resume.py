@@ -246,7 +246,7 @@ class Resumer:
     def load(self, run_id: str) -> tuple[RunState, int]:
         """The run's current state from the nearest snapshot plus the tail of the log."""
         snapshot: RunState | None = None
-        stored = self.projection.checkpoints(run_id)
+        stored = self.projection.checkpoints(run_id, last=1)
         snapshot = stored[-1].state if stored else self.projection.load_state(run_id)
         if snapshot is not None and snapshot.partition >= 0:
             state, n = read_run_tail(self.settings, run_id, snapshot.partition, snapshot.offset + 1,
@@ -351,14 +351,31 @@ class Resumer:
             return plan, state
         # 3. the newest checkpoint whose artifacts are all intact
         chosen: tuple[Checkpoint, RunState] | None = None
-        history = self._checkpoint_history(state) if state.checkpoints else []
-        for cp, snap in reversed(history):
-            checked, problem = self._intact(cp.artifacts)
-            plan.artifacts_checked += checked
-            if problem is None:
-                chosen = (cp, snap)
+        newest = self.projection.checkpoints(state.run_id, last=1) if state.checkpoint else []
+        if newest and state.checkpoint is not None \
+                and newest[-1].checkpoint.checkpoint_id == state.checkpoint.checkpoint_id:
+            # The usual case: the latest checkpoint is projected. The whole history is read only
+            # when it fails verification, so a plan's cost does not grow with the checkpoint count.
+            history = [(newest[-1].checkpoint, newest[-1].state)]
+        else:
+            history = self._checkpoint_history(state) if state.checkpoints else []
+        only_latest = len(newest) == 1 and len(history) == 1
+        tried: set[str] = set()
+        while True:
+            for cp, snap in reversed(history):
+                if cp.checkpoint_id in tried:
+                    continue
+                tried.add(cp.checkpoint_id)
+                checked, problem = self._intact(cp.artifacts)
+                plan.artifacts_checked += checked
+                if problem is None:
+                    chosen = (cp, snap)
+                    break
+                plan.checkpoints_rejected.append((cp.checkpoint_id, problem))
+            if chosen is not None or not only_latest:
                 break
-            plan.checkpoints_rejected.append((cp.checkpoint_id, problem))
+            only_latest = False
+            history = self._checkpoint_history(state)  # fall back beyond the latest
         if history and chosen is None:
             plan.blocked_reason = ("no checkpoint has intact artifacts: "
                                    + "; ".join(f"{c}: {r}" for c, r in plan.checkpoints_rejected))

@@ -115,9 +115,10 @@ class RedisStore:
             raise ProjectionStoreError(f"loading {len(ids)} run states failed: {err}") from err
         return {r: state_from_json(v) for r, v in zip(ids, raw, strict=True) if v is not None}
 
-    def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+    def checkpoints(self, run_id: str, *, last: int | None = None) -> list[StoredCheckpoint]:
+        start = 0 if last is None else -max(last, 1)
         try:
-            raw: list[Any] = list(self.client.zrange(self.checkpoints_key(run_id), 0, -1))
+            raw: list[Any] = list(self.client.zrange(self.checkpoints_key(run_id), start, -1))
         except redis.RedisError as err:
             raise ProjectionStoreError(f"reading checkpoints of {run_id!r} failed: {err}") from err
         out = []

@@ -54,8 +54,9 @@ class ProjectionStore(Protocol):
         """Many runs' states in one round trip (missing runs are left out)."""
         ...
 
-    def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
-        """The run's checkpoints with their state snapshots, oldest first."""
+    def checkpoints(self, run_id: str, *, last: int | None = None) -> list[StoredCheckpoint]:
+        """The run's checkpoints with their state snapshots, oldest first (only the newest
+        ``last`` of them when given)."""
         ...
 
     def effects(self, run_id: str) -> dict[str, EffectEntry]:
@@ -91,9 +92,10 @@ class MemoryStore:
     def load_states(self, run_ids: Iterable[str]) -> dict[str, RunState]:
         return {r: self._states[r] for r in run_ids if r in self._states}
 
-    def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+    def checkpoints(self, run_id: str, *, last: int | None = None) -> list[StoredCheckpoint]:
         cps = self._checkpoints.get(run_id, {})
-        return [cps[k] for k in sorted(cps)]
+        out = [cps[k] for k in sorted(cps)]
+        return out if last is None else out[-max(last, 1):]
 
     def effects(self, run_id: str) -> dict[str, EffectEntry]:
         return dict(self._effects.get(run_id, {}))
