@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
-
-from projections import Outcome, OutcomeKind, RunState, fold
-from schemas import Codec, DecodeError, EventType, RunEvent, Settings, Topics, partition_for
+from projections import Outcome, OutcomeKind, RunState, fold, run_events
+from schemas import EventType, RunEvent, Settings, Topics, partition_for
 
 __all__ = ["LoggedEvent", "partitions_of", "render_timeline", "run_history"]
 
@@ -31,45 +28,13 @@ def partitions_of(settings: Settings) -> int:
     return len(md.topics[topic].partitions) if topic in md.topics else settings.partitions
 
 
-def _read(settings: Settings, run_id: str, partition: int) -> Iterator[tuple[int, RunEvent]]:
-    topic = Topics.of(settings).events
-    codec = Codec(max_record_bytes=settings.max_record_bytes)
-    consumer = Consumer(settings.consumer_config(f"runlog-inspect-{run_id}",
-                                                 **{"enable.partition.eof": True}))
-    try:
-        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        if hi <= lo:
-            return
-        consumer.assign([TopicPartition(topic, partition, lo)])
-        key = run_id.encode()
-        while True:
-            msg = consumer.poll(5.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.offset() >= hi - 1 or msg.error().code() == -191:  # partition EOF
-                    return
-                continue
-            if msg.key() == key:
-                try:
-                    ev = codec.decode(msg.value(), RunEvent)
-                except DecodeError:
-                    ev = None  # the projector dead-letters it; it is not part of the run's story
-                if ev is not None:
-                    yield msg.offset(), ev
-            if msg.offset() >= hi - 1:
-                return
-    finally:
-        consumer.close()
-
-
 def run_history(settings: Settings, run_id: str, *, upto_seq: int | None = None,
                 upto_time_ms: int | None = None) -> list[LoggedEvent]:
     """Every event of a run in log order, folded; optionally only up to a seq or a time."""
     partition = partition_for(run_id, partitions_of(settings))
     state: RunState | None = None
     out: list[LoggedEvent] = []
-    for offset, ev in _read(settings, run_id, partition):
+    for offset, ev in run_events(settings, run_id, partition, 0):
         if upto_time_ms is not None and ev.occurred_at > upto_time_ms:
             break
         state, outcome = fold(state, ev, (partition, offset))

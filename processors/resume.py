@@ -41,15 +41,13 @@ from producers import (
     Workflow,
     WorkflowRegistry,
 )
-from projections import RedisStore, RunState, RunStatus, fold, read_run_tail
+from projections import RedisStore, RunState, RunStatus, fold, read_run_tail, run_events
 from projections._state import CallRecord, CallStatus, EffectEntry
 from schemas import (
     ArtifactError,
     ArtifactRef,
     Checkpoint,
-    Codec,
     ConfigError,
-    DecodeError,
     ErrorInfo,
     EventType,
     ReplayPolicy,
@@ -271,30 +269,7 @@ class Resumer:
 
     def _events_from(self, run_id: str, partition: int, offset: int) -> Iterator[tuple[int, RunEvent]]:
         """The run's decodable events on its partition from ``offset`` to the high watermark."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        topic = Topics.of(self.settings).events
-        codec = Codec(max_record_bytes=self.settings.max_record_bytes)
-        consumer = Consumer(self.settings.consumer_config(f"runlog-resume-read-{run_id}"))
-        try:
-            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            consumer.assign([TopicPartition(topic, partition, max(offset, 0))])
-            key = run_id.encode()
-            pos = offset
-            while pos < hi:
-                msg = consumer.poll(5.0)
-                if msg is None or msg.error() is not None:
-                    continue
-                pos = msg.offset() + 1
-                if msg.key() != key:
-                    continue
-                try:
-                    ev = codec.decode(msg.value(), RunEvent)
-                except DecodeError:
-                    continue
-                yield msg.offset(), ev
-        finally:
-            consumer.close()
+        return run_events(self.settings, run_id, partition, offset)
 
     def _history_from_log(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
         out: list[tuple[Checkpoint, RunState]] = []

@@ -28,6 +28,7 @@ from projections.rebuild import (
     dump_namespace,
     read_run_tail,
     rebuild,
+    run_events,
     swap_namespaces,
 )
 from projections.redis_store import ProjectionStoreError, RedisStore, apply_script
@@ -66,6 +67,7 @@ __all__ = [
     "fold_many",
     "read_run_tail",
     "rebuild",
+    "run_events",
     "state_from_json",
     "state_to_json",
     "swap_namespaces",

@@ -35,6 +35,7 @@ __all__ = [
     "dump_namespace",
     "read_run_tail",
     "rebuild",
+    "run_events",
     "swap_namespaces",
 ]
 
@@ -178,6 +179,35 @@ def rebuild(
     return report
 
 
+def run_events(
+    settings: Settings, run_id: str, partition: int, from_offset: int, *, codec: Codec | None = None
+) -> Iterator[tuple[int, RunEvent]]:
+    """One run's decodable events, with their offsets, from ``from_offset`` to the high
+    watermark its partition had when the read began (records of other runs are skipped
+    undecoded; undecodable ones are the projector's dead letters, not the run's story)."""
+    cdc = codec or Codec(max_record_bytes=settings.max_record_bytes)
+    topic = Topics.of(settings).events
+    key = run_id.encode("utf-8")
+    c = _consumer(settings)
+    try:
+        try:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
+        except KafkaException as err:
+            raise RunlogError(f"reading watermarks of {topic}[{partition}] failed: {err}") from err
+        for msgs in _read(c, topic, {partition: max(from_offset, lo)}, {partition: hi}):
+            for m in msgs:
+                if m.key() != key:
+                    continue
+                try:
+                    ev = cdc.decode(m.value(), RunEvent)
+                except DecodeError:
+                    continue
+                if ev.run_id == run_id:
+                    yield m.offset(), ev
+    finally:
+        c.close()
+
+
 def read_run_tail(
     settings: Settings,
     run_id: str,
@@ -195,31 +225,10 @@ def read_run_tail(
     Returns:
         The run's state (``snapshot`` when nothing new) and how many of its events were read.
     """
-    cdc = codec or Codec(max_record_bytes=settings.max_record_bytes)
-    topic = Topics.of(settings).events
-    key = run_id.encode("utf-8")
     state, n = snapshot, 0
-    c = _consumer(settings)
-    try:
-        try:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
-        except KafkaException as err:
-            raise RunlogError(f"reading watermarks of {topic}[{partition}] failed: {err}") from err
-        start = max(from_offset, lo)
-        for msgs in _read(c, topic, {partition: start}, {partition: hi}):
-            for m in msgs:
-                if m.key() != key:
-                    continue
-                try:
-                    ev = cdc.decode(m.value(), RunEvent)
-                except DecodeError:
-                    continue  # dead letters are the projector's business, not the run's story
-                if ev.run_id != run_id:
-                    continue
-                state, _ = fold(state, ev, (partition, m.offset()))
-                n += 1
-    finally:
-        c.close()
+    for offset, ev in run_events(settings, run_id, partition, from_offset, codec=codec):
+        state, _ = fold(state, ev, (partition, offset))
+        n += 1
     return state, n
 
 
