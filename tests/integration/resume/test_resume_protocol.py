@@ -216,10 +216,19 @@ def test_two_resumers_racing_for_one_run_exactly_one_continues(
     barrier = threading.Barrier(2)
     outcomes: list[ResumeOutcome] = []
     errors: list[BaseException] = []
+    # Both resumers plan first and then race for the lease at the same moment; without this a
+    # fast first resumer can finish the run before the second one even looks at it.
+    for r in resumers:
+        take_over = r.runner.take_over
+
+        def synced(*args: Any, _take_over: Any = take_over, **kwargs: Any) -> Any:
+            barrier.wait(30)
+            return _take_over(*args, **kwargs)
+
+        r.runner.take_over = synced  # type: ignore[method-assign]
 
     def go(r: Resumer) -> None:
         try:
-            barrier.wait(10)
             outcomes.append(r.resume(run_id))
         except (RunlogError, threading.BrokenBarrierError) as err:  # surfaced below
             errors.append(err)
