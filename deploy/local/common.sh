@@ -118,3 +118,52 @@ stop_pidfile() {
     rm -f "$pidfile"
     log "$name: stopped"
 }
+
+# ------------------------------------------- Java and the Kafka jar cache --
+# Shared by up and cluster: JAVA is set by ensure_java; fetch_libs fills KAFKA_LIBS.
+
+ensure_java() {
+    local cand v
+    for cand in "${RUNLOG_JAVA:-}" "${JAVA_HOME:+$JAVA_HOME/bin/java}" "$(command -v java || true)" /usr/lib/jvm/*/bin/java; do
+        if [ -z "$cand" ] || [ ! -x "$cand" ]; then continue; fi
+        v="$("$cand" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+        if [ -n "$v" ] && [ "$v" -ge 17 ]; then
+            JAVA="$cand"
+            return 0
+        fi
+    done
+    log "no Java >= 17 found; installing default-jre-headless"
+    apt_install default-jre-headless
+    JAVA="$(command -v java)"
+}
+
+libs_ok() { # the cache is complete and was fetched for the current pom
+    [ -f "$KAFKA_LIBS/.fetched" ] && [ "$(cat "$KAFKA_LIBS/.fetched")" = "$(pom_hash)" ] &&
+        compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null
+}
+
+# The cache is tied to the pom and to RUNLOG_LOCAL_KAFKA_VERSION (if set).
+pom_hash() { echo "$(sha256sum "$ROOT/deploy/kafka/pom.xml" | cut -d' ' -f1) ${RUNLOG_LOCAL_KAFKA_VERSION:-}"; }
+
+fetch_libs() {
+    libs_ok && return 0
+    command -v mvn >/dev/null || {
+        log "mvn not found; installing maven"
+        apt_install maven
+    }
+    local tmp="$KAFKA_DIR/libs.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$KAFKA_DIR"
+    log "fetching Kafka jars with Maven into $KAFKA_LIBS (first start only)"
+    local -a vers=()
+    [ -z "${RUNLOG_LOCAL_KAFKA_VERSION:-}" ] || vers=(-Dkafka.version="$RUNLOG_LOCAL_KAFKA_VERSION")
+    if ! (cd "$ROOT/deploy/kafka" && mvn -B -q -f pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$tmp" "${vers[@]}") >"$KAFKA_DIR/mvn.log" 2>&1; then
+        tail -n 40 "$KAFKA_DIR/mvn.log" | sed 's/^/  mvn: /'
+        rm -rf "$tmp"
+        die "Maven fetch failed (full log: $KAFKA_DIR/mvn.log)"
+    fi
+    pom_hash >"$tmp/.fetched"
+    rm -rf "$KAFKA_LIBS"
+    mv "$tmp" "$KAFKA_LIBS"
+}

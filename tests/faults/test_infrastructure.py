@@ -7,7 +7,6 @@ removed. Redis and broker restarts use private services on other ports
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -29,10 +28,10 @@ from processors.faults.matrix import projection_mismatches, start_projector
 from processors.faults.report import PointEntry, write_section
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import Resumer
-from producers import CallInfo, Runner, RunWriter, StageContext, Workflow, rule, tool
-from producers._writer import DeliveryCallback
+from producers import CallInfo, Runner, StageContext, Workflow, rule, tool
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
-from schemas import DeliveryError, EventType, ReplayPolicy, RunEvent, Settings
+from schemas import DeliveryError, EventType, ReplayPolicy, Settings
+from tests.faults._support import AckLog, link_jar_cache, local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -151,29 +150,19 @@ def test_a_zombie_writer_is_fenced_by_the_fold_and_refused_by_its_lease(
 # -- 2. Redis restarted empty ------------------------------------------------------------------
 
 
-def _local(cmd: str, local_dir: Path, *args: str, **ports: str) -> str:
-    """Run a ``deploy/local`` script against private services (never the shared ones)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
-    env.update({"RUNLOG_LOCAL_DIR": str(local_dir), **ports})
-    proc = subprocess.run([str(ROOT / "deploy" / "local" / cmd), *args], env=env, capture_output=True,
-                          text=True, timeout=180, check=False)
-    assert proc.returncode == 0, f"deploy/local/{cmd} {' '.join(args)} failed: {proc.stderr[-2000:]}"
-    return proc.stdout
-
-
 REDIS_PORT = "36379"
 
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A private redis-server on port 36379 (state under tmp_path), stopped and purged at the end."""
-    local = tmp_path / "local-redis"
-    out = _local("up", local, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+    ldir = tmp_path / "local-redis"
+    out = local("up", ldir, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
     url = out.strip().rsplit("=", 1)[1]
     try:
-        yield url, local
+        yield url, ldir
     finally:
-        _local("down", local, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        local("down", ldir, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
 
 
 def test_redis_restarted_empty_between_a_crash_and_the_resume(
@@ -181,7 +170,7 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
 ) -> None:
     """Protections: the resume reads the run from the log when Redis holds nothing, and takes a lease
     epoch above the highest one on the log (``min_epoch``) although the epoch counter was lost."""
-    url, local = own_redis
+    url, ldir = own_redis
     settings = topics.with_(redis_url=url, lease_ttl_ms=1000)
     client = redis.Redis.from_url(url, **settings.redis_kwargs())
     server = serve(tmp_path / "world")
@@ -206,8 +195,8 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
         keys_before = client.dbsize()
         client.close()
         # restart Redis empty: kill it, delete its data, start it again
-        _local("down", local, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
-        _local("up", local, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        local("down", ldir, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        local("up", ldir, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
         client = redis.Redis.from_url(url, **settings.redis_kwargs())
         keys_after_restart = client.dbsize()
         with Resumer(settings, app_for(world)) as resumer:
@@ -325,43 +314,14 @@ KAFKA_PORT = "39092"
 def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A private single broker on port 39092 (controller 39093), data under tmp_path, purged at the end.
     The jar cache of the repo's ``.runlog`` is linked in, so nothing is fetched."""
-    local = tmp_path / "local-kafka"
-    (local / "kafka").mkdir(parents=True)
-    libs = ROOT / ".runlog" / "kafka" / "libs"
-    if libs.is_dir():
-        (local / "kafka" / "libs").symlink_to(libs)
-    out = _local("up", local, "--kafka-only", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
+    ldir = tmp_path / "local-kafka"
+    link_jar_cache(ldir)
+    out = local("up", ldir, "--kafka-only", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
     bootstrap = out.strip().rsplit("=", 1)[1]
     try:
-        yield bootstrap, local
+        yield bootstrap, ldir
     finally:
-        _local("down", local, "--kafka-only", "--kill", "--purge", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
-
-
-class AckLog(RunWriter):
-    """A run writer that records, per produced event, when it was produced and how it was acknowledged."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.lock = threading.Lock()
-        self.produced: dict[int, float] = {}
-        self.acked: dict[int, float] = {}
-        self.errors: list[tuple[int, str]] = []
-
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
-        seq = event.seq
-
-        def cb(err: DeliveryError | None, partition: int, offset: int) -> None:
-            with self.lock:
-                if err is None:
-                    self.acked[seq] = time.monotonic()
-                else:
-                    self.errors.append((seq, str(err)))
-            on_delivery(err, partition, offset)
-
-        with self.lock:
-            self.produced[seq] = time.monotonic()
-        super().produce(event, cb)
+        local("down", ldir, "--kafka-only", "--kill", "--purge", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
 
 
 def _busy_workflow(calls: int, pause_s: float) -> Workflow:
@@ -378,15 +338,17 @@ def _busy_workflow(calls: int, pause_s: float) -> Workflow:
     return wf
 
 
+@pytest.mark.parametrize("how", ["controlled", "sigkill"])
 def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_completes(
-    topics: Settings, tmp_path: Path, own_broker: tuple[str, Path]
+    topics: Settings, tmp_path: Path, own_broker: tuple[str, Path], how: str
 ) -> None:
     """Protection: the idempotent acks=all producer retries through the outage (``message.timeout.ms``
-    covers it) and the session waits for every acknowledgement before it completes the run."""
-    bootstrap, local = own_broker
+    covers it) and the session waits for every acknowledgement before it completes the run. The
+    broker is stopped either cleanly (SIGTERM) or killed (SIGKILL, log recovery on restart)."""
+    bootstrap, ldir = own_broker
     settings = topics.with_(kafka_bootstrap_servers=bootstrap)
     ensure_topics(settings)
-    entry = PointEntry("broker restarted (controlled) in the middle of a run", "FAILED")
+    entry = PointEntry(f"broker restarted ({how}) in the middle of a run", "FAILED")
     t0 = time.monotonic()
     writer = AckLog(settings)
     window: dict[str, float] = {}
@@ -394,7 +356,8 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
     def restart() -> None:
         time.sleep(1.5)
         window["down"] = time.monotonic()
-        _local("kafka-restart", local, "--down-for", "2", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
+        kill = ["--kill"] if how == "sigkill" else []
+        local("kafka-restart", ldir, *kill, "--down-for", "2", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
         window["up"] = time.monotonic()
 
     failure: BaseException | None = None
@@ -419,8 +382,9 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
     restarter.join(120)
     history = run_history(settings, run_id)
     on_topic = [le.event.seq for le in history]
-    acked = sorted(writer.acked)
-    during = [s for s, at in writer.produced.items() if window.get("down", 0) <= at <= window.get("up", 0)]
+    acked = writer.acked_seqs(run_id)
+    during = [s for (_, s), at in writer.produced.items()
+              if window.get("down", 0) <= at <= window.get("up", 0)]
     checks = entry.checks
     checks["restarted_during_run"] = "up" in window and bool(during)
     checks["no_delivery_error"] = failure is None and not writer.errors
@@ -428,7 +392,7 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
     checks["nothing_dropped"] = acked == list(range(1, last_seq + 1))
     checks["no_duplicates_on_topic"] = on_topic == sorted(set(on_topic))
     # events produced while the broker was going down or down were held and delivered once it was back
-    late = [s for s in during if writer.acked.get(s, 0) >= window.get("up", 0) - 0.5]
+    late = [s for s in during if writer.acked.get((run_id, s), 0) >= window.get("up", 0) - 0.5]
     checks["retried_through_outage"] = bool(late)
     checks["completed"] = completed and history[-1].state.status is RunStatus.COMPLETED
     entry.completed = checks["completed"]
