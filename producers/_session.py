@@ -176,7 +176,7 @@ class RunSession:
         return self.writer.delivery_timeout_s + 10
 
     def _wait(self, ack: _Ack, event: RunEvent) -> None:
-        if not ack.done.wait(self._timeout()):
+        if not self.writer.send_now(ack.done, self._timeout()):
             raise DeliveryError(self.writer.topic, self.run_id, f"seq {event.seq} not acknowledged in time")
         if ack.error is not None:
             raise ack.error

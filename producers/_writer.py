@@ -5,7 +5,8 @@ Delivery semantics: the producer has ``enable.idempotence=true`` and
 run's events land on one partition in produce order without duplicates from
 retries. Appends are pipelined (produce, return); an append marked
 ``confirm=True`` (every ``EFFECT_INTENT``, ``RUN_STARTED``, ``LEASE_ACQUIRED``)
-waits for the broker's acknowledgement before returning, and
+is sent at once, without waiting out ``linger.ms`` (:meth:`RunWriter.send_now`),
+and waits for the broker's acknowledgement before returning, and
 :meth:`RunSession.flush` (at every stage end and run end) waits for all of a
 run's outstanding events. A failed delivery is never dropped: it is raised as
 :class:`~schemas.errors.DeliveryError` from the next append or flush of that run,
@@ -56,12 +57,20 @@ class RunWriter:
         """How long librdkafka tries a record before reporting it failed."""
         self._producer = Producer(conf)
         self._stop = threading.Event()
+        self._sending_lock = threading.Lock()
+        self._sending = 0
+        """Threads inside :meth:`send_now`: they serve delivery reports, the poll thread stands aside."""
         self._poller = threading.Thread(target=self._poll_loop, name="runlog-writer-poll", daemon=True)
         self._poller.start()
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            if self._sending:
+                # a confirmed append is flushing and serves every delivery report meanwhile;
+                # polling too would race it for its own report and keep its flush waiting
+                self._stop.wait(0.01)
+            else:
+                self._producer.poll(0.01)
 
     def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
         """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
@@ -80,6 +89,33 @@ class RunWriter:
                 return
             except BufferError:
                 time.sleep(0.01)  # the poll thread drains delivery reports
+
+    def send_now(self, done: threading.Event, timeout: float) -> bool:
+        """Send what is queued without waiting out ``linger.ms``, until ``done`` is set.
+
+        librdkafka ignores ``linger.ms`` only while a ``flush()`` is in progress, so
+        this flushes in 1 ms slices and stops as soon as ``done`` is set (the delivery
+        report of a confirmed append), not when every other run's records are
+        acknowledged. Records still go out of the one idempotent producer in produce
+        order: per-partition ordering and ``acks=all`` are unchanged; other runs'
+        records queued at that moment are sent with it (smaller batches for them).
+
+        Returns:
+            whether ``done`` was set within ``timeout`` seconds.
+        """
+        end = time.monotonic() + timeout
+        with self._sending_lock:
+            self._sending += 1
+        try:
+            while not done.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return done.is_set()
+                self._producer.flush(min(left, 0.001))
+            return True
+        finally:
+            with self._sending_lock:
+                self._sending -= 1
 
     def crash_at(self, when: str, event: RunEvent) -> bool:
         """Whether the configured crash point is ``when`` (before/after) this event."""
