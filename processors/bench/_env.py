@@ -121,10 +121,16 @@ class BenchEnv:
         if p.flush(120) or failed:
             raise RunlogError(f"bench: writing {len(events)} events failed: {failed[:1]}")
 
-    def start_projector(self, settings: Settings, app_id: str, *, batch_size: int = 500,
-                        within: float = 0.5) -> BaseProcess:
-        """Start ``runlog project`` (:func:`processors.projector.run_projector`) in a child process."""
-        o = ProjectorOptions(app_id=f"bench-{self.tag}-{app_id}", batch_size=batch_size, within=within)
+    def start_projector(self, settings: Settings, app_id: str, *, batch_size: int | None = None,
+                        within: float | None = None) -> BaseProcess:
+        """Start ``runlog project`` (:func:`processors.projector.run_projector`) in a child process.
+
+        ``batch_size`` and ``within`` default to ``runlog project``'s own defaults.
+        """
+        d = ProjectorOptions()
+        o = ProjectorOptions(app_id=f"bench-{self.tag}-{app_id}",
+                             batch_size=d.batch_size if batch_size is None else batch_size,
+                             within=d.within if within is None else within)
         child = self._ctx.Process(target=_projector_main, args=(settings, o, self.workdir), daemon=True)
         child.start()
         self._children.append(child)

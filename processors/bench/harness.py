@@ -23,6 +23,7 @@ from processors.bench._read import bench_lag, bench_projector, bench_rebuild, ru
 from processors.bench._resume import bench_resume, bench_resumer_group
 from processors.bench._sizes import SIZES, BenchSize
 from processors.bench._write import bench_append, bench_intent, bench_writer_scale
+from processors.projector import ProjectorOptions
 from schemas.settings import Settings
 
 __all__ = ["TARGETS", "Progress", "machine", "run_bench", "steps_of", "targets_met"]
@@ -128,7 +129,7 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
                                                    marks=list(sz.projector_marks), tick=tick)
         result["projector"] = proj
         result["lag"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
-                                  within=0.5, tick=tick)
+                                  within=ProjectorOptions().within, tick=tick)
         result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
                                              within=0.01, tick=tick)
         result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.rounds, tick=tick)
