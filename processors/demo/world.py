@@ -147,6 +147,7 @@ class World:
             "assets": int(self._one("assets", "SELECT COUNT(*) FROM assets")),
             "publishes": int(self._one("platform", "SELECT COUNT(*) FROM articles")),
             "charges": int(self._one("payments", "SELECT COUNT(*) FROM charges")),
+            "charged_references": int(self._one("payments", "SELECT COUNT(DISTINCT reference) FROM charges")),
         }
 
 
@@ -209,9 +210,17 @@ def _handler(world: World) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class WorldServer(ThreadingHTTPServer):
+    """The world's HTTP server: a listen backlog for many concurrent runs (the default is 5, and a
+    full backlog resets connections, which a client sees as a failed call)."""
+
+    request_queue_size = 256
+    daemon_threads = True
+
+
 def serve(root: Path, port: int = 0) -> ThreadingHTTPServer:
     """Start the world's HTTP server on 127.0.0.1 in a daemon thread; returns the server."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(World(root)))
+    server = WorldServer(("127.0.0.1", port), _handler(World(root)))
     threading.Thread(target=server.serve_forever, name="demo-world", daemon=True).start()
     return server
 
@@ -221,7 +230,7 @@ def main() -> None:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--port", type=int, default=0)
     a = p.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", a.port), _handler(World(a.dir)))
+    server = WorldServer(("127.0.0.1", a.port), _handler(World(a.dir)))
     print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
