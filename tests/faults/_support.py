@@ -7,11 +7,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from producers import RunWriter
+from producers import CallInfo, RunWriter, StageContext, Workflow, rule, tool
 from producers._writer import DeliveryCallback
 from projections.rebuild import _consumer, _read, _watermarks
-from schemas import Codec, DeliveryError, RunEvent, Settings, Topics
+from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings, Topics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,8 +66,20 @@ class AckLog(RunWriter):
             return sorted(s for r, s in self.acked if r == run_id)
 
 
-def topic_events(settings: Settings) -> list[RunEvent]:
-    """Every decodable event on the events topic, partition by partition in log order."""
+def topic_events(settings: Settings, attempts: int = 5) -> list[RunEvent]:
+    """Every decodable event on the events topic, partition by partition in log order (retried: right
+    after a broker died, a read can fail while the client drops the dead broker's handle)."""
+    for attempt in range(attempts):
+        try:
+            return _topic_events(settings)
+        except RunlogError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
+def _topic_events(settings: Settings) -> list[RunEvent]:
     codec = Codec(max_record_bytes=settings.max_record_bytes)
     topic = Topics.of(settings).events
     c = _consumer(settings)
@@ -79,3 +92,18 @@ def topic_events(settings: Settings) -> list[RunEvent]:
         return out
     finally:
         c.close()
+
+
+def busy_workflow(calls: int, pause_s: float) -> Workflow:
+    """Three stages of ``calls`` SAFE tool calls each, every call sleeping ``pause_s``."""
+    @tool("tick", policy=ReplayPolicy.SAFE)
+    def tick(call: CallInfo, n: int) -> Any:
+        time.sleep(pause_s)
+        return {"n": n}
+
+    wf = Workflow("busy", version="1")
+    for name in ("one", "two", "three"):
+        @wf.stage(name, rules=[rule("ticks.all", lambda out: len(out["ticks"]) == calls)])
+        def stage(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            return {"ticks": [ctx.call(tick, n=i)["n"] for i in range(calls)]}
+    return wf

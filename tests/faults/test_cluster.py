@@ -14,6 +14,8 @@ intent, none twice).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -31,7 +33,7 @@ from processors.demo.world import serve
 from processors.faults.report import PointEntry, write_section
 from producers import Runner
 from schemas import EventType, Settings, Topics
-from tests.faults._support import AckLog, link_jar_cache, local, topic_events
+from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local, topic_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -170,5 +172,83 @@ def test_one_broker_of_three_killed_with_1000_runs_in_flight(
         "charges": stats["charges"], "outcomes": dict(finished), "delivery_errors": writer.errors[:5],
         "under_replicated_after_restart": urp,
     })
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
+
+
+def test_a_leader_cut_off_from_its_followers_then_killed_loses_no_acknowledged_event(
+    settings: Settings, cluster: tuple[str, Path]
+) -> None:
+    """The hard case for replication: the two other nodes hang (SIGSTOP) while runs write, so the
+    leader of some partitions is alone with its log; then it is killed and the others wake up and
+    elect new leaders from the followers it left behind. Protection: ``acks=all`` with
+    ``min.insync.replicas=2`` - nothing is acknowledged while the leader is alone, so nothing
+    acknowledged is missing from the new leaders (with ``acks=1`` the writes it acknowledged alone
+    are gone)."""
+    bootstrap, ldir = cluster
+    s = settings.with_(kafka_bootstrap_servers=bootstrap, replication_factor=3, min_insync_replicas=2,
+                       lease_ttl_ms=60_000, topic_prefix=f"{settings.topic_prefix}cut.")
+    ensure_topics(s)
+    runs = 24
+    entry = PointEntry(f"a leader cut off from its followers, then SIGKILLed, {runs} runs writing", "FAILED")
+    t0 = time.monotonic()
+    writer = AckLog(s)
+    victim, led = _busiest_leader(s)
+    others = [n for n in (1, 2, 3) if n != victim]
+    window: dict[str, float] = {}
+    wf = busy_workflow(calls=30, pause_s=0.02)
+    env = {"RUNLOG_CLUSTER_PORT": CLUSTER_PORT}
+    try:
+        with Runner.from_settings(s, source=source(), writer=writer) as runner:
+            handles = [runner.start_run(wf, {"i": i}) for i in range(runs)]
+
+            def execute(i: int) -> bool:
+                session = handles[i].session
+                assert session is not None
+                return runner.execute(session).completed
+
+            with ThreadPoolExecutor(runs, thread_name_prefix="run") as pool:
+                futures = [pool.submit(execute, i) for i in range(runs)]
+                time.sleep(1.0)
+                for n in others:
+                    local("cluster", ldir, "pause", str(n), **env)
+                window["cut"] = time.monotonic()
+                time.sleep(1.5)  # the victim alone receives its partitions' writes
+                window["kill"] = time.monotonic()
+                local("cluster", ldir, "kill", str(victim), **env)
+                for n in others:
+                    local("cluster", ldir, "resume", str(n), **env)
+                results = [f.result(timeout=300) for f in futures]
+    finally:
+        for n in others:  # never leave a node stopped, whatever failed
+            subprocess.run([str(ROOT / "deploy" / "local" / "cluster"), "resume", str(n)], check=False,
+                           capture_output=True, env={**os.environ, "RUNLOG_LOCAL_DIR": str(ldir), **env})
+        writer.close()
+    local("cluster", ldir, "start", str(victim), **env)  # it truncates to the new leaders' logs
+    events = topic_events(s)
+    on_topic = Counter((ev.run_id, ev.seq) for ev in events)
+    acked = set(writer.acked)
+    cut = [k for k, at in writer.produced.items() if window["cut"] <= at <= window["kill"]]
+    acked_alone = [k for k, at in writer.acked.items() if window["cut"] <= at <= window["kill"]]
+    run_ids = {h.run_id for h in handles}
+    last_type = {ev.run_id: ev.type for ev in events if ev.run_id in run_ids}
+    checks = entry.checks
+    checks["written_while_cut_off"] = bool(cut)
+    checks["nothing_acked_while_alone"] = not acked_alone
+    checks["every_ack_on_topic"] = acked <= set(on_topic)
+    checks["no_duplicate_event"] = all(n == 1 for n in on_topic.values())
+    checks["no_delivery_error"] = not writer.errors
+    checks["every_run_completed"] = all(results) and all(
+        last_type.get(r) is EventType.RUN_COMPLETED for r in run_ids)
+    entry.run_id = handles[0].run_id
+    entry.completed = checks["every_run_completed"]
+    entry.lost_events = len(acked - set(on_topic))
+    entry.failures = sorted(k for k, v in checks.items() if not v)
+    entry.outcome = "completed" if not entry.failures else "FAILED"
+    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.detail.update({"runs": runs, "killed_broker": victim, "partitions_it_led": led,
+                         "produced_while_cut_off": len(cut), "acked_while_alone": len(acked_alone),
+                         "events": len(events), "acked": len(acked), "lost": entry.lost_events,
+                         "delivery_errors": writer.errors[:5]})
     ENTRIES.append(entry)
     assert not entry.failures, (entry.failures, entry.detail)

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -28,10 +27,10 @@ from processors.faults.matrix import projection_mismatches, start_projector
 from processors.faults.report import PointEntry, write_section
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import Resumer
-from producers import CallInfo, Runner, StageContext, Workflow, rule, tool
+from producers import Runner
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
-from schemas import DeliveryError, EventType, ReplayPolicy, Settings
-from tests.faults._support import AckLog, link_jar_cache, local
+from schemas import DeliveryError, EventType, Settings
+from tests.faults._support import AckLog, busy_workflow, link_jar_cache, local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -324,20 +323,6 @@ def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         local("down", ldir, "--kafka-only", "--kill", "--purge", RUNLOG_LOCAL_KAFKA_PORT=KAFKA_PORT)
 
 
-def _busy_workflow(calls: int, pause_s: float) -> Workflow:
-    @tool("tick", policy=ReplayPolicy.SAFE)
-    def tick(call: CallInfo, n: int) -> Any:
-        time.sleep(pause_s)
-        return {"n": n}
-
-    wf = Workflow("busy", version="1")
-    for name in ("one", "two", "three"):
-        @wf.stage(name, rules=[rule("ticks.all", lambda out: len(out["ticks"]) == calls)])
-        def stage(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
-            return {"ticks": [ctx.call(tick, n=i)["n"] for i in range(calls)]}
-    return wf
-
-
 @pytest.mark.parametrize("how", ["controlled", "sigkill"])
 def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_completes(
     topics: Settings, tmp_path: Path, own_broker: tuple[str, Path], how: str
@@ -365,7 +350,7 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
     restarter = threading.Thread(target=restart, name="broker-restart")
     try:
         with Runner.from_settings(settings, source=source(), writer=writer) as runner:
-            handle = runner.start_run(_busy_workflow(calls=40, pause_s=0.04), {})
+            handle = runner.start_run(busy_workflow(calls=40, pause_s=0.04), {})
             assert handle.session is not None
             run_id = handle.run_id
             entry.run_id = run_id
