@@ -6,7 +6,10 @@ writes Redis through the offset-guarded Lua script, then produces checkpoints
 (key run id), effects (key delivery key) and dead letters and waits for their
 acknowledgements before the batch's offsets can be committed. A crash anywhere
 replays from the last commit: Redis ignores what it already holds, the
-compacted topics receive identical records again. Instances sharing the app id
+compacted topics receive identical records again. A Redis that lost the
+namespace (emptied while the projector runs, or while it was down with offsets
+committed) is rebuilt from the log before the projector goes on
+(:mod:`projections.recovery`). Instances sharing the app id
 form one consumer group and split the partitions.
 """
 
@@ -24,7 +27,8 @@ import faust
 from processors.dlq import to_record
 from processors.metrics import Metrics, MetricsServer
 from projections.batch import BatchProjector, BatchResult, RawRecord
-from projections.redis_store import RedisStore
+from projections.recovery import lost_at_start, recover
+from projections.redis_store import ProjectionLost, RedisStore
 from schemas._codec import Codec
 from schemas.errors import ConfigError
 from schemas.settings import Settings
@@ -33,6 +37,8 @@ from schemas.topics import Topics
 __all__ = ["ProjectorOptions", "build_app", "faust_credentials", "faust_settings", "observe", "run_projector"]
 
 log = logging.getLogger(__name__)
+
+RECOVERY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,16 +129,35 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     effects = app.topic(names.effects, **raw)
     dlq = app.topic(names.dlq, **raw)
     codec = Codec(max_record_bytes=settings.max_record_bytes)
-    core = BatchProjector(RedisStore.from_settings(settings), codec, cache_size=o.cache_size)
+    store = RedisStore.from_settings(settings)
+    core = BatchProjector(store, codec, cache_size=o.cache_size)
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")
     done: dict[int, int] = {}
 
+    def rebuild_if_lost_at_start() -> None:
+        if lost_at_start(settings, store, o.app_id):
+            m.inc("runlog_projector_recoveries_total", reason="lost_at_start")
+            recover(settings, store, core)
+
+    def process(recs: list[RawRecord]) -> BatchResult:
+        # A lost namespace is rebuilt from the log, then the batch is applied again (a no-op
+        # where the replay already wrote it): its offsets are committed only after that.
+        for _ in range(RECOVERY_ATTEMPTS):
+            try:
+                return core.process(recs)
+            except ProjectionLost as err:
+                log.warning("%s", err)
+                m.inc("runlog_projector_recoveries_total", reason="lost")
+                recover(settings, store, core)
+        return core.process(recs)
+
     async def project(stream: Any) -> None:
         loop = asyncio.get_running_loop()
+        await loop.run_in_executor(worker, rebuild_if_lost_at_start)
         async for batch in stream.take_events(o.batch_size, within=o.within):
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
                               e.message.key, e.message.value) for e in batch]
-            res = await loop.run_in_executor(worker, core.process, recs)
+            res = await loop.run_in_executor(worker, process, recs)
             sent: list[Awaitable[Any]] = []
             for dl in res.dead_letters:
                 rec = to_record(dl)

@@ -31,7 +31,7 @@ from projections.rebuild import (
     run_events,
     swap_namespaces,
 )
-from projections.redis_store import ProjectionStoreError, RedisStore, apply_script
+from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore, apply_script
 from projections.store import ApplyResult, MemoryStore, ProjectionStore, RunUpdate
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Position",
+    "ProjectionLost",
     "ProjectionStore",
     "ProjectionStoreError",
     "RawRecord",

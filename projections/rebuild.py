@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -35,6 +35,7 @@ __all__ = [
     "dump_namespace",
     "read_run_tail",
     "rebuild",
+    "replay_into",
     "run_events",
     "swap_namespaces",
 ]
@@ -151,10 +152,22 @@ def rebuild(
         raise RunlogError("rebuild into the live prefix refused: rebuild elsewhere, then --swap")
     r = client or redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
     _delete_namespace(r, target_prefix)
-    store = RedisStore(r, target_prefix)
+    return replay_into(settings, RedisStore(r, target_prefix), progress=progress)
+
+
+def replay_into(
+    settings: Settings,
+    store: RedisStore,
+    *,
+    progress: TextIO | None = None,
+    on_batch: Callable[[], None] | None = None,
+) -> RebuildReport:
+    """Replay the whole events topic, up to the high watermarks taken at start, into ``store`` (not
+    cleared: the offset-guarded apply skips what it already holds). ``on_batch`` runs after every
+    batch (e.g. to extend a lock)."""
     proj = BatchProjector(store, Codec(max_record_bytes=settings.max_record_bytes), cache_size=1 << 30)
     topic = Topics.of(settings).events
-    report = RebuildReport(target_prefix)
+    report = RebuildReport(store.prefix)
     started = time.monotonic()
     c = _consumer(settings)
     try:
@@ -171,6 +184,8 @@ def rebuild(
             report.rejected += sum(res.rejected.values())
             report.dead_letters += len(res.dead_letters)
             _progress(progress, report.records, total, started)
+            if on_batch is not None:
+                on_batch()
     finally:
         c.close()
         if progress is not None:
@@ -239,6 +254,13 @@ def _keys(r: redis.Redis, prefix: str) -> list[bytes]:
     return sorted(r.scan_iter(match=f"{prefix}:*", count=1000))
 
 
+def _projection_keys(r: redis.Redis, prefix: str) -> list[bytes]:
+    """The namespace's keys without its marker and rebuild lock (they name an incarnation, not
+    content: two namespaces folded from the same log differ only there)."""
+    skip = {f"{prefix}:projection".encode(), f"{prefix}:projection:rebuild".encode()}
+    return [k for k in _keys(r, prefix) if k not in skip]
+
+
 def _delete_namespace(r: redis.Redis, prefix: str) -> int:
     keys = _keys(r, prefix)
     for i in range(0, len(keys), 500):
@@ -250,7 +272,7 @@ def dump_namespace(r: redis.Redis, prefix: str) -> dict[str, Any]:
     """Every key under ``prefix`` (the prefix cut off) with its full value, for comparisons."""
     out: dict[str, Any] = {}
     try:
-        keys = _keys(r, prefix)
+        keys = _projection_keys(r, prefix)
         pipe = r.pipeline(transaction=False)
         for k in keys:
             pipe.type(k)
@@ -286,9 +308,20 @@ def diff_namespaces(r: redis.Redis, live: str, other: str) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
+_PROJECTION_SUFFIXES = (b":state", b":checkpoints", b":effects")
+_PROJECTION_INFIXES = (b":runs:by_status:", b":effects:by_key", b":projection")
+
+
+def _is_projection_key(key: bytes) -> bool:
+    """A key the projector writes (not a writer's lease, epoch counter or idempotency key)."""
+    return key.endswith(_PROJECTION_SUFFIXES) or any(i in key for i in _PROJECTION_INFIXES)
+
+
 def swap_namespaces(r: redis.Redis, live: str, rebuilt: str) -> int:
-    """Make ``rebuilt`` the live namespace: live keys are dropped, rebuilt ones renamed (one MULTI)."""
-    old, new = _keys(r, live), _keys(r, rebuilt)
+    """Make ``rebuilt`` the live namespace: live projection keys are dropped, rebuilt ones renamed
+    (one MULTI). The writers' keys in the live namespace (leases, epoch counters, idempotency keys)
+    are kept: a rebuild never fences a running run or forgets an idempotency key."""
+    old, new = [k for k in _keys(r, live) if _is_projection_key(k)], _keys(r, rebuilt)
     cut = len(rebuilt) + 1
     try:
         pipe = r.pipeline(transaction=True)

@@ -9,7 +9,15 @@ one run's keys share a Redis Cluster slot):
 * ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
 * ``P:{run}:effects``      hash delivery_key -> effect JSON;
 * ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
-* ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id and status).
+* ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id and status);
+* ``P:projection``         hash: ``gen`` (a token naming this incarnation of the namespace) and
+  ``state`` (``ready`` | ``rebuilding``); ``P:projection:rebuild`` the rebuild lock.
+
+The marker makes a lost Redis visible: every apply carries the generation the
+writer claimed or adopted, and the script refuses (``LOST``) when the marker no
+longer holds it (Redis restarted empty, flushed, or the namespace swapped), so
+a projector never folds a run's middle onto nothing. It then rebuilds the
+namespace from the log (:mod:`projections.recovery`).
 
 Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
@@ -20,7 +28,9 @@ need their own writes (not supported yet).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -44,18 +54,38 @@ from projections.store import ApplyResult, RunUpdate
 from schemas.errors import RunlogError
 from schemas.settings import Settings
 
-__all__ = ["ProjectionStoreError", "RedisStore", "apply_script"]
+__all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
 
 _RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
+_LOST = -2
+READY, REBUILDING = "ready", "rebuilding"
 
 
 class ProjectionStoreError(RunlogError):
     """Redis refused or failed a projection read or write."""
 
 
+class ProjectionLost(ProjectionStoreError):
+    """The namespace this store was writing is gone or was replaced (the marker no longer holds the
+    store's generation), or is being rebuilt: the writer's cached states are void. Nothing of the
+    refused update was written; rebuild or adopt (:func:`projections.recovery.recover`) and retry."""
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The namespace marker: which incarnation of the namespace this is, and whether it is whole."""
+
+    gen: str
+    state: str
+
+
 def apply_script() -> str:
     """The Lua source that applies one run update."""
     return resources.files("projections").joinpath("lua", "apply.lua").read_text(encoding="utf-8")
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _dumps(v: Any) -> str:
@@ -68,6 +98,7 @@ class RedisStore:
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
         self.prefix = prefix
+        self._gen: str | None = None
         self._source = apply_script()
         try:
             self._sha: str = str(client.script_load(self._source))
@@ -96,6 +127,96 @@ class RedisStore:
     @property
     def effects_index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
+
+    @property
+    def marker_key(self) -> str:
+        return f"{self.prefix}:projection"
+
+    @property
+    def rebuild_lock_key(self) -> str:
+        return f"{self.prefix}:projection:rebuild"
+
+    # -- the namespace marker -----------------------------------------------------------------
+
+    def marker(self) -> Marker | None:
+        """The namespace's marker, or None when there is none (a new or an emptied namespace)."""
+        try:
+            raw = self.client.hgetall(self.marker_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
+        fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+        if "gen" not in fields:
+            return None
+        return Marker(fields["gen"], fields.get("state", READY))
+
+    @property
+    def generation(self) -> str:
+        """The generation this store writes under; on first use, the marker's (created when there
+        is none: a namespace nobody wrote yet). Raises :class:`ProjectionLost` while a rebuild runs."""
+        if self._gen is None:
+            try:
+                pipe = self.client.pipeline(transaction=True)
+                pipe.hsetnx(self.marker_key, "gen", uuid.uuid4().hex)
+                pipe.hsetnx(self.marker_key, "state", READY)
+                pipe.execute()
+            except redis.RedisError as err:
+                raise ProjectionStoreError(f"creating the namespace marker failed: {err}") from err
+            m = self.marker()
+            if m is None or m.state != READY:
+                raise ProjectionLost(f"namespace {self.prefix!r} is being rebuilt")
+            self._gen = m.gen
+        return self._gen
+
+    def adopt(self, gen: str | None) -> None:
+        """Write under ``gen`` from now on (None: look the marker up again on next use)."""
+        self._gen = gen
+
+    def begin_rebuild(self, holder: str, ttl_ms: int = 60_000) -> str | None:
+        """Take the rebuild lock and mark the namespace ``rebuilding`` under a new generation, which
+        this store adopts (every other writer's applies are refused from now on). None when another
+        holder has the lock."""
+        gen = uuid.uuid4().hex
+        try:
+            if not self.client.set(self.rebuild_lock_key, holder, nx=True, px=ttl_ms):
+                return None
+            self.client.hset(self.marker_key, mapping={"gen": gen, "state": REBUILDING})
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"starting a rebuild of {self.prefix!r} failed: {err}") from err
+        self._gen = gen
+        return gen
+
+    def hold_rebuild(self, holder: str, ttl_ms: int = 60_000) -> bool:
+        """Extend the rebuild lock; False when it is no longer ``holder``'s."""
+        try:
+            if self.client.get(self.rebuild_lock_key) != holder.encode():
+                return False
+            return bool(self.client.pexpire(self.rebuild_lock_key, ttl_ms))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"extending the rebuild lock failed: {err}") from err
+
+    def rebuild_locked(self) -> bool:
+        try:
+            return bool(self.client.exists(self.rebuild_lock_key))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the rebuild lock failed: {err}") from err
+
+    def abandon_rebuild(self, holder: str) -> None:
+        """Release the rebuild lock without marking the namespace whole (a failed rebuild)."""
+        try:
+            if self.client.get(self.rebuild_lock_key) == holder.encode():
+                self.client.delete(self.rebuild_lock_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"releasing the rebuild lock failed: {err}") from err
+        self._gen = None
+
+    def finish_rebuild(self, holder: str, gen: str) -> None:
+        """Mark the namespace whole (``ready``) under ``gen`` and release the lock."""
+        try:
+            self.client.hset(self.marker_key, mapping={"gen": gen, "state": READY})
+            if self.client.get(self.rebuild_lock_key) == holder.encode():
+                self.client.delete(self.rebuild_lock_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"finishing the rebuild of {self.prefix!r} failed: {err}") from err
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -166,6 +287,7 @@ class RedisStore:
             self.status_key(base_status),
             self.status_key(s.status),
             self.effects_index_key,
+            self.marker_key,
         ]
         cp = s.checkpoint
         fields: list[str | int] = [
@@ -184,6 +306,7 @@ class RedisStore:
         argv.append(len(u.effects))
         for e in u.effects:
             argv.extend([e.delivery_key, _dumps(effect_to_dict(e))])
+        argv.append(self.generation)
         return keys, argv
 
     def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
@@ -200,6 +323,11 @@ class RedisStore:
         for r in raw:
             if isinstance(r, Exception):
                 raise ProjectionStoreError(f"apply script failed: {r}") from r
+        if any(int(r) == _LOST for r in raw):
+            gen, self._gen = self._gen, None
+            raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
+                                 f"emptied or the namespace replaced; {sum(int(r) == _LOST for r in raw)} "
+                                 f"of {len(raw)} updates refused")
         return [_RESULTS[int(r)] for r in raw]
 
     def _run(self, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:

@@ -1,9 +1,12 @@
 -- Apply one run update atomically, guarded by the run's last folded log offset (compare-and-set).
 -- KEYS: 1 state hash, 2 checkpoints zset, 3 effects hash, 4 index of the base status,
---       5 index of the new status, 6 global effects-by-delivery-key hash
+--       5 index of the new status, 6 global effects-by-delivery-key hash, 7 the namespace marker
 -- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs...,
---       n_checkpoints, score/member pairs..., n_effects, delivery_key/json pairs...
--- Returns 1 applied, 0 already applied (stored offset >= new), -1 conflict (stored != base).
+--       n_checkpoints, score/member pairs..., n_effects, delivery_key/json pairs..., generation
+-- Returns 1 applied, 0 already applied (stored offset >= new), -1 conflict (stored != base),
+-- -2 lost: the marker does not hold the writer's generation (Redis was emptied, or the
+-- namespace replaced, under the writer), so nothing is written.
+if redis.call('HGET', KEYS[7], 'gen') ~= ARGV[#ARGV] then return -2 end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'offset') or '-1')
 local base = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])

@@ -239,6 +239,92 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
     assert not entry.failures, (entry.failures, entry.detail)
 
 
+def test_redis_restarted_empty_under_a_running_projector_is_rebuilt_from_the_log(
+    topics: Settings, tmp_path: Path, own_redis: tuple[str, Path]
+) -> None:
+    """Protection: every projector write carries the namespace generation, so once Redis comes back
+    empty the Lua apply refuses (instead of folding the middle of a run onto nothing) and the
+    projector rebuilds the namespace from the log before it goes on. Run A completed before the
+    loss and has no event after it: it is back in Redis only because of the rebuild. Run B was
+    writing through the loss: its writer loses its lease (the lease key went with Redis), and the
+    resumer finishes it."""
+    url, ldir = own_redis
+    settings = topics.with_(redis_url=url, lease_ttl_ms=2000)
+    client = redis.Redis.from_url(url, **settings.redis_kwargs())
+    server = serve(tmp_path / "world")
+    world_url = f"http://127.0.0.1:{server.server_address[1]}"
+    entry = PointEntry("redis restarted empty while the projector and a run are active", "FAILED")
+    t0 = time.monotonic()
+    plog = tmp_path / "proj.log"
+    projector = start_projector(settings, f"{settings.topic_prefix}infra-projector", plog)
+    store = RedisStore(client, settings.redis_prefix)
+    worker_b: subprocess.Popen[str] | None = None
+    try:
+        def slow(delay: str) -> subprocess.Popen[str]:
+            return subprocess.Popen([sys.executable, "-m", "tests.faults.slow_worker", "--delay", delay],
+                                    env=worker_env(settings, world_url), cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+
+        worker_a = slow("0")
+        run_a = _first_line(worker_a, "run_id=")
+        rc_a = worker_a.wait(120)
+        worker_a.communicate()
+        _wait(lambda: (st := store.load_state(run_a)) is not None and st.status is RunStatus.COMPLETED,
+              60, "run A to be projected")
+        worker_b = slow("0.4")
+        run_b = _first_line(worker_b, "run_id=")
+        entry.run_id = run_b
+        _wait(lambda: (st := store.load_state(run_b)) is not None and st.last_seq >= 6, 60,
+              "run B to be projected in part")
+        marker_before = store.marker()
+        keys_before = client.dbsize()
+        client.close()
+        local("down", ldir, "--redis-only", "--kill", "--purge", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        local("up", ldir, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
+        client = redis.Redis.from_url(url, **settings.redis_kwargs())
+        store = RedisStore(client, settings.redis_prefix)
+        rc_b = worker_b.wait(180)
+        out_b = worker_b.communicate()[0]
+        outcome = None
+        if rc_b != 0:  # fenced by the lost lease: the resumer takes it from the log
+            with Resumer(settings, app_for(WorldClient(world_url))) as resumer:
+                outcome = resumer.resume(run_b)
+        per_run, _glob = projection_mismatches(settings, client, [run_a, run_b], timeout_s=120)
+        states = store.load_states([run_a, run_b])
+        marker_after = store.marker()
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        projector.wait(30)
+        if worker_b is not None and worker_b.poll() is None:
+            worker_b.kill()
+            worker_b.communicate()
+        server.shutdown()
+        server.server_close()
+        client.close()
+    final_b = run_history(settings, run_b)[-1].state
+    checks = entry.checks
+    checks["run_a_completed_before_the_loss"] = rc_a == 0
+    checks["redis_was_emptied"] = keys_before > 0 and marker_before is not None
+    checks["run_b_completed"] = final_b.status is RunStatus.COMPLETED and (
+        rc_b == 0 or (outcome is not None and outcome.result == "completed"))
+    checks["projector_rebuilt_the_namespace"] = (
+        marker_after is not None and marker_before is not None and marker_after.gen != marker_before.gen
+        and marker_after.state == "ready" and "rebuilding it from the log" in plog.read_text())
+    checks["run_a_back_in_redis"] = run_a in states and states[run_a].status is RunStatus.COMPLETED
+    checks["run_b_projected_to_the_end"] = run_b in states and states[run_b].last_seq == final_b.last_seq
+    checks["projection_equals_rebuild"] = not any(per_run.values())
+    entry.completed = checks["run_b_completed"]
+    entry.projection_mismatches = sum(len(v) for v in per_run.values())
+    entry.failures = sorted(k for k, v in checks.items() if not v)
+    entry.outcome = "rebuilt" if not entry.failures else "FAILED"
+    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.detail.update({"run_a": run_a, "worker_b_exit": rc_b, "worker_b_out": out_b.strip()[-300:],
+                         "resume": outcome.result if outcome else None, "keys_before": keys_before,
+                         "mismatches": {r: v for r, v in per_run.items() if v}})
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
+
+
 # -- 3. projector killed and restarted ---------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import redis
 
-from projections import RedisStore, RunStatus
+from projections import ProjectionLost, RedisStore, RunStatus
 from schemas import Settings
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import StoreContract, fold_updates
@@ -28,7 +28,7 @@ class TestRedisStore(StoreContract):
         keys = {k.decode() for k in self.redis.scan_iter(match=f"{p}:*")}
         assert keys == {
             f"{p}:{{run-42}}:state", f"{p}:{{run-42}}:checkpoints", f"{p}:{{run-42}}:effects",
-            f"{p}:runs:by_status:RUNNING", f"{p}:effects:by_key",
+            f"{p}:runs:by_status:RUNNING", f"{p}:effects:by_key", f"{p}:projection",
         }
         h = self.redis.hgetall(f"{p}:{{run-42}}:state")
         assert h[b"status"] == b"RUNNING" and h[b"stage"] == b"" and h[b"next_stage"] == b"prefill"
@@ -45,3 +45,36 @@ class TestRedisStore(StoreContract):
         self.redis.script_flush()
         assert self.store.apply(ups[2:])
         assert self.store.load_state("r-flush") == ups[-1].state
+
+    def _keys(self) -> set[bytes]:
+        return set(self.redis.scan_iter(match=f"{self.prefix}:*"))
+
+    def test_an_apply_onto_an_emptied_namespace_is_refused_and_writes_nothing(self) -> None:
+        updates = fold_updates(full_run("run-7", stages=3))
+        self.store.apply(updates[:5])
+        for k in self._keys():  # Redis emptied under the store (a restart without data)
+            self.redis.delete(k)
+        with pytest.raises(ProjectionLost, match="no longer holds generation"):
+            self.store.apply(updates[5:])
+        assert self._keys() == set()
+        # the store does not keep writing under the lost generation: it claims a new one
+        self.store.apply(updates[:1])
+        assert self.store.marker() is not None and self.store.load_state("run-7") is not None
+
+    def test_a_rebuild_started_elsewhere_fences_the_other_writers(self) -> None:
+        updates = fold_updates(full_run("run-8", stages=3))
+        self.store.apply(updates[:3])
+        rebuilder = RedisStore(self.redis, self.prefix)
+        gen = rebuilder.begin_rebuild("holder-a")
+        assert gen is not None and rebuilder.begin_rebuild("holder-b") is None  # one holder at a time
+        before = self.redis.hgetall(f"{self.prefix}:{{run-8}}:state")
+        with pytest.raises(ProjectionLost):
+            self.store.apply(updates[3:])
+        assert self.redis.hgetall(f"{self.prefix}:{{run-8}}:state") == before
+        rebuilder.apply(updates[3:])  # the rebuilder writes under the new generation
+        with pytest.raises(ProjectionLost, match="being rebuilt"):
+            _ = RedisStore(self.redis, self.prefix).generation  # a newcomer waits for ready
+        rebuilder.finish_rebuild("holder-a", gen)
+        assert not rebuilder.rebuild_locked()
+        m = self.store.marker()
+        assert m is not None and m.gen == gen and m.state == "ready"
