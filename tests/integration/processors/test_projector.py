@@ -196,3 +196,38 @@ def test_read_run_tail_folds_only_that_run_from_a_checkpoint(
     whole, n_all = read_run_tail(topics, rid, full.partition, 0, None)
     assert whole == full and n_all == len(target)
     assert diff_namespaces(redis_client, ref, ref) == []
+
+
+def test_a_projector_started_on_an_emptied_namespace_rebuilds_it_before_consuming(
+    topics: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Redis lost while no projector ran: the group's committed offsets are past everything, so
+    consuming on would leave Redis empty. The projector sees no namespace marker with committed
+    offsets (``lost_at_start``) and rebuilds from the log first."""
+    from projections.recovery import lost_at_start
+
+    runs = many_runs(10, 20)
+    produce(topics, interleave(runs))
+    app_id = f"{topics.topic_prefix}proj"
+    store = RedisStore(redis_client, topics.redis_prefix)
+    assert not lost_at_start(topics, store, app_id)  # no marker, but no committed offsets either
+    proc = start_projector(topics, app_id, log=tmp_path / "p1.log")
+    try:
+        ref = reference(topics, redis_client)
+        assert converges(topics, redis_client, ref, timeout=120) == []
+        # offsets are committed about every second
+        time.sleep(3)
+    finally:
+        stop(proc)
+    keys = list(redis_client.scan_iter(match=f"{topics.redis_prefix}:*"))
+    redis_client.delete(*keys)
+    assert lost_at_start(topics, store, app_id)
+    proc = start_projector(topics, app_id, log=tmp_path / "p2.log")
+    try:
+        assert converges(topics, redis_client, ref, timeout=120) == []
+    finally:
+        stop(proc)
+    assert "rebuilding it from the log" in (tmp_path / "p2.log").read_text()
+    marker = store.marker()
+    assert marker is not None and marker.state == "ready"
+    assert not lost_at_start(topics, store, app_id)
