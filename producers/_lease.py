@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 
+from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import LeaseLost, RunlogError
 from schemas.settings import Settings
 
@@ -91,16 +92,6 @@ if epoch < tonumber(ARGV[4]) then
 end
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. epoch, 'PX', ARGV[2])
 return {epoch, ''}
-"""
-_HEARTBEAT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
 """
 
 
@@ -178,8 +169,8 @@ class RedisLeaseManager(LeaseManager):
         self.margin_ms = margin_ms if margin_ms is not None else max(self.ttl_ms // 4, 50)
         self.holder = holder or f"writer-{uuid.uuid4().hex[:12]}"
         self._acquire = client.register_script(_ACQUIRE)
-        self._hb = client.register_script(_HEARTBEAT)
-        self._rel = client.register_script(_RELEASE)
+        self._hb = client.register_script(TOKEN_EXTEND)
+        self._rel = client.register_script(TOKEN_RELEASE)
         self._leases: dict[int, RedisLease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()

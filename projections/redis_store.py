@@ -51,6 +51,7 @@ from projections._state import (
     state_to_json,
 )
 from projections.store import ApplyResult, RunUpdate
+from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import RunlogError
 from schemas.settings import Settings
 
@@ -99,6 +100,8 @@ class RedisStore:
         self.client = client
         self.prefix = prefix
         self._gen: str | None = None
+        self._extend = client.register_script(TOKEN_EXTEND)
+        self._release = client.register_script(TOKEN_RELEASE)
         self._source = apply_script()
         try:
             self._sha: str = str(client.script_load(self._source))
@@ -188,9 +191,7 @@ class RedisStore:
     def hold_rebuild(self, holder: str, ttl_ms: int = 60_000) -> bool:
         """Extend the rebuild lock; False when it is no longer ``holder``'s."""
         try:
-            if self.client.get(self.rebuild_lock_key) != holder.encode():
-                return False
-            return bool(self.client.pexpire(self.rebuild_lock_key, ttl_ms))
+            return int(self._extend(keys=[self.rebuild_lock_key], args=[holder, ttl_ms])) == 1
         except redis.RedisError as err:
             raise ProjectionStoreError(f"extending the rebuild lock failed: {err}") from err
 
@@ -203,8 +204,7 @@ class RedisStore:
     def abandon_rebuild(self, holder: str) -> None:
         """Release the rebuild lock without marking the namespace whole (a failed rebuild)."""
         try:
-            if self.client.get(self.rebuild_lock_key) == holder.encode():
-                self.client.delete(self.rebuild_lock_key)
+            self._release(keys=[self.rebuild_lock_key], args=[holder])
         except redis.RedisError as err:
             raise ProjectionStoreError(f"releasing the rebuild lock failed: {err}") from err
         self._gen = None
@@ -213,8 +213,7 @@ class RedisStore:
         """Mark the namespace whole (``ready``) under ``gen`` and release the lock."""
         try:
             self.client.hset(self.marker_key, mapping={"gen": gen, "state": READY})
-            if self.client.get(self.rebuild_lock_key) == holder.encode():
-                self.client.delete(self.rebuild_lock_key)
+            self._release(keys=[self.rebuild_lock_key], args=[holder])
         except redis.RedisError as err:
             raise ProjectionStoreError(f"finishing the rebuild of {self.prefix!r} failed: {err}") from err
 

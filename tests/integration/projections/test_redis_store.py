@@ -67,6 +67,9 @@ class TestRedisStore(StoreContract):
         rebuilder = RedisStore(self.redis, self.prefix)
         gen = rebuilder.begin_rebuild("holder-a")
         assert gen is not None and rebuilder.begin_rebuild("holder-b") is None  # one holder at a time
+        assert rebuilder.hold_rebuild("holder-a") and not rebuilder.hold_rebuild("holder-b")
+        RedisStore(self.redis, self.prefix).abandon_rebuild("holder-b")  # not its lock: kept
+        assert rebuilder.rebuild_locked()
         before = self.redis.hgetall(f"{self.prefix}:{{run-8}}:state")
         with pytest.raises(ProjectionLost):
             self.store.apply(updates[3:])
