@@ -42,6 +42,13 @@ class PointEntry:
     def ok(self) -> bool:
         return not self.failures
 
+    def conclude(self, outcome: str, started: float) -> None:
+        """Failures = the checks that did not hold; ``outcome`` when none, else ``FAILED``; the time
+        since ``started`` (a ``time.monotonic()`` reading)."""
+        self.failures = sorted(k for k, v in self.checks.items() if not v)
+        self.outcome = outcome if not self.failures else "FAILED"
+        self.seconds = round(time.monotonic() - started, 3)
+
 
 def _totals(sections: Mapping[str, Any]) -> dict[str, Any]:
     entries = [e for s in sections.values() for e in s.get("points", [])]

@@ -14,14 +14,13 @@ intent, none twice).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -33,7 +32,7 @@ from processors.demo.world import serve
 from processors.faults.report import PointEntry, write_section
 from producers import Runner
 from schemas import EventType, Settings, Topics
-from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local, topic_events
+from tests.faults._support import AckLog, busy_workflow, link_jar_cache, local, topic_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,21 +62,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         local("cluster", ldir, "down", "--kill", "--purge", RUNLOG_CLUSTER_PORT=CLUSTER_PORT)
 
 
-def _busiest_leader(settings: Settings) -> tuple[int, int]:
-    """The broker leading most partitions of the events topic, and how many it leads."""
+def _events_partitions(settings: Settings) -> list[Any]:
+    """The events topic's partition metadata (leader, replicas, in-sync replicas)."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
     topic = Topics.of(settings).events
-    tmd = admin.list_topics(topic, timeout=10).topics[topic]
-    leaders = Counter(p.leader for p in tmd.partitions.values())
-    assert all(len(p.replicas) == 3 for p in tmd.partitions.values()), "events topic is not RF 3"
-    return leaders.most_common(1)[0]
+    return list(admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
+
+
+def _busiest_leader(settings: Settings) -> tuple[int, int]:
+    """The broker leading most partitions of the events topic, and how many it leads."""
+    parts = _events_partitions(settings)
+    assert all(len(p.replicas) == 3 for p in parts), "events topic is not RF 3"
+    return Counter(p.leader for p in parts).most_common(1)[0]
 
 
 def _under_replicated(settings: Settings) -> int:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
-    topic = Topics.of(settings).events
-    tmd = admin.list_topics(topic, timeout=10).topics[topic]
-    return sum(1 for p in tmd.partitions.values() if len(p.isrs) < len(p.replicas))
+    return sum(1 for p in _events_partitions(settings) if len(p.isrs) < len(p.replicas))
 
 
 def test_one_broker_of_three_killed_with_1000_runs_in_flight(
@@ -162,9 +162,7 @@ def test_one_broker_of_three_killed_with_1000_runs_in_flight(
     entry.completed = checks["every_run_completed"]
     entry.lost_events = len(acked - set(on_topic))
     entry.duplicate_effects = stats["charges"] - stats["charged_references"]
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "completed" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("completed", t0)
     entry.detail.update({
         "runs": RUNS, "threads": THREADS, "in_flight_at_kill": in_flight, "killed_broker": victim,
         "partitions_it_led": led, "events": len(events), "acked": len(acked),
@@ -221,8 +219,7 @@ def test_a_leader_cut_off_from_its_followers_then_killed_loses_no_acknowledged_e
                 results = [f.result(timeout=300) for f in futures]
     finally:
         for n in others:  # never leave a node stopped, whatever failed
-            subprocess.run([str(ROOT / "deploy" / "local" / "cluster"), "resume", str(n)], check=False,
-                           capture_output=True, env={**os.environ, "RUNLOG_LOCAL_DIR": str(ldir), **env})
+            local("cluster", ldir, "resume", str(n), check=False, **env)
         writer.close()
     local("cluster", ldir, "start", str(victim), **env)  # it truncates to the new leaders' logs
     events = topic_events(s)
@@ -243,9 +240,7 @@ def test_a_leader_cut_off_from_its_followers_then_killed_loses_no_acknowledged_e
     entry.run_id = handles[0].run_id
     entry.completed = checks["every_run_completed"]
     entry.lost_events = len(acked - set(on_topic))
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "completed" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("completed", t0)
     entry.detail.update({"runs": runs, "killed_broker": victim, "partitions_it_led": led,
                          "produced_while_cut_off": len(cut), "acked_while_alone": len(acked_alone),
                          "events": len(events), "acked": len(acked), "lost": entry.lost_events,

@@ -30,11 +30,10 @@ from processors.resume import Resumer
 from producers import Runner
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
 from schemas import DeliveryError, EventType, Settings
-from tests.faults._support import AckLog, busy_workflow, link_jar_cache, local
+from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 ENTRIES: list[PointEntry] = []
 
 
@@ -135,9 +134,7 @@ def test_a_zombie_writer_is_fenced_by_the_fold_and_refused_by_its_lease(
     entry.completed = checks["completed"]
     entry.duplicate_effects = max(0, stats["publishes"] - 1) + max(0, stats["assets"] - 3)
     entry.duplicate_renders = max(0, stats["renders_billed"] - 3)
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "fenced" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("fenced", t0)
     entry.detail.update({"zombie_epoch": zombie_epoch, "takeover_epoch": outcome.epoch,
                          "events_at_pause": len(paused), "zombie_events_after_takeover": len(zombie_late),
                          "zombie_exit": proc.returncode, "stats_before_sigcont": stats_before,
@@ -229,9 +226,7 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
     entry.completed = checks["completed"]
     entry.duplicate_effects = max(0, stats["publishes"] - 1) + max(0, stats["assets"] - 3)
     entry.duplicate_renders = max(0, stats["renders_billed"] - 3)
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "completed" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("completed", t0)
     entry.detail.update({"resume": outcome.result, "resume_epoch": outcome.epoch,
                          "keys_before_restart": keys_before, "events_at_crash": len(crashed),
                          "events": len(history), "stats": stats, "reason": outcome.detail})
@@ -315,9 +310,7 @@ def test_redis_restarted_empty_under_a_running_projector_is_rebuilt_from_the_log
     checks["projection_equals_rebuild"] = not any(per_run.values())
     entry.completed = checks["run_b_completed"]
     entry.projection_mismatches = sum(len(v) for v in per_run.values())
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "rebuilt" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("rebuilt", t0)
     entry.detail.update({"run_a": run_a, "worker_b_exit": rc_b, "worker_b_out": out_b.strip()[-300:],
                          "resume": outcome.result if outcome else None, "keys_before": keys_before,
                          "mismatches": {r: v for r, v in per_run.items() if v}})
@@ -379,9 +372,7 @@ def test_projector_killed_and_restarted_while_runs_are_active_converges_to_a_reb
     checks["projection_equals_rebuild"] = not any(per_run.values())
     entry.completed = checks["runs_completed"]
     entry.projection_mismatches = sum(len(v) for v in per_run.values())
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "converged" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("converged", t0)
     entry.detail.update({"run_ids": run_ids, "projected_seq_at_kill": projected_at_kill,
                          "worker_exits": codes, "mismatches": {r: v for r, v in per_run.items() if v},
                          "global_mismatches": glob})
@@ -468,9 +459,7 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
     checks["completed"] = completed and history[-1].state.status is RunStatus.COMPLETED
     entry.completed = checks["completed"]
     entry.lost_events = len(set(acked) - set(on_topic))
-    entry.failures = sorted(k for k, v in checks.items() if not v)
-    entry.outcome = "completed" if not entry.failures else "FAILED"
-    entry.seconds = round(time.monotonic() - t0, 3)
+    entry.conclude("completed", t0)
     entry.detail.update({"events": len(history), "acked": len(acked), "produced_while_down": len(during),
                          "acked_after_restart": len(late),
                          "outage_s": round(window.get("up", 0) - window.get("down", 0), 3),
