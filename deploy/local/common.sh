@@ -167,3 +167,35 @@ fetch_libs() {
     rm -rf "$KAFKA_LIBS"
     mv "$tmp" "$KAFKA_LIBS"
 }
+
+# kafka_format CONF DATA LOGS CLUSTER_ID: format a node's storage once (kept on later starts).
+kafka_format() {
+    local conf="$1" data="$2" logs="$3" cid="$4"
+    [ -f "$data/meta.properties" ] && return 0
+    log "formatting Kafka storage in $data (cluster id $cid)"
+    "$JAVA" -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$logs" \
+        -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format -t "$cid" -c "$conf" \
+        >>"$logs/storage-tool.log" 2>&1 || {
+        tail -n 20 "$logs/storage-tool.log" | sed 's/^/  storage-tool: /'
+        die "kafka storage format failed ($conf)"
+    }
+}
+
+# kafka_launch PIDFILE CONF LOGS JVM_OPTION...: start kafka.Kafka detached. New session (no
+# terminal signals), stdin/stdout/stderr detached, the lock and the export fd closed, so the
+# calling script returns while the broker runs on. LOGS/kafka.out keeps only this start's JVM
+# output (crash messages); the broker log proper is LOGS/server.log.
+kafka_launch() {
+    local pidfile="$1" conf="$2" logs="$3"
+    shift 3
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" \
+        "$JAVA" "$@" -Djava.awt.headless=true \
+        -Dkafka.logs.dir="$logs" -Dlog4j2.configurationFile="$LOG4J_CONF" \
+        -cp "$KAFKA_LIBS/*" kafka.Kafka "$conf" \
+        </dev/null >"$logs/kafka.out" 2>&1 3>&- 9>&- &
+    for _ in $(seq 50); do
+        [ -s "$pidfile" ] && break
+        sleep 0.1
+    done
+}
