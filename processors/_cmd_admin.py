@@ -113,28 +113,82 @@ def _doctor(args: argparse.Namespace) -> int:
 def register_smoke(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "smoke",
-        help="append Avro RunEvents to the events topic and read them back",
-        description="A round trip through the real broker: produce, consume, decode, compare.",
+        help="Avro RunEvents through the broker and back, on a private topic it deletes after",
+        description=(
+            "A round trip through the real broker: create a private events topic "
+            "(<topic prefix>smoke-<tag>.runlog.events, with the events topic's partitions, "
+            "replication and min.insync.replicas), produce with the writers' config, consume, "
+            "decode, compare, then delete the topic. Runlog's own topics get no record and "
+            "Redis is not written. Exit 0 equal, 1 a difference, an unacknowledged append or "
+            "a topic left behind, 2 a topic the cluster refuses, 3 Kafka unreachable."
+        ),
     )
     s.add_argument("--runs", type=int, default=5)
     s.set_defaults(func=_smoke)
 
 
+def smoke_settings(settings: Settings, tag: str) -> Settings:
+    """Where ``runlog smoke`` writes: its own topic prefix under the configured one (so topic ACLs
+    by prefix still allow it) and its own Redis prefix, never Runlog's real topics or keys."""
+    return settings.with_(topic_prefix=f"{settings.topic_prefix}smoke-{tag}.",
+                          redis_prefix=f"{settings.redis_prefix}:smoke-{tag}")
+
+
 def _smoke(args: argparse.Namespace) -> int:
     import uuid
 
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    from processors.admin import admin_client
+    from schemas import Topics
+    from schemas.errors import ConfigError
+
+    tag = uuid.uuid4().hex[:8]
+    settings = smoke_settings(Settings.from_env(), tag)
+    spec = Topics.of(settings).specs(settings)[0]  # the events topic's shape, under the private prefix
+    topic = spec.name
+    admin = admin_client(settings)
+    config = {**spec.config, "retention.ms": str(3_600_000)}  # should the delete fail, an hour at most
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=spec.partitions,
+                                      replication_factor=spec.replication_factor, config=config)],
+                            operation_timeout=30)[topic].result(60)
+    except KafkaException as err:
+        kerr = err.args[0] if err.args else None
+        if isinstance(kerr, KafkaError) and kerr.code() in (
+                KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.POLICY_VIOLATION,
+                KafkaError.INVALID_CONFIG, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise ConfigError(f"smoke: cannot create its topic {topic!r}: {kerr.str()}") from err
+        print(f"smoke: creating its topic {topic!r} failed: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        ok, line = _smoke_round_trip(settings, topic, tag, args.runs)
+    finally:
+        try:
+            admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+            deleted = True
+        except KafkaException as err:
+            print(f"smoke: deleting its topic {topic!r} failed: {err}; delete it by hand",
+                  file=sys.stderr)
+            deleted = False
+    if line:
+        print(f"{line}; topic {'deleted' if deleted else 'LEFT BEHIND'}")
+    return EXIT_OK if ok and deleted else EXIT_FOUND
+
+
+def _smoke_round_trip(settings: Settings, topic: str, tag: str, runs: int) -> tuple[bool, str]:
+    """Produce ``runs`` two-event runs to ``topic``, read them back by position, compare: (equal,
+    the line to print, empty when appends were not acknowledged)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from schemas import Codec, EventType, RunEvent, Topics, now_ms
+    from schemas import Codec, EventType, RunEvent, now_ms
 
-    settings = Settings.from_env()
-    topic = Topics.of(settings).events
     codec = Codec()
     producer = Producer(settings.producer_config())
-    tag = uuid.uuid4().hex[:8]
     sent = [
         RunEvent(f"smoke-{tag}-{i}", seq, 1, t, now_ms(), attributes={"smoke": tag})
-        for i in range(args.runs)
+        for i in range(runs)
         for seq, t in enumerate((EventType.RUN_STARTED, EventType.RUN_COMPLETED), start=1)
     ]
     positions: list[tuple[int, int]] = []
@@ -151,8 +205,8 @@ def _smoke(args: argparse.Namespace) -> int:
     producer.flush(30)
     if len(positions) != len(sent):
         print(f"smoke: only {len(positions)} of {len(sent)} events acknowledged "
-              f"({errors[0] if errors else 'timeout'}); did `runlog init` run?", file=sys.stderr)
-        return EXIT_FOUND
+              f"({errors[0] if errors else 'timeout'})", file=sys.stderr)
+        return False, ""
     consumer = Consumer(settings.consumer_config(f"runlog-smoke-{tag}"))
     start: dict[int, int] = {}
     for p, o in positions:
@@ -160,16 +214,17 @@ def _smoke(args: argparse.Namespace) -> int:
     consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
     got = []
     wanted = set(positions)
-    for _ in range(len(sent) * 20):
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        if (msg.partition(), msg.offset()) in wanted:
-            got.append(codec.decode(msg.value(), RunEvent))
-        if len(got) == len(sent):
-            break
-    consumer.close()
+    try:
+        for _ in range(len(sent) * 20):
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            if (msg.partition(), msg.offset()) in wanted:
+                got.append(codec.decode(msg.value(), RunEvent))
+            if len(got) == len(sent):
+                break
+    finally:
+        consumer.close()
     ok = sorted(got, key=lambda e: (e.run_id, e.seq)) == sorted(sent, key=lambda e: (e.run_id, e.seq))
-    print(f"smoke: {len(sent)} events appended to {topic}, {len(got)} read back, "
-          f"{'equal' if ok else 'DIFFERENT'}")
-    return EXIT_OK if ok else EXIT_FOUND
+    return ok, (f"smoke: {len(sent)} events appended to {topic}, {len(got)} read back, "
+                f"{'equal' if ok else 'DIFFERENT'}")

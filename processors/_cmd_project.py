@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 import redis
 
 from schemas.settings import Settings
 
-EXIT_OK, EXIT_FOUND = 0, 1
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,8 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Read every partition of the events topic from the beginning up to the high "
             "watermarks at start (no consumer group offsets), fold it into TARGET (cleared "
-            "first). --diff compares it with the live namespace (exit 1 when they differ), "
-            "--swap makes it the live one."
+            "first). --diff compares the projection keys with the live namespace (exit 1 when "
+            "they differ; writers' keys such as leases are not compared). --swap makes it the "
+            "live one; it refuses a target overlapping the live prefix (exit 2: equal, or one "
+            "inside the other at a ':'), and a failed swap puts the live namespace back (exit 3)."
         ),
     )
     rb.add_argument("--target", help="Redis prefix to rebuild into (default: <prefix>.rebuild)")
@@ -58,16 +61,48 @@ def _project(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from projections.rebuild import diff_namespaces, rebuild, swap_namespaces
+    from projections.rebuild import (
+        NamespaceOverlap,
+        SwapFailed,
+        SwapRefused,
+        diff_namespaces,
+        prefixes_overlap,
+        rebuild,
+        replay_into,
+        swap_namespaces,
+    )
+    from projections.redis_store import RedisStore
 
     settings = Settings.from_env()
-    target = args.target or f"{settings.redis_prefix}.rebuild"
+    live = settings.redis_prefix
+    target = args.target or f"{live}.rebuild"
+    if args.swap and prefixes_overlap(live, target):
+        print(f"runlog projections rebuild: {NamespaceOverlap(live, target, '--swap')}", file=sys.stderr)
+        return EXIT_USAGE
     client = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+    swapped: int | None = None
     try:
-        report = rebuild(settings, target, progress=None if args.quiet or args.json else sys.stderr,
-                         client=client)
-        diff = diff_namespaces(client, settings.redis_prefix, target) if args.diff else []
-        swapped = swap_namespaces(client, settings.redis_prefix, target) if args.swap else None
+        try:
+            report = rebuild(settings, target, progress=None if args.quiet or args.json else sys.stderr,
+                             client=client)
+        except NamespaceOverlap as err:
+            print(f"runlog projections rebuild: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        diff = diff_namespaces(client, live, target) if args.diff else []
+        if args.swap:
+            def catch_up(hold: Callable[[], None]) -> None:
+                # events the live projectors applied after the rebuild read its high watermarks
+                replay_into(settings, RedisStore(client, target), on_batch=hold,
+                            from_offsets=report.high_watermarks)
+
+            try:
+                swapped = swap_namespaces(client, live, target, catch_up=catch_up)
+            except SwapRefused as err:
+                print(f"runlog projections rebuild: --swap refused: {err}", file=sys.stderr)
+                return EXIT_FOUND
+            except SwapFailed as err:
+                print(f"runlog projections rebuild: {err}", file=sys.stderr)
+                return EXIT_UNAVAILABLE
     finally:
         client.close()
     if args.json:
@@ -81,7 +116,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         for k in diff:
             print(f"differs {k}")
         if args.diff:
-            print(f"{len(diff)} keys differ from {settings.redis_prefix}")
+            print(f"{len(diff)} keys differ from {live}")
         if swapped is not None:
-            print(f"swapped {swapped} keys into {settings.redis_prefix}")
+            print(f"swapped {swapped} keys into {live}")
     return EXIT_FOUND if diff else EXIT_OK

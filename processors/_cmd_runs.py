@@ -141,18 +141,47 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_known(settings: Settings, run_id: str) -> bool:
+    """Whether Redis (projected state or checkpoints) or the events topic knows the run."""
+    from processors.inspect import partitions_of
+    from projections import RedisStore, run_events
+    from schemas import partition_for
+
+    store = RedisStore.from_settings(settings)
+    try:
+        if store.load_state(run_id) is not None or store.checkpoints(run_id, last=1):
+            return True
+    finally:
+        store.client.close()
+    events = run_events(settings, run_id, partition_for(run_id, partitions_of(settings)), 0)
+    try:
+        return next(events, None) is not None
+    finally:
+        getattr(events, "close", lambda: None)()  # a generator: closes its consumer
+
+
+def _unknown(run_id: str, what: str) -> int:
+    print(f"runlog resume: no run {run_id!r} in Redis or on the events topic; {what}", file=sys.stderr)
+    return EXIT_FOUND
+
+
 def _resume(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if not args.dry_run:
         from processors.resumer import request_resume
 
+        if not _run_known(settings, args.run_id):
+            return _unknown(args.run_id, "nothing requested")
         request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli")
         print(f"resume of {args.run_id} requested on the resume topic")
         return EXIT_OK
-    from processors.resume import Resumer, load_app
+    from processors.resume import Resumer, UnknownRun, load_app
 
     with Resumer(settings, load_app(args.app)) as r:
-        outcome = r.resume(args.run_id, dry_run=True)
+        try:
+            outcome = r.resume(args.run_id, dry_run=True)
+        except UnknownRun:
+            return _unknown(args.run_id, "nothing to plan")
     plan = outcome.plan.to_dict()
     if args.json:
         print(json.dumps(plan))
@@ -167,10 +196,12 @@ def _resume(args: argparse.Namespace) -> int:
     print(f"reuse recorded results: {', '.join(plan['reused_calls']) or 'none'}")
     for e in plan["effects"]:
         print(f"effect {e['tool']} {e['call_id']} [{e['policy']}]: {e['action']} - {e['detail']}")
-    if plan["blocked_reason"]:
+    if plan["blocked_reason"] and outcome.result != "not_mine":
         print(f"would block: {plan['blocked_reason']}")
     if outcome.result == "nothing_to_do":
         print("nothing to do: the run is complete")
+    if outcome.result == "not_mine":
+        print(f"not mine: {outcome.detail}; this App's resumers commit its requests without acting")
     return EXIT_OK
 
 
@@ -201,13 +232,14 @@ def _branch(args: argparse.Namespace) -> int:
     doc = {"run_id": res.run_id, "parent_run_id": res.parent_run_id,
            "forked_from_seq": res.forked_from_seq, "first_affected_stage": res.first_affected_stage,
            "inherited_stages": list(res.inherited_stages), "rerun_stages": list(res.rerun_stages),
-           "completed": res.completed}
+           "completed": res.completed, "blocked_reason": res.blocked_reason}
     if args.json:
         print(json.dumps(doc))
     else:
         print(f"branch {res.run_id} of {res.parent_run_id} forked at seq {res.forked_from_seq}: "
               f"inherited {', '.join(res.inherited_stages) or 'nothing'}; re-ran "
-              f"{', '.join(res.rerun_stages)}; {'completed' if res.completed else 'NOT completed'}")
+              f"{', '.join(res.rerun_stages)}; {'completed' if res.completed else 'NOT completed'}"
+              + (f"; BLOCKED: {res.blocked_reason}" if res.blocked_reason else ""))
     return EXIT_OK if res.completed else EXIT_FOUND
 
 

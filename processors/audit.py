@@ -29,6 +29,9 @@ Every run is folded with :func:`projections.fold` (the one fold) and checked:
   runs is listed in the report (``shared_delivery_keys``) but is not a finding:
   two runs may deliver one object revision to different environments (the
   demo's two worlds do), and run-level idempotency is the run key's business.
+* ``diverged`` — an accepted ``CALL_DIVERGED``: a resume ran stage code that made another
+  call (other tool or other arguments) at the position of a recorded one; the recorded
+  result was not handed back and the run blocked.
 * ``undecodable`` — a record of the events topic that is not an event.
 
 A range audit (``--since`` or ``--from-offset``) folds a run that began before
@@ -307,6 +310,14 @@ class Auditor:
                 run._artifacts.append((cp.checkpoint_id, cp.last_seq, a))
         if ev.type is EventType.EFFECT_RESULT and ev.delivery_key is not None:
             self._results.setdefault(ev.delivery_key, []).append((ev.run_id, ev.seq))
+        if ev.type is EventType.CALL_DIVERGED:
+            attrs = ev.attributes
+            was = _short(attrs.get("recorded_request_hash") or None)
+            cid = attrs.get("recorded_call_id") or ev.call_id
+            self._find(run, "diverged",
+                       f"call {cid} diverged at seq {ev.seq}: recorded "
+                       f"{attrs.get('recorded_tool') or '?'} request {was}, resumed code called {ev.tool} "
+                       f"request {_short(ev.request_hash)}", ev.seq, offset)
 
     def _find(self, run: RunAudit, kind: str, detail: str, seq: int | None, offset: int | None) -> None:
         f = Finding(run.run_id, kind, detail, seq, offset)

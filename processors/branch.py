@@ -5,7 +5,10 @@ checkpoint before the first stage that reads a changed input. Its log starts wit
 ``RUN_STARTED`` (the new pinned versions), ``RUN_BRANCHED``, and one ``VERIFIED``
 per inherited stage (the parent's verified outputs, attribute ``inherited_from``),
 so it is resumable on its own; the affected stages then run and are verified
-again. The parent run's log is not touched.
+again. The parent run's log is not touched. The branch's effects go through the
+ledger shared by all runs: an effect whose delivery key is done in the parent is
+not executed again (its external id is reused), one in doubt in the parent is
+handled by the tool's policy (a ``NEVER`` tool blocks the branch).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from processors.inspect import run_history
 from processors.resume import App
 from producers import ArtifactStore, LocalArtifactStore, Runner
-from schemas import ArtifactRef, ConfigError, EventType, RuleResult, Settings
+from schemas import ArtifactRef, ConfigError, EventType, ResumeBlocked, RuleResult, Settings
 
 __all__ = ["BranchResult", "branch_run"]
 
@@ -32,6 +35,9 @@ class BranchResult:
     inherited_stages: tuple[str, ...]
     rerun_stages: tuple[str, ...]
     completed: bool
+    blocked_reason: str | None = None
+    """Set when the branch blocked (``RUN_BLOCKED`` appended): e.g. an effect it would execute is
+    done or in doubt in the parent run (one delivery key, one effect, whichever run asks)."""
 
 
 def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mapping[str, str], *,
@@ -93,12 +99,16 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
                            verification=rules, attributes={"inherited_from": parent_run_id})
         session.flush()
         completed = False
+        blocked: str | None = None
         if execute:
-            completed = r.execute(session, from_stage=start, stage_outputs=inherited).completed
+            try:
+                completed = r.execute(session, from_stage=start, stage_outputs=inherited).completed
+            except ResumeBlocked as err:  # RUN_BLOCKED is on the branch's log
+                blocked = err.reason
         else:
             session.close(release=True)
     finally:
         if own:
             r.close()
     return BranchResult(handle.run_id, parent_run_id, fork_seq, first, tuple(inherited),
-                        tuple(order[order.index(start):]), completed)
+                        tuple(order[order.index(start):]), completed, blocked)

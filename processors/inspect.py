@@ -50,7 +50,7 @@ _MARK = {
     EventType.TOOL_CALLED: "→", EventType.TOOL_RESULT: "←", EventType.EFFECT_INTENT: "!",
     EventType.EFFECT_RESULT: "✓", EventType.EFFECT_RECONCILED: "≈", EventType.VERIFIED: "■",
     EventType.FAILED: "✗", EventType.RUN_BLOCKED: "⛔", EventType.RUN_COMPLETED: "◆",
-    EventType.RUN_BRANCHED: "⑂",
+    EventType.RUN_BRANCHED: "⑂", EventType.CALL_DIVERGED: "≠",
 }
 
 

@@ -41,6 +41,7 @@ from producers import (
     Workflow,
     WorkflowRegistry,
 )
+from producers._context import RecordedCall
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail, run_events
 from projections._state import CallRecord, CallStatus, EffectEntry
 from schemas import (
@@ -48,6 +49,7 @@ from schemas import (
     ArtifactRef,
     Checkpoint,
     ConfigError,
+    EffectStatus,
     ErrorInfo,
     EventType,
     ReplayPolicy,
@@ -57,7 +59,7 @@ from schemas import (
     Topics,
     partition_for,
 )
-from schemas.errors import LeaseLost, ToolError, VerificationFailed, WorkflowDefinitionError
+from schemas.errors import LeaseLost, ResumeBlocked, ToolError, VerificationFailed, WorkflowDefinitionError
 
 __all__ = [
     "App",
@@ -84,15 +86,20 @@ class App:
     """What resume needs from an application: its workflows, its tools, its inputs.
 
     An application module exposes one (``runlog resumer --app module:attribute``).
+    ``name`` names the application's resumer group (``<RUNLOG_RESUMER_GROUP>.<name>``);
+    without it the group is named by a hash of the registered workflow names
+    (:func:`processors.resumer.app_id`).
     """
 
     registry: WorkflowRegistry
     tools: Mapping[str, Tool]
     source: InputSource
+    name: str | None = None
 
     @classmethod
-    def of(cls, workflows: Iterable[Workflow], tools: Iterable[Tool], source: InputSource) -> App:
-        return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source)
+    def of(cls, workflows: Iterable[Workflow], tools: Iterable[Tool], source: InputSource, *,
+           name: str | None = None) -> App:
+        return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source, name)
 
 
 def load_app(spec: str) -> App:
@@ -120,8 +127,11 @@ class EffectPlan:
     tool: str | None
     policy: ReplayPolicy | None
     action: str
-    """``rerun`` | ``rerun_same_key`` | ``reconcile`` | ``reuse_external`` | ``block``."""
+    """``rerun`` | ``rerun_same_key`` | ``reconcile`` | ``reuse_external`` (the log has its
+    result) | ``reuse_ledger`` (the effects ledger has it) | ``block``."""
     detail: str = ""
+    external_id: str | None = None
+    """For ``reuse_ledger``: the external id the ledger holds."""
 
 
 @dataclass
@@ -138,6 +148,11 @@ class ResumePlan:
     from_stage: str | None = None
     stage_outputs: dict[str, ArtifactRef] = field(default_factory=dict)
     reused_calls: dict[str, ArtifactRef] = field(default_factory=dict)
+    recorded: dict[str, RecordedCall] = field(default_factory=dict)
+    """Every call the log records for the stages resume runs again: what the determinism guard
+    compares the new calls with (``result`` set for the ones in ``reused_calls``)."""
+    unusable_results: list[tuple[str, str]] = field(default_factory=list)
+    """``(call_id, problem)``: recorded results that are missing or corrupt, so not reused."""
     effects: list[EffectPlan] = field(default_factory=list)
     blocked_reason: str | None = None
 
@@ -158,6 +173,8 @@ class ResumePlan:
             "artifacts_checked": self.artifacts_checked,
             "from_stage": self.from_stage,
             "reused_calls": sorted(self.reused_calls),
+            "guarded_calls": sorted(self.recorded),
+            "unusable_results": [{"call_id": c, "problem": p} for c, p in self.unusable_results],
             "effects": [{"delivery_key": e.delivery_key, "call_id": e.call_id, "tool": e.tool,
                          "policy": e.policy.value if e.policy else None, "action": e.action,
                          "detail": e.detail} for e in self.effects],
@@ -168,7 +185,9 @@ class ResumePlan:
 @dataclass(frozen=True)
 class ResumeOutcome:
     """How a resume ended: ``completed``, ``blocked``, ``contended`` (another writer holds
-    the run), ``failed`` (a stage failed), ``nothing_to_do`` or ``planned`` (dry run)."""
+    the run), ``failed`` (a stage failed), ``nothing_to_do``, ``planned`` (dry run) or
+    ``not_mine`` (the App registers no workflow of the run's name: nothing was done, no
+    lease taken, nothing appended; another App's resumer owns the run)."""
 
     run_id: str
     result: str
@@ -197,7 +216,8 @@ def plan_effect(eff: EffectEntry, reused_calls: Mapping[str, ArtifactRef],
                           f"ask {eff.target} for delivery key {eff.delivery_key[:16]}...")
     if policy is ReplayPolicy.IDEMPOTENT:
         return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun_same_key",
-                          "call again with the recorded idempotency key")
+                          "call again with the recorded idempotency key (if the stage makes the same call "
+                          "again; a call with other arguments blocks the run as diverged)")
     return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "rerun", "safe to run again")
 
 
@@ -287,6 +307,7 @@ class Resumer:
         of a stage once it is verified, but their recorded results are still facts.
         """
         out: dict[str, CallRecord] = {}
+        hashes: dict[str, str | None] = {}
         n = 0
         if cp.partition < 0:
             return out, n
@@ -294,11 +315,13 @@ class Resumer:
         for offset, ev in self._events_from(cp.run_id, cp.partition, cp.offset + 1):
             n += 1
             cur, outcome = fold(cur, ev, (cp.partition, offset))
+            if outcome.accepted and ev.type is EventType.TOOL_CALLED and ev.call_id:
+                hashes[ev.call_id] = ev.request_hash
             if outcome.accepted and ev.type is EventType.TOOL_RESULT and ev.call_id \
                     and ev.payload_ref is not None:
                 out[ev.call_id] = CallRecord(call_id=ev.call_id, tool=ev.tool, policy=ev.replay_policy,
                                              status=CallStatus.RESULT, stage=ev.stage, seq=ev.seq,
-                                             result=ev.payload_ref)
+                                             result=ev.payload_ref, request_hash=hashes.get(ev.call_id))
         return out, n
 
     # -- 3 to 6: the plan --------------------------------------------------------------------
@@ -381,16 +404,33 @@ class Resumer:
             plan.events_read += read
             calls = {**found, **calls}
         for call in calls.values():
-            if call.status is CallStatus.RESULT and call.result is not None \
-                    and call.stage not in done_stages:
+            if call.stage in done_stages:
+                continue
+            result = None
+            if call.status is CallStatus.RESULT and call.result is not None:
                 _, problem = self._intact([call.result])
                 if problem is None:
+                    result = call.result
                     plan.reused_calls[call.call_id] = call.result
+                else:  # never handed back: the call runs again under its policy
+                    plan.unusable_results.append((call.call_id, problem))
+            plan.recorded[call.call_id] = RecordedCall(call.call_id, call.tool, call.request_hash, result)
+        ledger = self.runner.ledger
         for eff in state.open_effects.values():
+            known = ledger.lookup(eff.delivery_key) if ledger is not None else None
+            if known is not None and known.done and eff.call_id not in plan.reused_calls \
+                    and eff.replay_policy is ReplayPolicy.NEVER:  # the others ask again, or call again
+                # the writer recorded the external id in the ledger after the call returned and
+                # died before the log had it: the effect happened, with that id
+                plan.effects.append(EffectPlan(
+                    eff.delivery_key, eff.call_id, eff.tool, eff.replay_policy, "reuse_ledger",
+                    f"the effects ledger records it done: external id {known.external_id} "
+                    f"(run {known.run_id}, {known.source})", known.external_id))
+                continue
             plan.effects.append(plan_effect(eff, plan.reused_calls, self.app.tools))
         for eff in state.closed_effects.values():
             rec = state.calls.get(eff.call_id or "")
-            if rec is not None and rec.status is not CallStatus.RESULT \
+            if rec is not None and rec.call_id not in plan.reused_calls \
                     and rec.stage not in done_stages:
                 plan.effects.append(EffectPlan(eff.delivery_key, eff.call_id, eff.tool,
                                                eff.replay_policy, "reuse_external",
@@ -405,7 +445,12 @@ class Resumer:
     def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False) -> ResumeOutcome:
         """Resume a run (see the module docstring). ``dry_run`` only returns the plan."""
         plan, state = self.plan(run_id)
+        if state.workflow is not None and state.workflow.name not in self.app.registry:
+            return ResumeOutcome(run_id, "not_mine", plan, state.epoch,
+                                 f"workflow {state.workflow.name!r} is not registered by this App")
         if state.status is RunStatus.COMPLETED:
+            if not dry_run:
+                self.runner.mark_inactive(run_id)
             return ResumeOutcome(run_id, "nothing_to_do", plan, state.epoch, "the run is complete")
         if dry_run:
             return ResumeOutcome(run_id, "planned", plan, state.epoch)
@@ -440,7 +485,9 @@ class Resumer:
                 return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
             result = self.runner.execute(session, from_stage=plan.from_stage,
                                          stage_outputs=plan.stage_outputs,
-                                         recorded_calls=plan.reused_calls, reconciled=reconciled)
+                                         recorded_calls=plan.recorded, reconciled=reconciled)
+        except ResumeBlocked as err:  # a call diverged, or an effect is in doubt in another run
+            return ResumeOutcome(run_id, "blocked", plan, session.epoch, err.reason)
         except (VerificationFailed, ToolError) as err:
             return ResumeOutcome(run_id, "failed", plan, session.epoch, str(err))
         except LeaseLost as err:
@@ -459,6 +506,7 @@ class Resumer:
     def _block(self, session: Any, reason: str) -> None:
         session.append(EventType.RUN_BLOCKED, confirm=True,
                        error=ErrorInfo("ResumeBlocked", reason, False))
+        self.runner.mark_inactive(session.run_id)
 
     def _reconcile(self, session: Any, state: RunState, plan: ResumePlan) -> dict[str, Mapping[str, Any]]:
         """Step 6: ask external systems about open intents; record what they already hold."""
@@ -469,6 +517,14 @@ class Resumer:
             if eff.action == "reuse_external" and call is not None and entry is not None:
                 record = self._ask(eff, call.args) if eff.policy is ReplayPolicy.RECONCILE_FIRST else None
                 reconciled[call.call_id] = record or {"external_id": entry.external_id}
+            if eff.action == "reuse_ledger" and call is not None and entry is not None:
+                doc = {"external_id": eff.external_id}
+                ref = self.artifacts.put(json.dumps(doc, sort_keys=True).encode(), "application/json")
+                session.append(EventType.EFFECT_RECONCILED, confirm=True, stage=call.stage, tool=call.tool,
+                               call_id=call.call_id, delivery_key=eff.delivery_key, target=entry.target,
+                               replay_policy=eff.policy, external_id=eff.external_id, payload_ref=ref,
+                               attributes={"source": "ledger"})
+                reconciled[call.call_id] = doc
             if eff.action != "reconcile" or call is None or entry is None:
                 continue
             record = self._ask(eff, call.args)
@@ -482,6 +538,9 @@ class Resumer:
                            replay_policy=eff.policy, external_id=str(record.get("external_id")),
                            payload_ref=ref)
             reconciled[call.call_id] = record
+            if self.runner.ledger is not None:
+                self.runner.ledger.close(eff.delivery_key, state.run_id, call.call_id,
+                                         EffectStatus.RECONCILED, str(record.get("external_id")))
             plan.effects[i] = EffectPlan(eff.delivery_key, eff.call_id, eff.tool, eff.policy,
                                          "reconciled", f"{entry.target} already holds "
                                          f"{record.get('external_id')}")

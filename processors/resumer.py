@@ -1,23 +1,49 @@
-"""The resumer consumer: a consumer group on the resume topic, plus a sweeper.
+"""The resumer consumer: one consumer group per App on the resume topic, plus a sweeper.
 
-Delivery semantics: at-least-once. A ``ResumeRequest`` is committed only after
-its resume returned (completed, blocked, contended or failed); a resumer that
-dies mid-resume leaves the request uncommitted, so another member of the group
-gets it again. Resuming twice is safe: the lease and the fold's epoch fencing
-let exactly one writer continue a run, the other backs off (``contended``).
+Deployment rule: **one resumer group per App.** A :class:`ResumerService` joins the
+group ``<settings.resumer_group>.<app id>`` (``RUNLOG_RESUMER_GROUP`` is the prefix),
+where the app id is ``App.name`` when given, else ``wf-`` and the first 12 hex digits of
+the sha256 of the App's sorted workflow names joined by newlines (:func:`app_id`): stable
+across processes and restarts, and the same for every member started with the same App.
+Every group therefore sees every resume request. A group whose App does not register
+the run's workflow (by name) commits the request without acting: outcome ``not_mine``,
+logged at debug, no lease taken, nothing appended. A registered name at another version
+or definition is still a strict-resume refusal and blocks the run. Run several members
+of one App's group to share its work (up to the partition count); run one group per App
+so no workflow is left without a resumer, and register each workflow name in one App
+only: two Apps with the same name both act on its runs (the lease lets one continue), and
+one registering another version or definition blocks them.
 
-Requests are keyed by run id, so all requests for one run land on one
-partition and are handled by one member at a time; several resumers share the
-work up to the partition count.
+Delivery semantics: at-least-once. A ``ResumeRequest`` is committed only after its resume
+returned (completed, blocked, failed, nothing_to_do, not_mine) or its retry was scheduled
+(contended); a resumer that dies mid-resume leaves the request uncommitted, so another
+member of the group gets it again. Resuming twice is safe: the lease and the fold's epoch
+fencing let exactly one writer continue a run, the other backs off (``contended``).
 
-The sweeper looks at runs the projection shows ``RUNNING`` whose lease key is
-gone from Redis (their worker died and the lease expired) and requests their
-resume. Undecodable requests, and requests for runs neither Redis nor the log
-knows, go to the dead-letter topic with their reason.
+A request answered ``contended`` (another writer's lease is still alive, e.g. a crashed
+worker's lease that has not expired yet) is retried in memory once the lease can have
+expired: at now + the lease key's remaining PTTL + :data:`RETRY_MARGIN_S`, at most
+:data:`CONTENDED_RETRIES` times per run; then a warning is logged and the sweep remains
+the backstop. Retries are lost when the process stops (the sweep covers them too).
+
+Requests are keyed by run id, so all requests for one run land on one partition and are
+handled by one member of a group at a time.
+
+The sweeper requests the resume of runs of *its App's workflows* whose lease key is gone
+from Redis (their worker died and the lease expired): the runs of the writer-side active
+set (:class:`producers._active.ActiveRuns`, ``P:runs:active``; needs no projector) and,
+for runs written before that set existed, those the projection shows ``RUNNING``. A
+resume that finds the run completed, blocked or failed removes it from the active set.
+
+Undecodable requests, and requests for runs neither Redis nor the log knows, go to the
+dead-letter topic with their reason, logged at WARNING.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -28,12 +54,37 @@ import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
+from producers._active import ActiveRuns
 from projections import RedisStore, RunStatus
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics, now_ms
 
-__all__ = ["ResumerService", "SweepReport", "request_resume"]
+__all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
+           "group_id", "request_resume"]
 
 log = logging.getLogger("runlog.resumer")
+
+CONTENDED_RETRIES = 5
+"""How many times one run answered ``contended`` is retried before the resumer gives up."""
+
+RETRY_MARGIN_S = 0.25
+"""Added to the lease's remaining lifetime before a contended run is retried."""
+
+_DONE = frozenset({"completed", "nothing_to_do", "blocked", "failed"})
+"""Outcomes after which a run is no longer active (removed from the active set)."""
+
+
+def app_id(app: App) -> str:
+    """The App's part of its resumer group name: ``app.name``, else ``wf-`` + the first 12 hex
+    digits of sha256 over the sorted registered workflow names joined by newlines."""
+    if app.name:
+        return app.name
+    names = "\n".join(sorted(app.registry.names()))
+    return "wf-" + hashlib.sha256(names.encode("utf-8")).hexdigest()[:12]
+
+
+def group_id(settings: Settings, app: App) -> str:
+    """The consumer group of ``app``'s resumers: ``<settings.resumer_group>.<app_id(app)>``."""
+    return f"{settings.resumer_group}.{app_id(app)}"
 
 
 def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by: str = "cli",
@@ -57,12 +108,15 @@ class SweepReport:
 
 
 class ResumerService:
-    """Consumes resume requests as one member of the resumer group and sweeps for dead runs.
+    """Consumes resume requests as one member of its App's resumer group and sweeps for dead runs.
 
     Args:
-        settings: services and names; the group is ``settings.resumer_group``.
-        app: the application whose runs this resumer may continue.
-        on_outcome: called with every resume's outcome (for progress output and tests).
+        settings: services and names; the group is :func:`group_id` (``settings.resumer_group``
+            is its prefix).
+        app: the application whose runs this resumer may continue; requests for runs of
+            other workflows are committed as ``not_mine``.
+        on_outcome: called with every resume's outcome (for progress output and tests);
+            not with ``not_mine`` ones.
         accept: when given, requests for runs it refuses are committed without a resume
             (a demo or test resumer that owns only some runs).
     """
@@ -71,19 +125,29 @@ class ResumerService:
                  on_outcome: Callable[[ResumeOutcome], None] | None = None,
                  accept: Callable[[str], bool] | None = None) -> None:
         self.settings = settings
+        self.app = app
         self.topics = Topics.of(settings)
         self.codec = Codec(max_record_bytes=settings.max_record_bytes)
         self.resumer = Resumer(settings, app)
         self.projection = RedisStore.from_settings(settings)
         self.redis = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+        self.active = ActiveRuns(self.redis, settings.redis_prefix)
         self.producer = Producer(settings.producer_config())
+        self.group = group_id(settings, app)
         self.consumer = Consumer(settings.consumer_config(
-            settings.resumer_group, **{"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
+            self.group, **{"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
         self.consumer.subscribe([self.topics.resume])
+        log.info("resumer group %s for workflows %s", self.group, ", ".join(sorted(app.registry.names())))
         self.on_outcome = on_outcome
         self.accept = accept
         self._last_sweep = 0.0
         self.outcomes: list[ResumeOutcome] = []
+        self.not_mine = 0
+        """Requests committed as ``not_mine`` (runs of workflows this App does not register)."""
+        self._retries: list[tuple[float, int, str]] = []  # (due, tie breaker, run id), a heap
+        self._scheduled: set[str] = set()
+        self._attempts: dict[str, int] = {}
+        self._tie = itertools.count()
 
     def close(self) -> None:
         try:
@@ -92,6 +156,7 @@ class ResumerService:
             self.producer.flush(10)
             self.resumer.close()
             self.redis.close()
+            self.projection.client.close()
 
     def __enter__(self) -> ResumerService:
         return self
@@ -99,8 +164,12 @@ class ResumerService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def lease_key(self, run_id: str) -> str:
+        return f"{self.settings.redis_prefix}:{{{run_id}}}:lease"
+
     def poll_once(self, timeout: float = 1.0) -> ResumeOutcome | None:
-        """Handle at most one request; commit it once handled."""
+        """Handle at most one request; commit it once handled (a contended one: once its retry
+        is scheduled). Due retries are run by :meth:`serve` / :meth:`run_due_retries`."""
         msg = self.consumer.poll(timeout)
         if msg is None:
             return None
@@ -119,19 +188,100 @@ class ResumerService:
             return None
         if self.accept is not None and not self.accept(req.run_id):
             return None
+        return self._resume(req.run_id, msg)
+
+    def _resume(self, run_id: str, msg: Message | None) -> ResumeOutcome | None:
         try:
-            outcome = self.resumer.resume(req.run_id)
+            outcome = self.resumer.resume(run_id)
         except UnknownRun as err:
             # a request for a run nobody knows would be redelivered forever: dead-letter it
-            self._dead_letter(msg, "unknown_run", str(err))
+            if msg is not None:
+                self._dead_letter(msg, "unknown_run", str(err))
+            else:
+                log.warning("retry of %s: %s", run_id, err)
+            self.active.remove(run_id)
             return None
-        log.info("resume %s: %s %s", req.run_id, outcome.result, outcome.detail)
+        self._settle(outcome)
+        return outcome
+
+    def _settle(self, outcome: ResumeOutcome) -> None:
+        run_id = outcome.run_id
+        if outcome.result == "not_mine":
+            self.not_mine += 1
+            log.debug("resume %s: not_mine %s", run_id, outcome.detail)
+            return
+        log.info("resume %s: %s %s", run_id, outcome.result, outcome.detail)
+        if outcome.result == "contended":
+            self._schedule_retry(run_id)
+        else:
+            self._attempts.pop(run_id, None)
+            if outcome.result in _DONE:
+                self.active.remove(run_id)
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-        return outcome
+
+    # -- contended runs: retried once the lease can have expired ---------------------------------
+
+    def _remaining_lease_s(self, run_id: str) -> float:
+        try:
+            ms = int(self.redis.pttl(self.lease_key(run_id)))
+        except redis.RedisError:
+            ms = -1
+        if ms == -2:  # no lease key any more: retry at once (after the margin)
+            return 0.0
+        if ms < 0:  # no expiry, or unknown: a whole lease ttl
+            return self.settings.lease_ttl_ms / 1000.0
+        return ms / 1000.0
+
+    def _schedule_retry(self, run_id: str) -> None:
+        n = self._attempts.get(run_id, 0) + 1
+        if n > CONTENDED_RETRIES:
+            self._attempts.pop(run_id, None)
+            log.warning("resume %s: still contended after %d retries; giving up (the sweep requests it "
+                        "again once its lease is gone)", run_id, CONTENDED_RETRIES)
+            return
+        self._attempts[run_id] = n
+        if run_id in self._scheduled:
+            return
+        delay = self._remaining_lease_s(run_id) + RETRY_MARGIN_S
+        heapq.heappush(self._retries, (time.monotonic() + delay, next(self._tie), run_id))
+        self._scheduled.add(run_id)
+        log.info("resume %s: contended, retry %d of %d in %.2fs", run_id, n, CONTENDED_RETRIES, delay)
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until the next scheduled retry is due (0 when overdue); None when none is."""
+        if not self._retries:
+            return None
+        return max(0.0, self._retries[0][0] - time.monotonic())
+
+    def run_due_retries(self) -> list[ResumeOutcome]:
+        """Resume every contended run whose retry is due; their outcomes (not ``not_mine``)."""
+        out: list[ResumeOutcome] = []
+        now = time.monotonic()
+        due: list[str] = []
+        while self._retries and self._retries[0][0] <= now:  # taken first: a rescheduled run waits
+            due.append(heapq.heappop(self._retries)[2])
+        for run_id in due:
+            self._scheduled.discard(run_id)
+            try:
+                alive = bool(self.redis.exists(self.lease_key(run_id)))
+            except redis.RedisError:
+                alive = False  # let resume find out
+            if alive:  # still leased: wait again without planning (counts as an attempt)
+                log.debug("retry of %s: its lease is still held", run_id)
+                self._schedule_retry(run_id)
+                continue
+            outcome = self._resume(run_id, None)
+            if outcome is not None and outcome.result != "not_mine":
+                out.append(outcome)
+        return out
+
+    # -- dead letters -----------------------------------------------------------------------------
 
     def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+        log.warning("resume request %s[%s]@%s (key %r) dead-lettered: %s: %s", msg.topic(),
+                    msg.partition(), msg.offset(), msg.key(), reason, detail)
         headers = [
             ("runlog.error.reason", reason.encode()),
             ("runlog.error.detail", detail.encode()[:1000]),
@@ -144,11 +294,31 @@ class ResumerService:
             raise KafkaException(f"dead letter for {msg.topic()}[{msg.partition()}]@{msg.offset()} "
                                  "was not acknowledged")
 
+    # -- the sweep --------------------------------------------------------------------------------
+
+    def _candidates(self) -> list[str]:
+        """Runs of this App's workflows that may need a resume: the active set's, then the
+        projection's ``RUNNING`` ones (runs from before the active set, or written by a writer
+        that does not maintain it)."""
+        mine = set(self.app.registry.names())
+        found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
+        running = self.projection.runs(RunStatus.RUNNING)
+        if running:
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in running:
+                pipe.hget(self.projection.state_key(run_id), "workflow")
+            for run_id, wf in zip(running, pipe.execute(), strict=True):
+                name = wf.decode() if isinstance(wf, bytes) else wf
+                if name in mine:
+                    found.setdefault(run_id, None)
+        return list(found)
+
     def sweep(self) -> SweepReport:
-        """Request the resume of every RUNNING run whose lease has expired."""
+        """Request the resume of every run of this App's workflows that is active (or projected
+        ``RUNNING``) and whose lease has expired."""
         report = SweepReport()
-        for run_id in self.projection.runs(RunStatus.RUNNING):
-            if self.redis.exists(f"{self.settings.redis_prefix}:{{{run_id}}}:lease"):
+        for run_id in self._candidates():
+            if self.redis.exists(self.lease_key(run_id)):
                 report.alive += 1
                 continue
             request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
@@ -157,7 +327,9 @@ class ResumerService:
         return report
 
     def serve(self, *, stop: Callable[[], bool] | None = None, idle_exit_s: float | None = None) -> int:
-        """Poll and sweep until ``stop()`` is true or nothing arrived for ``idle_exit_s``."""
+        """Poll, run due retries and sweep until ``stop()`` is true or nothing arrived for
+        ``idle_exit_s`` (and no retry is pending); returns how many resumes ran (``not_mine``
+        requests are not counted)."""
         handled = 0
         idle_since = time.monotonic()
         interval = self.settings.sweep_interval_ms / 1000.0
@@ -166,10 +338,18 @@ class ResumerService:
             if interval > 0 and now - self._last_sweep >= interval:
                 self._last_sweep = now
                 self.sweep()
-            if self.poll_once(0.5) is not None:
-                handled += 1
+            retried = self.run_due_retries()
+            if retried:
+                handled += len(retried)
                 idle_since = time.monotonic()
-            elif idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+            wait = self.next_retry_in()
+            msg_outcome = self.poll_once(0.5 if wait is None else min(0.5, wait))
+            if msg_outcome is not None:
+                if msg_outcome.result != "not_mine":
+                    handled += 1
+                idle_since = time.monotonic()
+            elif idle_exit_s is not None and not self._retries \
+                    and time.monotonic() - idle_since > idle_exit_s:
                 break
         return handled
 

@@ -14,25 +14,52 @@ in submission order, so re-running a stage reproduces them. Calls whose id is in
 nothing is appended. Calls in ``reconciled`` are not made either: the external
 record stands in for the result and one ``TOOL_RESULT`` with attribute
 ``source=reconciled`` is appended.
+
+The determinism guard: a call made at the position (stage, index) of a recorded
+call must be the recorded call, same tool and same request hash. Otherwise the
+recorded result is never handed back: ``CALL_DIVERGED`` is appended (call id,
+recorded and new tool and request hash) and :class:`~schemas.errors.Diverged` is
+raised, which blocks the run. Stage code gets recorded sources for what would
+diverge on a re-run: :meth:`StageContext.now`, :meth:`StageContext.random`,
+:meth:`StageContext.uuid` are calls like any other, so a resume reads them back.
+
+The effects ledger: before an effect tool executes, its delivery key is opened in
+the ledger shared by all runs (:mod:`producers._ledger`). Done in another run: the
+tool is not called, ``EFFECT_RECONCILED`` (attribute ``source=ledger``, ``from_run``)
+records the existing external id. Open in another run: in doubt, the tool's
+policy decides (``RECONCILE_FIRST`` asks, ``NEVER`` raises
+:class:`~schemas.errors.EffectInDoubt`, ``IDEMPOTENT`` calls with the holder's
+idempotency key, ``SAFE`` executes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import random as _random
 import threading
+import time
+import uuid as _uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from producers._artifacts import ArtifactStore
 from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from producers._ledger import EffectLedger, LedgerEntry
 from producers._session import RunSession
 from producers._tools import CallInfo, Tool, call_with_retry
-from schemas._types import ArtifactRef, ErrorInfo, EventType, ReplayPolicy
-from schemas.errors import DeliveryError, LeaseLost, TerminalToolError, WorkflowDefinitionError
+from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
+from schemas.errors import (
+    DeliveryError,
+    Diverged,
+    EffectInDoubt,
+    LeaseLost,
+    TerminalToolError,
+    WorkflowDefinitionError,
+)
 
-__all__ = ["JSON", "StageContext", "StageOutputs", "error_info", "require_mapping"]
+__all__ = ["JSON", "RecordedCall", "StageContext", "StageOutputs", "error_info", "require_mapping"]
 
 JSON = "application/json"
 
@@ -42,6 +69,49 @@ def error_info(err: BaseException) -> ErrorInfo:
     kind = getattr(err, "kind", None) or type(err).__name__
     retryable = bool(getattr(err, "retryable", False))
     return ErrorInfo(str(kind), str(err)[:2000] or type(err).__name__, retryable)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """A call the log records for a stage being run again: what the guard compares a new call
+    with, and its recorded result when there is one to reuse (None: called, no usable result)."""
+
+    call_id: str
+    tool: str | None
+    request_hash: str | None
+    result: ArtifactRef | None = None
+
+    @property
+    def index(self) -> int | None:
+        tail = self.call_id.rsplit("/", 1)[-1]
+        return int(tail) if tail.isdigit() else None
+
+    @property
+    def stage(self) -> str:
+        return self.call_id.split("/", 1)[0]
+
+
+def _recorded(call_id: str, v: RecordedCall | ArtifactRef) -> RecordedCall:
+    return v if isinstance(v, RecordedCall) else RecordedCall(call_id, None, None, v)
+
+
+def _sources_fn(kind: str) -> Any:
+    def fn(call: CallInfo, **_: Any) -> Any:
+        if kind == "now":
+            return time.time()
+        if kind == "random":
+            return _random.random()
+        return str(_uuid.uuid4())
+
+    return fn
+
+
+NOW = Tool("runlog.now", _sources_fn("now"), ReplayPolicy.SAFE)
+"""The recorded clock: ``ctx.now()``."""
+RANDOM = Tool("runlog.random", _sources_fn("random"), ReplayPolicy.SAFE)
+"""The recorded random source: ``ctx.random()``."""
+UUID = Tool("runlog.uuid", _sources_fn("uuid"), ReplayPolicy.SAFE)
+"""The recorded id source: ``ctx.uuid()``."""
 
 
 class StageOutputs:
@@ -79,14 +149,18 @@ class StageContext:
     """What a stage function gets as ``ctx``; safe to use from several threads."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
-                 recorded_calls: Mapping[str, ArtifactRef], reconciled: Mapping[str, Mapping[str, Any]],
-                 max_parallel: int = 8) -> None:
+                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
+                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
+                 ledger: EffectLedger | None = None) -> None:
         self.session = session
         self.stage = stage
         self.store = store
         self._outputs = outputs
-        self._recorded = recorded_calls
+        recorded = [_recorded(k, v) for k, v in recorded_calls.items()]
+        self._recorded = {r.call_id: r for r in recorded}
+        self._at_index = {r.index: r for r in recorded if r.stage == stage and r.index is not None}
         self._reconciled = reconciled
+        self._ledger = ledger
         self._max_parallel = max_parallel
         self._lock = threading.Lock()
         self._next_index = 0
@@ -141,6 +215,20 @@ class StageContext:
         """Call a tool now and return its result (recorded on the log)."""
         return self._invoke(tool, self._claim_index(), args)
 
+    # -- recorded sources: what stage code reads instead of the clock, random and uuid --------
+
+    def now(self) -> float:
+        """Seconds since the epoch, recorded: a resume of this stage reads the same value back."""
+        return float(self.call(NOW))
+
+    def random(self) -> float:
+        """A float in [0, 1), recorded: a resume of this stage reads the same value back."""
+        return float(self.call(RANDOM))
+
+    def uuid(self) -> str:
+        """A random UUID (text), recorded: a resume of this stage reads the same value back."""
+        return str(self.call(UUID))
+
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
         index = self._claim_index()
@@ -173,11 +261,13 @@ class StageContext:
                                   "replay_policy": tool.policy}
         args_bytes = canonical_json(dict(args))
         request_hash = sha256_hex(args_bytes)
-        if call_id in self._recorded:
-            ref = self._recorded[call_id]
-            result = json.loads(self.store.get(ref))
-            self._add(ref)
-            return result
+        rec = self._at_index.get(index)
+        if rec is not None:
+            self._guard(rec, call_id, tool, request_hash, common)
+            if rec.result is not None:
+                result = json.loads(self.store.get(rec.result))
+                self._add(rec.result)
+                return result
         if call_id in self._reconciled:
             record = dict(self._reconciled[call_id])
             ref = self.put_artifact(canonical_json(record), JSON)
@@ -193,9 +283,22 @@ class StageContext:
         if tool.effect:
             assert tool.delivery is not None  # checked at definition time
             info = dataclasses.replace(info, delivery_key=delivery_key(*tool.delivery(args, info)))
+            elsewhere = self._open_effect(tool, info)
+            own = elsewhere is not None and (elsewhere.run_id, elsewhere.call_id) == (s.run_id, call_id)
+            if own and tool.policy is ReplayPolicy.IDEMPOTENT:
+                elsewhere = None  # this very call, done before a crash: call again with its key (full record)
+            if elsewhere is not None:
+                if elsewhere.done:
+                    return self._reuse_effect(tool, info, args, elsewhere, common)
+                settled = self._in_doubt(tool, info, args, elsewhere, common)
+                if settled is not None:
+                    return settled
+                if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
+                    info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
             s.lease.verify()  # a round trip: refuse to start an effect without the lease
             s.append(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
-                     target=tool.target, request_hash=request_hash, **common)
+                     target=tool.target, request_hash=request_hash, idempotency_key=info.idempotency_key,
+                     **common)
         s.crash_point(f"inside:TOOL:{call_id}")
 
         def attempt(n: int) -> Any:
@@ -218,14 +321,103 @@ class StageContext:
         except (LeaseLost, DeliveryError):
             raise
         except Exception as err:  # any tool failure is recorded, then re-raised
+            if tool.effect and self._ledger is not None and info.delivery_key is not None:
+                self._ledger.close(info.delivery_key, s.run_id, call_id, EffectStatus.FAILED)
             self._record_failure(err, info, common)
             raise
         if tool.effect:
+            assert info.delivery_key is not None
+            if self._ledger is not None:
+                self._ledger.close(info.delivery_key, s.run_id, call_id, EffectStatus.DONE,
+                                   _external_id(result))
             s.append(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
                      external_id=_external_id(result), **common)
         ref = self.put_artifact(result_bytes, JSON)
         s.append(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)}, **common)
         return result
+
+    # -- the determinism guard ----------------------------------------------------------------
+
+    def _guard(self, rec: RecordedCall, call_id: str, tool: Tool, request_hash: str,
+               common: dict[str, Any]) -> None:
+        """Refuse a call that is not the one recorded at its position (see the module docstring)."""
+        same_tool = rec.call_id == call_id
+        same_args = rec.request_hash is None or rec.request_hash == request_hash
+        if same_tool and same_args:
+            return
+        recorded = f"{rec.tool or rec.call_id.split('/')[1]} with request {(rec.request_hash or '?')[:16]}"
+        new = f"{tool.name} with request {request_hash[:16]}"
+        err = Diverged(self.session.run_id, rec.call_id, recorded, new)
+        with self._lock:
+            if self.failure is None:
+                self.failure = err
+        self.session.append(
+            EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
+            attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
+                        "recorded_request_hash": rec.request_hash or ""}, **common)
+        raise err
+
+    # -- the effects ledger ---------------------------------------------------------------------
+
+    def _open_effect(self, tool: Tool, info: CallInfo) -> LedgerEntry | None:
+        if self._ledger is None or info.delivery_key is None:
+            return None
+        return self._ledger.open(LedgerEntry(info.delivery_key, info.run_id, info.call_id,
+                                             EffectStatus.INTENT, None, info.idempotency_key, tool.name))
+
+    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
+                attrs: dict[str, str]) -> dict[str, Any]:
+        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
+        s = self.session
+        assert info.delivery_key is not None
+        out = dict(record)
+        ref = self.put_artifact(canonical_json(out), JSON)
+        s.append(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                 target=tool.target, external_id=_external_id(out), payload_ref=ref, attributes=attrs,
+                 **common)
+        s.append(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                 attributes={"source": attrs.get("source", "reconciled")}, **common)
+        return out
+
+    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                      common: dict[str, Any]) -> dict[str, Any]:
+        """Done in another run: no call; that run's external id is this call's result."""
+        record: Mapping[str, Any] | None = None
+        if tool.reconcile is not None and info.delivery_key is not None:
+            record = tool.reconcile(info.delivery_key, args)
+        if record is None or _external_id(record) != other.external_id:
+            record = {"external_id": other.external_id}
+        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                 "ledger": other.source}
+        return self._settle(tool, info, record, common, attrs)
+
+    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                  common: dict[str, Any]) -> dict[str, Any] | None:
+        """Open in another run. Returns the record when reconcile found the effect done; None to
+        execute; raises EffectInDoubt when the policy leaves it to a person."""
+        dk = info.delivery_key
+        assert dk is not None
+        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
+            record = tool.reconcile(dk, args)
+            if record is not None and _external_id(record) is not None:
+                if self._ledger is not None:
+                    self._ledger.close(dk, info.run_id, info.call_id, EffectStatus.RECONCILED,
+                                       _external_id(record))
+                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                         "ledger": other.source, "reconciled": "true"}
+                return self._settle(tool, info, record, common, attrs)
+            return None
+        if tool.policy is ReplayPolicy.NEVER:
+            err = EffectInDoubt(
+                info.run_id, dk, other.run_id,
+                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
+                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
+                "whether it happened before this run may go on")
+            with self._lock:
+                if self.failure is None:
+                    self.failure = err
+            raise err
+        return None
 
     def _record_failure(self, err: Exception, info: CallInfo, common: dict[str, Any]) -> None:
         with self._lock:

@@ -10,12 +10,23 @@ Event sequence of a run, all at the session's epoch (delivery: see
       VERIFIED (rules passed; output + artifacts)  |  FAILED (rules, stage error or tool error)
       (flush: everything so far acknowledged)
     RUN_COMPLETED (then flush, lease released)
+    RUN_BLOCKED (confirmed)          instead, when a call diverged or an effect is in doubt
+
+A run started with an idempotency key gets the run id the key names
+(:func:`producers._runs.run_id_for_key`). Its start cannot strand, whatever the
+crash point: the key is claimed ``pending``, the lease taken, ``RUN_STARTED``
+appended and acknowledged, the claim marked ``started``. A caller that finds the
+claim ``pending`` (its starter died) waits for the starter's lease to expire,
+takes it, and asks the log: the run exists (a resume is requested) or it does
+not (this caller appends ``RUN_STARTED`` at its own, higher epoch, reads the log
+back to see it accepted, and executes the run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,17 +34,29 @@ from typing import Any
 
 import redis
 
+from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._context import JSON, StageContext, StageOutputs, error_info, require_mapping
+from producers._context import JSON, RecordedCall, StageContext, StageOutputs, error_info, require_mapping
+from producers._crash import crash_point, kill_self
 from producers._inputs import DictInputSource, InputSource, PinnedInputs
 from producers._keys import canonical_json, sha256_hex
-from producers._lease import LeaseManager, RedisLeaseManager
-from producers._runs import RunKeys
+from producers._lease import Lease, LeaseHeld, LeaseManager, RedisLeaseManager
+from producers._ledger import EffectLedger, RedisEffectLedger
+from producers._runlog import KafkaRunLog, RunLog
+from producers._runs import RunKeys, run_id_for_key
 from producers._session import RunSession
 from producers._workflow import Stage, Workflow, evaluate_rules
 from producers._writer import RunWriter
+from schemas._hash import event_hash
 from schemas._types import ArtifactRef, ErrorInfo, EventType
-from schemas.errors import DeliveryError, LeaseLost, RunlogError, VerificationFailed, WorkflowDefinitionError
+from schemas.errors import (
+    DeliveryError,
+    LeaseLost,
+    ResumeBlocked,
+    RunlogError,
+    VerificationFailed,
+    WorkflowDefinitionError,
+)
 from schemas.settings import Settings
 
 __all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunHandle", "RunResult", "Runner"]
@@ -73,17 +96,27 @@ class Runner:
         source: where versioned inputs come from (empty when None).
         run_keys: the run idempotency-key store (required to pass ``idempotency_key``).
         max_parallel: threads per stage for ``ctx.submit`` / ``ctx.parallel``.
+        ledger: the effects ledger shared by all runs (consulted before every effect).
+        run_log: reads a run's first event back (settles interrupted keyed starts).
+        lease_wait_s: how long a keyed start waits for a crashed starter's lease to expire.
+        active: the registry of active runs the resumers' sweep reads (no projector needed).
     """
 
     def __init__(self, writer: RunWriter, leases: LeaseManager, store: ArtifactStore, *,
                  source: InputSource | None = None, run_keys: RunKeys | None = None,
-                 max_parallel: int = 8) -> None:
+                 max_parallel: int = 8, ledger: EffectLedger | None = None,
+                 run_log: RunLog | None = None, lease_wait_s: float = 60.0,
+                 active: ActiveRuns | None = None) -> None:
         self.writer = writer
         self.leases = leases
         self.store = store
         self.source = source or DictInputSource({})
         self.run_keys = run_keys
         self.max_parallel = max_parallel
+        self.ledger = ledger
+        self.run_log = run_log
+        self.lease_wait_s = lease_wait_s
+        self.active = active
         self._owned: list[Any] = []
 
     @classmethod
@@ -98,7 +131,10 @@ class Runner:
         w = writer or RunWriter(settings)
         leases = RedisLeaseManager(client, settings, holder=w.writer_id)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
-                run_keys=RunKeys(client, settings.redis_prefix))
+                run_keys=RunKeys(client, settings.redis_prefix),
+                ledger=RedisEffectLedger(client, settings.redis_prefix), run_log=KafkaRunLog(settings),
+                lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
+                active=ActiveRuns(client, settings.redis_prefix))
         r._owned = [leases, client] + ([w] if own_writer else [])
         return r
 
@@ -119,50 +155,124 @@ class Runner:
     def start_run(self, workflow: Workflow, params: Mapping[str, Any],
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                   parent_run_id: str | None = None, forked_from_seq: int | None = None) -> RunHandle:
-        """Pin inputs, take the lease (epoch 1) and append a confirmed ``RUN_STARTED``.
+        """Pin inputs, take the lease and append a confirmed ``RUN_STARTED``.
 
         Args:
             params: the run's parameters (JSON object), stored as an artifact.
             inputs: explicit input versions; every other input a stage reads is
                 pinned at its latest version.
-            idempotency_key: the same key with the same workflow and params returns
-                the existing run (``created=False``, no session).
+            idempotency_key: names the run (its id is derived from the key); the same key
+                with the same workflow and params returns the existing run
+                (``created=False``, no session). See the module docstring for a start
+                interrupted by a crash.
 
         Raises:
             RunConflict: the key names a run with other params or workflow.
             InputNotFound: an input or pinned version does not exist.
         """
-        spec = workflow.spec()
+        workflow.spec()  # refuses a workflow without stages before anything is claimed
         params_bytes = canonical_json(dict(params))
         params_hash = sha256_hex(params_bytes)
         pinned = PinnedInputs.pin(self.source, workflow.input_names(), inputs)
-        run_id = f"run-{uuid.uuid4().hex}"
         wf_name = f"{workflow.name}@{workflow.version}"
-        if idempotency_key is not None:
+        attrs = {"params_hash": params_hash, "writer": self.writer.writer_id}
+        if idempotency_key is None:
+            run_id = f"run-{uuid.uuid4().hex}"
+        else:
             if self.run_keys is None:
                 raise WorkflowDefinitionError("this Runner has no run key store for idempotency keys")
-            existing = self.run_keys.claim(idempotency_key, run_id, params_hash, wf_name)
-            if existing is not None:
-                return RunHandle(existing, False, params_hash)
-        attrs = {"params_hash": params_hash, "writer": self.writer.writer_id}
-        if idempotency_key is not None:
+            run_id = run_id_for_key(idempotency_key)
             attrs["run_idempotency_key"] = idempotency_key
-        lease = None
+            self._crash("before:CLAIM:run")
+            claim = self.run_keys.claim(idempotency_key, run_id, params_hash, wf_name)
+            self._crash("after:CLAIM:run")
+            if not claim.created:
+                if claim.started or claim.run_id != run_id:
+                    return RunHandle(claim.run_id, False, params_hash)
+                return self._settle_start(workflow, params_bytes, pinned, attrs, idempotency_key,
+                                          run_id, params_hash, wf_name, parent_run_id, forked_from_seq)
+        lease = self.leases.acquire(run_id)
         try:
-            lease = self.leases.acquire(run_id)
-            session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
-                                 inputs=pinned, params=json.loads(params_bytes))
-            params_ref = self.store.put(params_bytes, JSON)
-            session.append(EventType.RUN_STARTED, confirm=True, workflow=spec,
-                           input_versions=pinned.versions, payload_ref=params_ref, attributes=attrs,
-                           parent_run_id=parent_run_id, forked_from_seq=forked_from_seq)
+            session = self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
+                                         parent_run_id, forked_from_seq)
         except BaseException:
-            if lease is not None:
-                lease.release()
-            if idempotency_key is not None and self.run_keys is not None:
-                with contextlib.suppress(redis.RedisError):
-                    self.run_keys.unclaim(idempotency_key, run_id, params_hash, wf_name)
+            lease.release()
+            raise  # a keyed claim stays pending: the next caller settles it from the log
+        if idempotency_key is not None and self.run_keys is not None:
+            self.run_keys.mark_started(idempotency_key, run_id, params_hash, wf_name)
+        return RunHandle(run_id, True, params_hash, session)
+
+    def _active(self, run_id: str, workflow: str) -> None:
+        if self.active is not None:
+            try:
+                self.active.add(run_id, workflow)
+            except redis.RedisError as err:
+                raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
+
+    def mark_inactive(self, run_id: str) -> None:
+        """Drop a run from the active-runs registry (it completed, blocked or failed)."""
+        if self.active is not None:
+            with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
+                self.active.remove(run_id)
+
+    def _crash(self, point: str) -> None:
+        if crash_point(self.writer.settings.crash_at, point):
+            kill_self()
+
+    def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
+                      pinned: PinnedInputs, attrs: Mapping[str, str], parent_run_id: str | None,
+                      forked_from_seq: int | None) -> RunSession:
+        session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
+                             inputs=pinned, params=json.loads(params_bytes))
+        params_ref = self.store.put(params_bytes, JSON)
+        session.append(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
+                       input_versions=pinned.versions, payload_ref=params_ref, attributes=dict(attrs),
+                       parent_run_id=parent_run_id, forked_from_seq=forked_from_seq)
+        self._active(run_id, workflow.name)  # once the run exists: the sweep never asks for a phantom
+        return session
+
+    def _acquire_waiting(self, run_id: str) -> Lease | None:
+        """The run's lease, waiting up to ``lease_wait_s`` for a dead holder's to expire."""
+        deadline = time.monotonic() + self.lease_wait_s
+        while True:
+            try:
+                return self.leases.acquire(run_id)
+            except LeaseHeld:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.1)
+
+    def _settle_start(self, workflow: Workflow, params_bytes: bytes, pinned: PinnedInputs,
+                      attrs: Mapping[str, str], key: str, run_id: str, params_hash: str, wf_name: str,
+                      parent_run_id: str | None, forked_from_seq: int | None) -> RunHandle:
+        """A ``pending`` claim: its starter died somewhere between the claim and the claim's
+        ``started`` mark. The log decides whether the run exists."""
+        assert self.run_keys is not None
+        if self.run_log is None:
+            raise WorkflowDefinitionError("this Runner has no run log to settle an interrupted start")
+        lease = self._acquire_waiting(run_id)
+        if lease is None:  # a live starter still holds it: that starter owns the run
+            return RunHandle(run_id, False, params_hash)
+        if self.run_log.first_event(run_id) is not None:
+            lease.release()
+            self.run_keys.mark_started(key, run_id, params_hash, wf_name)
+            self.writer.request_resume(run_id, "its start was interrupted after RUN_STARTED")
+            return RunHandle(run_id, False, params_hash)
+        try:
+            session = self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
+                                         parent_run_id, forked_from_seq)
+        except BaseException:
+            lease.release()
             raise
+        first = self.run_log.first_event(run_id)
+        ours = session.last_hash
+        if first is None or event_hash(first) != ours:
+            # another writer's first event is on the log before ours: ours is rejected by the fold
+            session.closed = True
+            lease.release()
+            self.run_keys.mark_started(key, run_id, params_hash, wf_name)
+            return RunHandle(run_id, False, params_hash)
+        self.run_keys.mark_started(key, run_id, params_hash, wf_name)
         return RunHandle(run_id, True, params_hash, session)
 
     def run(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
@@ -178,6 +288,7 @@ class Runner:
                   input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
                   force: bool = False, last_hash: str | None = None) -> RunSession:
         """:meth:`RunSession.take_over` with this runner's writer, leases and input source."""
+        self._active(run_id, workflow.name)
         return RunSession.take_over(self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
                                     input_versions=input_versions, source=self.source, params=params,
                                     last_epoch=last_epoch, force=force, last_hash=last_hash)
@@ -186,7 +297,7 @@ class Runner:
 
     def execute(self, session: RunSession, *, from_stage: str | None = None,
                 stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None = None,
-                recorded_calls: Mapping[str, ArtifactRef] | None = None,
+                recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None = None,
                 reconciled: Mapping[str, Mapping[str, Any]] | None = None,
                 complete: bool = True, release: bool = True) -> RunResult:
         """Execute the session's workflow from ``from_stage`` to the end.
@@ -197,8 +308,11 @@ class Runner:
                 ``stage_outputs``).
             stage_outputs: outputs of already verified stages (dicts, or the
                 ``payload_ref`` of their ``VERIFIED``), readable via ``ctx.output_of``.
-            recorded_calls: ``call_id -> TOOL_RESULT payload_ref``: these calls are
-                not made again and nothing is appended for them.
+            recorded_calls: the calls the log records for the stages to run (a
+                :class:`RecordedCall`, or just the ``TOOL_RESULT`` payload_ref): a call
+                with a recorded result is not made again and nothing is appended for
+                it; any call at a recorded position must be the recorded call (the
+                determinism guard, see :mod:`producers._context`).
             reconciled: ``call_id -> external record`` found by reconcile: not made
                 again; one ``TOOL_RESULT`` (``source=reconciled``) is appended.
             complete: append ``RUN_COMPLETED`` after the last stage.
@@ -206,7 +320,8 @@ class Runner:
 
         Raises:
             VerificationFailed, ToolError, or the stage's own exception, after ``FAILED``
-            was appended and flushed; LeaseLost / DeliveryError without appending.
+            was appended and flushed; ResumeBlocked (Diverged, EffectInDoubt) after
+            ``RUN_BLOCKED`` was appended; LeaseLost / DeliveryError without appending.
         """
         wf = session.workflow
         outputs = StageOutputs(self.store, stage_outputs or {})
@@ -222,8 +337,26 @@ class Runner:
             if complete:
                 session.append(EventType.RUN_COMPLETED)
             session.close(release=release)
+            if complete:
+                self.mark_inactive(session.run_id)
         except LeaseLost:
             session.closed = True  # not ours any more: nothing to flush or release
+            raise
+        except ResumeBlocked as err:
+            with contextlib.suppress(RunlogError):
+                session.append(EventType.RUN_BLOCKED, confirm=True,
+                               error=ErrorInfo(type(err).__name__, err.reason, False))
+                session.close(release=release)
+                self.mark_inactive(session.run_id)
+            raise
+        except DeliveryError:
+            with contextlib.suppress(RunlogError):
+                session.close(release=release)
+            raise  # the run is still RUNNING on the log: it stays active for the sweep
+        except Exception:  # a stage failed: FAILED is on the log
+            with contextlib.suppress(RunlogError):
+                session.close(release=release)
+                self.mark_inactive(session.run_id)
             raise
         except BaseException:
             with contextlib.suppress(RunlogError):
@@ -232,10 +365,10 @@ class Runner:
         return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), complete)
 
     def _run_stage(self, s: RunSession, stage: Stage, outputs: StageOutputs,
-                   recorded: Mapping[str, ArtifactRef], reconciled: Mapping[str, Mapping[str, Any]]
-                   ) -> dict[str, Any]:
+                   recorded: Mapping[str, RecordedCall | ArtifactRef],
+                   reconciled: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         ctx = StageContext(s, stage.name, self.store, outputs, recorded_calls=recorded,
-                           reconciled=reconciled, max_parallel=self.max_parallel)
+                           reconciled=reconciled, max_parallel=self.max_parallel, ledger=self.ledger)
         s.append(EventType.STAGE_STARTED, stage=stage.name)
         s.crash_point(f"inside:STAGE:{stage.name}")
         try:
@@ -248,7 +381,13 @@ class Runner:
             out_bytes = canonical_json(require_mapping(stage.name, raw))
         except (LeaseLost, DeliveryError):
             raise
+        except ResumeBlocked:
+            if isinstance(ctx.failure, ResumeBlocked):
+                raise ctx.failure from None
+            raise
         except Exception as err:  # recorded as FAILED (unless a tool call already did), re-raised
+            if isinstance(ctx.failure, ResumeBlocked):  # the stage swallowed it, then failed otherwise
+                raise ctx.failure from err
             if ctx.failure is None:
                 s.append(EventType.FAILED, stage=stage.name, error=error_info(err))
             s.flush()

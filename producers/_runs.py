@@ -1,21 +1,49 @@
-"""Run idempotency keys in Redis: one key names at most one run, ever.
+"""Run idempotency keys: one key names at most one run, ever, and that run can always be found.
+
+The run id of a keyed run is derived from the key (:func:`run_id_for_key`), so the
+key-to-run mapping is a pure function and the log is the truth about whether the
+run exists: no crash can leave a key pointing at a run id other than its own.
 
 ``{prefix}:runs:by_idempotency_key:<lp_sha256(key)>`` holds canonical JSON
-``{"run_id", "params_hash", "workflow"}``, written with SET NX (no TTL). The
-same key with the same workflow and params resolves to the existing run; with
-anything else it is refused with :class:`~schemas.errors.RunConflict`.
+``{"run_id", "params_hash", "workflow", "state"}`` (no TTL), where ``state`` is
+``pending`` from the claim until the run's ``RUN_STARTED`` is acknowledged, then
+``started``. The same key with the same workflow and params resolves to the run;
+with anything else it is refused with :class:`~schemas.errors.RunConflict`. A
+claim left ``pending`` by a crashed starter is settled by the next caller, which
+takes the run's lease and reads the log (see :meth:`producers.Runner.start_run`).
+Claims written before the ``state`` field existed read as ``started``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import redis
 
 from producers._keys import canonical_json, lp_sha256
 from schemas.errors import RunConflict
 
-__all__ = ["RunKeys"]
+__all__ = ["Claim", "RunKeys", "run_id_for_key"]
+
+PENDING, STARTED = "pending", "started"
+
+
+def run_id_for_key(idempotency_key: str) -> str:
+    """The run id a run idempotency key names: ``run-`` + 32 hex digits of a length-prefixed sha256."""
+    return f"run-{lp_sha256('runlog.run', idempotency_key)[:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The state of a run idempotency key after :meth:`RunKeys.claim`."""
+
+    run_id: str
+    created: bool
+    """This call made the claim (a new run)."""
+    started: bool
+    """The run's ``RUN_STARTED`` was acknowledged (as far as the claim knows)."""
+
 
 _UNCLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -35,21 +63,21 @@ class RunKeys:
         return f"{self.prefix}:runs:by_idempotency_key:{lp_sha256(idempotency_key)}"
 
     @staticmethod
-    def _value(run_id: str, params_hash: str, workflow: str) -> bytes:
-        return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow})
+    def _value(run_id: str, params_hash: str, workflow: str, state: str = PENDING) -> bytes:
+        return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow,
+                               "state": state})
 
-    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> str | None:
-        """None when ``run_id`` now owns the key; the existing run id when the same
-        request was made before.
+    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
+        """Claim the key for ``run_id`` (``pending``), or read the existing claim.
 
         Raises:
             RunConflict: the key names a run of another workflow or other params.
         """
         k = self.key(idempotency_key)
         if self._r.set(k, self._value(run_id, params_hash, workflow), nx=True):
-            return None
+            return Claim(run_id, True, False)
         raw = self._r.get(k)
-        if raw is None:  # unclaimed in between by a failed start: try once more
+        if raw is None:  # deleted in between: try once more
             return self.claim(idempotency_key, run_id, params_hash, workflow)
         found = json.loads(raw)
         if found["workflow"] != workflow:
@@ -59,8 +87,12 @@ class RunKeys:
             raise RunConflict(idempotency_key, found["run_id"],
                               f"it was started with params sha256 {found['params_hash']}, these hash to "
                               f"{params_hash}; use a new key for new parameters")
-        return str(found["run_id"])
+        return Claim(str(found["run_id"]), False, found.get("state", STARTED) != PENDING)
+
+    def mark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
+        """The run's ``RUN_STARTED`` is on the log: the claim is settled for good."""
+        self._r.set(self.key(idempotency_key), self._value(run_id, params_hash, workflow, STARTED))
 
     def unclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
-        """Drop a claim whose run never got its ``RUN_STARTED`` (compare-and-delete)."""
+        """Drop a ``pending`` claim whose run certainly never appended anything (compare-and-delete)."""
         self._unclaim(keys=[self.key(idempotency_key)], args=[self._value(run_id, params_hash, workflow)])

@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from producers._crash import crash_point, event_subject
 from schemas._codec import Codec
-from schemas._types import RunEvent
+from schemas._types import ResumeRequest, RunEvent, now_ms
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -89,6 +89,22 @@ class RunWriter:
                 return
             except BufferError:
                 time.sleep(0.01)  # the poll thread drains delivery reports
+
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
+        """Append a ``ResumeRequest`` for ``run_id`` to the resume topic and wait for its acknowledgement."""
+        topic = Topics.of(self.settings).resume
+        data = self.codec.encode(ResumeRequest(run_id, now_ms(), reason, self.writer_id))
+        done = threading.Event()
+        errors: list[str] = []
+
+        def cb(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                errors.append(f"{err.name()}: {err.str()}")
+            done.set()
+
+        self._producer.produce(topic, value=data, key=run_id.encode("utf-8"), on_delivery=cb)
+        if not self.send_now(done, timeout) or errors:
+            raise DeliveryError(topic, run_id, errors[0] if errors else "resume request not acknowledged")
 
     def send_now(self, done: threading.Event, timeout: float) -> bool:
         """Send what is queued without waiting out ``linger.ms``, until ``done`` is set.

@@ -88,6 +88,20 @@ class EffectEntry:
     external_id: str | None = None
     replay_policy: ReplayPolicy | None = None
     request_hash: str | None = None
+    opened_at: int | None = None
+    """``occurred_at`` of the event that first opened this effect in this run (None in state JSON
+    written before the field existed: :attr:`sort_key` then uses ``updated_at``)."""
+
+    @property
+    def sort_key(self) -> str:
+        """Which run's entry the global ledger (``effects:by_key``) shows when several runs share
+        a delivery key: the smallest key wins. Done beats open (rank 0 for ``DONE`` and
+        ``RECONCILED``, 1 for anything else), then the earliest opened, then the run id. Within one
+        run the key only stays equal or gets smaller, so keeping the smallest key seen gives the
+        same winner whatever order the runs are processed in. Compare as bytes (UTF-8)."""
+        rank = 0 if self.status in (EffectStatus.DONE, EffectStatus.RECONCILED) else 1
+        opened = self.updated_at if self.opened_at is None else self.opened_at
+        return f"{rank}:{min(max(opened, 0), 999_999_999_999_999):015d}:{self.run_id}"
 
     def to_effect(self) -> Effect:
         """The ledger record published on the effects topic."""
@@ -298,6 +312,7 @@ def effect_to_dict(e: EffectEntry) -> dict[str, Any]:
         "external_id": e.external_id,
         "replay_policy": None if e.replay_policy is None else e.replay_policy.value,
         "request_hash": e.request_hash,
+        "opened_at": e.opened_at,
     }
 
 
@@ -316,6 +331,7 @@ def effect_from_dict(d: Mapping[str, Any]) -> EffectEntry:
         external_id=d.get("external_id"),
         replay_policy=None if pol is None else ReplayPolicy(pol),
         request_hash=d.get("request_hash"),
+        opened_at=None if d.get("opened_at") is None else int(d["opened_at"]),
     )
 
 

@@ -239,6 +239,9 @@ def _effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, O
         external_id=e.external_id or (old.external_id if old else None),
         replay_policy=e.replay_policy or (old.replay_policy if old else None),
         request_hash=e.request_hash or (old.request_hash if old else None),
+        # When this run first opened the effect: fixed from then on, so the entry's sort key in the
+        # global ledger only improves (an entry from state JSON without it freezes its updated_at).
+        opened_at=(old.updated_at if old.opened_at is None else old.opened_at) if old else e.occurred_at,
     )
     opened = dict(s.open_effects)
     closed = dict(s.closed_effects)
@@ -269,17 +272,22 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
         outputs[stage] = e.payload_ref
     done = s.completed_stages if stage in s.completed_stages else (*s.completed_stages, stage)
     nxt = s.workflow.next_stage(stage) if s.workflow is not None else None
-    # Finished calls of a verified stage are no longer needed by resume (the snapshot keeps them).
-    calls = {k: c for k, c in s.calls.items() if c.stage != stage or c.status is CallStatus.CALLED}
-    s = replace(
-        s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
-        stage_outputs=outputs, completed_stages=done, calls=calls,
-    )
     wants_cp = True
     if s.workflow is not None and stage in s.workflow.stage_names:
         wants_cp = s.workflow.stage(stage).checkpoint
     if not wants_cp:
+        # No checkpoint: resume runs this stage again from the previous one, so its recorded
+        # calls stay (reused on that re-run, and what the determinism guard compares with).
+        s = replace(s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
+                    stage_outputs=outputs, completed_stages=done)
         return s, _ACCEPTED
+    # Finished calls of the stages this checkpoint covers are no longer needed by resume (the
+    # snapshot keeps them).
+    calls = {k: c for k, c in s.calls.items() if c.stage not in done or c.status is CallStatus.CALLED}
+    s = replace(
+        s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
+        stage_outputs=outputs, completed_stages=done, calls=calls,
+    )
     part, off = pos if pos is not None else (-1, -1)
     cp = Checkpoint(
         checkpoint_id=f"{s.run_id}:{e.seq}",

@@ -9,30 +9,36 @@ rebuild of the same log gives the same keys, field by field.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from projections._state import RunState
+from projections._state import RunState, RunStatus
 from projections.batch import BatchProjector, RawRecord
 from projections.fold import fold
-from projections.redis_store import ProjectionStoreError, RedisStore
+from projections.redis_store import READY, ProjectionStoreError, RedisStore
 from schemas._codec import Codec
 from schemas._types import RunEvent
-from schemas.errors import DecodeError, RunlogError
+from schemas.errors import ConfigError, DecodeError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
 __all__ = [
+    "NamespaceOverlap",
     "RebuildReport",
+    "SwapFailed",
+    "SwapRefused",
     "diff_namespaces",
     "dump_namespace",
+    "is_projection_key",
+    "prefixes_overlap",
     "read_run_tail",
     "rebuild",
     "replay_into",
@@ -147,9 +153,14 @@ def rebuild(
     progress: TextIO | None = sys.stderr,
     client: redis.Redis | None = None,
 ) -> RebuildReport:
-    """Replay the whole events topic into a fresh namespace ``target_prefix`` (cleared first)."""
-    if target_prefix == settings.redis_prefix:
-        raise RunlogError("rebuild into the live prefix refused: rebuild elsewhere, then --swap")
+    """Replay the whole events topic into a fresh namespace ``target_prefix`` (cleared first).
+
+    Raises :class:`NamespaceOverlap` when the target is the live prefix or holds it (clearing
+    ``tenant`` would delete ``tenant:live``); a target inside the live prefix (``live:rebuild``) is
+    allowed (``diff_namespaces`` tells the two apart) but cannot be swapped."""
+    live = settings.redis_prefix
+    if target_prefix == live or live.startswith(target_prefix + ":"):
+        raise NamespaceOverlap(live, target_prefix, "rebuild")
     r = client or redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
     _delete_namespace(r, target_prefix)
     return replay_into(settings, RedisStore(r, target_prefix), progress=progress)
@@ -161,10 +172,13 @@ def replay_into(
     *,
     progress: TextIO | None = None,
     on_batch: Callable[[], None] | None = None,
+    from_offsets: Mapping[int, int] | None = None,
 ) -> RebuildReport:
     """Replay the whole events topic, up to the high watermarks taken at start, into ``store`` (not
     cleared: the offset-guarded apply skips what it already holds). ``on_batch`` runs after every
-    batch (e.g. to extend a lock)."""
+    batch (e.g. to extend a lock). ``from_offsets`` (partition -> offset) starts those partitions
+    there instead of at their beginning: a catch-up of a namespace that holds everything before
+    (e.g. a previous replay's ``high_watermarks``)."""
     proj = BatchProjector(store, Codec(max_record_bytes=settings.max_record_bytes), cache_size=1 << 30)
     topic = Topics.of(settings).events
     report = RebuildReport(store.prefix)
@@ -174,9 +188,10 @@ def replay_into(
         wm = _watermarks(c, topic)
         ends = {p: hi for p, (_, hi) in wm.items()}
         report.high_watermarks = ends
-        total = sum(hi - lo for lo, hi in wm.values())
+        starts = {p: max(lo, (from_offsets or {}).get(p, lo)) for p, (lo, _) in wm.items()}
+        total = sum(max(hi - starts[p], 0) for p, (_, hi) in wm.items())
         _progress(progress, 0, total, started)
-        for msgs in _read(c, topic, {p: lo for p, (lo, _) in wm.items()}, ends):
+        for msgs in _read(c, topic, starts, ends):
             recs = [RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
             res = proj.process(recs)
             report.records += len(recs)
@@ -250,15 +265,69 @@ def read_run_tail(
 # -- namespaces -------------------------------------------------------------------------------
 
 
+class NamespaceOverlap(ConfigError):
+    """Two Redis prefixes whose key spaces overlap: they are equal, or one lies inside the other at
+    a ``:`` boundary (``tenant`` and ``tenant:rebuild``), so the keys ``P:*`` of one include keys of
+    the other. Rebuilding into a namespace that holds the live one, or swapping overlapping ones,
+    would delete or rename live keys; use sibling prefixes (``tenant:live`` and ``tenant:rebuild``)."""
+
+    def __init__(self, live: str, other: str, action: str) -> None:
+        self.live = live
+        self.other = other
+        super().__init__(
+            f"{action} refused: prefix {other!r} overlaps the live prefix {live!r} (one is the other "
+            f"or lies inside it at a ':'); use sibling prefixes, e.g. RUNLOG_REDIS_PREFIX={live}:live "
+            f"and --target {live}:rebuild")
+
+
+class SwapRefused(RunlogError):
+    """A swap that was not started: the rebuilt namespace is not a finished rebuild, or the live
+    namespace is being rebuilt by someone else (its rebuild lock is held). Nothing was changed."""
+
+
+class SwapFailed(ProjectionStoreError):
+    """Redis failed during a swap. ``restored`` tells whether the live namespace was put back as it
+    was (and the rebuilt one too); when it was not, ``backup`` names the prefix holding the moved-out
+    live keys, and the live namespace stays marked ``rebuilding`` (projectors rebuild it from the
+    log once the lock expires)."""
+
+    def __init__(self, message: str, *, restored: bool, backup: str) -> None:
+        self.restored = restored
+        self.backup = backup
+        super().__init__(message)
+
+
+def prefixes_overlap(a: str, b: str) -> bool:
+    """True when the key spaces ``a:*`` and ``b:*`` overlap: ``a == b``, or one starts with the
+    other followed by ``:`` (``runlog`` and ``runlog.rebuild`` do not overlap; ``t`` and ``t:r`` do)."""
+    return a == b or a.startswith(b + ":") or b.startswith(a + ":")
+
+
+_GLOB = re.compile(r"([\\*?\[\]])")
+_RUN_KEY = re.compile(rb"\{[^}]+\}:(?:state|checkpoints|effects)")
+_GLOBAL_KEYS = frozenset([b"effects:by_key", *(f"runs:by_status:{s.value}".encode() for s in RunStatus)])
+
+
+def is_projection_key(name: bytes) -> bool:
+    """Whether ``name`` (a key with its ``P:`` prefix cut off) is one the projector writes: an
+    allow-list of shapes, ``{run}:state``, ``{run}:checkpoints``, ``{run}:effects``,
+    ``runs:by_status:<STATUS>`` and ``effects:by_key``. Everything else under a prefix belongs to
+    someone else (writers' leases, epoch counters, idempotency keys, effect claims, the active-runs
+    index, the namespace marker, the keys of a namespace nested inside this one) and is never
+    compared, moved or deleted by :func:`diff_namespaces` and :func:`swap_namespaces`."""
+    return name in _GLOBAL_KEYS or _RUN_KEY.fullmatch(name) is not None
+
+
 def _keys(r: redis.Redis, prefix: str) -> list[bytes]:
-    return sorted(r.scan_iter(match=f"{prefix}:*", count=1000))
+    """Every key under ``prefix`` (glob characters in the prefix are matched literally)."""
+    pattern = _GLOB.sub(r"\\\1", prefix) + ":*"
+    return sorted(r.scan_iter(match=pattern, count=1000))
 
 
 def _projection_keys(r: redis.Redis, prefix: str) -> list[bytes]:
-    """The namespace's keys without its marker and rebuild lock (they name an incarnation, not
-    content: two namespaces folded from the same log differ only there)."""
-    skip = {f"{prefix}:projection".encode(), f"{prefix}:projection:rebuild".encode()}
-    return [k for k in _keys(r, prefix) if k not in skip]
+    """The namespace's projection keys (:func:`is_projection_key`), full names, sorted."""
+    cut = len(prefix.encode()) + 1
+    return [k for k in _keys(r, prefix) if is_projection_key(k[cut:])]
 
 
 def _delete_namespace(r: redis.Redis, prefix: str) -> int:
@@ -268,11 +337,17 @@ def _delete_namespace(r: redis.Redis, prefix: str) -> int:
     return len(keys)
 
 
-def dump_namespace(r: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key under ``prefix`` (the prefix cut off) with its full value, for comparisons."""
+def dump_namespace(r: redis.Redis, prefix: str, *, projection_only: bool = False) -> dict[str, Any]:
+    """Keys under ``prefix`` (the prefix cut off) with their full values, for comparisons: every key
+    but the marker and the rebuild lock (they name an incarnation, not content), or with
+    ``projection_only`` only the projection keys (:func:`is_projection_key`)."""
     out: dict[str, Any] = {}
     try:
-        keys = _projection_keys(r, prefix)
+        if projection_only:
+            keys = _projection_keys(r, prefix)
+        else:
+            skip = {f"{prefix}:projection".encode(), f"{prefix}:projection:rebuild".encode()}
+            keys = [k for k in _keys(r, prefix) if k not in skip]
         pipe = r.pipeline(transaction=False)
         for k in keys:
             pipe.type(k)
@@ -283,9 +358,9 @@ def dump_namespace(r: redis.Redis, prefix: str) -> dict[str, Any]:
         values = pipe.execute()
     except redis.RedisError as err:
         raise ProjectionStoreError(f"reading namespace {prefix!r} failed: {err}") from err
-    cut = len(prefix) + 1
+    cut = len(prefix.encode()) + 1
     for k, t, v in zip(keys, types, values, strict=True):
-        out[k.decode()[cut:]] = (t.decode(), v)
+        out[k[cut:].decode()] = (t.decode(), v)
     return out
 
 
@@ -303,33 +378,168 @@ def _queue_read(pipe: Any, key: bytes, kind: bytes) -> None:
 
 
 def diff_namespaces(r: redis.Redis, live: str, other: str) -> list[str]:
-    """Keys (prefix cut off) whose type or value differs between two namespaces, sorted."""
-    a, b = dump_namespace(r, live), dump_namespace(r, other)
+    """Projection keys (prefix cut off) whose type or value differs between two namespaces, sorted.
+
+    Only the projection's own keys are compared (:func:`is_projection_key`): writers' keys in the
+    live namespace, the markers, and the keys of one namespace nested inside the other (a rebuild
+    into ``live:rebuild``) are not content a rebuild reproduces. Every field of every projection key
+    is compared: a live projector and a rebuild of the same log write the same values whatever their
+    batch boundaries, run cache evictions or order of runs."""
+    a, b = dump_namespace(r, live, projection_only=True), dump_namespace(r, other, projection_only=True)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-_PROJECTION_SUFFIXES = (b":state", b":checkpoints", b":effects")
-_PROJECTION_INFIXES = (b":runs:by_status:", b":effects:by_key", b":projection")
+SWAP_CHUNK = 200
 
 
-def _is_projection_key(key: bytes) -> bool:
-    """A key the projector writes (not a writer's lease, epoch counter or idempotency key)."""
-    return key.endswith(_PROJECTION_SUFFIXES) or any(i in key for i in _PROJECTION_INFIXES)
+def swap_namespaces(
+    r: redis.Redis,
+    live: str,
+    rebuilt: str,
+    *,
+    catch_up: Callable[[Callable[[], None]], object] | None = None,
+    lock_ttl_ms: int = 60_000,
+    chunk: int = SWAP_CHUNK,
+) -> int:
+    """Make the projection keys of ``rebuilt`` the live ones; returns how many were moved in.
 
+    Only projection keys move (:func:`is_projection_key`): the writers' keys in the live namespace
+    (leases, epoch counters, idempotency keys, effect claims) stay, so a swap never fences a running
+    run or forgets an idempotency key. The steps:
 
-def swap_namespaces(r: redis.Redis, live: str, rebuilt: str) -> int:
-    """Make ``rebuilt`` the live namespace: live projection keys are dropped, rebuilt ones renamed
-    (one MULTI). The writers' keys in the live namespace (leases, epoch counters, idempotency keys)
-    are kept: a rebuild never fences a running run or forgets an idempotency key."""
-    old, new = [k for k in _keys(r, live) if _is_projection_key(k)], _keys(r, rebuilt)
-    cut = len(rebuilt) + 1
+    1. refuse overlapping prefixes (:class:`NamespaceOverlap`) and a ``rebuilt`` namespace that is
+       not a finished rebuild (no ``ready`` marker: :class:`SwapRefused`);
+    2. fence the live projectors: take the live rebuild lock and mark the namespace ``rebuilding``
+       (their applies are refused; they wait, then adopt the swapped-in generation and retry);
+    3. ``catch_up(hold)`` if given: bring ``rebuilt`` up to the log's end (events the projectors
+       applied after the rebuild read its high watermarks), calling ``hold`` to keep the lock;
+    4. in chunks (one ``MULTI`` each): rename each live key to a backup prefix
+       (``<rebuilt>:swap-<token>``) and the rebuilt key into its place, then the live keys the
+       rebuild does not have to the backup;
+    5. mark the live namespace ``ready`` under the rebuilt generation, release the lock, and delete
+       the backup and the rebuilt marker.
+
+    When anything fails before step 5, every moved key is moved back (live and rebuilt are as they
+    were) and the marker restored, then :class:`SwapFailed` is raised: the live projection is never
+    left empty or half swapped by a failed swap. (When only step 5 fails, the new keys are live and
+    whole; the namespace stays fenced until its lock expires and projectors rebuild it in place.)"""
+    if prefixes_overlap(live, rebuilt):
+        raise NamespaceOverlap(live, rebuilt, "swap")
+    src = RedisStore(r, rebuilt)
+    dst = RedisStore(r, live)
+    m = src.marker()
+    if m is None or m.state != READY:
+        raise SwapRefused(f"namespace {rebuilt!r} is not a finished rebuild (its marker is "
+                          f"{'missing' if m is None else m.state}): nothing swapped")
+    token = uuid.uuid4().hex[:12]
+    holder, backup = f"swap:{token}", f"{rebuilt}:swap-{token}"
     try:
-        pipe = r.pipeline(transaction=True)
-        for i in range(0, len(old), 500):
-            pipe.delete(*old[i:i + 500])
-        for k in new:
-            pipe.rename(k, f"{live}:{k.decode()[cut:]}")
-        pipe.execute()
+        old_marker: dict[Any, Any] = dict(r.hgetall(dst.marker_key))
     except redis.RedisError as err:
-        raise ProjectionStoreError(f"swapping {rebuilt!r} into {live!r} failed: {err}") from err
+        raise ProjectionStoreError(f"reading the marker of {live!r} failed: {err}") from err
+    if dst.begin_rebuild(holder, lock_ttl_ms) is None:
+        raise SwapRefused(f"namespace {live!r} is being rebuilt (its rebuild lock is held): nothing swapped")
+
+    def hold() -> None:
+        if not dst.hold_rebuild(holder, lock_ttl_ms):
+            raise ProjectionStoreError(f"the rebuild lock of {live!r} was lost during the swap")
+
+    new: list[bytes] = []
+    old: list[bytes] = []
+    try:
+        if catch_up is not None:
+            catch_up(hold)
+        cut_new, cut_old = len(rebuilt.encode()) + 1, len(live.encode()) + 1
+        new = [k[cut_new:] for k in _projection_keys(r, rebuilt)]
+        old = [k[cut_old:] for k in _projection_keys(r, live)]
+        have = set(old)
+        _move(r, [(n, n in have) for n in new], live, rebuilt, backup, chunk, hold)
+        incoming = set(new)
+        _move(r, [(n, True) for n in old if n not in incoming], live, None, backup, chunk, hold)
+    except BaseException as err:
+        restored = _roll_back(r, live, rebuilt, backup, new, old, old_marker, dst, holder)
+        if isinstance(err, RunlogError | redis.RedisError):
+            raise SwapFailed(
+                f"swapping {rebuilt!r} into {live!r} failed: {err}; "
+                + ("the live namespace was restored as it was" if restored else
+                   f"restoring the live namespace failed too: its moved-out keys are under "
+                   f"{backup!r}, and projectors rebuild it from the log once the lock expires"),
+                restored=restored, backup=backup) from err
+        raise
+    try:  # every rebuilt key is live now: from here on, never move anything back
+        dst.finish_rebuild(holder, m.gen)
+    except RunlogError as err:
+        raise SwapFailed(
+            f"the keys of {rebuilt!r} are live in {live!r}, but marking it ready failed: {err}; the "
+            f"projectors wait, then rebuild it from the log once the lock expires",
+            restored=False, backup=backup) from err
+    try:  # the swap is done; what is left is garbage a later rebuild of ``rebuilt`` deletes anyway
+        r.delete(src.marker_key)
+        _delete_namespace(r, backup)
+    except redis.RedisError:
+        pass
     return len(new)
+
+
+def _move(r: redis.Redis, names: list[tuple[bytes, bool]], live: str, rebuilt: str | None, backup: str,
+          chunk: int, hold: Callable[[], None]) -> None:
+    """Per name: when its flag is set, rename ``live:name`` to ``backup:name``; then, with
+    ``rebuilt``, rename ``rebuilt:name`` to ``live:name``. One ``MULTI`` per chunk; any refused
+    command raises."""
+    lp, bp = live.encode() + b":", backup.encode() + b":"
+    rp = None if rebuilt is None else rebuilt.encode() + b":"
+    for i in range(0, len(names), chunk):
+        pipe = r.pipeline(transaction=True)
+        for name, backed in names[i:i + chunk]:
+            if backed:
+                pipe.rename(lp + name, bp + name)
+            if rp is not None:
+                pipe.rename(rp + name, lp + name)
+        results = pipe.execute(raise_on_error=False)
+        bad = [x for x in results if isinstance(x, Exception)]
+        if bad:
+            raise ProjectionStoreError(f"{len(bad)} renames refused: {bad[0]}")
+        hold()
+
+
+def _roll_back(r: redis.Redis, live: str, rebuilt: str, backup: str, new: list[bytes], old: list[bytes],
+               old_marker: dict[Any, Any], dst: RedisStore, holder: str) -> bool:
+    """Undo a failed swap from what Redis holds (whatever step failed, even with a lost reply): a
+    rebuilt key that is live and no longer in ``rebuilt`` goes back, then every backed-up key
+    returns to the live namespace; the marker is restored and the lock released. True when all of
+    that succeeded."""
+    lp, rp, bp = live.encode() + b":", rebuilt.encode() + b":", backup.encode() + b":"
+    try:
+        for i in range(0, len(new), SWAP_CHUNK):
+            part = new[i:i + SWAP_CHUNK]
+            pipe = r.pipeline(transaction=False)
+            for n in part:
+                pipe.exists(rp + n)
+                pipe.exists(lp + n)
+            ex = pipe.execute()
+            pipe = r.pipeline(transaction=True)
+            for j, n in enumerate(part):
+                if not ex[2 * j] and ex[2 * j + 1]:
+                    pipe.rename(lp + n, rp + n)
+            pipe.execute()
+        names = sorted(set(new) | set(old))
+        for i in range(0, len(names), SWAP_CHUNK):
+            part = names[i:i + SWAP_CHUNK]
+            pipe = r.pipeline(transaction=False)
+            for n in part:
+                pipe.exists(bp + n)
+            ex = pipe.execute()
+            pipe = r.pipeline(transaction=True)
+            for n, e in zip(part, ex, strict=True):
+                if e:
+                    pipe.rename(bp + n, lp + n)
+            pipe.execute()
+        pipe = r.pipeline(transaction=True)
+        pipe.delete(dst.marker_key)
+        if old_marker:
+            pipe.hset(dst.marker_key, mapping=old_marker)
+        pipe.execute()
+        dst.abandon_rebuild(holder)
+    except (redis.RedisError, RunlogError):
+        return False
+    return True

@@ -9,7 +9,10 @@ one run's keys share a Redis Cluster slot):
 * ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
 * ``P:{run}:effects``      hash delivery_key -> effect JSON;
 * ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
-* ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id and status);
+* ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id, status and
+  ``sort_key``): when runs share a delivery key, the entry with the smallest
+  :attr:`~projections._state.EffectEntry.sort_key` (done beats open, then the earliest opened),
+  so the live projector and a rebuild pick the same run whatever order they process runs in;
 * ``P:projection``         hash: ``gen`` (a token naming this incarnation of the namespace) and
   ``state`` (``ready`` | ``rebuilding``); ``P:projection:rebuild`` the rebuild lock.
 
@@ -304,7 +307,8 @@ class RedisStore:
             argv.extend([c.checkpoint.last_seq, member])
         argv.append(len(u.effects))
         for e in u.effects:
-            argv.extend([e.delivery_key, _dumps(effect_to_dict(e))])
+            key = e.sort_key
+            argv.extend([e.delivery_key, _dumps({**effect_to_dict(e), "sort_key": key}), key])
         argv.append(self.generation)
         return keys, argv
 

@@ -130,5 +130,7 @@ class MemoryStore:
         led = self._effects.setdefault(u.run_id, {})
         for e in u.effects:
             led[e.delivery_key] = e
-            self._by_key[e.delivery_key] = e
+            held = self._by_key.get(e.delivery_key)
+            if held is None or e.sort_key <= held.sort_key:  # done beats open, then the earliest opened
+                self._by_key[e.delivery_key] = e
         return ApplyResult.APPLIED

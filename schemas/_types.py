@@ -46,6 +46,8 @@ class EventType(StrEnum):
     RUN_BLOCKED = "RUN_BLOCKED"
     RUN_COMPLETED = "RUN_COMPLETED"
     RUN_BRANCHED = "RUN_BRANCHED"
+    CALL_DIVERGED = "CALL_DIVERGED"
+    """A resumed call differs from the recorded one at its position (tool or request hash)."""
 
 
 class ReplayPolicy(StrEnum):

@@ -17,7 +17,9 @@
     │   ├── RetryableToolError
     │   └── TerminalToolError
     ├── VerificationFailed          a stage's rules did not all pass
-    └── ResumeBlocked               a run cannot be resumed without a person
+    └── ResumeBlocked               a run cannot go on without a person
+        ├── Diverged                a resumed call differs from the recorded one
+        └── EffectInDoubt           an effect's delivery key is open in another run
 
 Driver errors (confluent-kafka, redis, fastavro) are translated at the adapter
 with ``raise ... from err`` so the cause stays attached.
@@ -32,6 +34,8 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "DeliveryError",
+    "Diverged",
+    "EffectInDoubt",
     "LeaseLost",
     "ResumeBlocked",
     "RetryableToolError",
@@ -175,3 +179,25 @@ class ResumeBlocked(RunlogError):
         self.run_id = run_id
         self.reason = reason
         super().__init__(f"run {run_id!r} is blocked: {reason}")
+
+
+class Diverged(ResumeBlocked):
+    """A call made on resume is not the call recorded at its position (other tool or other
+    arguments): its recorded result is never handed back, the run blocks for a person."""
+
+    def __init__(self, run_id: str, call_id: str, recorded: str, new: str) -> None:
+        self.call_id = call_id
+        self.recorded = recorded
+        self.new = new
+        super().__init__(run_id, f"call {call_id} diverged from the recorded run: recorded {recorded}, "
+                                 f"now {new}; branch the run to continue with the new behaviour")
+
+
+class EffectInDoubt(ResumeBlocked):
+    """An effect's delivery key is open (intent without result) in another run, and the tool's
+    policy (``NEVER``) does not allow executing it again without a person."""
+
+    def __init__(self, run_id: str, delivery_key: str, other_run: str, detail: str) -> None:
+        self.delivery_key = delivery_key
+        self.other_run = other_run
+        super().__init__(run_id, detail)

@@ -46,6 +46,13 @@ class WorldClient:
         return self._call("POST", f"/assets/{urllib.parse.quote(idempotency_key)}", data,
                           "application/octet-stream")
 
+    def account(self) -> str:
+        """The account of the world at ``base_url`` (asked once per world)."""
+        cache: dict[str, str] = self.__dict__.setdefault("_accounts", {})
+        if self.base_url not in cache:
+            cache[self.base_url] = str(self.get("/health")["account"])
+        return cache[self.base_url]
+
     def stats(self) -> dict[str, int]:
         result: dict[str, int] = self.get("/stats")
         return result

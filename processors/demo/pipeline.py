@@ -20,9 +20,8 @@ from processors.resume import App
 from producers import CallInfo, DictInputSource, StageContext, Tool, Workflow, rule, tool
 from schemas import ReplayPolicy, Settings
 
-__all__ = ["ACCOUNT", "FACTS", "app", "app_for", "build", "charge_workflow", "source"]
+__all__ = ["FACTS", "app", "app_for", "build", "charge_workflow", "source"]
 
-ACCOUNT = "acct-demo"
 
 FACTS: dict[str, dict[str, Any]] = {
     "v3": {"claims": [
@@ -59,7 +58,8 @@ def build(world: WorldClient, *, version: str = "1") -> tuple[Workflow, list[Too
                                       "idempotency_key": call.idempotency_key})
 
     @tool("upload", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="assets:images",
-          delivery=lambda args, call: (ACCOUNT, "demo-assets", str(args["name"]), str(args["sha256"])))
+          delivery=lambda args, call: (world.account(), "demo-assets", str(args["name"]),
+                                       str(args["sha256"])))
     def upload(call: CallInfo, name: str, sha256: str, image_hex: str) -> Any:
         assert call.idempotency_key is not None
         rec = world.upload(call.idempotency_key, bytes.fromhex(image_hex))
@@ -73,14 +73,14 @@ def build(world: WorldClient, *, version: str = "1") -> tuple[Workflow, list[Too
         return None
 
     @tool("publish", policy=ReplayPolicy.RECONCILE_FIRST, target="platform:articles",
-          delivery=lambda args, call: (ACCOUNT, "demo-platform", str(args["draft_id"]),
+          delivery=lambda args, call: (world.account(), "demo-platform", str(args["draft_id"]),
                                        str(args["revision"])),
           reconcile=find_article)
-    def publish(call: CallInfo, draft_id: str, revision: int, title: str, body: str,
+    def publish(call: CallInfo, draft_id: str, revision: str, title: str, body: str,
                 content_hash: str, assets: list[str]) -> Any:
         rec = world.post("/articles", {"delivery_key": call.delivery_key, "title": title,
                                        "body": body, "content_hash": content_hash,
-                                       "account": ACCOUNT, "fencing_epoch": call.epoch})
+                                       "account": world.account(), "fencing_epoch": call.epoch})
         return {"external_id": rec["article_id"], "url": rec["url"], "content_hash": content_hash,
                 "title": title}
 
@@ -107,7 +107,10 @@ def build(world: WorldClient, *, version: str = "1") -> tuple[Workflow, list[Too
         claims = ctx.output_of("verify")["claims"]
         body = " ".join(f"{c['text'].capitalize()} ({c['cited']})." for c in claims) * 3
         title = f"On {topic}"
-        return {"draft_id": f"draft-{_sha(title)[:10]}", "revision": 1, "title": title, "body": body}
+        # The revision names the content: a branch with new facts publishes a new revision (a new
+        # delivery key); a resume that drafts the same text again publishes the same one.
+        return {"draft_id": f"draft-{_sha(title)[:10]}", "revision": _sha(title + body)[:12], "title": title,
+                "body": body}
 
     @wf.stage("visual", inputs=["brief"],
               rules=[rule("image.count == 3", lambda out: len(out["images"]) == 3),
@@ -146,9 +149,9 @@ def charge_workflow(world: WorldClient) -> tuple[Workflow, Tool]:
     """A two-stage workflow whose second stage charges a card (a ``NEVER`` tool)."""
 
     @tool("charge", policy=ReplayPolicy.NEVER, target="payments:cards",
-          delivery=lambda args, call: (ACCOUNT, "demo-payments", str(args["order"]), "1"))
+          delivery=lambda args, call: (world.account(), "demo-payments", str(args["order"]), "1"))
     def charge(call: CallInfo, order: str, cents: int) -> Any:
-        rec = world.post("/charges", {"account": ACCOUNT, "cents": cents, "reference": order})
+        rec = world.post("/charges", {"account": world.account(), "cents": cents, "reference": order})
         return {"external_id": rec["charge_id"]}
 
     wf = Workflow("checkout", version="1")

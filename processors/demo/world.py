@@ -25,6 +25,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +55,12 @@ class World:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        ident = root / "account"
+        if not ident.exists():
+            ident.write_text(f"acct-{uuid.uuid4().hex[:12]}")
+        self.account = ident.read_text().strip()
+        """The account this world's services hold (its own tenant): part of every delivery key, so
+        two worlds are two environments and the same object delivered to both is two effects."""
         self._lock = threading.Lock()
         self._db: dict[str, sqlite3.Connection] = {}
         for name, ddl in _SCHEMAS.items():
@@ -177,7 +184,7 @@ def _handler(world: World) -> type[BaseHTTPRequestHandler]:
             elif url.path == "/articles":
                 self._send(200, world.find_articles(q.get("delivery_key"), q.get("content_hash")))
             elif url.path == "/health":
-                self._send(200, {"ok": True})
+                self._send(200, {"ok": True, "account": world.account})
             else:
                 self._send(404, {"error": "not found"})
 

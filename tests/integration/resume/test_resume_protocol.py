@@ -61,8 +61,11 @@ def test_crash_between_publish_and_its_result_reconciles_instead_of_publishing_a
 
 def test_never_tool_interrupted_after_its_intent_blocks_the_run(
         topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
-    run_id = crash_run(topics, world, "before:EFFECT_RESULT:pay/charge/0", tmp_path, workflow="checkout")
-    assert world.stats()["charges"] == 1
+    # Killed after the intent was acknowledged, before the charge was made: only a person (or the
+    # payment provider) can tell. (Killed after the charge returned, the effects ledger already
+    # holds its external id and resume reuses it: see test_edges.)
+    run_id = crash_run(topics, world, "inside:TOOL:pay/charge/0", tmp_path, workflow="checkout")
+    assert world.stats()["charges"] == 0
 
     with Resumer(topics, world.app()) as r:
         out = r.resume(run_id)
@@ -78,7 +81,7 @@ def test_never_tool_interrupted_after_its_intent_blocks_the_run(
     assert blocked[0].error is not None and "charge" in blocked[0].error.message
     assert "person" in blocked[0].error.message
     assert history[-1].state.status is RunStatus.BLOCKED
-    assert world.stats()["charges"] == 1  # nothing charged twice
+    assert world.stats()["charges"] == 0  # nothing charged on a guess
     # nothing but the lease and the block after the crash
     assert {le.event.type for le in accepted(history) if le.event.epoch > 1} == {
         EventType.LEASE_ACQUIRED, EventType.RUN_BLOCKED}

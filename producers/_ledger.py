@@ -1,0 +1,221 @@
+"""One effects ledger for all runs: a delivery key names one effect in the world, whichever run asks.
+
+Before an effect tool executes, the writer *opens* its delivery key in the ledger
+(:meth:`EffectLedger.open`). Three answers:
+
+* ``None``: this call owns the key now (no run held it, the holder was this very
+  call, or the holder's attempt failed): go on, append the intent, execute;
+* an entry of another run that is *done* (``DONE`` / ``RECONCILED``, with an
+  external id): do not execute; the run records ``EFFECT_RECONCILED`` with that
+  external id and where it came from;
+* an entry of another run that is *open* (an intent without a result, in doubt):
+  the tool's replay policy decides (``RECONCILE_FIRST`` asks the external system,
+  ``NEVER`` blocks the run for a person, ``IDEMPOTENT`` calls with the holder's
+  idempotency key, ``SAFE`` executes).
+
+The Redis adapter keeps a writer-side claim per delivery key,
+``{prefix}:{<delivery_key>}:effect`` (hash-tagged on the key, so one Cluster slot),
+written atomically before the intent and moved to done or failed after the call,
+so runs racing on one key see each other at once, without waiting for a
+projector. Keys the claims do not know (effects recorded before claims existed,
+or claims lost with Redis) are looked up in the projected index
+``{prefix}:effects:by_key``, which the projector rebuilds from the log.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from producers._keys import canonical_json
+from schemas._types import EffectStatus, now_ms
+from schemas.errors import RunlogError
+
+__all__ = ["EffectLedger", "InMemoryEffectLedger", "LedgerEntry", "RedisEffectLedger"]
+
+_DONE = (EffectStatus.DONE, EffectStatus.RECONCILED)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """Who holds a delivery key, and how far that effect got."""
+
+    delivery_key: str
+    run_id: str
+    call_id: str | None
+    status: EffectStatus
+    external_id: str | None = None
+    idempotency_key: str | None = None
+    tool: str | None = None
+    source: str = "claim"
+    """``claim`` (the writers' ledger) or ``projection`` (the projected index)."""
+
+    @property
+    def done(self) -> bool:
+        return self.status in _DONE and bool(self.external_id)
+
+    def to_json(self) -> bytes:
+        return canonical_json({"run_id": self.run_id, "call_id": self.call_id, "status": self.status.value,
+                               "external_id": self.external_id, "idempotency_key": self.idempotency_key,
+                               "tool": self.tool, "at": now_ms()})
+
+    @classmethod
+    def from_json(cls, delivery_key: str, raw: bytes | str, source: str = "claim") -> LedgerEntry:
+        d: dict[str, Any] = json.loads(raw)
+        try:
+            status = EffectStatus(d.get("status") or "UNKNOWN")
+        except ValueError:
+            status = EffectStatus.UNKNOWN
+        return cls(delivery_key, str(d["run_id"]), d.get("call_id"), status, d.get("external_id"),
+                   d.get("idempotency_key"), d.get("tool"), source)
+
+
+class EffectLedger(abc.ABC):
+    """The port: claims on delivery keys across runs."""
+
+    @abc.abstractmethod
+    def open(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """Claim ``entry.delivery_key`` for ``(entry.run_id, entry.call_id)`` (status ``INTENT``).
+
+        Returns None when this call holds the key now; else the other run's entry, unchanged.
+        """
+
+    @abc.abstractmethod
+    def close(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+              external_id: str | None = None) -> None:
+        """Record how the effect ended (``DONE`` / ``RECONCILED`` with its external id, or
+        ``FAILED``). A done effect is done whoever holds the claim; a failure only moves
+        the holder's own claim."""
+
+    @abc.abstractmethod
+    def lookup(self, delivery_key: str) -> LedgerEntry | None:
+        """The entry holding ``delivery_key``, if any."""
+
+
+def _decide(cur: LedgerEntry | None, entry: LedgerEntry) -> bool:
+    """Whether ``entry`` may take the key from ``cur`` (the rule both adapters share)."""
+    if cur is None:
+        return True
+    if cur.run_id == entry.run_id and cur.call_id == entry.call_id:
+        return not cur.done  # the same call again (a resume): still ours unless already done
+    return cur.status is EffectStatus.FAILED
+
+
+class InMemoryEffectLedger(EffectLedger):
+    """The ledger in a dict (unit tests, one process)."""
+
+    def __init__(self) -> None:
+        self._d: dict[str, LedgerEntry] = {}
+        self._lock = threading.Lock()
+
+    def open(self, entry: LedgerEntry) -> LedgerEntry | None:
+        with self._lock:
+            cur = self._d.get(entry.delivery_key)
+            if _decide(cur, entry):
+                self._d[entry.delivery_key] = entry
+                return None
+            return cur
+
+    def close(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+              external_id: str | None = None) -> None:
+        with self._lock:
+            cur = self._d.get(delivery_key)
+            if status in _DONE:
+                if cur is None or not cur.done:
+                    base = cur if cur is not None and cur.run_id == run_id else None
+                    self._d[delivery_key] = LedgerEntry(delivery_key, run_id, call_id, status, external_id,
+                                                        base.idempotency_key if base else None,
+                                                        base.tool if base else None)
+            elif cur is not None and cur.run_id == run_id and cur.call_id == call_id and not cur.done:
+                self._d[delivery_key] = LedgerEntry(delivery_key, run_id, call_id, status, None,
+                                                    cur.idempotency_key, cur.tool)
+
+    def lookup(self, delivery_key: str) -> LedgerEntry | None:
+        with self._lock:
+            return self._d.get(delivery_key)
+
+
+# KEYS[1] the claim. ARGV: 1 entry JSON, 2 run_id, 3 call_id.
+# Returns nil when the caller holds the claim now, else the current claim's JSON.
+_OPEN = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local e = cjson.decode(cur)
+  local done = (e.status == 'DONE' or e.status == 'RECONCILED') and e.external_id ~= cjson.null
+  local same = e.run_id == ARGV[2] and e.call_id == ARGV[3]
+  if done or (not same and e.status ~= 'FAILED') then return cur end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return false
+"""
+
+# KEYS[1] the claim. ARGV: 1 entry JSON, 2 run_id, 3 call_id, 4 '1' when the status is done.
+_CLOSE = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local e = cjson.decode(cur)
+  if (e.status == 'DONE' or e.status == 'RECONCILED') and e.external_id ~= cjson.null then return 0 end
+  if ARGV[4] ~= '1' and not (e.run_id == ARGV[2] and e.call_id == ARGV[3]) then return 0 end
+elseif ARGV[4] ~= '1' then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+class RedisEffectLedger(EffectLedger):
+    """Writer-side claims in Redis, with the projected index as the fallback for lookups."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self._r = client
+        self.prefix = prefix
+        self._open = client.register_script(_OPEN)
+        self._close = client.register_script(_CLOSE)
+
+    def claim_key(self, delivery_key: str) -> str:
+        return f"{self.prefix}:{{{delivery_key}}}:effect"
+
+    @property
+    def index_key(self) -> str:
+        return f"{self.prefix}:effects:by_key"
+
+    def _projected(self, delivery_key: str) -> LedgerEntry | None:
+        raw = self._r.hget(self.index_key, delivery_key)
+        return None if raw is None else LedgerEntry.from_json(delivery_key, raw, "projection")
+
+    def open(self, entry: LedgerEntry) -> LedgerEntry | None:
+        try:
+            proj = self._projected(entry.delivery_key)
+            if proj is not None and proj.run_id != entry.run_id and proj.status is not EffectStatus.FAILED \
+                    and self._r.get(self.claim_key(entry.delivery_key)) is None:
+                return proj  # known to the log (projected) but not to the claims: an older effect
+            raw = self._open(keys=[self.claim_key(entry.delivery_key)],
+                             args=[entry.to_json(), entry.run_id, entry.call_id or ""])
+        except redis.RedisError as err:
+            raise RunlogError(f"effects ledger: opening {entry.delivery_key[:16]}... failed: {err}") from err
+        return None if raw is None else LedgerEntry.from_json(entry.delivery_key, raw)
+
+    def close(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+              external_id: str | None = None) -> None:
+        done = status in _DONE
+        value = LedgerEntry(delivery_key, run_id, call_id, status, external_id).to_json()
+        try:
+            self._close(keys=[self.claim_key(delivery_key)],
+                        args=[value, run_id, call_id or "", "1" if done else "0"])
+        except redis.RedisError as err:
+            raise RunlogError(f"effects ledger: closing {delivery_key[:16]}... failed: {err}") from err
+
+    def lookup(self, delivery_key: str) -> LedgerEntry | None:
+        try:
+            raw = self._r.get(self.claim_key(delivery_key))
+            if raw is not None:
+                return LedgerEntry.from_json(delivery_key, raw)
+            return self._projected(delivery_key)
+        except redis.RedisError as err:
+            raise RunlogError(f"effects ledger: reading {delivery_key[:16]}... failed: {err}") from err

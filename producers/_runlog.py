@@ -1,0 +1,66 @@
+"""What a writer needs to read back from the events topic: the first event of a run.
+
+Used only on the rare path of a run start that was interrupted (a run idempotency
+key claimed, its ``RUN_STARTED`` maybe on the log, maybe not): the log, not Redis,
+says whether the run exists. The read costs one pass over the run's partition.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+
+from schemas._types import RunEvent
+from schemas.settings import Settings
+from schemas.topics import Topics, partition_for
+
+__all__ = ["InMemoryRunLog", "KafkaRunLog", "RunLog"]
+
+
+class RunLog(abc.ABC):
+    """The port."""
+
+    @abc.abstractmethod
+    def first_event(self, run_id: str) -> RunEvent | None:
+        """The run's first decodable event on the log (the one the fold accepts as seq 1), or None."""
+
+
+class InMemoryRunLog(RunLog):
+    """Events kept in a list (unit tests); :meth:`append` is what a test writer calls."""
+
+    def __init__(self) -> None:
+        self.events: list[RunEvent] = []
+        self._lock = threading.Lock()
+
+    def append(self, event: RunEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def first_event(self, run_id: str) -> RunEvent | None:
+        with self._lock:
+            return next((e for e in self.events if e.run_id == run_id), None)
+
+
+class KafkaRunLog(RunLog):
+    """Reads the run's partition of the events topic from the start."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topic = Topics.of(settings).events
+        self._partitions: int | None = None
+
+    def partition_of(self, run_id: str) -> int:
+        if self._partitions is None:
+            from confluent_kafka.admin import AdminClient
+
+            md = AdminClient(self.settings.admin_config()).list_topics(self.topic, timeout=10)
+            tmd = md.topics.get(self.topic)
+            self._partitions = (len(tmd.partitions) if tmd is not None else 0) or self.settings.partitions
+        return partition_for(run_id, self._partitions)
+
+    def first_event(self, run_id: str) -> RunEvent | None:
+        from projections.rebuild import run_events  # the one reader of a run's events
+
+        for _, ev in run_events(self.settings, run_id, self.partition_of(run_id), 0):
+            return ev
+        return None

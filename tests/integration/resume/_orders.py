@@ -1,0 +1,137 @@
+"""A second workflow that is not the demo: an order, with agent-like non-determinism.
+
+Stages and tools (each tool backed by one of the demo world's services, so what
+happened is counted in their own storage):
+
+* ``pick``   an agent-like stage: it chooses a product variant with a random number
+  (``random.random()`` when ``params.mode == "raw"``, ``ctx.random()`` when ``"ctx"``,
+  a constant when ``"fixed"``), asks ``quote`` (SAFE; search service) with that
+  choice, and reserves stock with ``reserve`` (IDEMPOTENT effect; assets service,
+  deduplicated by idempotency key);
+* ``pay``    reads the ``pricing`` input and charges the card with ``charge`` (NEVER;
+  payments service, no idempotency at all);
+* ``notify`` sends the confirmation with ``email`` (RECONCILE_FIRST; the platform
+  service, which does not deduplicate but can be searched by delivery key).
+
+Run as a worker process: ``python -m tests.integration.resume._orders --key K
+[--mode ctx] [--order o-1]`` prints ``run_id=<id>`` and executes one run (with
+``RUNLOG_CRASH_AT`` it SIGKILLs itself at that point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from processors.demo.client import WorldClient
+from processors.resume import App
+from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, rule, tool
+from schemas import ReplayPolicy, Settings
+
+ACCOUNT = "acct-orders"
+PRICING = {"v1": {"cents": 1200}, "v2": {"cents": 990}}
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def orders_app(world: WorldClient) -> App:
+    @tool("quote", policy=ReplayPolicy.SAFE)
+    def quote(call: CallInfo, sku: str, variant: float) -> Any:
+        found = world.post("/search", {"query": f"price {sku} {variant:.6f}"})
+        return {"sku": sku, "variant": variant, "index_version": found["index_version"]}
+
+    @tool("reserve", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="stock:reservations",
+          delivery=lambda args, call: (ACCOUNT, "stock", f"{args['order']}:{args['sku']}", "1"))
+    def reserve(call: CallInfo, order: str, sku: str, variant: float) -> Any:
+        assert call.idempotency_key is not None
+        rec = world.upload(call.idempotency_key, f"{order}|{sku}|{variant:.6f}".encode())
+        return {"external_id": rec["asset_id"], "sku": sku}
+
+    @tool("charge", policy=ReplayPolicy.NEVER, target="payments:cards",
+          delivery=lambda args, call: (ACCOUNT, "payments", str(args["order"]), "1"))
+    def charge(call: CallInfo, order: str, cents: int) -> Any:
+        rec = world.post("/charges", {"account": ACCOUNT, "cents": cents, "reference": order})
+        return {"external_id": rec["charge_id"]}
+
+    def find_email(delivery_key: str, args: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        for art in world.get("/articles", delivery_key=delivery_key):
+            return {"external_id": art["article_id"]}
+        return None
+
+    @tool("email", policy=ReplayPolicy.RECONCILE_FIRST, target="mail:confirmations",
+          delivery=lambda args, call: (ACCOUNT, "mail", str(args["order"]), "confirmation"),
+          reconcile=find_email)
+    def email(call: CallInfo, order: str, text: str) -> Any:
+        body = f"order {order}: {text}"
+        rec = world.post("/articles", {"delivery_key": call.delivery_key, "title": f"order {order}",
+                                       "body": body, "account": ACCOUNT,
+                                       "content_hash": hashlib.sha256(body.encode()).hexdigest()})
+        return {"external_id": rec["article_id"]}
+
+    wf = Workflow("orders", version="1")
+
+    @wf.stage("pick", rules=[rule("reserved", lambda out: bool(out["reservation"]))])
+    def pick(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        mode = ctx.params.get("mode", "ctx")
+        roll = random.random() if mode == "raw" else ctx.random() if mode == "ctx" else 0.25
+        sku = "sku-red" if roll < 0.5 else "sku-blue"
+        q = ctx.call(quote, sku=sku, variant=roll)
+        res = ctx.call(reserve, order=ctx.params["order"], sku=q["sku"], variant=roll)
+        return {"sku": sku, "variant": roll, "reservation": res["external_id"]}
+
+    @wf.stage("pay", inputs=["pricing"], rules=[rule("charged", lambda out: bool(out["charge_id"]))])
+    def pay(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        rec = ctx.call(charge, order=ctx.params["order"], cents=inputs["pricing"]["cents"])
+        return {"charge_id": rec["external_id"]}
+
+    @wf.stage("notify", rules=[rule("sent", lambda out: bool(out["email_id"]))])
+    def notify(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        rec = ctx.call(email, order=ctx.params["order"], text=f"charged {ctx.output_of('pay')['charge_id']}")
+        return {"email_id": rec["external_id"]}
+
+    source = DictInputSource({"pricing": PRICING}, latest={"pricing": "v1"})
+    return App.of([wf], [quote, reserve, charge, email], source)
+
+
+def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "o-1", mode: str = "ctx",
+          crash_at: str | None = None) -> subprocess.Popen[str]:
+    """A worker process running one orders run (crashing at ``crash_at`` when given)."""
+    env = {**os.environ, **settings.to_env(), "RUNLOG_DEMO_WORLD_URL": world_url}
+    env.pop("RUNLOG_CRASH_AT", None)
+    if crash_at:
+        env["RUNLOG_CRASH_AT"] = crash_at
+    cmd = [sys.executable, "-m", "tests.integration.resume._orders", "--order", order, "--mode", mode]
+    if key is not None:
+        cmd += ["--key", key]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="run one orders workflow")
+    p.add_argument("--key", default=None)
+    p.add_argument("--order", default="o-1")
+    p.add_argument("--mode", default="ctx", choices=["raw", "ctx", "fixed"])
+    a = p.parse_args(argv)
+    settings = Settings.from_env()
+    app = orders_app(WorldClient(settings.demo_world_url or ""))
+    wf = app.registry.get("orders")
+    with Runner.from_settings(settings, source=app.source) as runner:
+        handle = runner.start_run(wf, {"order": a.order, "mode": a.mode}, idempotency_key=a.key)
+        print(f"run_id={handle.run_id}", flush=True)
+        print(f"created={json.dumps(handle.created)}", flush=True)
+        if handle.session is None:
+            return 0
+        result = runner.execute(handle.session)
+    print(f"completed={result.completed}", flush=True)
+    return 0 if result.completed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
