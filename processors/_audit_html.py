@@ -75,6 +75,9 @@ def _event_li(ev: dict[str, Any], flagged: set[int]) -> str:
         bits.append(f"{ev.get('artifacts', 0)} artifacts; rules: {', '.join(ev.get('rules', []))}")
     if ev.get("error"):
         bits.append(str(ev["error"]))
+    if ev.get("by"):
+        bits.append(" ".join(x for x in (ev.get("action") or "", ev.get("decision") or "",
+                                         f"by {ev['by']}", f"({ev['why']})" if ev.get("why") else "") if x))
     if ev["outcome"] != "accepted":
         bits.append(f"[{ev['outcome']}: {ev.get('reason')}]")
     return (f'<li class="{" ".join(classes)}" data-seq="{ev["seq"]}" data-epoch="{ev["epoch"]}" '

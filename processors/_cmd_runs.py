@@ -12,22 +12,32 @@ from typing import Any
 
 from schemas import Settings, now_ms
 
-EXIT_OK, EXIT_FOUND = 0, 1
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+_STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]
+"""``projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""
 
 _DEMO_APP = "processors.demo.pipeline:app"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("runs", help="list runs with status, stage and age (from the Redis projection)")
-    p.add_argument("--status", choices=["PENDING", "RUNNING", "COMPLETED", "FAILED", "BLOCKED"])
+    p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects",
+                       description="From the Redis projection; when no projector has written it (or it "
+                       "lists no runs), from the events topic, with a note on stderr.")
+    p.add_argument("--status", type=str.upper, choices=_STATUSES)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_runs)
 
-    p = sub.add_parser("show", help="draw a run's timeline from the log",
-                       description="Stages, events, checkpoints with artifacts, effects with external "
-                       "ids, lease epochs and rejected events, all from the events topic.")
+    p = sub.add_parser("show", help="draw a run's timeline and calls from the log",
+                       description="Stages, events, checkpoints with artifacts, each tool call (full "
+                       "delivery key, external id, whether its result was executed, reused, reconciled "
+                       "or resolved), effects, lease epochs and rejected events, all from the events "
+                       "topic. --payloads adds each call's arguments and result from the artifact store "
+                       "(truncated; anything that looks like a credential is masked).")
     p.add_argument("run_id")
     p.add_argument("--at", help="show the state as of this seq (a number) or time (ISO 8601)")
+    p.add_argument("--payloads", action="store_true",
+                   help="also print the run's parameters and each call's arguments and result")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_show)
 
@@ -35,7 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("run_id")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resume plan and change nothing: no lease, no event, no effect")
-    p.add_argument("--app", default=_DEMO_APP, help="module:attribute of the application (for --dry-run)")
+    p.add_argument("--app", default=None, metavar="MODULE:ATTRIBUTE",
+                   help="the application (a processors.resume.App) the plan is made with; required with "
+                   f"--dry-run (the demo's is {_DEMO_APP}); modules are found in the current directory")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_resume)
 
@@ -69,22 +81,41 @@ def _age(ms: int) -> str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from projections import RedisStore, RunStatus
+    from processors.inspect import run_summary, runs_from_log
+    from projections import RedisStore, RunState
 
     settings = Settings.from_env()
     store = RedisStore.from_settings(settings)
-    ids = store.runs(RunStatus(args.status) if args.status else None)
-    states = store.load_states(ids)
-    rows = [states[i] for i in ids if i in states]
+    try:
+        projected = store.marker() is not None
+        ids = store.runs() if projected else []
+        states = store.load_states(ids) if ids else {}
+    finally:
+        store.client.close()
+    rows: list[RunState] = [states[i] for i in ids if i in states]
+    if not ids:
+        why = ("no projector has written the projection" if not projected
+               else "the projection lists no runs")
+        print(f"runlog runs: listed from the events topic: {why} in Redis (prefix "
+              f"{settings.redis_prefix!r}); start `runlog project` to keep it", file=sys.stderr)
+        rows = sorted(runs_from_log(settings).values(), key=lambda s: (s.updated_at, s.run_id))
+    if args.status:
+        rows = [s for s in rows if s.status.value == args.status]
+    docs = [run_summary(s) for s in rows]
     if args.json:
-        print(json.dumps([{"run_id": s.run_id, "status": s.status.value, "stage": s.stage,
-                           "next_stage": s.next_stage, "last_seq": s.last_seq, "epoch": s.epoch,
-                           "workflow": s.workflow_name, "updated_at": s.updated_at} for s in rows]))
+        print(json.dumps(docs))
         return EXIT_OK
-    print(f"{'run':<38} {'status':<10} {'stage':<10} {'next':<10} {'seq':>5} {'epoch':>5} {'age':>5}")
-    for s in rows:
-        print(f"{s.run_id:<38} {s.status.value:<10} {s.stage or '-':<10} {s.next_stage or '-':<10} "
-              f"{s.last_seq:>5} {s.epoch:>5} {_age(s.updated_at):>5}")
+    print(f"{'run':<38} {'workflow':<14} {'status':<10} {'stage':<10} {'next':<10} {'seq':>5} "
+          f"{'epoch':>5} {'age':>5}")
+    for d in docs:
+        wf = f"{d['workflow']}@{d['workflow_version']}" if d["workflow"] else "-"
+        print(f"{d['run_id']:<38} {wf:<14} {d['status']:<10} {d['stage'] or '-':<10} "
+              f"{d['next_stage'] or '-':<10} {d['last_seq']:>5} {d['epoch']:>5} {_age(d['updated_at']):>5}")
+        if d["reason"]:
+            print(f"    reason: {d['reason']}")
+        for e in d["open_effects"]:
+            print(f"    open effect: {e['tool'] or '?'} {e['call_id'] or '?'} [{e['policy'] or '?'}] "
+                  f"delivery key {e['delivery_key']}")
     return EXIT_OK
 
 
@@ -107,7 +138,16 @@ def _state_dict(state: Any) -> dict[str, Any]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from processors.inspect import render_timeline, run_history
+    from processors.inspect import (
+        call_views,
+        payload_text,
+        payload_value,
+        render_timeline,
+        run_history,
+        run_summary,
+    )
+    from producers import LocalArtifactStore
+    from projections._state import effect_to_dict
 
     settings = Settings.from_env()
     seq, at_ms = _parse_at(args.at)
@@ -116,16 +156,32 @@ def _show(args: argparse.Namespace) -> int:
         print(f"runlog show: no events for {args.run_id!r}", file=sys.stderr)
         return EXIT_FOUND
     state = history[-1].state
+    summary = run_summary(state)
+    calls = call_views(history)
+    effects = [*state.open_intents, *sorted(state.closed_effects.values(), key=lambda e: e.seq)]
+    store = LocalArtifactStore(settings.artifact_root) if args.payloads else None
     if args.json:
-        print(json.dumps({"state": _state_dict(state),
-                          "events": [{"seq": h.event.seq, "epoch": h.event.epoch,
-                                      "type": h.event.type.value, "stage": h.event.stage,
-                                      "offset": h.offset, "outcome": h.outcome.kind.value}
-                                     for h in history]}))
+        call_docs = [c.to_dict() for c in calls]
+        doc: dict[str, Any] = {
+            "state": _state_dict(state), "reason": summary["reason"], "waiting": summary["waiting"],
+            "calls": call_docs, "effects": [effect_to_dict(e) for e in effects],
+            "events": [{"seq": h.event.seq, "epoch": h.event.epoch, "type": h.event.type.value,
+                        "stage": h.event.stage, "offset": h.offset, "outcome": h.outcome.kind.value,
+                        "call_id": h.event.call_id, "tool": h.event.tool,
+                        "delivery_key": h.event.delivery_key, "external_id": h.event.external_id}
+                       for h in history]}
+        if store is not None:
+            doc["params"] = payload_value(store, state.params_ref)
+            for c, d in zip(calls, call_docs, strict=True):
+                d["args_payload"] = payload_value(store, c.args)
+                d["result_payload"] = payload_value(store, c.result)
+        print(json.dumps(doc))
         return EXIT_OK
     print(f"run {state.run_id}  {state.workflow_name}@{state.workflow_version}  {state.status.value}"
           f"  seq {state.last_seq}  epoch {state.epoch}  inputs "
           + ", ".join(f"{k}={v}" for k, v in sorted(state.input_versions.items())))
+    if summary["reason"]:
+        print(f"reason: {summary['reason']}")
     if state.parent_run_id:
         print(f"branched from {state.parent_run_id} at seq {state.forked_from_seq}")
     print(render_timeline(history))
@@ -134,11 +190,32 @@ def _show(args: argparse.Namespace) -> int:
               f"offset={cp.partition}:{cp.offset}")
         for a in cp.artifacts[-3:]:
             print(f"    {a.sha256[:16]} {a.media_type} {a.size}B")
-    for e in [*state.open_effects.values(), *state.closed_effects.values()]:
-        print(f"effect {e.delivery_key[:16]} {e.target} {e.status.value} external_id={e.external_id}")
+    if store is not None:
+        print("params:")
+        print(_indent(payload_text(store, state.params_ref), 4))
+    if calls:
+        print("calls:")
+    for c in calls:
+        extra = "".join([f" external_id={c.external_id}" if c.external_id else "",
+                         f" - {c.detail}" if c.detail else ""])
+        print(f"  {c.call_id:<24} {c.tool or '?':<14} {c.policy or '-':<15} {c.how:<10} e{c.epoch}{extra}")
+        if c.delivery_key:
+            print(f"      delivery key {c.delivery_key}")
+        if store is not None:
+            print("      args:")
+            print(_indent(payload_text(store, c.args), 8))
+            print("      result:")
+            print(_indent(payload_text(store, c.result), 8))
+    for e in effects:
+        print(f"effect {e.delivery_key} {e.target} {e.status.value} {e.tool or '?'} {e.call_id or '?'}"
+              f" external_id={e.external_id}")
     if state.rejected_total:
         print(f"rejected events: {dict(state.rejected)}")
     return EXIT_OK
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + ln for ln in text.splitlines())
 
 
 def _run_known(settings: Settings, run_id: str) -> bool:
@@ -177,6 +254,12 @@ def _resume(args: argparse.Namespace) -> int:
         return EXIT_OK
     from processors.resume import Resumer, UnknownRun, load_app
 
+    if args.app is None:
+        if not _run_known(settings, args.run_id):
+            return _unknown(args.run_id, "nothing to plan")
+        print("runlog resume: --dry-run plans with the application's workflows and tools: pass "
+              f"--app module:attribute (the demo's: --app {_DEMO_APP})", file=sys.stderr)
+        return EXIT_USAGE
     with Resumer(settings, load_app(args.app)) as r:
         try:
             outcome = r.resume(args.run_id, dry_run=True)

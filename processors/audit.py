@@ -34,6 +34,11 @@ Every run is folded with :func:`projections.fold` (the one fold) and checked:
   result was not handed back and the run blocked.
 * ``undecodable`` — a record of the events topic that is not an event.
 
+What people did is listed, not found: operator events (``EFFECT_RESOLVED``, ``RUN_CANCELLED``,
+``SIGNAL_RECEIVED`` and the ``LEASE_ACQUIRED`` an operator took) carry ``by`` and ``why`` (also as
+``reason`` when the fold gave none), ``decision`` and ``action`` in the run's event entries, and
+each run lists them as ``operator_actions``. A resolved effect is closed, so it is no ``open_effect``.
+
 A range audit (``--since`` or ``--from-offset``) folds a run that began before
 the range from its first event in the range, trusting that event's seq, epoch
 and ``prev_hash`` (the run is marked ``partial``); the rest is checked as usual.
@@ -194,6 +199,8 @@ class RunAudit:
                                              key=lambda x: x.seq)],
             "open_intents": self.open_intents,
             "rejected": [e for e in self.events if e["outcome"].startswith("rejected")],
+            "operator_actions": [e for e in self.events
+                                 if e["outcome"] == OutcomeKind.ACCEPTED.value and e.get("by")],
             "findings": [f.to_dict() for f in self.findings],
             "events": self.events,
         }
@@ -411,6 +418,17 @@ def _entry(ev: RunEvent, partition: int, offset: int, outcome: str, reason: str 
         d["error"] = f"{ev.error.kind}: {ev.error.message}"
     if ev.type is EventType.LEASE_ACQUIRED:
         d["writer"] = ev.attributes.get("writer")
+    a = ev.attributes
+    who = a.get("by") or a.get("operator")
+    if who:  # an operator's event: who acted and why (``reason`` unless the fold gave one)
+        d["by"] = who
+        if a.get("reason"):
+            d["why"] = a["reason"]
+            if d["reason"] is None:
+                d["reason"] = a["reason"]
+        for k in ("decision", "action"):
+            if a.get(k):
+                d[k] = a[k]
     return d
 
 

@@ -30,6 +30,9 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors._cmd_project",
     "processors._cmd_audit",
     "processors._cmd_bench",
+    "processors.console._cmd",
+    "processors._cmd_signal",
+    "processors._cmd_operate",
 )
 
 

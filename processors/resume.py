@@ -57,6 +57,7 @@ from schemas import (
     RunlogError,
     Settings,
     Topics,
+    now_ms,
     partition_for,
 )
 from schemas.errors import LeaseLost, ResumeBlocked, ToolError, VerificationFailed, WorkflowDefinitionError
@@ -103,10 +104,20 @@ class App:
 
 
 def load_app(spec: str) -> App:
-    """Import ``module:attribute`` and return the :class:`App` it names (or a factory's result)."""
+    """Import ``module:attribute`` and return the :class:`App` it names (or a factory's result).
+
+    Modules are found in the current directory first, as ``python -m`` does (the ``runlog``
+    console script alone would not look there)."""
+    import os
+    import sys
+
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"--app must look like module:attribute, got {spec!r}")
+    cwd = os.getcwd()
+    if not sys.path or sys.path[0] not in ("", cwd):
+        sys.path.insert(0, cwd)
+        importlib.invalidate_caches()
     try:
         obj: Any = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
@@ -185,9 +196,11 @@ class ResumePlan:
 @dataclass(frozen=True)
 class ResumeOutcome:
     """How a resume ended: ``completed``, ``blocked``, ``contended`` (another writer holds
-    the run), ``failed`` (a stage failed), ``nothing_to_do``, ``planned`` (dry run) or
-    ``not_mine`` (the App registers no workflow of the run's name: nothing was done, no
-    lease taken, nothing appended; another App's resumer owns the run)."""
+    the run), ``failed`` (a stage failed; or the run had failed and was not retried: nothing
+    done), ``cancelled`` (an operator cancelled the run: nothing done, no lease taken),
+    ``nothing_to_do``, ``planned`` (dry run) or ``not_mine`` (the App registers no workflow of
+    the run's name: nothing was done, no lease taken, nothing appended; another App's resumer
+    owns the run)."""
 
     run_id: str
     result: str
@@ -207,7 +220,7 @@ def plan_effect(eff: EffectEntry, reused_calls: Mapping[str, ArtifactRef],
         return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
                           f"{eff.tool} ({policy.value if policy else 'unknown policy'}) was "
                           f"interrupted after its intent for {eff.target} (delivery key "
-                          f"{eff.delivery_key[:16]}...): a person must check whether it happened")
+                          f"{eff.delivery_key}): a person must check whether it happened")
     if policy is ReplayPolicy.RECONCILE_FIRST:
         if eff.tool not in tools:
             return EffectPlan(eff.delivery_key, eff.call_id, eff.tool, policy, "block",
@@ -341,7 +354,7 @@ class Resumer:
         """Decide how to resume, changing nothing (no lease, no event, no external call)."""
         state, n = self.load(run_id)
         plan = ResumePlan(run_id, state.status.value, state.partition, n, None)
-        if state.status is RunStatus.COMPLETED:
+        if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
             return plan, state
         wf = state.workflow
         if wf is None:
@@ -430,6 +443,8 @@ class Resumer:
             plan.effects.append(plan_effect(eff, plan.reused_calls, self.app.tools))
         for eff in state.closed_effects.values():
             rec = state.calls.get(eff.call_id or "")
+            if eff.status is EffectStatus.FAILED or not eff.external_id:
+                continue  # it did not happen (the tool failed, or an operator resolved it not done)
             if rec is not None and rec.call_id not in plan.reused_calls \
                     and rec.stage not in done_stages:
                 plan.effects.append(EffectPlan(eff.delivery_key, eff.call_id, eff.tool,
@@ -442,8 +457,14 @@ class Resumer:
 
     # -- the protocol --------------------------------------------------------------------------
 
-    def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False) -> ResumeOutcome:
-        """Resume a run (see the module docstring). ``dry_run`` only returns the plan."""
+    def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False, retry: bool = False,
+               attributes: Mapping[str, str] | None = None) -> ResumeOutcome:
+        """Resume a run (see the module docstring). ``dry_run`` only returns the plan.
+
+        A ``CANCELLED`` run is never resumed (outcome ``cancelled``, no lease taken). A ``FAILED``
+        run is resumed only with ``retry`` (:func:`processors.operate.retry_run`, which checks the
+        failure was retryable or forced); otherwise the outcome is ``failed`` and nothing is done.
+        ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry)."""
         plan, state = self.plan(run_id)
         if state.workflow is not None and state.workflow.name not in self.app.registry:
             return ResumeOutcome(run_id, "not_mine", plan, state.epoch,
@@ -452,6 +473,21 @@ class Resumer:
             if not dry_run:
                 self.runner.mark_inactive(run_id)
             return ResumeOutcome(run_id, "nothing_to_do", plan, state.epoch, "the run is complete")
+        if state.status is RunStatus.CANCELLED:
+            if not dry_run:
+                self.runner.mark_inactive(run_id)
+            return ResumeOutcome(run_id, "cancelled", plan, state.epoch, _cancelled(state))
+        if state.status is RunStatus.FAILED and not retry and not dry_run:
+            self.runner.mark_inactive(run_id)
+            err = state.last_error
+            return ResumeOutcome(run_id, "failed", plan, state.epoch,
+                                 f"the run failed ({err.kind if err else 'unknown error'}); a person retries "
+                                 "it: runlog retry RUN")
+        w = state.waiting
+        if state.status is RunStatus.WAITING and w is not None \
+                and (w.deadline_ms <= 0 or now_ms() < w.deadline_ms):
+            return ResumeOutcome(run_id, "waiting", plan, state.epoch,
+                                 f"waits for signal {w.signal!r} ({w.call_id}); nothing to do before it")
         if dry_run:
             return ResumeOutcome(run_id, "planned", plan, state.epoch)
         wf = state.workflow
@@ -466,7 +502,7 @@ class Resumer:
             session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
                                             input_versions=state.input_versions, params=params,
                                             last_epoch=state.epoch, force=force,
-                                            last_hash=state.last_hash)
+                                            last_hash=state.last_hash, attributes=attributes)
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
         confirmed, _ = read_run_tail(self.settings, run_id, state.partition, state.offset + 1, state)
@@ -475,6 +511,10 @@ class Resumer:
             session.close(release=True)
             return ResumeOutcome(run_id, "contended", plan, state.epoch,
                                  "LEASE_ACQUIRED was not accepted by the fold: another writer moved the run")
+        if confirmed.status is RunStatus.CANCELLED:  # cancelled after the plan was made
+            session.close(release=True)
+            self.runner.mark_inactive(run_id)
+            return ResumeOutcome(run_id, "cancelled", plan, session.epoch, _cancelled(confirmed))
         try:
             if plan.blocked_reason is not None:
                 self._block(session, plan.blocked_reason)
@@ -483,9 +523,11 @@ class Resumer:
             if plan.blocked_reason is not None:
                 self._block(session, plan.blocked_reason)
                 return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
+            deadlines = {state.waiting.call_id: state.waiting.deadline_ms} if state.waiting else {}
             result = self.runner.execute(session, from_stage=plan.from_stage,
                                          stage_outputs=plan.stage_outputs,
-                                         recorded_calls=plan.recorded, reconciled=reconciled)
+                                         recorded_calls=plan.recorded, reconciled=reconciled,
+                                         deadlines=deadlines)
         except ResumeBlocked as err:  # a call diverged, or an effect is in doubt in another run
             return ResumeOutcome(run_id, "blocked", plan, session.epoch, err.reason)
         except (VerificationFailed, ToolError) as err:
@@ -494,6 +536,9 @@ class Resumer:
             return ResumeOutcome(run_id, "contended", plan, session.epoch, str(err))
         finally:
             session.close(release=True)
+        if result.waiting is not None:
+            return ResumeOutcome(run_id, "waiting", plan, session.epoch,
+                                 f"waits for signal {result.waiting!r}")
         return ResumeOutcome(run_id, "completed" if result.completed else "failed", plan, session.epoch)
 
     def _params(self, state: RunState) -> dict[str, Any]:
@@ -552,3 +597,8 @@ class Resumer:
             return None
         args = json.loads(self.artifacts.get(args_ref)) if args_ref is not None else {}
         return tool.reconcile(eff.delivery_key, args)
+
+
+def _cancelled(state: RunState) -> str:
+    err = state.last_error
+    return "the run was cancelled" + (f" ({err.message})" if err is not None and err.message else "")

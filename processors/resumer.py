@@ -69,7 +69,7 @@ CONTENDED_RETRIES = 5
 RETRY_MARGIN_S = 0.25
 """Added to the lease's remaining lifetime before a contended run is retried."""
 
-_DONE = frozenset({"completed", "nothing_to_do", "blocked", "failed"})
+_DONE = frozenset({"completed", "nothing_to_do", "blocked", "failed", "cancelled"})
 """Outcomes after which a run is no longer active (removed from the active set)."""
 
 
@@ -315,14 +315,26 @@ class ResumerService:
 
     def sweep(self) -> SweepReport:
         """Request the resume of every run of this App's workflows that is active (or projected
-        ``RUNNING``) and whose lease has expired."""
+        ``RUNNING``) and whose lease has expired; cancelled runs are skipped."""
         report = SweepReport()
-        for run_id in self._candidates():
+        candidates = self._candidates()
+        cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
+        for run_id in candidates:
+            if run_id in cancelled:
+                continue
             if self.redis.exists(self.lease_key(run_id)):
                 report.alive += 1
                 continue
             request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
                            producer=self.producer, codec=self.codec)
+            report.requested.append(run_id)
+        mine = set(self.app.registry.names())
+        for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
+            if workflow not in mine:
+                continue
+            request_resume(self.settings, run_id, "wait timed out", requested_by="sweeper",
+                           producer=self.producer, codec=self.codec)
+            self.active.unwait(run_id)
             report.requested.append(run_id)
         return report
 

@@ -6,7 +6,9 @@ tools), for effect tools a *confirmed* ``EFFECT_INTENT`` before the tool
 function is entered and ``EFFECT_RESULT`` (external id) after it, then
 ``TOOL_RESULT`` (result artifact). A call that fails for good appends
 ``FAILED`` (stage, tool, call_id, error) instead of ``TOOL_RESULT``; the stage has
-then failed and the context refuses further calls.
+then failed and the context refuses further calls. Before a tool is called the lease is
+verified with a round trip to Redis, so a writer whose lease was taken (a takeover, an
+operator's ``runlog cancel``) starts no further call: it raises ``LeaseLost``.
 
 Call ids are ``f"{stage}/{tool}/{index}"``, ``index`` counting this stage's calls
 in submission order, so re-running a stage reproduces them. Calls whose id is in
@@ -107,11 +109,30 @@ def _sources_fn(kind: str) -> Any:
 
 
 NOW = Tool("runlog.now", _sources_fn("now"), ReplayPolicy.SAFE)
+_WAIT_TOOL = Tool("runlog.wait", _sources_fn("never"), ReplayPolicy.SAFE)
+"""A wait's position as the determinism guard sees it (its function is never called)."""
 """The recorded clock: ``ctx.now()``."""
 RANDOM = Tool("runlog.random", _sources_fn("random"), ReplayPolicy.SAFE)
 """The recorded random source: ``ctx.random()``."""
 UUID = Tool("runlog.uuid", _sources_fn("uuid"), ReplayPolicy.SAFE)
 """The recorded id source: ``ctx.uuid()``."""
+
+
+WAIT = "runlog.wait"
+"""The tool name of a wait's position (``ctx.wait_for``); its recorded result is the signal's data."""
+
+
+class RunWaits(BaseException):  # control flow, not an error: stage code must not catch it
+    """Raised by :meth:`StageContext.wait_for` after ``RUN_WAITING`` is appended: the runner lets go of
+    the run (flush, lease released, no thread kept) until the signal arrives."""
+
+    def __init__(self, run_id: str, call_id: str, signal: str, deadline_ms: int) -> None:
+        self.run_id, self.call_id, self.signal, self.deadline_ms = run_id, call_id, signal, deadline_ms
+        super().__init__(f"run {run_id} waits for signal {signal!r} ({call_id})")
+
+
+class WaitTimedOut(TerminalToolError):
+    """A wait's deadline passed without its signal and its policy is ``fail``."""
 
 
 class StageOutputs:
@@ -151,7 +172,7 @@ class StageContext:
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
                  recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
                  reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
-                 ledger: EffectLedger | None = None) -> None:
+                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None) -> None:
         self.session = session
         self.stage = stage
         self.store = store
@@ -161,6 +182,7 @@ class StageContext:
         self._at_index = {r.index: r for r in recorded if r.stage == stage and r.index is not None}
         self._reconciled = reconciled
         self._ledger = ledger
+        self._deadlines = deadlines or {}
         self._max_parallel = max_parallel
         self._lock = threading.Lock()
         self._next_index = 0
@@ -229,6 +251,66 @@ class StageContext:
         """A random UUID (text), recorded: a resume of this stage reads the same value back."""
         return str(self.call(UUID))
 
+    # -- durable waits ------------------------------------------------------------------------------
+
+    def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
+                 default: Any = None) -> Any:
+        """Wait for a person or another system: returns the data of the signal named ``signal``.
+
+        The first time, ``RUN_WAITING`` (signal, deadline) is appended and the run is let go: the
+        runner flushes, releases the lease and returns; no thread, lease or worker is held while
+        it waits. ``runlog signal RUN NAME --data JSON`` (or ``approve`` / ``reject``) appends
+        ``SIGNAL_RECEIVED`` and asks for a resume; the resumed stage runs again from its start and
+        this call returns the signal's data, a recorded result (reused on any later resume).
+
+        Args:
+            timeout: seconds until the wait times out (None: never). The resumers' sweep resumes
+                the run at the deadline.
+            on_timeout: ``"fail"`` (the stage fails with :class:`WaitTimedOut`, a terminal error)
+                or ``"default"`` (``default`` is recorded as the signal's data and returned).
+        """
+        if on_timeout not in ("fail", "default"):
+            raise WorkflowDefinitionError(f"wait_for({signal!r}): on_timeout must be 'fail' or 'default'")
+        if not signal:
+            raise WorkflowDefinitionError("wait_for needs a signal name")
+        index = self._claim_index()
+        s = self.session
+        call_id = f"{self.stage}/{WAIT}/{index}"
+        args = {"signal": signal, "timeout": timeout, "on_timeout": on_timeout, "default": default}
+        common: dict[str, Any] = {"stage": self.stage, "tool": WAIT, "call_id": call_id,
+                                  "replay_policy": ReplayPolicy.SAFE}
+        args_bytes = canonical_json(args)
+        request_hash = sha256_hex(args_bytes)
+        rec = self._at_index.get(index)
+        if rec is not None:
+            self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
+            if rec.result is not None:
+                self._add(rec.result)
+                return json.loads(self.store.get(rec.result))
+        deadline = self._deadlines.get(call_id, 0)
+        if deadline and time.time() * 1000 >= deadline:
+            if on_timeout == "fail":
+                err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
+                                   kind="WaitTimedOut")
+                with self._lock:
+                    if self.failure is None:
+                        self.failure = err
+                s.append(EventType.FAILED, error=error_info(err), **common)
+                raise err
+            ref = self.put_artifact(canonical_json(default), JSON)
+            s.append(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                     attributes={"signal": signal, "timed_out": "true"}, **common)
+            return default
+        if rec is None:
+            s.append(EventType.TOOL_CALLED, payload_ref=self.put_artifact(args_bytes, JSON),
+                     request_hash=request_hash, **common)
+        if not deadline and timeout is not None:
+            deadline = int(time.time() * 1000 + timeout * 1000)
+        s.append(EventType.RUN_WAITING, confirm=True,
+                 attributes={"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout},
+                 **common)
+        raise RunWaits(s.run_id, call_id, signal, deadline)
+
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
         index = self._claim_index()
@@ -278,6 +360,9 @@ class StageContext:
                 if tool.policy is ReplayPolicy.IDEMPOTENT else None)
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
         args_ref = self.put_artifact(args_bytes, JSON)
+        # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
+        # starts no further tool call, even before its heartbeat notices (LeaseLost).
+        s.lease.verify()
         s.append(EventType.TOOL_CALLED, idempotency_key=idem, payload_ref=args_ref,
                  request_hash=request_hash, **common)
         if tool.effect:

@@ -58,7 +58,8 @@ class Lease(abc.ABC):
 
     @abc.abstractmethod
     def verify(self) -> None:
-        """Like :meth:`check`, plus one round trip to the lease store (before effects)."""
+        """Like :meth:`check`, plus one round trip to the lease store (before every tool call and
+        effect: a writer whose lease was taken over starts nothing more)."""
 
     @abc.abstractmethod
     def heartbeat(self) -> bool:

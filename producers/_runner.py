@@ -36,7 +36,15 @@ import redis
 
 from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._context import JSON, RecordedCall, StageContext, StageOutputs, error_info, require_mapping
+from producers._context import (
+    JSON,
+    RecordedCall,
+    RunWaits,
+    StageContext,
+    StageOutputs,
+    error_info,
+    require_mapping,
+)
 from producers._crash import crash_point, kill_self
 from producers._inputs import DictInputSource, InputSource, PinnedInputs
 from producers._keys import canonical_json, sha256_hex
@@ -84,6 +92,8 @@ class RunResult:
     last_seq: int
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     completed: bool = False
+    waiting: str | None = None
+    """The signal the run waits for (``ctx.wait_for``): the run was let go, a signal resumes it."""
 
 
 class Runner:
@@ -286,12 +296,14 @@ class Runner:
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
                   input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
-                  force: bool = False, last_hash: str | None = None) -> RunSession:
+                  force: bool = False, last_hash: str | None = None,
+                  attributes: Mapping[str, str] | None = None) -> RunSession:
         """:meth:`RunSession.take_over` with this runner's writer, leases and input source."""
         self._active(run_id, workflow.name)
         return RunSession.take_over(self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
                                     input_versions=input_versions, source=self.source, params=params,
-                                    last_epoch=last_epoch, force=force, last_hash=last_hash)
+                                    last_epoch=last_epoch, force=force, last_hash=last_hash,
+                                    attributes=attributes)
 
     # -- executing --------------------------------------------------------------------------
 
@@ -299,7 +311,8 @@ class Runner:
                 stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None = None,
                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None = None,
                 reconciled: Mapping[str, Mapping[str, Any]] | None = None,
-                complete: bool = True, release: bool = True) -> RunResult:
+                complete: bool = True, release: bool = True,
+                deadlines: Mapping[str, int] | None = None) -> RunResult:
         """Execute the session's workflow from ``from_stage`` to the end.
 
         Args:
@@ -317,6 +330,8 @@ class Runner:
                 again; one ``TOOL_RESULT`` (``source=reconciled``) is appended.
             complete: append ``RUN_COMPLETED`` after the last stage.
             release: release the lease at the end (also after a failed stage).
+            deadlines: ``call_id -> deadline (ms)`` of the run's waits (``RunState.waiting``), so a
+                resumed wait keeps its first deadline.
 
         Raises:
             VerificationFailed, ToolError, or the stage's own exception, after ``FAILED``
@@ -333,7 +348,7 @@ class Runner:
         try:
             for stage in todo:
                 outputs[stage.name] = self._run_stage(session, stage, outputs, recorded_calls or {},
-                                                      reconciled or {})
+                                                      reconciled or {}, deadlines or {})
             if complete:
                 session.append(EventType.RUN_COMPLETED)
             session.close(release=release)
@@ -342,6 +357,13 @@ class Runner:
         except LeaseLost:
             session.closed = True  # not ours any more: nothing to flush or release
             raise
+        except RunWaits as w:  # RUN_WAITING is acknowledged: let the run go until its signal
+            session.close(release=True)
+            if self.active is not None:
+                with contextlib.suppress(redis.RedisError):
+                    self.active.wait(session.run_id, wf.name, w.deadline_ms)
+            return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), False,
+                             w.signal)
         except ResumeBlocked as err:
             with contextlib.suppress(RunlogError):
                 session.append(EventType.RUN_BLOCKED, confirm=True,
@@ -366,9 +388,11 @@ class Runner:
 
     def _run_stage(self, s: RunSession, stage: Stage, outputs: StageOutputs,
                    recorded: Mapping[str, RecordedCall | ArtifactRef],
-                   reconciled: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+                   reconciled: Mapping[str, Mapping[str, Any]],
+                   deadlines: Mapping[str, int]) -> dict[str, Any]:
         ctx = StageContext(s, stage.name, self.store, outputs, recorded_calls=recorded,
-                           reconciled=reconciled, max_parallel=self.max_parallel, ledger=self.ledger)
+                           reconciled=reconciled, max_parallel=self.max_parallel, ledger=self.ledger,
+                           deadlines=deadlines)
         s.append(EventType.STAGE_STARTED, stage=stage.name)
         s.crash_point(f"inside:STAGE:{stage.name}")
         try:

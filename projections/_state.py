@@ -29,6 +29,7 @@ __all__ = [
     "RunState",
     "RunStatus",
     "StoredCheckpoint",
+    "WaitInfo",
     "state_from_json",
     "state_to_json",
 ]
@@ -45,6 +46,9 @@ class RunStatus(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     BLOCKED = "BLOCKED"
+    WAITING = "WAITING"
+    """Stage code waits for a signal; no writer holds the run."""
+    CANCELLED = "CANCELLED"
 
 
 class CallStatus(StrEnum):
@@ -119,6 +123,18 @@ class EffectEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitInfo:
+    """What a ``WAITING`` run waits for (from its last ``RUN_WAITING``)."""
+
+    call_id: str
+    """The wait's position in its stage (``<stage>/runlog.wait/<index>``): the signal's data
+    becomes this call's recorded result."""
+    signal: str
+    deadline_ms: int = 0
+    """When the wait times out (epoch ms; 0: never)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointEntry:
     """Where a checkpoint is in the log: enough to fall back to an earlier one."""
 
@@ -186,6 +202,8 @@ class RunState:
     """(seq, content digest) of the last accepted events, oldest first (bounded)."""
     last_hash: str | None = None
     """``schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``."""
+    waiting: WaitInfo | None = None
+    """Set while stage code waits for a signal (``RUN_WAITING``) until the signal is received."""
 
     @property
     def workflow_version(self) -> str:
@@ -401,6 +419,8 @@ def state_to_dict(s: RunState) -> dict[str, Any]:
         "recent_rejected": [[r.seq, r.epoch, r.type, r.reason, r.offset] for r in s.recent_rejected],
         "recent": [[q, d] for q, d in s.recent],
         "last_hash": s.last_hash,
+        "waiting": None if s.waiting is None else [s.waiting.call_id, s.waiting.signal,
+                                                   s.waiting.deadline_ms],
     }
 
 
@@ -440,6 +460,8 @@ def state_from_dict(d: Mapping[str, Any]) -> RunState:
         ),
         recent=tuple((int(q), str(h)) for q, h in d["recent"]),
         last_hash=d.get("last_hash"),
+        waiting=None if not d.get("waiting") else WaitInfo(str(d["waiting"][0]), str(d["waiting"][1]),
+                                                           int(d["waiting"][2])),
     )
 
 

@@ -24,9 +24,10 @@ from projections._state import (
     RejectedEvent,
     RunState,
     RunStatus,
+    WaitInfo,
 )
 from schemas._hash import event_hash
-from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, RunEvent
+from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, ReplayPolicy, RunEvent
 
 __all__ = [
     "CHECKPOINT_WINDOW",
@@ -156,6 +157,10 @@ def fold(
 def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Outcome]:
     """The state machine proper, for an accepted event (``s`` already carries its seq and epoch)."""
     t = e.type
+    if s.status is RunStatus.CANCELLED:
+        # Terminal: an event accepted after RUN_CANCELLED (a later epoch's LEASE_ACQUIRED, say)
+        # holds its seq and changes nothing else; older epochs' events are fenced anyway.
+        return s, _ACCEPTED
     if t in (EventType.RUN_STARTED, EventType.RUN_BRANCHED):
         wf = e.workflow if e.workflow is not None else s.workflow
         s = replace(
@@ -198,18 +203,56 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return _verified(s, e, pos)
     if t is EventType.FAILED:
         if e.call_id is not None:
+            # a failed tool call fails its stage (the runner raises it even if stage code swallowed it)
             s = _update_call(s, e, CallStatus.FAILED, None)
-            s = replace(s, last_error=e.error)
+            s = replace(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage)
             if e.delivery_key is not None and e.delivery_key in s.open_effects:
                 return _effect(s, e, EffectStatus.FAILED)
             return s, _ACCEPTED
         return replace(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage), _ACCEPTED
     if t is EventType.RUN_BLOCKED:
         return replace(s, status=RunStatus.BLOCKED, last_error=e.error), _ACCEPTED
+    if t is EventType.RUN_WAITING and e.call_id is not None:
+        deadline = e.attributes.get("deadline_ms", "0")
+        wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0)
+        return replace(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
+    if t is EventType.SIGNAL_RECEIVED and e.call_id is not None and e.payload_ref is not None:
+        # the signal's data is the wait's recorded result; the run goes on when a resumer takes it
+        s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+        status = RunStatus.RUNNING if s.status is RunStatus.WAITING else s.status
+        return replace(s, waiting=None, status=status), _ACCEPTED
     if t is EventType.RUN_COMPLETED:
         return replace(s, status=RunStatus.COMPLETED, stage=None, next_stage=None), _ACCEPTED
+    if t is EventType.EFFECT_RESOLVED and e.delivery_key is not None:
+        return _resolved(s, e)
+    if t is EventType.RUN_CANCELLED and s.status is not RunStatus.COMPLETED:
+        return replace(s, status=RunStatus.CANCELLED, last_error=e.error or s.last_error), _ACCEPTED
     # UNKNOWN (a newer schema's type) or a malformed event: it holds its seq, nothing more.
     return s, _ACCEPTED
+
+
+def _resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
+    """``EFFECT_RESOLVED``: an operator decided an in-doubt effect (``processors.operate``).
+
+    ``decision=done``: the effect is closed ``DONE`` with the external id, and its call gets the
+    result ``payload_ref`` (``{"external_id": ...}``), which resume hands back instead of calling.
+    ``decision=not_done``: the effect is closed ``FAILED`` (it did not happen) and the call is marked
+    failed, so resume makes the call again, once. The run stays ``BLOCKED`` while another open
+    effect would block it again (``NEVER`` or unknown policy), else it is ``RUNNING`` (no writer:
+    resumers continue it)."""
+    done = e.attributes.get("decision") == "done"
+    s, out = _effect(s, e, EffectStatus.DONE if done else EffectStatus.FAILED)
+    if e.call_id is not None:
+        if not done:
+            s = _update_call(s, e, CallStatus.FAILED, None)
+        elif e.payload_ref is not None:
+            s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+    blocking = any(x.replay_policy in (None, ReplayPolicy.NEVER) for x in s.open_effects.values())
+    if blocking:
+        s = replace(s, status=RunStatus.BLOCKED)
+    elif s.status is RunStatus.BLOCKED:
+        s = replace(s, status=RunStatus.RUNNING)
+    return s, out
 
 
 def _update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactRef | None) -> RunState:

@@ -48,6 +48,14 @@ class EventType(StrEnum):
     RUN_BRANCHED = "RUN_BRANCHED"
     CALL_DIVERGED = "CALL_DIVERGED"
     """A resumed call differs from the recorded one at its position (tool or request hash)."""
+    RUN_WAITING = "RUN_WAITING"
+    """Stage code waits for a signal (``ctx.wait_for``): the writer let go of the run."""
+    SIGNAL_RECEIVED = "SIGNAL_RECEIVED"
+    """A signal a waiting run asked for (or its timeout's default): the wait's recorded result."""
+    RUN_CANCELLED = "RUN_CANCELLED"
+    """An operator cancelled the run (who and why in attributes); nothing moves it afterwards."""
+    EFFECT_RESOLVED = "EFFECT_RESOLVED"
+    """An operator closed an in-doubt effect: done (with its external id) or not done."""
 
 
 class ReplayPolicy(StrEnum):

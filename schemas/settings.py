@@ -43,6 +43,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
      " where the process kills itself with SIGKILL (off when empty)"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
+    ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
+     " pages still readable)"),
 )
 
 _SECRET_HINTS = ("password", "secret", "token", "key")
@@ -91,6 +93,8 @@ class Settings:
     """Fault tests only: the writer point where the process SIGKILLs itself (see producers/_crash.py)."""
     fault_report: str = ".runlog/reports/faults.json"
     """Where the fault suite writes its machine-readable summary."""
+    console_token: str | None = None
+    """The token every action of ``runlog console`` requires; None refuses every action."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -123,6 +127,7 @@ class Settings:
             sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
             crash_at=e.get("RUNLOG_CRASH_AT") or None,
             fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
+            console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
         )
         s = replace(s, **overrides) if overrides else s
         s.validate()
@@ -157,6 +162,7 @@ class Settings:
             "RUNLOG_CRASH_AT": self.crash_at,
             "RUNLOG_REDIS_USERNAME": self.redis_username,
             "RUNLOG_REDIS_PASSWORD": self.redis_password,
+            "RUNLOG_CONSOLE_TOKEN": self.console_token,
         }
         env.update({k: v for k, v in optional.items() if v})
         for key, value in self.kafka_extra.items():
@@ -241,7 +247,7 @@ class Settings:
             v = getattr(self, f.name)
             if f.name == "redis_url" or (f.name == "schema_registry_url" and v):
                 v = _redact_url(v)
-            elif f.name == "redis_password" and v:
+            elif f.name in ("redis_password", "console_token") and v:
                 v = "***"
             elif f.name == "kafka_extra":
                 v = {k: ("***" if any(h in k for h in _SECRET_HINTS) else val) for k, val in v.items()}

@@ -12,7 +12,6 @@ confirmation sent once; every event the killed worker had acknowledged is still 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 import uuid
@@ -31,7 +30,7 @@ from processors.inspect import run_history
 from processors.resume import Resumer
 from producers._runs import run_id_for_key
 from schemas import EventType, Settings
-from tests.integration.resume._orders import orders_app, spawn
+from tests.integration.resume._orders import finish, orders_app, spawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,16 +38,6 @@ START_POINTS = ["before:CLAIM:run", "after:CLAIM:run"]
 IN_DOUBT = {"after:EFFECT_INTENT:pay/charge/0", "inside:TOOL:pay/charge/0"}
 """The charge's intent is acknowledged and the worker died before calling: only a person can tell.
 (Killed after the charge returned, the ledger holds its external id and resume reuses it.)"""
-
-
-def _run(proc: subprocess.Popen[str], log: Path) -> tuple[int, str]:
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    log.write_text(out + err)
-    return proc.returncode, out
 
 
 def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> PointEntry:  # type: ignore[type-arg]
@@ -64,7 +53,7 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> Point
     entry.run_id = run_id
     c = entry.checks
     try:
-        rc, _ = _run(spawn(settings, url, key=key, order=key, mode="ctx", crash_at=point), d / "worker.log")
+        rc, _ = finish(spawn(settings, url, key=key, order=key, mode="ctx", crash_at=point), d / "worker.log")
         c["killed_at_point"] = rc == -9
         crashed = [le for le in run_history(settings, run_id) if le.outcome.accepted]
         if point not in START_POINTS:
@@ -72,7 +61,7 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> Point
             entry.lost_events = max(0, want - len(crashed))
             c["acknowledged_events_kept"] = entry.lost_events == 0
         wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 6)
-        rc, out = _run(spawn(settings, url, key=key, order=key, mode="ctx"), d / "retry.log")
+        rc, out = finish(spawn(settings, url, key=key, order=key, mode="ctx"), d / "retry.log")
         c["retry_names_the_same_run"] = rc == 0 and f"run_id={run_id}" in out
         outcome = "completed" if "completed=True" in out else ""
         if not outcome:
@@ -110,7 +99,7 @@ def test_an_order_crashed_at_every_point_is_retried_by_key_and_resumed_once(
     ref_server = serve(tmp_path / "reference")
     try:
         url = f"http://127.0.0.1:{ref_server.server_address[1]}"
-        rc, out = _run(spawn(settings, url, key="reference", mode="ctx"), tmp_path / "reference.log")
+        rc, out = finish(spawn(settings, url, key="reference", mode="ctx"), tmp_path / "reference.log")
         assert rc == 0 and "completed=True" in out, out
     finally:
         ref_server.shutdown()

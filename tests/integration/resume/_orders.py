@@ -113,6 +113,17 @@ def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def finish(proc: subprocess.Popen[str], log: Path, timeout_s: float = 120) -> tuple[int, str]:
+    """Wait for a worker (killed after ``timeout_s``); its exit code and stdout, all output in ``log``."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    log.write_text(out + err)
+    return proc.returncode, out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="run one orders workflow")
     p.add_argument("--key", default=None)

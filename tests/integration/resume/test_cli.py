@@ -19,6 +19,7 @@ from tests.integration.resume.conftest import DemoWorld, crash_run
 pytestmark = pytest.mark.integration
 
 FIGURES = {"publishes", "renders_billed", "research_calls", "uploads"}
+DEMO_APP = "processors.demo.pipeline:app"
 
 
 def _runlog(settings: Settings, *args: str, cwd: Path,
@@ -42,7 +43,7 @@ def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_t
     run_id = crash_run(topics, world, "inside:STAGE:draft", tmp_path)
     marks, keys = _high_watermarks(topics), dump_namespace(redis_client, topics.redis_prefix)
 
-    r = _runlog(topics, "resume", run_id, "--dry-run", "--json", cwd=tmp_path)
+    r = _runlog(topics, "resume", run_id, "--dry-run", "--json", "--app", DEMO_APP, cwd=tmp_path)
 
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
@@ -56,7 +57,7 @@ def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_t
     assert not redis_client.exists(f"{topics.redis_prefix}:{{{run_id}}}:lease")
     assert dump_namespace(redis_client, topics.redis_prefix) == keys
 
-    human = _runlog(topics, "resume", run_id, "--dry-run", cwd=tmp_path)
+    human = _runlog(topics, "resume", run_id, "--dry-run", "--app", DEMO_APP, cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert "continue from: draft" in human.stdout
 

@@ -6,7 +6,6 @@ named crash points. Counts come from the services' own storage.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,25 +22,15 @@ from processors.resume import Resumer
 from producers._ledger import RedisEffectLedger
 from producers._runs import run_id_for_key
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
-from tests.integration.resume._orders import orders_app, spawn
+from tests.integration.resume._orders import finish, orders_app, spawn
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of
 
 pytestmark = pytest.mark.integration
 
 
-def _finish(proc: subprocess.Popen[str], log: Path) -> tuple[int, str]:
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    log.write_text(out + err)
-    return proc.returncode, out
-
-
 def _crash(settings: Settings, world: DemoWorld, tmp: Path, point: str, *, key: str | None = None,
            mode: str = "fixed", order: str = "o-1") -> str:
-    rc, out = _finish(spawn(settings, world.url, key=key, order=order, mode=mode, crash_at=point),
+    rc, out = finish(spawn(settings, world.url, key=key, order=order, mode=mode, crash_at=point),
                       tmp / f"crash-{uuid.uuid4().hex[:6]}.log")
     assert rc == -9, f"worker for {point} exited {rc}, not killed:\n{out}"
     run_id = next((ln.split("=", 1)[1] for ln in out.splitlines() if ln.startswith("run_id=")), None)
@@ -141,7 +130,7 @@ def test_a_run_start_crashed_anywhere_then_retried_gives_one_completed_run(
     key = f"order-{uuid.uuid4().hex[:8]}"
     run_id = _crash(topics, world, tmp_path, point, key=key)
     assert run_id == run_id_for_key(key)
-    rc, out = _finish(spawn(topics, world.url, key=key, mode="fixed"), tmp_path / "retry.log")
+    rc, out = finish(spawn(topics, world.url, key=key, mode="fixed"), tmp_path / "retry.log")
     assert rc == 0, out
     assert f"run_id={run_id}" in out
     if "completed=True" not in out:  # the run existed: the retry asked the resumer to continue it
@@ -161,7 +150,7 @@ def test_a_run_start_crashed_anywhere_then_retried_gives_one_completed_run(
     s = world.stats()
     assert (s["charges"], s["assets"], s["publishes"]) == (1, 1, 1), s
     # and the key keeps naming that run
-    rc, out = _finish(spawn(topics, world.url, key=key, mode="fixed"), tmp_path / "again.log")
+    rc, out = finish(spawn(topics, world.url, key=key, mode="fixed"), tmp_path / "again.log")
     assert rc == 0 and f"run_id={run_id}" in out and "created=false" in out, out
 
 
@@ -209,7 +198,7 @@ def test_a_charge_made_before_the_writer_died_is_taken_from_the_ledger_not_made_
 def test_a_branch_reuses_effects_done_in_the_parent(
         topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
     app = orders_app(world.client)
-    rc, out = _finish(spawn(topics, world.url, key=None), tmp_path / "parent.log")
+    rc, out = finish(spawn(topics, world.url, key=None), tmp_path / "parent.log")
     assert rc == 0 and "completed=True" in out, out
     parent = next(ln.split("=", 1)[1] for ln in out.splitlines() if ln.startswith("run_id="))
     parent_log = accepted(log_of(topics, parent))

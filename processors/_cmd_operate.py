@@ -1,0 +1,125 @@
+"""``runlog resolve|cancel|retry``: people act on runs through the log (:mod:`processors.operate`).
+
+Exit 0 when the action was appended (``retry``: when the run completed), 1 when it was refused
+(one line on stderr, nothing appended) or the retried run did not complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from schemas import Settings
+
+EXIT_OK, EXIT_REFUSED = 0, 1
+
+_DEMO_APP = "processors.demo.pipeline:app"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("resolve", help="decide an in-doubt effect of a blocked run: done (with its id) "
+                       "or not done",
+                       description="Take the run's lease at a new epoch and append EFFECT_RESOLVED (who, "
+                       "why, what was decided); the effect is closed in the run and in the effects ledger. "
+                       "The next resume reuses the external id (--done) or runs the tool once (--not-done). "
+                       "Refused, with nothing appended, unless the run is BLOCKED and the key (or an "
+                       "unambiguous prefix) names one of its open effects.")
+    p.add_argument("run_id")
+    p.add_argument("--effect", required=True, metavar="DELIVERY_KEY",
+                   help="the open effect's delivery key, or a prefix matching exactly one")
+    decided = p.add_mutually_exclusive_group(required=True)
+    decided.add_argument("--done", action="store_true", help="it happened (give --external-id)")
+    decided.add_argument("--not-done", action="store_true", help="it did not happen: the tool runs once")
+    p.add_argument("--external-id", default=None, help="the id the external system gave the effect")
+    _who_why(p, reason_required=True)
+    p.add_argument("--no-resume", action="store_true",
+                   help="do not request a resume on the resume topic (the resumers' sweep still finds it)")
+    p.set_defaults(func=_resolve)
+
+    p = sub.add_parser("cancel", help="cancel a run: its writer is fenced, nothing resumes it",
+                       description="Take the run's lease by force at a new epoch and append RUN_CANCELLED "
+                       "(who, why). A live writer's later events are rejected and it starts no further "
+                       "tool call; resumers and the sweep skip the run. Effects already done stay recorded. "
+                       "Refused for a COMPLETED or already CANCELLED run.")
+    p.add_argument("run_id")
+    _who_why(p, reason_required=True)
+    p.set_defaults(func=_cancel)
+
+    p = sub.add_parser("retry", help="resume a FAILED run from its last checkpoint (in this process)",
+                       description="The failed stage runs again from its start at a new epoch: recorded "
+                       "results of calls before the failure are reused, the failed call is made again. "
+                       "A run whose last failure is terminal (not retryable) needs --force.")
+    p.add_argument("run_id")
+    p.add_argument("--force", action="store_true", help="retry even though the failure was terminal")
+    p.add_argument("--app", default=_DEMO_APP, metavar="MODULE:ATTRIBUTE",
+                   help="the application (a processors.resume.App) whose workflow the run is "
+                   "(default: %(default)s)")
+    _who_why(p, reason_required=False)
+    p.set_defaults(func=_retry)
+
+
+def _who_why(p: argparse.ArgumentParser, *, reason_required: bool) -> None:
+    # --by is checked by processors.operate (a refusal, exit 1), not argparse (usage, exit 2)
+    p.add_argument("--by", default="", metavar="WHO", help="who is acting (recorded on the log); required")
+    p.add_argument("--reason", default="", metavar="TEXT",
+                   help="why (recorded on the log)" + ("; required" if reason_required else ""))
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _refused(command: str, err: Exception) -> int:
+    print(f"runlog {command}: refused: {err}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    from processors.operate import OperatorRefused, resolve_effect
+
+    settings = Settings.from_env()
+    try:
+        res = resolve_effect(settings, args.run_id, args.effect, done=bool(args.done),
+                             external_id=args.external_id, by=args.by, reason=args.reason)
+    except OperatorRefused as err:
+        return _refused("resolve", err)
+    requested = False
+    if not args.no_resume and res.status == "RUNNING":
+        from processors.resumer import request_resume
+
+        request_resume(settings, res.run_id, f"effect resolved by {args.by.strip()}", requested_by="operator")
+        requested = True
+    if args.json:
+        print(json.dumps({**res.to_dict(), "resume_requested": requested}))
+    else:
+        print(res.detail + ("; resume requested" if requested else ""))
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from processors.operate import OperatorRefused, cancel_run
+
+    try:
+        res = cancel_run(Settings.from_env(), args.run_id, by=args.by, reason=args.reason)
+    except OperatorRefused as err:
+        return _refused("cancel", err)
+    print(json.dumps(res.to_dict()) if args.json else res.detail)
+    return EXIT_OK
+
+
+def _retry(args: argparse.Namespace) -> int:
+    from processors.operate import OperatorRefused, retry_run
+    from processors.resume import load_app
+    from processors.resumer import describe
+
+    try:
+        outcome = retry_run(Settings.from_env(), load_app(args.app), args.run_id, by=args.by,
+                            force=args.force, reason=args.reason)
+    except OperatorRefused as err:
+        return _refused("retry", err)
+    if args.json:
+        doc = describe(outcome)
+        doc.pop("plan", None)
+        print(json.dumps(doc))
+    else:
+        print(f"retry of {outcome.run_id} at epoch {outcome.epoch}: {outcome.result}"
+              + (f" - {outcome.detail}" if outcome.detail else ""))
+    return EXIT_OK if outcome.result == "completed" else EXIT_REFUSED

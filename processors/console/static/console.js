@@ -1,0 +1,112 @@
+// The console's page script: live run timelines (server-sent events), refreshing lists,
+// and actions posted in place. Everything it draws comes rendered (and escaped) from the server.
+"use strict";
+
+(function () {
+  const csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  const csrf = csrfMeta ? csrfMeta.content : "";
+  const remembered = { by: "", token: "" }; // kept in this page's memory only, never stored
+
+  function fillOperator(root) {
+    for (const name of ["by", "token"]) {
+      if (!remembered[name]) continue;
+      for (const input of root.querySelectorAll(`form.action input[name="${name}"]`)) {
+        if (!input.value) input.value = remembered[name];
+      }
+    }
+  }
+
+  document.addEventListener("input", (e) => {
+    const t = e.target;
+    if (!(t instanceof HTMLInputElement) || !t.closest("form.action")) return;
+    if (t.name !== "by" && t.name !== "token") return;
+    remembered[t.name] = t.value;
+    for (const other of document.querySelectorAll(`form.action input[name="${t.name}"]`)) {
+      if (other !== t) other.value = t.value;
+    }
+  });
+
+  function flash(text, ok) {
+    const el = document.getElementById("flash");
+    if (!el) return;
+    el.hidden = false;
+    el.textContent = text;
+    el.className = "message " + (ok ? "ok" : "bad");
+  }
+
+  document.addEventListener("submit", async (e) => {
+    const form = e.target;
+    if (!(form instanceof HTMLFormElement) || !form.classList.contains("action")) return;
+    e.preventDefault();
+    const submitter = e.submitter;
+    const url = submitter && submitter.hasAttribute("formaction") ? submitter.getAttribute("formaction")
+      : form.getAttribute("action");
+    const out = form.querySelector(".outcome");
+    const buttons = form.querySelectorAll("button");
+    buttons.forEach((b) => { b.disabled = true; });
+    if (out) { out.textContent = "working…"; out.className = "outcome"; }
+    let text, ok;
+    try {
+      const resp = await fetch(url, {
+        method: "POST",
+        body: new URLSearchParams(new FormData(form)),
+        headers: { "Accept": "application/json", "X-CSRF-Token": csrf },
+        credentials: "same-origin",
+      });
+      const doc = await resp.json();
+      text = doc.message; ok = doc.ok;
+    } catch (err) {
+      text = "the request failed: " + err; ok = false;
+    } finally {
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+    if (out) { out.textContent = text; out.className = "outcome " + (ok ? "ok" : "bad"); }
+    flash(text, ok);
+  });
+
+  // -- a run's page: follow its log --------------------------------------------------------------
+  const run = document.querySelector("[data-live]");
+  if (run) {
+    const state = document.getElementById("live-state");
+    const source = new EventSource(run.dataset.live + "?after=" + encodeURIComponent(run.dataset.events));
+    const setState = (text, cls) => { if (state) { state.textContent = text; state.className = "live-state " + cls; } };
+    source.onopen = () => setState("live", "live");
+    source.onerror = () => setState("reconnecting", "down");
+    source.addEventListener("problem", (m) => setState(JSON.parse(m.data).message, "down"));
+    source.addEventListener("update", (m) => {
+      const doc = JSON.parse(m.data);
+      const seen = new Set(Array.from(run.querySelectorAll("li.event")).map((li) => li.dataset.offset));
+      for (const [id, html] of Object.entries(doc.parts)) {
+        const el = document.getElementById(id);
+        if (el) el.innerHTML = html;
+      }
+      for (const li of run.querySelectorAll("li.event")) {
+        if (!seen.has(li.dataset.offset)) li.classList.add("new");
+      }
+      const actions = document.getElementById("actions");
+      if (actions && actions.dataset.key !== doc.actions_key) {
+        actions.innerHTML = doc.actions;
+        actions.dataset.key = doc.actions_key;
+        fillOperator(actions);
+      }
+      run.dataset.events = String(doc.events);
+      if (doc.status) document.title = `${doc.run_id} ${doc.status} · Runlog console`;
+      setState("live", "live");
+    });
+  }
+
+  // -- lists that refresh themselves ---------------------------------------------------------------
+  for (const part of document.querySelectorAll("[data-refresh]")) {
+    const every = Number(part.dataset.every || "3000");
+    const refresh = async () => {
+      if (document.hidden) return;
+      try {
+        const resp = await fetch(part.dataset.refresh + window.location.search, { credentials: "same-origin" });
+        if (resp.ok) part.innerHTML = await resp.text();
+      } catch (err) {
+        // the next round tries again
+      }
+    };
+    window.setInterval(refresh, every);
+  }
+})();
