@@ -46,13 +46,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the resume plan and change nothing: no lease, no event, no effect")
     p.add_argument("--app", default=None, metavar="MODULE:ATTRIBUTE",
-                   help="the application (a processors.resume.App) the plan is made with; required with "
+                   help="the application (a producers.App) the plan is made with; required with "
                    f"--dry-run (the demo's is {_DEMO_APP}); modules are found in the current directory")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_resume)
 
     p = sub.add_parser("resumer", help="run a resumer: consume resume requests as a group, sweep dead runs")
-    p.add_argument("--app", required=True, help="module:attribute naming a processors.resume.App")
+    p.add_argument("--app", required=True, help="module:attribute naming a producers.App")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="stop after this long without a request (default: run forever)")
     p.set_defaults(func=_resumer)

@@ -35,8 +35,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from producers import LeaseHeld, Runner, Workflow
+from producers import Runner, Workflow
 from producers._keys import canonical_json
+from producers._lease import LeaseHeld
 from producers._runlog import KafkaRunLog
 from producers._session import RunSession
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail

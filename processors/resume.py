@@ -31,17 +31,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers import (
-    ArtifactStore,
-    InputSource,
-    LeaseHeld,
-    LocalArtifactStore,
-    Runner,
-    Tool,
-    Workflow,
-    WorkflowRegistry,
-)
+from producers import App, ArtifactStore, LocalArtifactStore, Runner, Tool, Workflow
 from producers._context import RecordedCall
+from producers._lease import LeaseHeld
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail, run_events
 from projections._state import CallRecord, CallStatus, EffectEntry
 from schemas import (
@@ -82,27 +74,6 @@ class UnknownRun(RunlogError):
         super().__init__(f"no run {run_id!r} in Redis or on the events topic")
 
 
-@dataclass(frozen=True)
-class App:
-    """What resume needs from an application: its workflows, its tools, its inputs.
-
-    An application module exposes one (``runlog resumer --app module:attribute``).
-    ``name`` names the application's resumer group (``<RUNLOG_RESUMER_GROUP>.<name>``);
-    without it the group is named by a hash of the registered workflow names
-    (:func:`processors.resumer.app_id`).
-    """
-
-    registry: WorkflowRegistry
-    tools: Mapping[str, Tool]
-    source: InputSource
-    name: str | None = None
-
-    @classmethod
-    def of(cls, workflows: Iterable[Workflow], tools: Iterable[Tool], source: InputSource, *,
-           name: str | None = None) -> App:
-        return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source, name)
-
-
 def load_app(spec: str) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (or a factory's result).
 
@@ -125,7 +96,7 @@ def load_app(spec: str) -> App:
     if callable(obj) and not isinstance(obj, App):
         obj = obj()
     if not isinstance(obj, App):
-        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a processors.resume.App")
+        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a producers.App")
     return obj
 
 

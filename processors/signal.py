@@ -18,9 +18,10 @@ import json
 from typing import Any
 
 from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
-from producers import LeaseHeld, Runner
+from producers import Runner
 from producers._context import WAIT
 from producers._keys import canonical_json
+from producers._lease import LeaseHeld
 from projections import RunStatus
 from schemas import EventType, ReplayPolicy, Settings, WorkflowDefinitionError
 

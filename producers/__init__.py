@@ -1,77 +1,81 @@
-"""The agent-side SDK: workflows, tools with replay policies, artifacts, the lease, the run writer.
+"""The agent-side SDK: what an application author writes and calls, on one screen.
+
+Workflows and stages (``Workflow``, ``rule``), tools with replay and retry policies (``tool``,
+``ReplayPolicy``, ``RetryPolicy``, ``CallInfo``), the runner and its result (``Runner``,
+``RunResult``), the stage context (``StageContext``: ``call``, ``now``, ``random``, ``uuid``,
+``wait_for``), the resumer's application object (``App``), input sources, the artifact store,
+settings, and the errors an author catches. Plumbing (the writer, sessions, leases, the
+ledger, key helpers) lives in the private modules and is not part of this surface.
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
 per process, keyed by run id; effect intents are confirmed before the effect,
 everything else is confirmed at each stage end (see :mod:`producers._writer`).
 """
 
+from producers._app import App
 from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._context import JSON, StageContext, StageOutputs, error_info
-from producers._crash import crash_point, event_subject
-from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource, PinnedInputs
-from producers._keys import canonical_json, delivery_key, idempotency_key, lp_sha256, sha256_hex
-from producers._lease import Lease, LeaseHeld, LeaseManager, RedisLease, RedisLeaseManager
-from producers._runner import STAGE_OUTPUT_MEDIA_TYPE, RunHandle, Runner, RunResult
-from producers._runs import RunKeys
-from producers._session import AppendResult, RunSession
-from producers._tools import (
-    CallInfo,
-    DeliveryFn,
-    ReconcileFn,
-    RetryPolicy,
-    Tool,
-    ToolFn,
-    call_with_retry,
-    tool,
+from producers._context import StageContext, WaitTimedOut
+from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
+from producers._runner import RunHandle, Runner, RunResult
+from producers._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
+from producers._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
+from schemas._types import ReplayPolicy
+from schemas.errors import (
+    ArtifactError,
+    DeliveryError,
+    Diverged,
+    EffectInDoubt,
+    LeaseLost,
+    ResumeBlocked,
+    RetryableToolError,
+    RunConflict,
+    RunlogError,
+    TerminalToolError,
+    ToolError,
+    VerificationFailed,
+    WorkflowDefinitionError,
 )
-from producers._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, evaluate_rules, rule
-from producers._writer import RunWriter
+from schemas.settings import Settings
 
 __all__ = [
-    "JSON",
-    "STAGE_OUTPUT_MEDIA_TYPE",
-    "AppendResult",
+    "App",
+    "ArtifactError",
     "ArtifactStore",
     "CallInfo",
+    "DeliveryError",
     "DeliveryFn",
     "DictInputSource",
+    "Diverged",
+    "EffectInDoubt",
     "InputNotFound",
     "InputSource",
     "JsonDirInputSource",
-    "Lease",
-    "LeaseHeld",
-    "LeaseManager",
+    "LeaseLost",
     "LocalArtifactStore",
-    "PinnedInputs",
     "ReconcileFn",
-    "RedisLease",
-    "RedisLeaseManager",
+    "ReplayPolicy",
+    "ResumeBlocked",
     "RetryPolicy",
+    "RetryableToolError",
     "Rule",
+    "RunConflict",
     "RunHandle",
-    "RunKeys",
     "RunResult",
-    "RunSession",
-    "RunWriter",
+    "RunlogError",
     "Runner",
+    "Settings",
     "Stage",
     "StageContext",
     "StageFn",
-    "StageOutputs",
+    "TerminalToolError",
     "Tool",
+    "ToolError",
     "ToolFn",
+    "VerificationFailed",
+    "WaitTimedOut",
     "Workflow",
+    "WorkflowDefinitionError",
     "WorkflowRegistry",
-    "call_with_retry",
-    "canonical_json",
-    "crash_point",
-    "delivery_key",
-    "error_info",
-    "evaluate_rules",
-    "event_subject",
-    "idempotency_key",
-    "lp_sha256",
     "rule",
-    "sha256_hex",
     "tool",
 ]

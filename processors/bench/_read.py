@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from processors.bench._env import BenchEnv, peak_rss_kib
 from processors.bench._events import history, median, percentile, ratio
 from processors.bench._write import _plain_schema
-from producers import RunWriter
+from producers._writer import RunWriter
 from projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
 from schemas._codec import load_schema
 from schemas.errors import RunlogError

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from producers import CallInfo, RunWriter, StageContext, Workflow, rule, tool
-from producers._writer import DeliveryCallback
+from producers import CallInfo, StageContext, Workflow, rule, tool
+from producers._writer import DeliveryCallback, RunWriter
 from projections.rebuild import _consumer, _read, _watermarks
 from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings, Topics
 

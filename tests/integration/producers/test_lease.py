@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import redis
 
-from producers import CallInfo, LeaseHeld, RedisLeaseManager, Runner, RunSession, Workflow, tool
+from producers import CallInfo, Runner, Workflow, tool
+from producers._lease import LeaseHeld, RedisLeaseManager
+from producers._session import RunSession
 from schemas import EventType, ReplayPolicy, Settings
 from schemas.errors import LeaseLost
 from tests.integration.producers.conftest import SOURCE

@@ -16,22 +16,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from producers import (
-    STAGE_OUTPUT_MEDIA_TYPE,
-    CallInfo,
-    LocalArtifactStore,
-    RetryPolicy,
-    Runner,
-    RunSession,
-    RunWriter,
-    Workflow,
-    canonical_json,
-    delivery_key,
-    idempotency_key,
-    rule,
-    sha256_hex,
-    tool,
-)
+from producers import CallInfo, LocalArtifactStore, RetryPolicy, Runner, Workflow, rule, tool
+from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from producers._runner import STAGE_OUTPUT_MEDIA_TYPE
+from producers._session import RunSession
+from producers._writer import RunWriter
 from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics
 from schemas.errors import RetryableToolError, RunConflict, TerminalToolError, VerificationFailed
 from tests.integration.producers.conftest import SOURCE

@@ -32,10 +32,10 @@ from producers import (
     Runner,
     StageContext,
     Workflow,
-    delivery_key,
     tool,
 )
 from producers._active import ActiveRuns
+from producers._keys import delivery_key
 from producers._ledger import RedisEffectLedger
 from projections import RunStatus
 from schemas import EffectStatus, EventType, ReplayPolicy, RetryableToolError, Settings, TerminalToolError

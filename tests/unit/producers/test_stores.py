@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from producers import DictInputSource, InputNotFound, JsonDirInputSource, LocalArtifactStore, PinnedInputs
+from producers import DictInputSource, InputNotFound, JsonDirInputSource, LocalArtifactStore
+from producers._inputs import PinnedInputs
 from producers._keys import sha256_hex
 from schemas import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactMissing

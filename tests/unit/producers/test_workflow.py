@@ -6,16 +6,9 @@ from typing import Any
 
 import pytest
 
-from producers import (
-    CallInfo,
-    RetryPolicy,
-    Workflow,
-    WorkflowRegistry,
-    call_with_retry,
-    evaluate_rules,
-    rule,
-    tool,
-)
+from producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
+from producers._tools import call_with_retry
+from producers._workflow import evaluate_rules
 from schemas import ReplayPolicy, RuleResult, StageSpec
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 
