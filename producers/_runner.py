@@ -50,6 +50,7 @@ from producers._inputs import DictInputSource, InputSource, PinnedInputs
 from producers._keys import canonical_json, sha256_hex
 from producers._lease import Lease, LeaseHeld, LeaseManager, RedisLeaseManager
 from producers._ledger import EffectLedger, RedisEffectLedger
+from producers._log import EventLog
 from producers._runlog import KafkaRunLog, RunLog
 from producers._runs import RunKeys, run_id_for_key
 from producers._session import RunSession
@@ -112,7 +113,7 @@ class Runner:
         active: the registry of active runs the resumers' sweep reads (no projector needed).
     """
 
-    def __init__(self, writer: RunWriter, leases: LeaseManager, store: ArtifactStore, *,
+    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
                  source: InputSource | None = None, run_keys: RunKeys | None = None,
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
@@ -131,7 +132,7 @@ class Runner:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
-                      writer: RunWriter | None = None, store: ArtifactStore | None = None) -> Runner:
+                      writer: EventLog | None = None, store: ArtifactStore | None = None) -> Runner:
         """A runner on the real services: Redis leases and run keys, the local artifact store."""
         # Blocking pool: many run threads share a bounded set of connections and wait for one.
         pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=64, timeout=30,

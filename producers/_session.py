@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from producers._crash import crash_point, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._lease import Lease, LeaseManager
-from producers._writer import RunWriter
+from producers._log import EventLog
 from schemas._hash import event_hash
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
@@ -58,7 +58,7 @@ class RunSession:
     (pinned), ``params``.
     """
 
-    def __init__(self, writer: RunWriter, lease: Lease, *, run_id: str, next_seq: int,
+    def __init__(self, writer: EventLog, lease: Lease, *, run_id: str, next_seq: int,
                  workflow: Workflow, inputs: PinnedInputs, params: Mapping[str, Any],
                  last_hash: str | None = None) -> None:
         self.writer = writer
@@ -80,7 +80,7 @@ class RunSession:
     # -- building ---------------------------------------------------------------------------
 
     @classmethod
-    def take_over(cls, writer: RunWriter, leases: LeaseManager, run_id: str, *, last_seq: int,
+    def take_over(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
                   workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
                   params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
                   attributes: Mapping[str, str] | None = None, last_hash: str | None = None) -> RunSession:

@@ -19,26 +19,24 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from producers._crash import crash_point, event_subject
+from producers._log import DeliveryCallback, EventLog
 from schemas._codec import Codec
 from schemas._types import ResumeRequest, RunEvent, now_ms
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
-__all__ = ["RunWriter"]
-
-DeliveryCallback = Callable[[DeliveryError | None, int, int], None]
-"""``(error or None, partition, offset)``."""
+__all__ = ["DeliveryCallback", "RunWriter"]
 
 
-class RunWriter:
-    """Produces encoded run events; thread-safe, shared by many :class:`RunSession` s.
+class RunWriter(EventLog):
+    """The Kafka adapter of :class:`~producers._log.EventLog`: produces encoded run events;
+    thread-safe, shared by many :class:`RunSession` s.
 
     Args:
         settings: broker, topic prefix, crash point.

@@ -62,11 +62,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         local("cluster", ldir, "down", "--kill", "--purge", RUNLOG_CLUSTER_PORT=CLUSTER_PORT)
 
 
-def _events_partitions(settings: Settings) -> list[Any]:
-    """The events topic's partition metadata (leader, replicas, in-sync replicas)."""
+def _events_partitions(settings: Settings, wait_s: float = 30.0) -> list[Any]:
+    """The events topic's partition metadata (leader, replicas, in-sync replicas), once every
+    partition has a leader (a topic just created, or a cluster just restarted, may not yet)."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
     topic = Topics.of(settings).events
-    return list(admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
+    deadline = time.monotonic() + wait_s
+    while True:
+        parts = list(admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
+        if (parts and all(p.leader >= 0 for p in parts)) or time.monotonic() > deadline:
+            return parts
+        time.sleep(0.2)
 
 
 def _busiest_leader(settings: Settings) -> tuple[int, int]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +80,21 @@ def log_of(settings: Settings, run_id: str) -> list[LoggedEvent]:
     return history
 
 
+def _high_watermark(consumer: Any, tp: Any, wait_s: float = 30.0) -> int:
+    """A partition's high watermark, retried while the broker answers that it has no leader yet
+    (a loaded single broker can be fenced by its controller for a moment)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def project(settings: Settings) -> int:
     """Fold the whole events topic into the live Redis prefix, as the projector does (its
     BatchProjector, at-least-once safe); returns the records read."""
@@ -94,7 +111,7 @@ def project(settings: Settings) -> int:
     n = 0
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends = {p: _high_watermark(consumer, TopicPartition(topic, p)) for p in parts}
         ends = {p: hi for p, hi in ends.items() if hi > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         pos = dict.fromkeys(ends, 0)

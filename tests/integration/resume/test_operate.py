@@ -350,6 +350,7 @@ def test_cancel_fences_a_live_worker_which_starts_no_further_tool_call_and_nothi
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=30)  # reaps it and closes its pipes
     assert proc.returncode == 3 and "lease_lost=" in out, (proc.returncode, out, err)
     assert begun == [0, 1] and started(ticks) == begun  # no tool call started after the cancel
     history = log_of(topics, run_id)

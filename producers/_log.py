@@ -1,0 +1,63 @@
+"""The event log port: what a :class:`~producers._session.RunSession` appends through.
+
+:class:`~producers._writer.RunWriter` is the Kafka adapter (idempotent producer,
+``acks=all``); :class:`~producers._memory.InMemoryEventLog` is the in-memory one.
+Both pass ``tests/unit/producers/eventlog_contract.py``.
+
+Delivery semantics every adapter keeps: a run's events are stored in produce order,
+each delivery report is ``(None, partition, offset)`` with offsets growing per
+partition, a failed delivery is reported as ``(DeliveryError, -1, -1)`` and never
+dropped silently.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable
+
+from schemas._types import RunEvent
+from schemas.errors import DeliveryError
+from schemas.settings import Settings
+
+__all__ = ["DeliveryCallback", "EventLog"]
+
+DeliveryCallback = Callable[[DeliveryError | None, int, int], None]
+"""``(error or None, partition, offset)``."""
+
+
+class EventLog(abc.ABC):
+    """Appends encoded run events, keyed by run id; thread-safe, shared by many sessions."""
+
+    settings: Settings
+    """Broker, topic prefix, crash point."""
+    topic: str
+    """The events topic (named in :class:`~schemas.errors.DeliveryError` s)."""
+    writer_id: str
+    """Recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes."""
+    delivery_timeout_s: float
+    """How long a record may take before its delivery is reported failed."""
+
+    @abc.abstractmethod
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+        """Append one event; ``on_delivery`` is called once, when it is stored or has failed."""
+
+    @abc.abstractmethod
+    def send_now(self, done: threading.Event, timeout: float) -> bool:
+        """Push what is queued out now, until ``done`` is set; whether it was within ``timeout`` s."""
+
+    @abc.abstractmethod
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
+        """Ask the resumers to resume ``run_id`` (acknowledged before returning).
+
+        Raises:
+            DeliveryError: the request was not stored.
+        """
+
+    @abc.abstractmethod
+    def crash_at(self, when: str, event: RunEvent) -> bool:
+        """Whether the configured crash point is ``when`` (before/after) this event."""
+
+    @abc.abstractmethod
+    def close(self, timeout: float = 30.0) -> None:
+        """Deliver everything still queued, then stop."""

@@ -1,0 +1,294 @@
+"""In-memory adapters of the SDK's ports: event log, lease and artifact store (tests, one process).
+
+Each passes the same contract test as its real twin (Kafka, Redis, the local
+filesystem), so the Runner, the resume plan and the determinism guard can be unit
+tested without services. Delivery semantics of :class:`InMemoryEventLog`: every
+produce is stored and reported at once (no batching, nothing in flight), events
+round-trip through the :class:`~schemas._codec.Codec` so only what Kafka would
+carry is stored, a run's events keep produce order on the run's partition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+from producers._artifacts import ArtifactStore
+from producers._crash import crash_point, event_subject
+from producers._lease import Lease, LeaseHeld, LeaseManager
+from producers._log import DeliveryCallback, EventLog
+from producers._runlog import RunLog
+from schemas._codec import Codec
+from schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
+from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
+from schemas.settings import Settings
+from schemas.topics import Topics, partition_for
+
+__all__ = [
+    "InMemoryArtifactStore",
+    "InMemoryEventLog",
+    "InMemoryLease",
+    "InMemoryLeaseManager",
+    "InMemoryLeaseTable",
+    "LoggedEvent",
+]
+
+
+# -- the event log --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """An event as stored, with the position its delivery report gave."""
+
+    event: RunEvent
+    partition: int
+    offset: int
+
+
+class InMemoryEventLog(EventLog, RunLog):
+    """The events topic in lists, one per partition; also the :class:`~producers._runlog.RunLog`.
+
+    Args:
+        settings: topic prefix, partition count, crash point (defaults: ``Settings()``).
+        writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, writer_id: str | None = None,
+                 codec: Codec | None = None) -> None:
+        self.settings = settings or Settings()
+        self.topic = Topics.of(self.settings).events
+        self.codec = codec or Codec(max_record_bytes=self.settings.max_record_bytes)
+        self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
+        self.delivery_timeout_s = 1.0
+        self.resume_requests: list[ResumeRequest] = []
+        self._partitions: dict[int, list[RunEvent]] = defaultdict(list)
+        self._by_run: dict[str, list[LoggedEvent]] = defaultdict(list)
+        self._failing: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    # -- failure injection
+
+    def fail_run(self, run_id: str, reason: str = "injected delivery failure") -> None:
+        """Every later produce of ``run_id`` is reported failed (nothing stored)."""
+        with self._lock:
+            self._failing[run_id] = reason
+
+    def heal_run(self, run_id: str) -> None:
+        """Stop failing ``run_id``'s deliveries."""
+        with self._lock:
+            self._failing.pop(run_id, None)
+
+    # -- writing
+
+    def partition_of(self, run_id: str) -> int:
+        return partition_for(run_id, self.settings.partitions)
+
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+        if self.closed:
+            raise DeliveryError(self.topic, event.run_id, "the event log is closed")
+        stored = self.codec.decode(self.codec.encode(event), RunEvent)  # what the broker would carry
+        p = self.partition_of(event.run_id)
+        with self._lock:
+            reason = self._failing.get(event.run_id)
+            if reason is None:
+                part = self._partitions[p]
+                logged = LoggedEvent(stored, p, len(part))
+                part.append(stored)
+                self._by_run[event.run_id].append(logged)
+        if reason is not None:
+            on_delivery(DeliveryError(self.topic, event.run_id, reason), -1, -1)
+        else:
+            on_delivery(None, logged.partition, logged.offset)
+
+    def send_now(self, done: threading.Event, timeout: float) -> bool:
+        return done.wait(timeout)  # every report was given inside produce
+
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
+        with self._lock:
+            self.resume_requests.append(ResumeRequest(run_id, now_ms(), reason, self.writer_id))
+
+    def crash_at(self, when: str, event: RunEvent) -> bool:
+        return crash_point(self.settings.crash_at,
+                           f"{when}:{event.type.value}:{event_subject(event.stage, event.call_id)}")
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.closed = True
+
+    # -- reading
+
+    def records(self, run_id: str) -> list[LoggedEvent]:
+        """The run's events in log order, with partition and offset."""
+        with self._lock:
+            return list(self._by_run.get(run_id, ()))
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        """The run's events in log order."""
+        return [r.event for r in self.records(run_id)]
+
+    def first_event(self, run_id: str) -> RunEvent | None:
+        with self._lock:
+            found = self._by_run.get(run_id)
+            return found[0].event if found else None
+
+    def run_ids(self) -> list[str]:
+        """Every run with an event, in order of its first event."""
+        with self._lock:
+            return list(self._by_run)
+
+
+# -- the lease ------------------------------------------------------------------------------------
+
+
+class InMemoryLeaseTable:
+    """What Redis holds for leases: an epoch counter and the current ``(holder, epoch)`` per run.
+
+    Share one table between several :class:`InMemoryLeaseManager` s to play several writers.
+    Leases do not age on their own: :meth:`expire` is the ttl running out.
+    """
+
+    def __init__(self) -> None:
+        self.epochs: dict[str, int] = {}
+        self.held: dict[str, tuple[str, int]] = {}
+        self.lock = threading.Lock()
+
+    def expire(self, run_id: str) -> None:
+        """The lease of ``run_id`` expires now (its holder learns it at the next heartbeat)."""
+        with self.lock:
+            self.held.pop(run_id, None)
+
+
+class InMemoryLease(Lease):
+    """A lease in an :class:`InMemoryLeaseTable`."""
+
+    def __init__(self, manager: InMemoryLeaseManager, run_id: str, epoch: int) -> None:
+        self._m = manager
+        self.run_id = run_id
+        self.epoch = epoch
+        self.holder = manager.holder
+        self._lost: str | None = None
+        self._released = False
+
+    def check(self) -> None:
+        if self._lost is not None:
+            raise LeaseLost(self.run_id, self.epoch, self._lost)
+        if self._released:
+            self._lost = "released"
+            raise LeaseLost(self.run_id, self.epoch, self._lost)
+
+    def verify(self) -> None:
+        self.check()
+        if not self.heartbeat():
+            raise LeaseLost(self.run_id, self.epoch, self._lost or "taken over")
+
+    def heartbeat(self) -> bool:
+        if self._lost is not None or self._released:
+            return False
+        t = self._m.table
+        with t.lock:
+            ok = t.held.get(self.run_id) == (self.holder, self.epoch)
+        if not ok:
+            self._lost = "taken over or expired (the table no longer holds this epoch)"
+        return ok
+
+    @property
+    def lost(self) -> bool:
+        return self._lost is not None
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        t = self._m.table
+        with t.lock:
+            if t.held.get(self.run_id) == (self.holder, self.epoch):
+                del t.held[self.run_id]
+
+
+class InMemoryLeaseManager(LeaseManager):
+    """Hands out leases from a table (its own unless one is shared).
+
+    Args:
+        table: shared with other managers to play several writers.
+        holder: this writer's name.
+    """
+
+    def __init__(self, table: InMemoryLeaseTable | None = None, *, holder: str | None = None) -> None:
+        self.table = table or InMemoryLeaseTable()
+        self.holder = holder or f"writer-{uuid.uuid4().hex[:12]}"
+
+    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> InMemoryLease:
+        t = self.table
+        with t.lock:
+            cur = t.held.get(run_id)
+            if cur is not None and not force:
+                raise LeaseHeld(run_id, f"{cur[0]}|{cur[1]}")
+            epoch = max(t.epochs.get(run_id, 0) + 1, min_epoch)
+            t.epochs[run_id] = epoch
+            t.held[run_id] = (self.holder, epoch)
+        return InMemoryLease(self, run_id, epoch)
+
+    def expire(self, run_id: str) -> None:
+        """:meth:`InMemoryLeaseTable.expire`."""
+        self.table.expire(run_id)
+
+    def close(self) -> None:
+        """Nothing to stop (no heartbeat thread)."""
+
+
+# -- the artifact store ---------------------------------------------------------------------------
+
+
+def _check_digest(sha256: str) -> None:
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ArtifactError(sha256, "not a lowercase sha256 hex digest")
+
+
+class InMemoryArtifactStore(ArtifactStore):
+    """Bytes in a dict by sha256, URIs ``mem://sha256/<hex>``; the content hash decides, not the URI."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def uri_for(sha256: str) -> str:
+        return f"mem://sha256/{sha256}"
+
+    def put(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        sha = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._blobs[sha] = bytes(data)  # also repairs a corrupted entry
+        return ArtifactRef(self.uri_for(sha), sha, len(data), media_type)
+
+    def get(self, ref: ArtifactRef) -> bytes:
+        _check_digest(ref.sha256)
+        with self._lock:
+            data = self._blobs.get(ref.sha256)
+        if data is None:
+            raise ArtifactMissing(ref.uri, "no artifact stored under this name")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != ref.sha256:
+            raise ArtifactCorrupt(ref.uri, f"bytes hash to {actual}, expected {ref.sha256}")
+        return data
+
+    def exists(self, ref: ArtifactRef) -> bool:
+        _check_digest(ref.sha256)
+        with self._lock:
+            return ref.sha256 in self._blobs
+
+    # -- test hooks
+
+    def corrupt(self, ref: ArtifactRef, data: bytes) -> None:
+        """Store other bytes under ``ref``'s hash (a tampered or bit-rotted artifact)."""
+        with self._lock:
+            self._blobs[ref.sha256] = bytes(data)
+
+    def delete(self, ref: ArtifactRef) -> None:
+        """Lose the artifact."""
+        with self._lock:
+            self._blobs.pop(ref.sha256, None)

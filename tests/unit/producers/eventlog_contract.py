@@ -1,0 +1,112 @@
+"""One contract for every EventLog adapter: subclass it once per backend, provide ``log`` and ``read``."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+
+from producers._inputs import DictInputSource, PinnedInputs
+from producers._log import EventLog
+from producers._memory import InMemoryLeaseManager
+from producers._session import RunSession
+from producers._workflow import Workflow
+from schemas import EventType, RunEvent
+from schemas._types import now_ms
+from schemas.errors import DeliveryError
+from schemas.topics import partition_for
+
+
+@dataclass(frozen=True)
+class Report:
+    event: RunEvent
+    error: DeliveryError | None
+    partition: int
+    offset: int
+
+
+def event(run_id: str, seq: int, type: EventType = EventType.STAGE_STARTED) -> RunEvent:
+    return RunEvent(run_id=run_id, seq=seq, epoch=1, type=type, occurred_at=now_ms(), stage=f"s{seq}")
+
+
+class EventLogContract:
+    log: EventLog
+
+    def read(self, run_id: str, partition: int) -> list[tuple[int, int, RunEvent]]:
+        """The run's stored events in log order as ``(partition, offset, event)``."""
+        raise NotImplementedError
+
+    def _append(self, ev: RunEvent, reports: list[Report], *, confirm: bool) -> threading.Event:
+        done = threading.Event()
+
+        def cb(err: DeliveryError | None, p: int, o: int) -> None:
+            reports.append(Report(ev, err, p, o))
+            done.set()
+
+        self.log.produce(ev, cb)
+        if confirm:
+            assert self.log.send_now(done, 30.0), "a confirmed append was not acknowledged"
+            assert done.is_set()
+        return done
+
+    def test_describes_itself(self) -> None:
+        assert self.log.topic.endswith("runlog.events")
+        assert self.log.writer_id and self.log.delivery_timeout_s > 0
+        assert self.log.settings.crash_at is None
+        assert not self.log.crash_at("before", event("run-x", 1))
+
+    def _runs(self) -> list[str]:
+        """Three new run ids, two of them on one partition (offsets are per partition, not per run)."""
+        n = self.log.settings.partitions
+        first = f"run-{uuid.uuid4().hex}"
+        while True:
+            second = f"run-{uuid.uuid4().hex}"
+            if partition_for(second, n) == partition_for(first, n):
+                return [first, second, f"run-{uuid.uuid4().hex}"]
+
+    def test_confirmed_and_pipelined_events_of_several_runs_read_back_in_order(self) -> None:
+        runs = self._runs()
+        reports: list[Report] = []
+        last: list[threading.Event] = []
+        for run in runs:  # every run starts with a confirmed event
+            self._append(event(run, 1, EventType.RUN_STARTED), reports, confirm=True)
+        for seq in range(2, 7):  # then pipelined ones, interleaved across runs
+            for run in runs:
+                last.append(self._append(event(run, seq), reports, confirm=seq == 4))
+        for done in last:
+            assert self.log.send_now(done, 30.0)
+        assert len(reports) == 18 and all(r.error is None for r in reports)
+        positions = {(r.partition, r.offset) for r in reports}
+        assert len(positions) == 18, "two events at one position"
+        for run in runs:
+            mine = sorted((r for r in reports if r.event.run_id == run), key=lambda r: r.event.seq)
+            assert len({r.partition for r in mine}) == 1, "a run's events span partitions"
+            offsets = [r.offset for r in mine]
+            assert offsets == sorted(offsets) and len(set(offsets)) == 6, "not in produce order"
+            got = self.read(run, mine[0].partition)
+            assert [(p, o) for p, o, _ in got] == [(r.partition, r.offset) for r in mine]
+            assert [e for _, _, e in got] == [r.event for r in mine]
+
+    def test_a_session_appends_through_the_port_and_its_reports_match_the_log(self) -> None:
+        wf = Workflow("w", "1")
+        wf.stage("s")(lambda ctx, inputs: {})
+        leases = InMemoryLeaseManager()
+        run = f"run-{uuid.uuid4().hex}"
+        s = RunSession(self.log, leases.acquire(run), run_id=run, next_seq=1, workflow=wf,
+                       inputs=PinnedInputs(DictInputSource({}), {}), params={})
+        first = s.append(EventType.RUN_STARTED, confirm=True, workflow=wf.spec(), input_versions={})
+        assert first.partition >= 0 and first.offset >= 0
+        s.append(EventType.STAGE_STARTED, stage="s")
+        s.append(EventType.VERIFIED, stage="s")
+        last = s.append(EventType.RUN_COMPLETED, confirm=True)
+        s.close()
+        got = self.read(run, first.partition)
+        assert [e.seq for _, _, e in got] == [1, 2, 3, 4]
+        assert [e.type for _, _, e in got] == [EventType.RUN_STARTED, EventType.STAGE_STARTED,
+                                               EventType.VERIFIED, EventType.RUN_COMPLETED]
+        assert (got[0][0], got[0][1]) == (first.partition, first.offset)
+        assert (got[-1][0], got[-1][1]) == (last.partition, last.offset)
+        assert got[1][2].prev_hash is not None and got[0][2].prev_hash is None  # the hash chain
+
+    def test_a_resume_request_is_acknowledged(self) -> None:
+        self.log.request_resume(f"run-{uuid.uuid4().hex}", "contract test")
