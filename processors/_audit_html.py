@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["render_html"]
@@ -43,7 +44,7 @@ td,th{border:1px solid #d8dde3;padding:.2em .5em;text-align:left;font-family:ui-
 h3{font-size:1em;margin:1em 0 .2em}
 """
 
-_KIND_CLASS = {
+KIND_CLASS = {
     "LEASE_ACQUIRED": "lease", "RUN_STARTED": "lease", "RUN_BRANCHED": "lease",
     "TOOL_CALLED": "tool", "TOOL_RESULT": "tool",
     "EFFECT_INTENT": "effect", "EFFECT_RESULT": "effect", "EFFECT_RECONCILED": "effect",
@@ -55,18 +56,23 @@ def _e(v: Any) -> str:
     return html.escape("" if v is None else str(v), quote=True)
 
 
-def _event_li(ev: dict[str, Any], flagged: set[int]) -> str:
-    classes = ["event", f"type-{ev['type']}", _KIND_CLASS.get(ev["type"], "other")]
+def event_classes(ev: Mapping[str, Any], flagged: set[int],
+                  kinds: Mapping[str, str] = KIND_CLASS) -> list[str]:
+    """The CSS classes of one audit entry: its type, its kind, and how the fold took it."""
+    classes = ["event", f"type-{ev['type']}", kinds.get(ev["type"], "other")]
     if ev["outcome"].startswith("rejected"):
         classes.append("rejected")
     elif ev["outcome"] == "duplicate":
         classes.append("duplicate")
     elif ev["seq"] in flagged:
         classes.append("flagged")
+    return classes
+
+
+def event_bits(ev: Mapping[str, Any], extra: Iterable[str] = ()) -> list[str]:
+    """The words of one audit entry's line (``extra`` goes before the outcome, when not accepted)."""
     bits = [ev["type"]]
-    for k in ("stage", "call_id", "policy", "target"):
-        if ev.get(k):
-            bits.append(str(ev[k]))
+    bits.extend(str(ev[k]) for k in ("stage", "call_id", "policy", "target") if ev.get(k))
     if ev.get("external_id"):
         bits.append(f"external_id={ev['external_id']}")
     if ev["type"] == "LEASE_ACQUIRED":
@@ -75,14 +81,20 @@ def _event_li(ev: dict[str, Any], flagged: set[int]) -> str:
         bits.append(f"{ev.get('artifacts', 0)} artifacts; rules: {', '.join(ev.get('rules', []))}")
     if ev.get("error"):
         bits.append(str(ev["error"]))
-    if ev.get("by"):
+    if ev.get("by"):  # a person's event: what they decided, who, why
         bits.append(" ".join(x for x in (ev.get("action") or "", ev.get("decision") or "",
                                          f"by {ev['by']}", f"({ev['why']})" if ev.get("why") else "") if x))
+    bits.extend(extra)
     if ev["outcome"] != "accepted":
         bits.append(f"[{ev['outcome']}: {ev.get('reason')}]")
+    return bits
+
+
+def _event_li(ev: dict[str, Any], flagged: set[int]) -> str:
+    classes = event_classes(ev, flagged)
     return (f'<li class="{" ".join(classes)}" data-seq="{ev["seq"]}" data-epoch="{ev["epoch"]}" '
             f'data-offset="{ev["offset"]}"><span class="seq">{ev["seq"]}</span>e{ev["epoch"]} '
-            f'{_e(" ".join(bits))}</li>')
+            f'{_e(" ".join(event_bits(ev)))}</li>')
 
 
 def _timeline(run: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 
+from processors._audit_html import KIND_CLASS, event_bits, event_classes
 from processors.audit import AuditOptions, Auditor, RunAudit
 from processors.dlq import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
 from projections import RedisStore, RunState, RunStatus
@@ -258,41 +259,15 @@ class RunFollower:
         return doc
 
 
-_KIND_CLASS = {
-    "LEASE_ACQUIRED": "lease", "RUN_STARTED": "lease", "RUN_BRANCHED": "lease",
-    "TOOL_CALLED": "tool", "TOOL_RESULT": "tool",
-    "EFFECT_INTENT": "effect", "EFFECT_RESULT": "effect", "EFFECT_RECONCILED": "effect",
-    "EFFECT_RESOLVED": "operator", "RUN_CANCELLED": "operator", "SIGNAL_RECEIVED": "operator",
-    "RUN_WAITING": "operator", "VERIFIED": "checkpoint",
-}
+_KIND_CLASS = {**KIND_CLASS, "EFFECT_RESOLVED": "operator", "RUN_CANCELLED": "operator",
+               "SIGNAL_RECEIVED": "operator", "RUN_WAITING": "operator"}
 
 
 def _event_line(ev: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
-    """One event as the audit page draws it: its classes and its text (the audit's ``_event_li``)."""
-    classes = ["event", f"type-{ev['type']}", _KIND_CLASS.get(ev["type"], "other")]
-    if ev["outcome"].startswith("rejected"):
-        classes.append("rejected")
-    elif ev["outcome"] == "duplicate":
-        classes.append("duplicate")
-    elif ev["seq"] in flagged:
-        classes.append("flagged")
-    bits = [ev["type"]]
-    bits.extend(str(ev[k]) for k in ("stage", "call_id", "policy", "target") if ev.get(k))
-    if ev.get("external_id"):
-        bits.append(f"external_id={ev['external_id']}")
-    if ev["type"] == "LEASE_ACQUIRED":
-        bits.append(f"epoch {ev['epoch']} writer={ev.get('writer') or '?'}")
-    if ev["type"] == "VERIFIED":
-        bits.append(f"{ev.get('artifacts', 0)} artifacts; rules: {', '.join(ev.get('rules', []))}")
-    if ev.get("error"):
-        bits.append(str(ev["error"]))
-    if ev.get("by"):  # a person's event: what they decided, who, why
-        bits.append(" ".join(x for x in (ev.get("action") or "", ev.get("decision") or "", f"by {ev['by']}",
-                                          f"({ev['why']})" if ev.get("why") else "") if x))
-    bits.extend(f"{k}={v}" for k, v in sorted(ev.get("attributes", {}).items()))
-    if ev["outcome"] != "accepted":
-        bits.append(f"[{ev['outcome']}: {ev.get('reason')}]")
-    return {"classes": " ".join(classes), "text": " ".join(bits), "ev": ev}
+    """One event as the audit page draws it (the audit's own classes and words), plus its attributes."""
+    attrs = (f"{k}={v}" for k, v in sorted(ev.get("attributes", {}).items()))
+    return {"classes": " ".join(event_classes(ev, flagged, _KIND_CLASS)),
+            "text": " ".join(event_bits(ev, attrs)), "ev": ev}
 
 
 def timeline_items(run: Mapping[str, Any]) -> list[dict[str, Any]]:
