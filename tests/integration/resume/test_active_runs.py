@@ -25,7 +25,8 @@ def test_add_list_remove(settings: Settings, redis_client: redis.Redis) -> None:
     assert redis_client.hget(f"{settings.redis_prefix}:runs:active:workflow", "run-a") == b"alpha"
     assert "run-a" in active and "run-x" not in active
 
-    active.add("run-a", "alpha")  # a resume adds again: refreshed, not duplicated
+    active.add("run-a", "alpha", at_ms=int(score) + 1)  # a resume adds again: refreshed, not duplicated
+    # (explicit time: two adds within one millisecond tie, and ties list by run id)
     assert active.list() == [("run-b", "beta"), ("run-a", "alpha")]
 
     active.remove("run-b")
