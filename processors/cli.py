@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from producers._crash import arm_from_env
 from schemas.errors import ConfigError, RunlogError
 
 __all__ = ["EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``runlog`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    arm_from_env()  # fault tests only: RUNLOG_CRASH_AT names a point where the process kills itself
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

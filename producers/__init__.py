@@ -14,9 +14,9 @@ everything else is confirmed at each stage end (see :mod:`producers._writer`).
 
 from producers._app import App
 from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._context import StageContext, WaitTimedOut
+from producers._context import AsyncStageContext, StageContext, WaitTimedOut
 from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
-from producers._runner import RunHandle, Runner, RunResult
+from producers._runner import AsyncRunner, RunHandle, Runner, RunResult
 from producers._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from producers._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from schemas._types import ReplayPolicy
@@ -41,6 +41,8 @@ __all__ = [
     "App",
     "ArtifactError",
     "ArtifactStore",
+    "AsyncRunner",
+    "AsyncStageContext",
     "CallInfo",
     "DeliveryError",
     "DeliveryFn",

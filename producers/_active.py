@@ -25,6 +25,10 @@ Redis Cluster slots); they are ordered so an interrupted add or remove leaves at
 workflow entry without a set member (ignored, overwritten by the next add) or a member
 whose workflow reads as ``""`` (swept by no App, removed by the next add/remove).
 
+``aadd`` / ``aremove`` / ``await_`` (the async ``wait``) are the writer's calls for an event
+loop: with an asyncio client they await the same pipelines on it, without one they are the
+sync calls.
+
 A cancelled run (``runlog cancel``) is removed from both sets and marked
 ``P:{<run_id>}:cancelled``, so a sweep that still finds it (in the projection's ``RUNNING``
 index before the projector folded ``RUN_CANCELLED``) skips it.
@@ -37,6 +41,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
+import redis.asyncio
+
+from producers._redis_io import Step, arun, one, pipelined, run
 
 __all__ = ["ActiveRuns"]
 
@@ -49,39 +56,68 @@ class ActiveRuns:
         prefix: ``settings.redis_prefix``.
     """
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, *,
+                 aclient: redis.asyncio.Redis | None = None) -> None:
         self._r = client
+        self._ar = aclient
         self.prefix = prefix
         self.key = f"{prefix}:runs:active"
         self.workflow_key = f"{prefix}:runs:active:workflow"
         self.waiting_key = f"{prefix}:runs:waiting"
 
+    # -- the writer's updates, once (see producers._redis_io): one pipeline each
+
+    def _added(self, run_id: str, workflow_name: str, at_ms: int | None) -> Step:
+        score = at_ms if at_ms is not None else int(time.time() * 1000)
+
+        def fill(pipe: Any) -> None:
+            pipe.hset(self.workflow_key, run_id, workflow_name)  # first: a member always has its workflow
+            pipe.zadd(self.key, {run_id: score})
+
+        return pipelined(fill)
+
+    def _removed(self, run_id: str) -> Step:
+        def fill(pipe: Any) -> None:
+            pipe.zrem(self.key, run_id)  # first: the member never outlives its workflow entry
+            pipe.zrem(self.waiting_key, run_id)
+            pipe.hdel(self.workflow_key, run_id)
+
+        return pipelined(fill)
+
+    def _waiting(self, run_id: str, workflow_name: str, deadline_ms: int) -> Step:
+        def fill(pipe: Any) -> None:
+            pipe.zrem(self.key, run_id)
+            if deadline_ms > 0:
+                pipe.hset(self.workflow_key, run_id, workflow_name)
+                pipe.zadd(self.waiting_key, {run_id: deadline_ms})
+            else:
+                pipe.hdel(self.workflow_key, run_id)
+
+        return pipelined(fill)
+
     def add(self, run_id: str, workflow_name: str, *, at_ms: int | None = None) -> None:
         """Mark a run active (again): its score becomes ``at_ms`` (default: now)."""
-        score = at_ms if at_ms is not None else int(time.time() * 1000)
-        pipe = self._r.pipeline(transaction=False)
-        pipe.hset(self.workflow_key, run_id, workflow_name)  # first: a member always has its workflow
-        pipe.zadd(self.key, {run_id: score})
-        pipe.execute()
+        run(one(self._added(run_id, workflow_name, at_ms)), self._r)
+
+    async def aadd(self, run_id: str, workflow_name: str, *, at_ms: int | None = None) -> None:
+        """:meth:`add` for an event loop."""
+        await arun(one(self._added(run_id, workflow_name, at_ms)), self._ar, self._r)
 
     def remove(self, run_id: str) -> None:
         """Forget a run (it completed, blocked or failed); removing an absent run is a no-op."""
-        pipe = self._r.pipeline(transaction=False)
-        pipe.zrem(self.key, run_id)  # first: the member never outlives its workflow entry
-        pipe.zrem(self.waiting_key, run_id)
-        pipe.hdel(self.workflow_key, run_id)
-        pipe.execute()
+        run(one(self._removed(run_id)), self._r)
+
+    async def aremove(self, run_id: str) -> None:
+        """:meth:`remove` for an event loop."""
+        await arun(one(self._removed(run_id)), self._ar, self._r)
 
     def wait(self, run_id: str, workflow_name: str, deadline_ms: int) -> None:
         """The run waits for a signal: out of the active set; in the waiting set when it has a deadline."""
-        pipe = self._r.pipeline(transaction=False)
-        pipe.zrem(self.key, run_id)
-        if deadline_ms > 0:
-            pipe.hset(self.workflow_key, run_id, workflow_name)
-            pipe.zadd(self.waiting_key, {run_id: deadline_ms})
-        else:
-            pipe.hdel(self.workflow_key, run_id)
-        pipe.execute()
+        run(one(self._waiting(run_id, workflow_name, deadline_ms)), self._r)
+
+    async def await_(self, run_id: str, workflow_name: str, deadline_ms: int) -> None:
+        """:meth:`wait` for an event loop."""
+        await arun(one(self._waiting(run_id, workflow_name, deadline_ms)), self._ar, self._r)
 
     def _with_workflows(self, raw: Any) -> list[tuple[str, str]]:
         members = [m.decode() if isinstance(m, bytes) else str(m) for m in raw]

@@ -9,6 +9,7 @@ artifact under its final name or nothing there (at most a ``.tmp-*`` file).
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -48,6 +49,14 @@ class ArtifactStore(abc.ABC):
     def verify(self, ref: ArtifactRef) -> None:
         """Raise ArtifactMissing / ArtifactCorrupt unless the artifact is intact."""
         self.get(ref)
+
+    async def aput(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """:meth:`put` for the AsyncRunner: on a worker thread (a durable put fsyncs), not on the loop."""
+        return await asyncio.to_thread(self.put, data, media_type)
+
+    async def aget(self, ref: ArtifactRef) -> bytes:
+        """:meth:`get` for the AsyncRunner, on a worker thread."""
+        return await asyncio.to_thread(self.get, ref)
 
 
 class LocalArtifactStore(ArtifactStore):

@@ -36,6 +36,7 @@ idempotency key, ``SAFE`` executes).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random as _random
@@ -44,13 +45,15 @@ import time
 import uuid as _uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, TypeVar
 
 from producers._artifacts import ArtifactStore
 from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
 from producers._ledger import EffectLedger, LedgerEntry
-from producers._session import RunSession
-from producers._tools import CallInfo, Tool, call_with_retry
+from producers._protocol import INLINE, IO, SYNC, Invoke, Mode, Steps, adrive, drive
+from producers._session import AppendResult, RunSession
+from producers._tools import CallInfo, Tool, retry_steps
+from producers._trace import NO_TRACE, Span, Tracer
 from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from schemas.errors import (
     DeliveryError,
@@ -61,7 +64,17 @@ from schemas.errors import (
     WorkflowDefinitionError,
 )
 
-__all__ = ["JSON", "RecordedCall", "StageContext", "StageOutputs", "error_info", "require_mapping"]
+__all__ = [
+    "JSON",
+    "AsyncStageContext",
+    "RecordedCall",
+    "StageContext",
+    "StageOutputs",
+    "error_info",
+    "require_mapping",
+]
+
+T = TypeVar("T")
 
 JSON = "application/json"
 
@@ -166,13 +179,14 @@ class StageOutputs:
         return {s: self.get(s) for s in [*self._given, *self._loaded]}
 
 
-class StageContext:
-    """What a stage function gets as ``ctx``; safe to use from several threads."""
+class _ContextCore:
+    """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
                  recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
                  reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
-                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None) -> None:
+                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
+                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
         self.session = session
         self.stage = stage
         self.store = store
@@ -184,12 +198,16 @@ class StageContext:
         self._ledger = ledger
         self._deadlines = deadlines or {}
         self._max_parallel = max_parallel
+        self._mode = mode or self._default_mode()
+        self._tracer = tracer
+        self._span = span
         self._lock = threading.Lock()
         self._next_index = 0
         self._artifacts: dict[str, ArtifactRef] = {}
-        self._futures: list[Future[Any]] = []
-        self._pool: ThreadPoolExecutor | None = None
         self.failure: BaseException | None = None
+
+    def _default_mode(self) -> Mode:
+        return SYNC
 
     @property
     def run_id(self) -> str:
@@ -208,9 +226,9 @@ class StageContext:
         """The verified output of an earlier stage of this run."""
         return self._outputs.get(stage)
 
-    def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
-        """Store bytes; the ref is listed in this stage's ``VERIFIED`` artifacts."""
-        ref = self.store.put(data, media_type)
+    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
+        """Store bytes (a step: off the loop in the async form); listed in ``VERIFIED``'s artifacts."""
+        ref: ArtifactRef = yield IO(self.store, "put", "aput", (data, media_type))
         self._add(ref)
         return ref
 
@@ -231,11 +249,291 @@ class StageContext:
             self._next_index += 1
             return i
 
-    # -- calling tools ------------------------------------------------------------------------
+    def _fail(self, err: BaseException) -> None:
+        with self._lock:
+            if self.failure is None:
+                self.failure = err
+
+    def _verify(self) -> IO:
+        return IO(self.session.lease, "verify", "averify")
+
+    # -- a tool call --------------------------------------------------------------------------
+
+    def _call_steps(self, tool: Tool, index: int, args: Mapping[str, Any]) -> Steps[Any]:
+        s = self.session
+        span = self._tracer.start("call", tool.name, self._span, {
+            "run_id": s.run_id, "stage": self.stage, "call_id": f"{self.stage}/{tool.name}/{index}",
+            "tool": tool.name, "epoch": s.epoch, "replay_policy": tool.policy.value})
+        try:
+            result = yield from self._invoke(tool, index, args, span)
+        except BaseException as err:
+            span.end(err)
+            raise
+        span.end()
+        return result
+
+    def _invoke(self, tool: Tool, index: int, args: Mapping[str, Any], span: Span) -> Steps[Any]:
+        s, stage = self.session, self.stage
+        call_id = f"{stage}/{tool.name}/{index}"
+        common: dict[str, Any] = {"stage": stage, "tool": tool.name, "call_id": call_id,
+                                  "replay_policy": tool.policy}
+        args_bytes = canonical_json(dict(args))
+        request_hash = sha256_hex(args_bytes)
+        rec = self._at_index.get(index)
+        if rec is not None:
+            yield from self._guard(rec, call_id, tool, request_hash, common)
+            if rec.result is not None:
+                result = json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+                self._add(rec.result)
+                _reused(span, "recorded")
+                return result
+        if call_id in self._reconciled:
+            record = dict(self._reconciled[call_id])
+            ref = yield from self._put(canonical_json(record))
+            yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
+                              attributes={"source": "reconciled"}, **common)
+            _reused(span, "reconciled")
+            return record
+        idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
+                if tool.policy is ReplayPolicy.IDEMPOTENT else None)
+        info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
+        args_ref = yield from self._put(args_bytes)
+        # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
+        # starts no further tool call, even before its heartbeat notices (LeaseLost).
+        yield self._verify()
+        called: AppendResult = yield s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
+                                                 payload_ref=args_ref, request_hash=request_hash, **common)
+        span.set("seq", called.event.seq)
+        if tool.effect:
+            assert tool.delivery is not None  # checked at definition time
+            info = dataclasses.replace(info, delivery_key=delivery_key(*tool.delivery(args, info)))
+            assert info.delivery_key is not None
+            span.set("delivery_key", info.delivery_key)
+            elsewhere = yield from self._open_effect(tool, info)
+            own = elsewhere is not None and (elsewhere.run_id, elsewhere.call_id) == (s.run_id, call_id)
+            if own and tool.policy is ReplayPolicy.IDEMPOTENT:
+                elsewhere = None  # this very call, done before a crash: call again with its key (full record)
+            if elsewhere is not None:
+                if elsewhere.done:
+                    _reused(span, "ledger")
+                    return (yield from self._reuse_effect(tool, info, args, elsewhere, common))
+                settled = yield from self._in_doubt(tool, info, args, elsewhere, common)
+                if settled is not None:
+                    _reused(span, "ledger")
+                    return settled
+                if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
+                    info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
+            yield self._verify()  # a round trip: refuse to start an effect without the lease
+            yield s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
+                              target=tool.target, request_hash=request_hash,
+                              idempotency_key=info.idempotency_key, **common)
+        yield s.crashing(f"inside:TOOL:{call_id}")
+        span.set("reused", False)
+        span.set("source", "executed")
+
+        def attempt(n: int) -> Steps[Any]:
+            s.check()
+            return (yield Invoke(tool.fn, (dataclasses.replace(info, attempt=n),), dict(args)))
+
+        def before_retry(n: int) -> Steps[None]:
+            if tool.effect:
+                yield self._verify()
+            else:
+                s.check()
+
+        try:
+            result, attempts = yield from retry_steps(attempt, tool.retry, before_retry)
+            result_bytes = canonical_json(result)
+            if tool.effect and _external_id(result) is None:
+                raise TerminalToolError(f"effect tool {tool.name!r} must return a JSON object with a "
+                                        f"string 'external_id', got {type(result).__name__}",
+                                        kind="InvalidEffectResult")
+        except (LeaseLost, DeliveryError):
+            raise
+        except Exception as err:  # any tool failure is recorded, then re-raised
+            if tool.effect and self._ledger is not None and info.delivery_key is not None:
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, s.run_id, call_id, EffectStatus.FAILED))
+            self._fail(err)
+            yield s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
+                              **common)
+            raise
+        if tool.effect:
+            assert info.delivery_key is not None
+            if self._ledger is not None:
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, s.run_id, call_id, EffectStatus.DONE, _external_id(result)))
+            yield s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
+                              external_id=_external_id(result), **common)
+        ref = yield from self._put(result_bytes)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)},
+                          **common)
+        return result
+
+    # -- a durable wait -------------------------------------------------------------------------
+
+    def _wait_steps(self, signal: str, timeout: float | None, on_timeout: str, default: Any) -> Steps[Any]:
+        if on_timeout not in ("fail", "default"):
+            raise WorkflowDefinitionError(f"wait_for({signal!r}): on_timeout must be 'fail' or 'default'")
+        if not signal:
+            raise WorkflowDefinitionError("wait_for needs a signal name")
+        index = self._claim_index()
+        s = self.session
+        call_id = f"{self.stage}/{WAIT}/{index}"
+        args = {"signal": signal, "timeout": timeout, "on_timeout": on_timeout, "default": default}
+        common: dict[str, Any] = {"stage": self.stage, "tool": WAIT, "call_id": call_id,
+                                  "replay_policy": ReplayPolicy.SAFE}
+        args_bytes = canonical_json(args)
+        request_hash = sha256_hex(args_bytes)
+        rec = self._at_index.get(index)
+        if rec is not None:
+            yield from self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
+            if rec.result is not None:
+                self._add(rec.result)
+                return json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+        deadline = self._deadlines.get(call_id, 0)
+        if deadline and time.time() * 1000 >= deadline:
+            if on_timeout == "fail":
+                err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
+                                   kind="WaitTimedOut")
+                self._fail(err)
+                yield s.appending(EventType.FAILED, error=error_info(err), **common)
+                raise err
+            ref = yield from self._put(canonical_json(default))
+            yield s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                              attributes={"signal": signal, "timed_out": "true"}, **common)
+            return default
+        if rec is None:
+            yield s.appending(EventType.TOOL_CALLED, payload_ref=(yield from self._put(args_bytes)),
+                              request_hash=request_hash, **common)
+        if not deadline and timeout is not None:
+            deadline = int(time.time() * 1000 + timeout * 1000)
+        attrs = {"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout}
+        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        raise RunWaits(s.run_id, call_id, signal, deadline)
+
+    # -- the determinism guard ----------------------------------------------------------------
+
+    def _guard(self, rec: RecordedCall, call_id: str, tool: Tool, request_hash: str,
+               common: dict[str, Any]) -> Steps[None]:
+        """Refuse a call that is not the one recorded at its position (see the module docstring)."""
+        same_tool = rec.call_id == call_id
+        same_args = rec.request_hash is None or rec.request_hash == request_hash
+        if same_tool and same_args:
+            return
+        recorded = f"{rec.tool or rec.call_id.split('/')[1]} with request {(rec.request_hash or '?')[:16]}"
+        new = f"{tool.name} with request {request_hash[:16]}"
+        err = Diverged(self.session.run_id, rec.call_id, recorded, new)
+        self._fail(err)
+        yield self.session.appending(
+            EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
+            attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
+                        "recorded_request_hash": rec.request_hash or ""}, **common)
+        raise err
+
+    # -- the effects ledger ---------------------------------------------------------------------
+
+    def _open_effect(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
+        if self._ledger is None or info.delivery_key is None:
+            return None
+        entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
+                            info.idempotency_key, tool.name)
+        found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+        return found
+
+    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
+                attrs: dict[str, str]) -> Steps[dict[str, Any]]:
+        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
+        s = self.session
+        assert info.delivery_key is not None
+        out = dict(record)
+        ref = yield from self._put(canonical_json(out))
+        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
+                          attributes=attrs, **common)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                          attributes={"source": attrs.get("source", "reconciled")}, **common)
+        return out
+
+    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                      common: dict[str, Any]) -> Steps[dict[str, Any]]:
+        """Done in another run: no call; that run's external id is this call's result."""
+        record: Mapping[str, Any] | None = None
+        if tool.reconcile is not None and info.delivery_key is not None:
+            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
+        if record is None or _external_id(record) != other.external_id:
+            record = {"external_id": other.external_id}
+        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                 "ledger": other.source}
+        return (yield from self._settle(tool, info, record, common, attrs))
+
+    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                  common: dict[str, Any]) -> Steps[dict[str, Any] | None]:
+        """Open in another run. Returns the record when reconcile found the effect done; None to
+        execute; raises EffectInDoubt when the policy leaves it to a person."""
+        dk = info.delivery_key
+        assert dk is not None
+        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
+            record = yield Invoke(tool.reconcile, (dk, args))
+            if record is not None and _external_id(record) is not None:
+                if self._ledger is not None:
+                    yield IO(self._ledger, "close", "aclose_effect",
+                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
+                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                         "ledger": other.source, "reconciled": "true"}
+                return (yield from self._settle(tool, info, record, common, attrs))
+            return None
+        if tool.policy is ReplayPolicy.NEVER:
+            err = EffectInDoubt(
+                info.run_id, dk, other.run_id,
+                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
+                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
+                "whether it happened before this run may go on")
+            self._fail(err)
+            raise err
+        return None
+
+
+_WAIT_DOC = """Wait for a person or another system: returns the data of the signal named ``signal``.
+
+        The first time, ``RUN_WAITING`` (signal, deadline) is appended and the run is let go: the
+        runner flushes, releases the lease and returns; no thread, lease or worker is held while
+        it waits. ``runlog signal RUN NAME --data JSON`` (or ``approve`` / ``reject``) appends
+        ``SIGNAL_RECEIVED`` and asks for a resume; the resumed stage runs again from its start and
+        this call returns the signal's data, a recorded result (reused on any later resume).
+
+        Args:
+            timeout: seconds until the wait times out (None: never). The resumers' sweep resumes
+                the run at the deadline.
+            on_timeout: ``"fail"`` (the stage fails with :class:`WaitTimedOut`, a terminal error)
+                or ``"default"`` (``default`` is recorded as the signal's data and returned).
+        """
+
+
+class StageContext(_ContextCore):
+    """What a ``def`` stage function gets as ``ctx``; safe to use from several threads."""
+
+    def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
+                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
+                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
+                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
+                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
+        super().__init__(session, stage, store, outputs, recorded_calls=recorded_calls,
+                         reconciled=reconciled, max_parallel=max_parallel, ledger=ledger,
+                         deadlines=deadlines, mode=mode, tracer=tracer, span=span)
+        self._futures: list[Future[Any]] = []
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _run(self, steps: Steps[T]) -> T:
+        return drive(steps, self._mode)
+
+    def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Store bytes; the ref is listed in this stage's ``VERIFIED`` artifacts."""
+        return self._run(self._put(data, media_type))
 
     def call(self, tool: Tool, /, **args: Any) -> Any:
         """Call a tool now and return its result (recorded on the log)."""
-        return self._invoke(tool, self._claim_index(), args)
+        return self._run(self._call_steps(tool, self._claim_index(), args))
 
     # -- recorded sources: what stage code reads instead of the clock, random and uuid --------
 
@@ -251,65 +549,11 @@ class StageContext:
         """A random UUID (text), recorded: a resume of this stage reads the same value back."""
         return str(self.call(UUID))
 
-    # -- durable waits ------------------------------------------------------------------------------
-
     def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
                  default: Any = None) -> Any:
-        """Wait for a person or another system: returns the data of the signal named ``signal``.
+        return self._run(self._wait_steps(signal, timeout, on_timeout, default))
 
-        The first time, ``RUN_WAITING`` (signal, deadline) is appended and the run is let go: the
-        runner flushes, releases the lease and returns; no thread, lease or worker is held while
-        it waits. ``runlog signal RUN NAME --data JSON`` (or ``approve`` / ``reject``) appends
-        ``SIGNAL_RECEIVED`` and asks for a resume; the resumed stage runs again from its start and
-        this call returns the signal's data, a recorded result (reused on any later resume).
-
-        Args:
-            timeout: seconds until the wait times out (None: never). The resumers' sweep resumes
-                the run at the deadline.
-            on_timeout: ``"fail"`` (the stage fails with :class:`WaitTimedOut`, a terminal error)
-                or ``"default"`` (``default`` is recorded as the signal's data and returned).
-        """
-        if on_timeout not in ("fail", "default"):
-            raise WorkflowDefinitionError(f"wait_for({signal!r}): on_timeout must be 'fail' or 'default'")
-        if not signal:
-            raise WorkflowDefinitionError("wait_for needs a signal name")
-        index = self._claim_index()
-        s = self.session
-        call_id = f"{self.stage}/{WAIT}/{index}"
-        args = {"signal": signal, "timeout": timeout, "on_timeout": on_timeout, "default": default}
-        common: dict[str, Any] = {"stage": self.stage, "tool": WAIT, "call_id": call_id,
-                                  "replay_policy": ReplayPolicy.SAFE}
-        args_bytes = canonical_json(args)
-        request_hash = sha256_hex(args_bytes)
-        rec = self._at_index.get(index)
-        if rec is not None:
-            self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
-            if rec.result is not None:
-                self._add(rec.result)
-                return json.loads(self.store.get(rec.result))
-        deadline = self._deadlines.get(call_id, 0)
-        if deadline and time.time() * 1000 >= deadline:
-            if on_timeout == "fail":
-                err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
-                                   kind="WaitTimedOut")
-                with self._lock:
-                    if self.failure is None:
-                        self.failure = err
-                s.append(EventType.FAILED, error=error_info(err), **common)
-                raise err
-            ref = self.put_artifact(canonical_json(default), JSON)
-            s.append(EventType.SIGNAL_RECEIVED, payload_ref=ref,
-                     attributes={"signal": signal, "timed_out": "true"}, **common)
-            return default
-        if rec is None:
-            s.append(EventType.TOOL_CALLED, payload_ref=self.put_artifact(args_bytes, JSON),
-                     request_hash=request_hash, **common)
-        if not deadline and timeout is not None:
-            deadline = int(time.time() * 1000 + timeout * 1000)
-        s.append(EventType.RUN_WAITING, confirm=True,
-                 attributes={"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout},
-                 **common)
-        raise RunWaits(s.run_id, call_id, signal, deadline)
+    wait_for.__doc__ = _WAIT_DOC
 
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
@@ -317,7 +561,7 @@ class StageContext:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._max_parallel, thread_name_prefix=f"runlog-{self.stage}")
-            fut = self._pool.submit(self._invoke, tool, index, args)
+            fut = self._pool.submit(self._run, self._call_steps(tool, index, args))
             self._futures.append(fut)
         return fut
 
@@ -336,180 +580,85 @@ class StageContext:
         if pool is not None:
             pool.shutdown(wait=True)
 
-    def _invoke(self, tool: Tool, index: int, args: Mapping[str, Any]) -> Any:
-        s, stage = self.session, self.stage
-        call_id = f"{stage}/{tool.name}/{index}"
-        common: dict[str, Any] = {"stage": stage, "tool": tool.name, "call_id": call_id,
-                                  "replay_policy": tool.policy}
-        args_bytes = canonical_json(dict(args))
-        request_hash = sha256_hex(args_bytes)
-        rec = self._at_index.get(index)
-        if rec is not None:
-            self._guard(rec, call_id, tool, request_hash, common)
-            if rec.result is not None:
-                result = json.loads(self.store.get(rec.result))
-                self._add(rec.result)
-                return result
-        if call_id in self._reconciled:
-            record = dict(self._reconciled[call_id])
-            ref = self.put_artifact(canonical_json(record), JSON)
-            s.append(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
-                     attributes={"source": "reconciled"}, **common)
-            return record
-        idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
-                if tool.policy is ReplayPolicy.IDEMPOTENT else None)
-        info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
-        args_ref = self.put_artifact(args_bytes, JSON)
-        # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
-        # starts no further tool call, even before its heartbeat notices (LeaseLost).
-        s.lease.verify()
-        s.append(EventType.TOOL_CALLED, idempotency_key=idem, payload_ref=args_ref,
-                 request_hash=request_hash, **common)
-        if tool.effect:
-            assert tool.delivery is not None  # checked at definition time
-            info = dataclasses.replace(info, delivery_key=delivery_key(*tool.delivery(args, info)))
-            elsewhere = self._open_effect(tool, info)
-            own = elsewhere is not None and (elsewhere.run_id, elsewhere.call_id) == (s.run_id, call_id)
-            if own and tool.policy is ReplayPolicy.IDEMPOTENT:
-                elsewhere = None  # this very call, done before a crash: call again with its key (full record)
-            if elsewhere is not None:
-                if elsewhere.done:
-                    return self._reuse_effect(tool, info, args, elsewhere, common)
-                settled = self._in_doubt(tool, info, args, elsewhere, common)
-                if settled is not None:
-                    return settled
-                if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
-                    info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
-            s.lease.verify()  # a round trip: refuse to start an effect without the lease
-            s.append(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
-                     target=tool.target, request_hash=request_hash, idempotency_key=info.idempotency_key,
-                     **common)
-        s.crash_point(f"inside:TOOL:{call_id}")
 
-        def attempt(n: int) -> Any:
-            s.check()
-            return tool.fn(dataclasses.replace(info, attempt=n), **args)
+class AsyncStageContext(_ContextCore):
+    """What an ``async def`` stage function gets as ``ctx``: the same calls, awaited.
 
-        def before_retry(n: int) -> None:
-            if tool.effect:
-                s.lease.verify()
-            else:
-                s.check()
+    ``await ctx.call(tool, **args)``; concurrent calls with :meth:`submit` (an asyncio task,
+    its call index taken at submission) or ``await ctx.parallel((tool, args), ...)``; a ``def``
+    tool runs on an executor, an ``async def`` tool on the loop.
+    """
 
-        try:
-            result, attempts = call_with_retry(attempt, tool.retry, before_retry=before_retry)
-            result_bytes = canonical_json(result)
-            if tool.effect and _external_id(result) is None:
-                raise TerminalToolError(f"effect tool {tool.name!r} must return a JSON object with a "
-                                        f"string 'external_id', got {type(result).__name__}",
-                                        kind="InvalidEffectResult")
-        except (LeaseLost, DeliveryError):
-            raise
-        except Exception as err:  # any tool failure is recorded, then re-raised
-            if tool.effect and self._ledger is not None and info.delivery_key is not None:
-                self._ledger.close(info.delivery_key, s.run_id, call_id, EffectStatus.FAILED)
-            self._record_failure(err, info, common)
-            raise
-        if tool.effect:
-            assert info.delivery_key is not None
-            if self._ledger is not None:
-                self._ledger.close(info.delivery_key, s.run_id, call_id, EffectStatus.DONE,
-                                   _external_id(result))
-            s.append(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
-                     external_id=_external_id(result), **common)
-        ref = self.put_artifact(result_bytes, JSON)
-        s.append(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)}, **common)
-        return result
+    def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
+                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
+                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
+                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
+                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
+        super().__init__(session, stage, store, outputs, recorded_calls=recorded_calls,
+                         reconciled=reconciled, max_parallel=max_parallel, ledger=ledger,
+                         deadlines=deadlines, mode=mode, tracer=tracer, span=span)
+        self._tasks: list[asyncio.Task[Any]] = []
 
-    # -- the determinism guard ----------------------------------------------------------------
+    def _default_mode(self) -> Mode:
+        return INLINE
 
-    def _guard(self, rec: RecordedCall, call_id: str, tool: Tool, request_hash: str,
-               common: dict[str, Any]) -> None:
-        """Refuse a call that is not the one recorded at its position (see the module docstring)."""
-        same_tool = rec.call_id == call_id
-        same_args = rec.request_hash is None or rec.request_hash == request_hash
-        if same_tool and same_args:
-            return
-        recorded = f"{rec.tool or rec.call_id.split('/')[1]} with request {(rec.request_hash or '?')[:16]}"
-        new = f"{tool.name} with request {request_hash[:16]}"
-        err = Diverged(self.session.run_id, rec.call_id, recorded, new)
-        with self._lock:
-            if self.failure is None:
-                self.failure = err
-        self.session.append(
-            EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
-            attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
-                        "recorded_request_hash": rec.request_hash or ""}, **common)
-        raise err
+    async def _run(self, steps: Steps[T]) -> T:
+        return await adrive(steps, self._mode)
 
-    # -- the effects ledger ---------------------------------------------------------------------
+    async def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Store bytes (off the loop); the ref is listed in this stage's ``VERIFIED`` artifacts."""
+        return await self._run(self._put(data, media_type))
 
-    def _open_effect(self, tool: Tool, info: CallInfo) -> LedgerEntry | None:
-        if self._ledger is None or info.delivery_key is None:
-            return None
-        return self._ledger.open(LedgerEntry(info.delivery_key, info.run_id, info.call_id,
-                                             EffectStatus.INTENT, None, info.idempotency_key, tool.name))
+    async def call(self, tool: Tool, /, **args: Any) -> Any:
+        """Call a tool now and return its result (recorded on the log)."""
+        return await self._run(self._call_steps(tool, self._claim_index(), args))
 
-    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
-                attrs: dict[str, str]) -> dict[str, Any]:
-        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
-        s = self.session
-        assert info.delivery_key is not None
-        out = dict(record)
-        ref = self.put_artifact(canonical_json(out), JSON)
-        s.append(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
-                 target=tool.target, external_id=_external_id(out), payload_ref=ref, attributes=attrs,
-                 **common)
-        s.append(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
-                 attributes={"source": attrs.get("source", "reconciled")}, **common)
-        return out
+    async def now(self) -> float:
+        """Seconds since the epoch, recorded: a resume of this stage reads the same value back."""
+        return float(await self.call(NOW))
 
-    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
-                      common: dict[str, Any]) -> dict[str, Any]:
-        """Done in another run: no call; that run's external id is this call's result."""
-        record: Mapping[str, Any] | None = None
-        if tool.reconcile is not None and info.delivery_key is not None:
-            record = tool.reconcile(info.delivery_key, args)
-        if record is None or _external_id(record) != other.external_id:
-            record = {"external_id": other.external_id}
-        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
-                 "ledger": other.source}
-        return self._settle(tool, info, record, common, attrs)
+    async def random(self) -> float:
+        """A float in [0, 1), recorded: a resume of this stage reads the same value back."""
+        return float(await self.call(RANDOM))
 
-    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
-                  common: dict[str, Any]) -> dict[str, Any] | None:
-        """Open in another run. Returns the record when reconcile found the effect done; None to
-        execute; raises EffectInDoubt when the policy leaves it to a person."""
-        dk = info.delivery_key
-        assert dk is not None
-        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
-            record = tool.reconcile(dk, args)
-            if record is not None and _external_id(record) is not None:
-                if self._ledger is not None:
-                    self._ledger.close(dk, info.run_id, info.call_id, EffectStatus.RECONCILED,
-                                       _external_id(record))
-                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
-                         "ledger": other.source, "reconciled": "true"}
-                return self._settle(tool, info, record, common, attrs)
-            return None
-        if tool.policy is ReplayPolicy.NEVER:
-            err = EffectInDoubt(
-                info.run_id, dk, other.run_id,
-                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
-                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
-                "whether it happened before this run may go on")
-            with self._lock:
-                if self.failure is None:
-                    self.failure = err
-            raise err
-        return None
+    async def uuid(self) -> str:
+        """A random UUID (text), recorded: a resume of this stage reads the same value back."""
+        return str(await self.call(UUID))
 
-    def _record_failure(self, err: Exception, info: CallInfo, common: dict[str, Any]) -> None:
-        with self._lock:
-            if self.failure is None:
-                self.failure = err
-        self.session.append(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
-                            **common)
+    async def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
+                       default: Any = None) -> Any:
+        return await self._run(self._wait_steps(signal, timeout, on_timeout, default))
+
+    wait_for.__doc__ = _WAIT_DOC
+
+    def submit(self, tool: Tool, /, **args: Any) -> asyncio.Task[Any]:
+        """Start a tool call as a task on the running loop; its call index is taken now."""
+        index = self._claim_index()
+        task = asyncio.ensure_future(self._run(self._call_steps(tool, index, args)))
+        self._tasks.append(task)
+        return task
+
+    async def parallel(self, *calls: tuple[Tool, Mapping[str, Any]]) -> list[Any]:
+        """Run ``(tool, args)`` calls concurrently; results in order. The first failure is raised
+        after all calls have finished."""
+        tasks = [self.submit(t, **a) for t, a in calls]
+        if tasks:
+            await asyncio.wait(tasks)
+        return [t.result() for t in tasks]
+
+    async def finish(self) -> None:
+        """Wait for every submitted call (so nothing is appended after the stage ends)."""
+        tasks = [t for t in self._tasks if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks)
+        for t in self._tasks:  # retrieved: a failure already recorded is not "never retrieved"
+            if not t.cancelled():
+                t.exception()
+
+
+def _reused(span: Span, source: str) -> None:
+    span.set("reused", True)
+    span.set("source", source)
 
 
 def _external_id(record: Any) -> str | None:

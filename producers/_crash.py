@@ -1,13 +1,16 @@
-"""Crash injection for fault tests: the writer SIGKILLs its own process at a named point.
+"""Crash injection for fault tests: the process SIGKILLs itself at a named point.
 
-Off unless ``Settings.crash_at`` (``RUNLOG_CRASH_AT``) is set. Points are
+Off unless armed from outside the write path: a worker's entry point calls
+:func:`arm_from_env` (``RUNLOG_CRASH_AT``) or a test calls :func:`arm`. The write
+path only compares the point it is at with the armed one (one global read). Points are
 ``<when>:<what>:<subject>``:
 
 * ``before:<EVENT_TYPE>:<subject>`` just before that event is produced;
 * ``after:<EVENT_TYPE>:<subject>`` once that event is produced;
 * ``inside:STAGE:<stage>`` after ``STAGE_STARTED``, before the stage function runs;
 * ``inside:TOOL:<call_id>`` before the tool function is entered (after any
-  ``EFFECT_INTENT`` was confirmed).
+  ``EFFECT_INTENT`` was confirmed);
+* ``before:CLAIM:run`` / ``after:CLAIM:run`` around a keyed run's idempotency claim.
 
 Before killing, the writer waits until every event of the run produced so far
 is acknowledged, so the log deterministically ends where the point says (the
@@ -21,17 +24,40 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 
-__all__ = ["crash_point", "event_subject", "kill_self"]
+__all__ = ["ENV", "arm", "arm_from_env", "armed", "crash_point", "event_subject", "kill_self"]
+
+ENV = "RUNLOG_CRASH_AT"
+"""The environment variable a worker's entry point arms from."""
+
+_armed: str | None = None
+
+
+def arm(point: str | None) -> None:
+    """Crash this process at ``point`` (None: never)."""
+    global _armed
+    _armed = point or None
+
+
+def arm_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """Arm from ``RUNLOG_CRASH_AT`` (fault-test worker entry points); returns the point."""
+    arm((os.environ if environ is None else environ).get(ENV))
+    return _armed
+
+
+def armed() -> str | None:
+    """The armed crash point, if any."""
+    return _armed
 
 
 def event_subject(stage: str | None, call_id: str | None) -> str:
     return call_id or stage or "run"
 
 
-def crash_point(crash_at: str | None, point: str) -> bool:
-    """Whether ``point`` is the configured crash point."""
-    return crash_at is not None and crash_at == point
+def crash_point(point: str) -> bool:
+    """Whether ``point`` is the armed crash point."""
+    return _armed is not None and _armed == point
 
 
 def kill_self() -> None:

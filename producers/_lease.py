@@ -8,7 +8,10 @@ Keys (hash-tagged per run, so one Redis Cluster slot):
 
 Acquire, heartbeat and release are Lua scripts (atomic). One background thread
 per :class:`RedisLeaseManager` heartbeats every lease it holds every ttl/3; a
-heartbeat that finds another holder or epoch marks the lease lost. A writer
+heartbeat that finds another holder or epoch marks the lease lost.
+:class:`AsyncRedisLeaseManager` is the same protocol on redis-py's asyncio client
+as well: ``aacquire`` / ``averify`` / ``arelease`` are awaited on the event loop,
+and the heartbeat of its leases is one asyncio task on that loop, not a thread. A writer
 checks its lease before every append and effect (:meth:`Lease.check`): lost,
 or no successful heartbeat within ``ttl - margin``, raises
 :class:`~schemas.errors.LeaseLost`.
@@ -21,6 +24,7 @@ them. The lease only keeps honest writers from stepping on each other.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import threading
 import time
@@ -28,12 +32,14 @@ import uuid
 from typing import Any
 
 import redis
+import redis.asyncio
 
+from producers._redis_io import Lua, Step, Steps, arun, pipelined, run
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import LeaseLost, RunlogError
 from schemas.settings import Settings
 
-__all__ = ["Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager"]
+__all__ = ["AsyncRedisLeaseManager", "Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager"]
 
 
 class LeaseHeld(RunlogError):
@@ -69,6 +75,14 @@ class Lease(abc.ABC):
     def release(self) -> None:
         """Give the lease up if still ours (the epoch counter stays)."""
 
+    async def averify(self) -> None:
+        """:meth:`verify` for an event loop (default: the sync one, right when it does no I/O)."""
+        self.verify()
+
+    async def arelease(self) -> None:
+        """:meth:`release` for an event loop (default: the sync one, right when it does no I/O)."""
+        self.release()
+
 
 class LeaseManager(abc.ABC):
     """Hands out leases."""
@@ -82,6 +96,18 @@ class LeaseManager(abc.ABC):
         pass the highest epoch it saw on the log + 1, so a reset counter can
         never hand out an epoch the fold would fence.
         """
+
+    def close(self) -> None:
+        """Stop keeping leases alive (held leases then run out); default: nothing to stop."""
+        return None
+
+    async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> Lease:
+        """:meth:`acquire` for an event loop (default: the sync one)."""
+        return self.acquire(run_id, force=force, min_epoch=min_epoch)
+
+    async def aclose(self) -> None:
+        """:meth:`close` for an event loop (default: the sync one)."""
+        self.close()
 
 
 _ACQUIRE = """
@@ -97,7 +123,11 @@ return {epoch, ''}
 
 
 class RedisLease(Lease):
-    """A lease held in Redis; kept alive by its manager's heartbeat thread."""
+    """A lease held in Redis; kept alive by its manager's heartbeat (a thread, or an asyncio task).
+
+    ``averify`` / ``arelease`` are awaited on the manager's asyncio client when it has one
+    (:class:`AsyncRedisLeaseManager`), else they are the sync calls.
+    """
 
     def __init__(self, manager: RedisLeaseManager, run_id: str, epoch: int) -> None:
         self._m = manager
@@ -124,20 +154,41 @@ class RedisLease(Lease):
         if age_ms >= self._m.ttl_ms - self._m.margin_ms:
             raise self._fail(f"no successful heartbeat for {age_ms:.0f} ms")
 
-    def verify(self) -> None:
-        self.check()
-        if not self.heartbeat():
-            raise LeaseLost(self.run_id, self.epoch, self._lost or "taken over")
+    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
 
-    def heartbeat(self) -> bool:
+    def _beat(self) -> Steps[bool]:
         if self._lost is not None or self._released:
             return False
+        at = time.monotonic()  # before the round trip: the extension counts from no later than this
         try:
-            ok = self._m.run_heartbeat(self.key, self.token)
+            ok = int((yield self._m.extend_step(self.key, self.token))) == 1
         except redis.RedisError:
             return True  # unknown: check() expires it locally if this persists
-        self.observe(ok, time.monotonic())
+        self.observe(ok, at)
         return ok
+
+    def _verify(self) -> Steps[None]:
+        self.check()
+        if not (yield from self._beat()):
+            raise LeaseLost(self.run_id, self.epoch, self._lost or "taken over")
+
+    def _release(self) -> Steps[None]:
+        if self._released:
+            return
+        self._released = True
+        self._m.forget(self)
+        if self._lost is None:
+            with contextlib.suppress(redis.RedisError):  # else it expires after the ttl
+                yield self._m.release_step(self.key, self.token)
+
+    def verify(self) -> None:
+        run(self._verify(), self._m.client)
+
+    async def averify(self) -> None:
+        await arun(self._verify(), self._m.aclient, self._m.client)
+
+    def heartbeat(self) -> bool:
+        return run(self._beat(), self._m.client)
 
     def observe(self, ok: bool, at: float) -> None:
         if ok:
@@ -150,28 +201,28 @@ class RedisLease(Lease):
         return self._lost is not None
 
     def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        self._m.forget(self)
-        if self._lost is None:
-            with contextlib.suppress(redis.RedisError):  # else it expires after the ttl
-                self._m.run_release(self.key, self.token)
+        run(self._release(), self._m.client)
+
+    async def arelease(self) -> None:
+        await arun(self._release(), self._m.aclient, self._m.client)
 
 
 class RedisLeaseManager(LeaseManager):
     """Acquires leases in Redis and heartbeats all of them from one daemon thread."""
 
+    aclient: redis.asyncio.Redis | None = None
+    """The asyncio client the leases' async faces use (:class:`AsyncRedisLeaseManager`); None: sync."""
+
     def __init__(self, client: redis.Redis, settings: Settings, *, holder: str | None = None,
                  margin_ms: int | None = None) -> None:
-        self._r = client
+        self.client = client
         self.prefix = settings.redis_prefix
         self.ttl_ms = settings.lease_ttl_ms
         self.margin_ms = margin_ms if margin_ms is not None else max(self.ttl_ms // 4, 50)
         self.holder = holder or f"writer-{uuid.uuid4().hex[:12]}"
-        self._acquire = client.register_script(_ACQUIRE)
-        self._hb = client.register_script(TOKEN_EXTEND)
-        self._rel = client.register_script(TOKEN_RELEASE)
+        self._acquire = Lua(_ACQUIRE, client)
+        self._extend = Lua(TOKEN_EXTEND, client)
+        self._release = Lua(TOKEN_RELEASE, client)
         self._leases: dict[int, RedisLease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -183,10 +234,16 @@ class RedisLeaseManager(LeaseManager):
     def lease_key(self, run_id: str) -> str:
         return f"{self.prefix}:{{{run_id}}}:lease"
 
-    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
+    def extend_step(self, key: str, token: str) -> Step:
+        return self._extend.step([key], [token, self.ttl_ms])
+
+    def release_step(self, key: str, token: str) -> Step:
+        return self._release.step([key], [token])
+
+    def _acquired(self, run_id: str, force: bool, min_epoch: int) -> Steps[RedisLease]:
         try:
-            res: Any = self._acquire(keys=[self.epoch_key(run_id), self.lease_key(run_id)],
-                                     args=[self.holder, self.ttl_ms, "1" if force else "0", min_epoch])
+            res = yield self._acquire.step([self.epoch_key(run_id), self.lease_key(run_id)],
+                                           [self.holder, self.ttl_ms, "1" if force else "0", min_epoch])
         except redis.RedisError as err:
             raise LeaseLost(run_id, 0, f"could not acquire: {err}") from err
         epoch, cur = int(res[0]), res[1]
@@ -195,42 +252,88 @@ class RedisLeaseManager(LeaseManager):
         lease = RedisLease(self, run_id, epoch)
         with self._lock:
             self._leases[id(lease)] = lease
+        return lease
+
+    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
+        lease = run(self._acquired(run_id, force, min_epoch), self.client)
+        with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="runlog-lease-heartbeat",
                                                 daemon=True)
                 self._thread.start()
         return lease
 
-    def run_heartbeat(self, key: str, token: str) -> bool:
-        return int(self._hb(keys=[key], args=[token, self.ttl_ms])) == 1
-
-    def run_release(self, key: str, token: str) -> None:
-        self._rel(keys=[key], args=[token])
-
     def forget(self, lease: RedisLease) -> None:
         with self._lock:
             self._leases.pop(id(lease), None)
 
+    def _beat_all(self) -> Steps[None]:
+        """One heartbeat of every live lease, pipelined (one round trip)."""
+        with self._lock:
+            leases = [x for x in self._leases.values() if not x.lost]
+        if not leases:
+            return
+        at = time.monotonic()
+
+        def fill(pipe: Any) -> None:
+            for x in leases:
+                self._extend.queue(pipe, [x.key], [x.token, self.ttl_ms])
+
+        try:
+            results = yield pipelined(fill)
+        except redis.RedisError:
+            return  # leases age locally and check() turns them lost in time
+        for x, ok in zip(leases, results, strict=True):
+            x.observe(int(ok) == 1, at)
+
     def _loop(self) -> None:
-        interval = self.ttl_ms / 3000
-        while not self._stop.wait(interval):
-            with self._lock:
-                leases = [x for x in self._leases.values() if not x.lost]
-            if not leases:
-                continue
-            at = time.monotonic()
-            try:
-                pipe = self._r.pipeline(transaction=False)
-                for x in leases:
-                    self._hb(keys=[x.key], args=[x.token, self.ttl_ms], client=pipe)
-                results = pipe.execute()
-            except redis.RedisError:
-                continue  # leases age locally and check() turns them lost in time
-            for x, ok in zip(leases, results, strict=True):
-                x.observe(int(ok) == 1, at)
+        while not self._stop.wait(self.ttl_ms / 3000):
+            run(self._beat_all(), self.client)
 
     def close(self) -> None:
         """Stop heartbeating (held leases then expire after the ttl)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+class AsyncRedisLeaseManager(RedisLeaseManager):
+    """:class:`RedisLeaseManager` on redis-py's asyncio client too, for a Runner on an event loop.
+
+    :meth:`aacquire` and its leases' ``averify`` / ``arelease`` are one awaited round trip each
+    on ``aclient``; every lease it holds is heartbeaten (pipelined, every ttl/3) by ONE asyncio
+    task on the running loop, started by the first :meth:`aacquire` and stopped by :meth:`aclose`.
+    The sync :meth:`acquire` still works for sync callers (on ``client``, heartbeaten by the
+    thread, which then heartbeats the loop's leases too: harmless).
+
+    Args:
+        client: the sync connection (``acquire``, and the thread's heartbeat).
+        aclient: the asyncio connection, used from the loop that calls :meth:`aacquire`.
+    """
+
+    def __init__(self, client: redis.Redis, aclient: redis.asyncio.Redis, settings: Settings, *,
+                 holder: str | None = None, margin_ms: int | None = None) -> None:
+        super().__init__(client, settings, holder=holder, margin_ms=margin_ms)
+        self.aclient = aclient
+        self._task: asyncio.Task[None] | None = None
+
+    async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
+        lease = await arun(self._acquired(run_id, force, min_epoch), self.aclient, self.client)
+        if (self._task is None or self._task.done()) and not self._stop.is_set():
+            self._task = asyncio.get_running_loop().create_task(self._aloop(), name="runlog-lease-heartbeat")
+        return lease
+
+    async def _aloop(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(self.ttl_ms / 3000)
+            await arun(self._beat_all(), self.aclient, self.client)
+
+    async def aclose(self) -> None:
+        """Stop the heartbeat task (and the thread, if sync callers started one)."""
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # (a cancel of this very call still propagates)
+        if self._thread is not None:
+            await asyncio.to_thread(self.close)

@@ -20,19 +20,26 @@ so runs racing on one key see each other at once, without waiting for a
 projector. Keys the claims do not know (effects recorded before claims existed,
 or claims lost with Redis) are looked up in the projected index
 ``{prefix}:effects:by_key``, which the projector rebuilds from the log.
+
+``aopen`` / ``aclose_effect`` are the same calls for an event loop: with an asyncio
+client, the Redis adapter awaits the same round trips on it.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from producers._keys import canonical_json
+from producers._redis_io import Lua, Steps, arun, run
 from schemas._types import EffectStatus, now_ms
 from schemas.errors import RunlogError
 
@@ -96,9 +103,19 @@ class EffectLedger(abc.ABC):
     def lookup(self, delivery_key: str) -> LedgerEntry | None:
         """The entry holding ``delivery_key``, if any."""
 
+    async def aopen(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """:meth:`open` for an event loop (default: the sync one)."""
+        return self.open(entry)
+
+    async def aclose_effect(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+                            external_id: str | None = None) -> None:
+        """:meth:`close` for an event loop (default: the sync one)."""
+        self.close(delivery_key, run_id, call_id, status, external_id)
+
 
 def _decide(cur: LedgerEntry | None, entry: LedgerEntry) -> bool:
-    """Whether ``entry`` may take the key from ``cur`` (the rule both adapters share)."""
+    """Whether ``entry`` may take the key from ``cur`` (the rule both adapters share; the Redis one
+    applies it to a projected entry too)."""
     if cur is None:
         return True
     if cur.run_id == entry.run_id and cur.call_id == entry.call_id:
@@ -170,13 +187,22 @@ return 1
 
 
 class RedisEffectLedger(EffectLedger):
-    """Writer-side claims in Redis, with the projected index as the fallback for lookups."""
+    """Writer-side claims in Redis, with the projected index as the fallback for lookups.
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    Args:
+        client: the sync connection.
+        prefix: ``settings.redis_prefix``.
+        aclient: an asyncio connection for ``aopen`` / ``aclose_effect`` (without one they
+            are the sync calls).
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str, *,
+                 aclient: redis.asyncio.Redis | None = None) -> None:
         self._r = client
+        self._ar = aclient
         self.prefix = prefix
-        self._open = client.register_script(_OPEN)
-        self._close = client.register_script(_CLOSE)
+        self._open = Lua(_OPEN, client)
+        self._close = Lua(_CLOSE, client)
 
     def claim_key(self, delivery_key: str) -> str:
         return f"{self.prefix}:{{{delivery_key}}}:effect"
@@ -185,37 +211,57 @@ class RedisEffectLedger(EffectLedger):
     def index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
 
-    def _projected(self, delivery_key: str) -> LedgerEntry | None:
-        raw = self._r.hget(self.index_key, delivery_key)
+    @staticmethod
+    @contextlib.contextmanager
+    def _failing(doing: str, delivery_key: str) -> Iterator[None]:
+        try:
+            yield
+        except redis.RedisError as err:
+            raise RunlogError(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
+
+    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
+
+    def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
+        raw = yield lambda c: c.hget(self.index_key, delivery_key)
         return None if raw is None else LedgerEntry.from_json(delivery_key, raw, "projection")
 
+    def _opened(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
+        dk = entry.delivery_key
+        proj = yield from self._projected(dk)
+        if proj is not None and not _decide(proj, entry) \
+                and (yield lambda c: c.get(self.claim_key(dk))) is None:
+            return proj  # known to the log (projected), not to the claims, and it holds the key by their rule
+        raw = yield self._open.step([self.claim_key(dk)],
+                                    [entry.to_json(), entry.run_id, entry.call_id or ""])
+        return None if raw is None else LedgerEntry.from_json(dk, raw)
+
+    def _closed(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+                external_id: str | None) -> Steps[None]:
+        value = LedgerEntry(delivery_key, run_id, call_id, status, external_id).to_json()
+        yield self._close.step([self.claim_key(delivery_key)],
+                               [value, run_id, call_id or "", "1" if status in _DONE else "0"])
+
     def open(self, entry: LedgerEntry) -> LedgerEntry | None:
-        try:
-            proj = self._projected(entry.delivery_key)
-            if proj is not None and proj.run_id != entry.run_id and proj.status is not EffectStatus.FAILED \
-                    and self._r.get(self.claim_key(entry.delivery_key)) is None:
-                return proj  # known to the log (projected) but not to the claims: an older effect
-            raw = self._open(keys=[self.claim_key(entry.delivery_key)],
-                             args=[entry.to_json(), entry.run_id, entry.call_id or ""])
-        except redis.RedisError as err:
-            raise RunlogError(f"effects ledger: opening {entry.delivery_key[:16]}... failed: {err}") from err
-        return None if raw is None else LedgerEntry.from_json(entry.delivery_key, raw)
+        with self._failing("opening", entry.delivery_key):
+            return run(self._opened(entry), self._r)
+
+    async def aopen(self, entry: LedgerEntry) -> LedgerEntry | None:
+        with self._failing("opening", entry.delivery_key):
+            return await arun(self._opened(entry), self._ar, self._r)
 
     def close(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
               external_id: str | None = None) -> None:
-        done = status in _DONE
-        value = LedgerEntry(delivery_key, run_id, call_id, status, external_id).to_json()
-        try:
-            self._close(keys=[self.claim_key(delivery_key)],
-                        args=[value, run_id, call_id or "", "1" if done else "0"])
-        except redis.RedisError as err:
-            raise RunlogError(f"effects ledger: closing {delivery_key[:16]}... failed: {err}") from err
+        with self._failing("closing", delivery_key):
+            run(self._closed(delivery_key, run_id, call_id, status, external_id), self._r)
+
+    async def aclose_effect(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
+                            external_id: str | None = None) -> None:
+        with self._failing("closing", delivery_key):
+            await arun(self._closed(delivery_key, run_id, call_id, status, external_id), self._ar, self._r)
 
     def lookup(self, delivery_key: str) -> LedgerEntry | None:
-        try:
+        with self._failing("reading", delivery_key):
             raw = self._r.get(self.claim_key(delivery_key))
             if raw is not None:
                 return LedgerEntry.from_json(delivery_key, raw)
-            return self._projected(delivery_key)
-        except redis.RedisError as err:
-            raise RunlogError(f"effects ledger: reading {delivery_key[:16]}... failed: {err}") from err
+            return run(self._projected(delivery_key), self._r)

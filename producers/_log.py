@@ -13,6 +13,7 @@ dropped silently.
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -30,7 +31,7 @@ class EventLog(abc.ABC):
     """Appends encoded run events, keyed by run id; thread-safe, shared by many sessions."""
 
     settings: Settings
-    """Broker, topic prefix, crash point."""
+    """Broker and topic prefix."""
     topic: str
     """The events topic (named in :class:`~schemas.errors.DeliveryError` s)."""
     writer_id: str
@@ -54,9 +55,14 @@ class EventLog(abc.ABC):
             DeliveryError: the request was not stored.
         """
 
-    @abc.abstractmethod
-    def crash_at(self, when: str, event: RunEvent) -> bool:
-        """Whether the configured crash point is ``when`` (before/after) this event."""
+    async def asend_now(self, done: asyncio.Future[None], timeout: float) -> bool:
+        """:meth:`send_now` for an awaiting append: push what is queued out until ``done`` (a future
+        the delivery report completes on the caller's loop) is done; whether it was within ``timeout``."""
+        try:
+            await asyncio.wait_for(asyncio.shield(done), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     @abc.abstractmethod
     def close(self, timeout: float = 30.0) -> None:

@@ -17,7 +17,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from producers._artifacts import ArtifactStore
-from producers._crash import crash_point, event_subject
 from producers._lease import Lease, LeaseHeld, LeaseManager
 from producers._log import DeliveryCallback, EventLog
 from producers._runlog import RunLog
@@ -53,7 +52,7 @@ class InMemoryEventLog(EventLog, RunLog):
     """The events topic in lists, one per partition; also the :class:`~producers._runlog.RunLog`.
 
     Args:
-        settings: topic prefix, partition count, crash point (defaults: ``Settings()``).
+        settings: topic prefix and partition count (defaults: ``Settings()``).
         writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
     """
 
@@ -111,10 +110,6 @@ class InMemoryEventLog(EventLog, RunLog):
     def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
         with self._lock:
             self.resume_requests.append(ResumeRequest(run_id, now_ms(), reason, self.writer_id))
-
-    def crash_at(self, when: str, event: RunEvent) -> bool:
-        return crash_point(self.settings.crash_at,
-                           f"{when}:{event.type.value}:{event_subject(event.stage, event.call_id)}")
 
     def close(self, timeout: float = 30.0) -> None:
         self.closed = True
@@ -264,6 +259,12 @@ class InMemoryArtifactStore(ArtifactStore):
         with self._lock:
             self._blobs[sha] = bytes(data)  # also repairs a corrupted entry
         return ArtifactRef(self.uri_for(sha), sha, len(data), media_type)
+
+    async def aput(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        return self.put(data, media_type)  # no I/O: no thread hop
+
+    async def aget(self, ref: ArtifactRef) -> bytes:
+        return self.get(ref)
 
     def get(self, ref: ArtifactRef) -> bytes:
         _check_digest(ref.sha256)

@@ -8,6 +8,7 @@ says whether the run exists. The read costs one pass over the run's partition.
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
 
 from schemas._types import RunEvent
@@ -23,6 +24,10 @@ class RunLog(abc.ABC):
     @abc.abstractmethod
     def first_event(self, run_id: str) -> RunEvent | None:
         """The run's first decodable event on the log (the one the fold accepts as seq 1), or None."""
+
+    async def afirst_event(self, run_id: str) -> RunEvent | None:
+        """:meth:`first_event` for an event loop: the sync read in a worker thread (a rare path)."""
+        return await asyncio.to_thread(self.first_event, run_id)
 
 
 class InMemoryRunLog(RunLog):

@@ -12,6 +12,9 @@ with anything else it is refused with :class:`~schemas.errors.RunConflict`. A
 claim left ``pending`` by a crashed starter is settled by the next caller, which
 takes the run's lease and reads the log (see :meth:`producers.Runner.start_run`).
 Claims written before the ``state`` field existed read as ``started``.
+
+``aclaim`` / ``amark_started`` are the same calls for an event loop: with an asyncio
+client they await the same round trips on it, without one they are the sync calls.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import json
 from dataclasses import dataclass
 
 import redis
+import redis.asyncio
 
 from producers._keys import canonical_json, lp_sha256
+from producers._redis_io import Steps, arun, run
 from schemas.errors import RunConflict
 
 __all__ = ["Claim", "RunKeys", "run_id_for_key"]
@@ -52,10 +57,18 @@ return 0
 
 
 class RunKeys:
-    """Claims run idempotency keys."""
+    """Claims run idempotency keys.
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    Args:
+        client: the sync connection.
+        prefix: ``settings.redis_prefix``.
+        aclient: an asyncio connection for ``aclaim`` / ``amark_started``.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str, *,
+                 aclient: redis.asyncio.Redis | None = None) -> None:
         self._r = client
+        self._ar = aclient
         self.prefix = prefix
         self._unclaim = client.register_script(_UNCLAIM)
 
@@ -67,18 +80,16 @@ class RunKeys:
         return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow,
                                "state": state})
 
-    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
-        """Claim the key for ``run_id`` (``pending``), or read the existing claim.
+    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
 
-        Raises:
-            RunConflict: the key names a run of another workflow or other params.
-        """
-        k = self.key(idempotency_key)
-        if self._r.set(k, self._value(run_id, params_hash, workflow), nx=True):
-            return Claim(run_id, True, False)
-        raw = self._r.get(k)
-        if raw is None:  # deleted in between: try once more
-            return self.claim(idempotency_key, run_id, params_hash, workflow)
+    def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
+        k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)
+        while True:
+            if (yield lambda c: c.set(k, value, nx=True)):
+                return Claim(run_id, True, False)
+            raw = yield lambda c: c.get(k)
+            if raw is not None:  # else deleted in between: try again
+                break
         found = json.loads(raw)
         if found["workflow"] != workflow:
             raise RunConflict(idempotency_key, found["run_id"],
@@ -89,9 +100,29 @@ class RunKeys:
                               f"{params_hash}; use a new key for new parameters")
         return Claim(str(found["run_id"]), False, found.get("state", STARTED) != PENDING)
 
+    def _started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[None]:
+        k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow, STARTED)
+        yield lambda c: c.set(k, value)
+
+    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
+        """Claim the key for ``run_id`` (``pending``), or read the existing claim.
+
+        Raises:
+            RunConflict: the key names a run of another workflow or other params.
+        """
+        return run(self._claimed(idempotency_key, run_id, params_hash, workflow), self._r)
+
+    async def aclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
+        """:meth:`claim` for an event loop."""
+        return await arun(self._claimed(idempotency_key, run_id, params_hash, workflow), self._ar, self._r)
+
     def mark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
         """The run's ``RUN_STARTED`` is on the log: the claim is settled for good."""
-        self._r.set(self.key(idempotency_key), self._value(run_id, params_hash, workflow, STARTED))
+        run(self._started(idempotency_key, run_id, params_hash, workflow), self._r)
+
+    async def amark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
+        """:meth:`mark_started` for an event loop."""
+        await arun(self._started(idempotency_key, run_id, params_hash, workflow), self._ar, self._r)
 
     def unclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
         """Drop a ``pending`` claim whose run certainly never appended anything (compare-and-delete)."""

@@ -10,16 +10,18 @@ failed delivery every further append raises the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from producers._crash import crash_point, kill_self
+from producers._crash import crash_point, event_subject, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._lease import Lease, LeaseManager
 from producers._log import EventLog
+from producers._protocol import IO, Steps, drive
 from schemas._hash import event_hash
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
@@ -40,13 +42,20 @@ class AppendResult:
 
 
 class _Ack:
-    __slots__ = ("done", "error", "offset", "partition")
+    __slots__ = ("done", "error", "offset", "partition", "waiter")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: DeliveryError | None = None
         self.partition = -1
         self.offset = -1
+        self.waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        """Set by an awaiting append: the delivery report wakes this future on its loop."""
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class RunSession:
@@ -74,6 +83,7 @@ class RunSession:
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._outstanding = 0
+        self._flushers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._error: DeliveryError | None = None
         self.closed = False
 
@@ -98,11 +108,24 @@ class RunSession:
         Raises:
             producers.LeaseHeld: another writer holds the lease and ``force`` is false.
         """
-        lease = leases.acquire(run_id, force=force, min_epoch=last_epoch + 1)
+        return drive(cls.take_over_steps(writer, leases, run_id, last_seq=last_seq, workflow=workflow,
+                                         input_versions=input_versions, source=source, params=params,
+                                         last_epoch=last_epoch, force=force, attributes=attributes,
+                                         last_hash=last_hash))
+
+    @classmethod
+    def take_over_steps(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
+                        workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
+                        params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
+                        attributes: Mapping[str, str] | None = None,
+                        last_hash: str | None = None) -> Steps[RunSession]:
+        """:meth:`take_over` as protocol steps (driven sync or async, :mod:`producers._protocol`)."""
+        lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
+                                {"force": force, "min_epoch": last_epoch + 1})
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,
                 inputs=PinnedInputs(source, input_versions), params=params, last_hash=last_hash)
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
-        s.append(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
+        yield s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s
 
     # -- appending --------------------------------------------------------------------------
@@ -117,6 +140,10 @@ class RunSession:
             raise self._error
         self.lease.check()
 
+    def appending(self, type: EventType, *, confirm: bool = False, **fields: Any) -> IO:
+        """The protocol step of :meth:`append` / :meth:`aappend`."""
+        return IO(self, "append", "aappend", (type,), {"confirm": confirm, **fields})
+
     def append(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
         """Append one event (``run_id``, ``seq``, ``epoch``, ``occurred_at`` filled in).
 
@@ -128,14 +155,31 @@ class RunSession:
             LeaseLost: before anything is produced, if the lease is gone.
             DeliveryError: a delivery of this run failed (now or earlier).
         """
+        ack, event, crash_after = self._produce(type, fields)
+        if confirm:
+            self._wait(ack, event)
+        if crash_after:
+            self.crash()
+        return AppendResult(event, ack.partition, ack.offset)
+
+    async def aappend(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
+        """:meth:`append`, awaiting the acknowledgement of a confirmed append on the running loop."""
+        ack, event, crash_after = self._produce(type, fields)
+        if confirm:
+            await self._await(ack, event)
+        if crash_after:
+            await self.acrash()
+        return AppendResult(event, ack.partition, ack.offset)
+
+    def _produce(self, type: EventType, fields: dict[str, Any]) -> tuple[_Ack, RunEvent, bool]:
         ack = _Ack()
         with self._lock:
             self.check()
             event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
                              occurred_at=now_ms(), prev_hash=self.last_hash, **fields)
-            if self.writer.crash_at("before", event):
+            subject = f"{type.value}:{event_subject(event.stage, event.call_id)}"
+            if crash_point(f"before:{subject}"):
                 self.crash()
-            crash_after = self.writer.crash_at("after", event)
             with self._cond:
                 self._outstanding += 1
             try:
@@ -146,21 +190,31 @@ class RunSession:
                 raise
             self.next_seq += 1
             self.last_hash = event_hash(event)
-        if confirm:
-            self._wait(ack, event)
-        if crash_after:
-            self.crash()
-        return AppendResult(event, ack.partition, ack.offset)
+        return ack, event, crash_point(f"after:{subject}")
 
     def crash_point(self, point: str) -> None:
-        """Crash here if ``point`` (e.g. ``inside:STAGE:draft``) is the configured crash point."""
-        if crash_point(self.writer.settings.crash_at, point):
+        """Crash here if ``point`` (e.g. ``inside:STAGE:draft``) is the armed crash point."""
+        if crash_point(point):
             self.crash()
+
+    async def acrash_point(self, point: str) -> None:
+        """:meth:`crash_point` on the loop."""
+        if crash_point(point):
+            await self.acrash()
+
+    def crashing(self, point: str) -> IO:
+        """The protocol step of :meth:`crash_point`."""
+        return IO(self, "crash_point", "acrash_point", (point,))
 
     def crash(self) -> None:
         """Fault tests: wait for every produced event of this run, then SIGKILL the process."""
         with contextlib.suppress(DeliveryError):
             self.flush()
+        kill_self()
+
+    async def acrash(self) -> None:
+        with contextlib.suppress(DeliveryError):
+            await self.aflush()
         kill_self()
 
     def _delivered(self, ack: _Ack, err: DeliveryError | None, partition: int, offset: int) -> None:
@@ -170,7 +224,15 @@ class RunSession:
                 self._error = err
             self._outstanding -= 1
             self._cond.notify_all()
+            flushers = self._flushers if self._outstanding == 0 else []
+            if flushers:
+                self._flushers = []
         ack.done.set()
+        waiter = ack.waiter
+        if waiter is not None:
+            waiter[0].call_soon_threadsafe(_wake, waiter[1])
+        for loop, fut in flushers:
+            loop.call_soon_threadsafe(_wake, fut)
 
     def _timeout(self) -> float:
         return self.writer.delivery_timeout_s + 10
@@ -178,6 +240,19 @@ class RunSession:
     def _wait(self, ack: _Ack, event: RunEvent) -> None:
         if not self.writer.send_now(ack.done, self._timeout()):
             raise DeliveryError(self.writer.topic, self.run_id, f"seq {event.seq} not acknowledged in time")
+        if ack.error is not None:
+            raise ack.error
+
+    async def _await(self, ack: _Ack, event: RunEvent) -> None:
+        if not ack.done.is_set():
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            ack.waiter = (loop, fut)
+            if ack.done.is_set():  # reported between the check and the waiter: no wake-up comes
+                _wake(fut)
+            if not await self.writer.asend_now(fut, self._timeout()):
+                raise DeliveryError(self.writer.topic, self.run_id,
+                                    f"seq {event.seq} not acknowledged in time")
         if ack.error is not None:
             raise ack.error
 
@@ -195,6 +270,25 @@ class RunSession:
             if self._error is not None:
                 raise self._error
 
+    async def aflush(self, timeout: float | None = None) -> None:
+        """:meth:`flush` without blocking the running loop."""
+        limit = self._timeout() if timeout is None else timeout
+        with self._cond:
+            if self._outstanding == 0:
+                fut = None
+            else:
+                loop = asyncio.get_running_loop()
+                fut = loop.create_future()
+                self._flushers.append((loop, fut))
+        if fut is not None:
+            try:
+                await asyncio.wait_for(fut, limit)
+            except TimeoutError:
+                raise DeliveryError(self.writer.topic, self.run_id,
+                                    f"{self._outstanding} events not acknowledged within {limit}s") from None
+        if self._error is not None:
+            raise self._error
+
     def close(self, *, release: bool = True) -> None:
         """Flush, then give the lease up (``release=False`` keeps it to expire)."""
         if self.closed:
@@ -205,3 +299,22 @@ class RunSession:
         finally:
             if release:
                 self.lease.release()
+
+    async def aclose(self, *, release: bool = True) -> None:
+        """:meth:`close` on the loop."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.aflush()
+        finally:
+            if release:
+                await self.lease.arelease()
+
+    def closing(self, *, release: bool = True) -> IO:
+        """The protocol step of :meth:`close`."""
+        return IO(self, "close", "aclose", (), {"release": release})
+
+    def flushing(self) -> IO:
+        """The protocol step of :meth:`flush`."""
+        return IO(self, "flush", "aflush")

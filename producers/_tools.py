@@ -13,11 +13,11 @@ else (preferably :class:`~schemas.errors.TerminalToolError`) for terminal ones.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from producers._protocol import Sleep, Steps
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, WorkflowDefinitionError
 
@@ -28,7 +28,7 @@ __all__ = [
     "RetryPolicy",
     "Tool",
     "ToolFn",
-    "call_with_retry",
+    "retry_steps",
     "tool",
 ]
 
@@ -144,30 +144,24 @@ def tool(
     return deco
 
 
-def call_with_retry(
-    fn: Callable[[int], Any],
-    policy: RetryPolicy,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    before_retry: Callable[[int], None] | None = None,
-) -> tuple[Any, int]:
-    """Call ``fn(attempt)`` until it returns, retrying only RetryableToolError.
+def retry_steps(attempt: Callable[[int], Steps[Any]], policy: RetryPolicy,
+                before_retry: Callable[[int], Steps[None]]) -> Steps[tuple[Any, int]]:
+    """Protocol steps: ``attempt(n)`` until it returns, retrying only RetryableToolError.
 
-    Returns ``(result, attempts used)``. Any other exception propagates at once;
-    the last RetryableToolError propagates when the attempts are used up.
-    ``before_retry(next_attempt)`` runs before each retry (the writer checks its
-    lease there).
+    Returns ``(result, attempts used)``. Any other exception propagates at once; the last
+    RetryableToolError propagates when the attempts are used up. Between attempts: a
+    :class:`~producers._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
+    (the writer checks its lease there).
     """
     delays = policy.delays()
-    attempt = 1
+    n = 1
     while True:
         try:
-            return fn(attempt), attempt
+            return (yield from attempt(n)), n
         except RetryableToolError:
             delay = next(delays, None)
             if delay is None:
                 raise
-        sleep(delay)
-        attempt += 1
-        if before_retry is not None:
-            before_retry(attempt)
+        yield Sleep(delay)
+        n += 1
+        yield from before_retry(n)

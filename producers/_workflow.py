@@ -16,20 +16,23 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from schemas._types import RuleResult, StageSpec, WorkflowSpec
 from schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers._context import StageContext
+    from producers._context import AsyncStageContext, StageContext
 
 __all__ = ["Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "evaluate_rules", "rule"]
 
-StageFn = Callable[["StageContext", dict[str, Any]], Mapping[str, Any]]
-"""A stage: ``fn(ctx, inputs) -> output`` (a JSON object)."""
+StageFn = (Callable[["StageContext", dict[str, Any]], Mapping[str, Any]]
+           | Callable[["AsyncStageContext", dict[str, Any]], Awaitable[Mapping[str, Any]]])
+"""A stage: ``fn(ctx, inputs) -> output`` (a JSON object), or ``async def fn(ctx, inputs)``
+awaited for it (its ``ctx`` is an :class:`~producers.AsyncStageContext`)."""
+_F = TypeVar("_F", bound=StageFn)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -105,10 +108,10 @@ class Workflow:
         self._stages: list[Stage] = []
 
     def stage(self, name: str, *, inputs: Sequence[str] = (), rules: Sequence[Rule] = (),
-              checkpoint: bool = True) -> Callable[[StageFn], StageFn]:
-        """Decorator adding ``fn(ctx, inputs) -> dict`` as the next stage."""
+              checkpoint: bool = True) -> Callable[[_F], _F]:
+        """Decorator adding ``fn(ctx, inputs) -> dict`` (or an ``async def`` one) as the next stage."""
 
-        def deco(fn: StageFn) -> StageFn:
+        def deco(fn: _F) -> _F:
             self.add_stage(Stage(name, fn, tuple(inputs), tuple(rules), checkpoint))
             return fn
 

@@ -16,6 +16,7 @@ log).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -23,7 +24,6 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from producers._crash import crash_point, event_subject
 from producers._log import DeliveryCallback, EventLog
 from schemas._codec import Codec
 from schemas._types import ResumeRequest, RunEvent, now_ms
@@ -39,7 +39,7 @@ class RunWriter(EventLog):
     thread-safe, shared by many :class:`RunSession` s.
 
     Args:
-        settings: broker, topic prefix, crash point.
+        settings: broker and topic prefix.
         writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
         producer_overrides: extra librdkafka settings (tests shorten timeouts).
     """
@@ -58,6 +58,8 @@ class RunWriter(EventLog):
         self._sending_lock = threading.Lock()
         self._sending = 0
         """Threads inside :meth:`send_now`: they serve delivery reports, the poll thread stands aside."""
+        self._urgent = 0
+        """Appends awaiting their report on a loop (:meth:`asend_now`): the poll thread flushes."""
         self._poller = threading.Thread(target=self._poll_loop, name="runlog-writer-poll", daemon=True)
         self._poller.start()
 
@@ -67,6 +69,8 @@ class RunWriter(EventLog):
                 # a confirmed append is flushing and serves every delivery report meanwhile;
                 # polling too would race it for its own report and keep its flush waiting
                 self._stop.wait(0.01)
+            elif self._urgent:
+                self._producer.flush(0.001)  # awaiting appends: send now, serve their reports
             else:
                 self._producer.poll(0.01)
 
@@ -131,10 +135,19 @@ class RunWriter(EventLog):
             with self._sending_lock:
                 self._sending -= 1
 
-    def crash_at(self, when: str, event: RunEvent) -> bool:
-        """Whether the configured crash point is ``when`` (before/after) this event."""
-        return crash_point(self.settings.crash_at,
-                           f"{when}:{event.type.value}:{event_subject(event.stage, event.call_id)}")
+    async def asend_now(self, done: asyncio.Future[None], timeout: float) -> bool:
+        """:meth:`send_now` for an awaiting append: the poll thread flushes (linger bypassed) while
+        any append awaits its report, so the loop never blocks and one thread serves them all."""
+        with self._sending_lock:
+            self._urgent += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(done), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            with self._sending_lock:
+                self._urgent -= 1
+        return True
 
     def close(self, timeout: float = 30.0) -> None:
         """Deliver everything still queued, then stop the poll thread."""

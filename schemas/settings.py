@@ -89,8 +89,6 @@ class Settings:
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
     sweep_interval_ms: int = 5000
-    crash_at: str | None = None
-    """Fault tests only: the writer point where the process SIGKILLs itself (see producers/_crash.py)."""
     fault_report: str = ".runlog/reports/faults.json"
     """Where the fault suite writes its machine-readable summary."""
     console_token: str | None = None
@@ -125,7 +123,6 @@ class Settings:
             demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
             resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
             sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
-            crash_at=e.get("RUNLOG_CRASH_AT") or None,
             fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
             console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
         )
@@ -159,7 +156,6 @@ class Settings:
         optional = {
             "RUNLOG_SCHEMA_REGISTRY_URL": self.schema_registry_url,
             "RUNLOG_DEMO_WORLD_URL": self.demo_world_url,
-            "RUNLOG_CRASH_AT": self.crash_at,
             "RUNLOG_REDIS_USERNAME": self.redis_username,
             "RUNLOG_REDIS_PASSWORD": self.redis_password,
             "RUNLOG_CONSOLE_TOKEN": self.console_token,

@@ -27,6 +27,7 @@ from processors.demo.world import serve
 from processors.inspect import render_timeline, run_history
 from processors.resume import ResumeOutcome
 from processors.resumer import ResumerService, request_resume
+from producers._crash import ENV as CRASH_ENV
 from schemas import ConfigError, EventType, RunlogError, Settings
 
 __all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo", "spawn_worker", "wait_lease_gone", "wait_worker",
@@ -52,7 +53,9 @@ def _say(quiet: bool, text: str) -> None:
 def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) -> dict[str, str]:
     """The environment of a demo worker process: exactly ``settings``, plus the world and crash point."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_")}
-    env.update(settings.with_(demo_world_url=world_url, crash_at=crash_at or None).to_env())
+    env.update(settings.with_(demo_world_url=world_url).to_env())
+    if crash_at:
+        env[CRASH_ENV] = crash_at  # armed by the worker's entry point, not through Settings
     # the worker imports this package: make it importable from any working directory
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     return env

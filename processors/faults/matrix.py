@@ -145,8 +145,11 @@ class CrashMatrix:
     """
 
     def __init__(self, settings: Settings, workdir: Path, *, workflow: str = "content",
-                 params: str = '{"seed": 7}', expect: Expectations = CONTENT_EXPECT) -> None:
+                 params: str = '{"seed": 7}', expect: Expectations = CONTENT_EXPECT,
+                 sdk: str = "sync") -> None:
         self.settings = settings
+        self.sdk = sdk
+        """``sync``: workers run the Runner; ``async``: the AsyncRunner (the resumers stay sync)."""
         self.workdir = workdir
         self.workflow = workflow
         self.params = params
@@ -199,9 +202,10 @@ class CrashMatrix:
         env = worker_env(self.settings, RUNLOG_DEMO_WORLD_URL=url)
         if crash_at:
             env["RUNLOG_CRASH_AT"] = crash_at
-        proc = subprocess.run([sys.executable, "-m", "processors.demo.worker", "--workflow", self.workflow,
-                               "--params", self.params], env=env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=120, check=False)
+        cmd = [sys.executable, "-m", "processors.demo.worker", "--sdk", self.sdk, "--workflow", self.workflow,
+               "--params", self.params]
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(proc.stdout + proc.stderr)
         run_id = next((line.split("=", 1)[1] for line in proc.stdout.splitlines()

@@ -30,14 +30,16 @@ def _print(e: PointEntry) -> None:
     print(describe(e), file=sys.stderr, flush=True)
 
 
+@pytest.mark.parametrize("sdk", ["sync", "async"])
 def test_every_crash_point_resumes_to_the_uncrashed_result(
-    topics: Settings, redis_client: redis.Redis, tmp_path: Path, fault_report: Path
+    topics: Settings, redis_client: redis.Redis, tmp_path: Path, fault_report: Path, sdk: str
 ) -> None:
+    """``sdk``: the workers run the Runner, or the AsyncRunner on an asyncio loop (same points)."""
     settings = topics.with_(lease_ttl_ms=1000)
     projector = start_projector(settings, f"{settings.topic_prefix}faults-projector",
                                 tmp_path / "projector.log")
     try:
-        with CrashMatrix(settings, tmp_path) as m:
+        with CrashMatrix(settings, tmp_path, sdk=sdk) as m:
             ref = m.reference()
             assert ref.stats["publishes"] == 1 and ref.stats["renders_billed"] == 3
             # Search drifts: a worker killed after the search answered but before its TOOL_RESULT
@@ -67,12 +69,13 @@ def test_every_crash_point_resumes_to_the_uncrashed_result(
             e.failures.append("projection_equals_rebuild")
             e.detail["projection_diff"] = per_run[e.run_id]
         e.checks["projection_equals_rebuild"] = not (e.run_id and per_run.get(e.run_id))
-    doc = write_section(fault_report, "crash_matrix", entries, reference_run=ref.run_id,
+    section = "crash_matrix" if sdk == "sync" else "crash_matrix_async"
+    doc = write_section(fault_report, section, entries, reference_run=ref.run_id,
                         search_rerun_allowed_at=sorted(rerun_search),
                         global_index_differences=global_diff)
     failed = [describe(e) for e in entries if e.failures]
     assert not failed, "\n".join(failed)
-    assert doc["sections"]["crash_matrix"]["points"]
+    assert doc["sections"][section]["points"]
     assert sum(e.duplicate_effects + e.duplicate_renders + e.lost_events for e in entries) == 0
     assert sum(1 for e in entries if e.completed) == sum(1 for e in entries if e.outcome != "no_run")
     assert not [k for k in global_diff if k.startswith("runs:by_status:")], global_diff

@@ -40,7 +40,8 @@ IN_DOUBT = {"after:EFFECT_INTENT:pay/charge/0", "inside:TOOL:pay/charge/0"}
 (Killed after the charge returned, the ledger holds its external id and resume reuses it.)"""
 
 
-def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> PointEntry:  # type: ignore[type-arg]
+def _point(settings: Settings, tmp: Path, point: str, ref_events: list,  # type: ignore[type-arg]
+           sdk: str) -> PointEntry:
     t0 = time.monotonic()
     entry = PointEntry(point, "FAILED")
     d = tmp / point.replace(":", "_").replace("/", "_")
@@ -53,7 +54,8 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> Point
     entry.run_id = run_id
     c = entry.checks
     try:
-        rc, _ = finish(spawn(settings, url, key=key, order=key, mode="ctx", crash_at=point), d / "worker.log")
+        crashing = spawn(settings, url, key=key, order=key, mode="ctx", crash_at=point, sdk=sdk)
+        rc, _ = finish(crashing, d / "worker.log")
         c["killed_at_point"] = rc == -9
         crashed = [le for le in run_history(settings, run_id) if le.outcome.accepted]
         if point not in START_POINTS:
@@ -61,7 +63,7 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> Point
             entry.lost_events = max(0, want - len(crashed))
             c["acknowledged_events_kept"] = entry.lost_events == 0
         wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 6)
-        rc, out = finish(spawn(settings, url, key=key, order=key, mode="ctx"), d / "retry.log")
+        rc, out = finish(spawn(settings, url, key=key, order=key, mode="ctx", sdk=sdk), d / "retry.log")
         c["retry_names_the_same_run"] = rc == 0 and f"run_id={run_id}" in out
         outcome = "completed" if "completed=True" in out else ""
         if not outcome:
@@ -93,25 +95,29 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list) -> Point
     return entry
 
 
+@pytest.mark.parametrize("sdk", ["sync", "async"])
 def test_an_order_crashed_at_every_point_is_retried_by_key_and_resumed_once(
-        topics: Settings, tmp_path: Path, fault_report: Path) -> None:
+        topics: Settings, tmp_path: Path, fault_report: Path, sdk: str) -> None:
+    """``sdk``: the workers (crashed and retrying) run the Runner or the AsyncRunner."""
     settings = topics.with_(lease_ttl_ms=1000)
     ref_server = serve(tmp_path / "reference")
     try:
         url = f"http://127.0.0.1:{ref_server.server_address[1]}"
-        rc, out = finish(spawn(settings, url, key="reference", mode="ctx"), tmp_path / "reference.log")
+        rc, out = finish(spawn(settings, url, key=f"reference-{sdk}", mode="ctx", sdk=sdk),
+                         tmp_path / "reference.log")
         assert rc == 0 and "completed=True" in out, out
     finally:
         ref_server.shutdown()
         ref_server.server_close()
-    ref = boundaries([le.event for le in run_history(settings, run_id_for_key("reference"))])
+    ref = boundaries([le.event for le in run_history(settings, run_id_for_key(f"reference-{sdk}"))])
     points = START_POINTS + crash_points(ref)
     assert "after:RUN_STARTED:run" in points and "inside:TOOL:pay/charge/0" in points
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="orders") as pool:
-        entries = list(pool.map(lambda p: _point(settings, tmp_path, p, ref), points))
+        entries = list(pool.map(lambda p: _point(settings, tmp_path, p, ref, sdk), points))
     for e in entries:
         print(f"{e.point:45} {e.outcome:10} {e.seconds:6.2f}s {e.failures or ''}", file=sys.stderr)
-    write_section(fault_report, "orders_matrix", entries, workflow="orders",
+    section = "orders_matrix" if sdk == "sync" else "orders_matrix_async"
+    write_section(fault_report, section, entries, workflow="orders", sdk=sdk,
                   in_doubt_points=sorted(IN_DOUBT))
     failed = [(e.point, e.failures, e.detail) for e in entries if e.failures]
     assert not failed, failed

@@ -22,7 +22,8 @@ def test_all_names_exist(name: str) -> None:
 # The exact public surface of each package: adding or removing a name is a decision, made here.
 EXPORTS = {
     "producers": [
-        "App", "ArtifactError", "ArtifactStore", "CallInfo", "DeliveryError", "DeliveryFn",
+        "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "CallInfo",
+        "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
         "LeaseLost", "LocalArtifactStore", "ReconcileFn", "ReplayPolicy", "ResumeBlocked", "RetryPolicy",
         "RetryableToolError", "Rule", "RunConflict", "RunHandle", "RunResult", "Runner", "RunlogError",

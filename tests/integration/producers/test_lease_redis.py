@@ -1,4 +1,9 @@
-"""The Redis lease passes the shared lease contract."""
+"""The Redis lease passes the shared lease contract, on both faces.
+
+``TestRedisLease``: the thread-heartbeat manager (its async face falls back to the sync calls).
+``TestAsyncRedisLease``: :class:`AsyncRedisLeaseManager`, whose async face awaits redis-py's
+asyncio client (its sync face, acquire with a heartbeat thread, runs the contract too).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import redis.asyncio
 
-from producers._lease import RedisLeaseManager
+from producers._lease import AsyncRedisLeaseManager, RedisLeaseManager
 from schemas import Settings
 from tests.unit.producers.lease_contract import LeaseContract
 
@@ -30,3 +36,19 @@ class TestRedisLease(LeaseContract):
 
     def expire(self, run_id: str) -> None:
         self.client.delete(RedisLeaseManager(self.client, self.settings).lease_key(run_id))
+
+
+class TestAsyncRedisLease(TestRedisLease):
+    @pytest.fixture(autouse=True)
+    def _aclient(self, _redis: None) -> None:
+        self.aclient = redis.asyncio.Redis.from_url(self.settings.redis_url)
+
+    def manager(self, holder: str) -> AsyncRedisLeaseManager:
+        m = AsyncRedisLeaseManager(self.client, self.aclient, self.settings, holder=holder)
+        self.managers.append(m)
+        return m
+
+    async def aclean(self) -> None:
+        for m in self.managers:
+            await m.aclose()
+        await self.aclient.aclose()

@@ -1,15 +1,22 @@
-"""The Redis effects ledger passes the shared contract, and falls back to the projected index."""
+"""The Redis effects ledger passes the shared contract, and falls back to the projected index.
+
+``TestRedisLedger``: a sync client only (the async face falls back to the sync calls);
+``TestAsyncRedisLedger``: with redis-py's asyncio client, which the async face awaits.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, cast
 
 import pytest
 import redis
+import redis.asyncio
 
-from producers._ledger import RedisEffectLedger
+from producers._ledger import LedgerEntry, RedisEffectLedger
 from schemas import EffectStatus, Settings
+from tests.unit.producers.faces import FACES, Face, OnLoop
 from tests.unit.producers.ledger_contract import DK, LedgerContract, entry
 
 pytestmark = pytest.mark.integration
@@ -22,18 +29,98 @@ class TestRedisLedger(LedgerContract):
         yield
 
 
-def test_a_key_only_the_projection_knows_is_answered_from_it(
-        settings: Settings, redis_client: redis.Redis) -> None:
-    ledger = RedisEffectLedger(redis_client, settings.redis_prefix)
+class TestAsyncRedisLedger(LedgerContract):
+    @pytest.fixture(autouse=True)
+    def _ledger(self, settings: Settings, redis_client: redis.Redis) -> Iterator[None]:
+        self.aclient = redis.asyncio.Redis.from_url(settings.redis_url)
+        self.ledger = RedisEffectLedger(redis_client, settings.redis_prefix, aclient=self.aclient)
+        yield
+
+    async def aclean(self) -> None:
+        await self.aclient.aclose()
+
+
+@pytest.fixture(params=FACES, ids=repr)
+def face(request: pytest.FixtureRequest) -> Face:
+    return cast(Face, request.param)
+
+
+def _with_ledger(settings: Settings, redis_client: redis.Redis, face: Face,
+                 case: Callable[[RedisEffectLedger], Coroutine[Any, Any, None]]) -> None:
+    """Run ``case(ledger)`` on ``face``, the ledger with an asyncio client (closed on the case's loop)."""
+    loop = OnLoop(settings.redis_url)
+    ledger = RedisEffectLedger(redis_client, settings.redis_prefix, aclient=loop.aclient)
+    face.run(lambda: case(ledger), loop.aclient.aclose)
+
+
+def _project(redis_client: redis.Redis, ledger: RedisEffectLedger, run_id: str, status: str,
+             external_id: str | None) -> None:
     redis_client.hset(ledger.index_key, DK, json.dumps(
-        {"delivery_key": DK, "run_id": "run-old", "status": "DONE", "external_id": "ext-old",
+        {"delivery_key": DK, "run_id": run_id, "status": status, "external_id": external_id,
          "call_id": "s/t/0", "target": "x", "seq": 9, "updated_at": 1}))
-    other = ledger.open(entry("run-new"))
-    assert other is not None and other.done and other.source == "projection"
-    assert other.external_id == "ext-old"
-    assert redis_client.get(ledger.claim_key(DK)) is None  # nothing claimed on its behalf
-    found = ledger.lookup(DK)
-    assert found is not None and found.status is EffectStatus.DONE
+
+
+def test_a_key_only_the_projection_knows_is_answered_from_it(
+        settings: Settings, redis_client: redis.Redis, face: Face) -> None:
+    async def case(ledger: RedisEffectLedger) -> None:
+        _project(redis_client, ledger, "run-old", "DONE", "ext-old")
+        other = await face.open(ledger, entry("run-new"))
+        assert other is not None and other.done and other.source == "projection"
+        assert other.external_id == "ext-old"
+        assert redis_client.get(ledger.claim_key(DK)) is None  # nothing claimed on its behalf
+        found = ledger.lookup(DK)
+        assert found is not None and found.status is EffectStatus.DONE
+
+    _with_ledger(settings, redis_client, face, case)
+
+
+def test_a_done_effect_only_the_projection_knows_is_done_for_its_own_run_too(
+        settings: Settings, redis_client: redis.Redis, face: Face) -> None:
+    """Claims lost with Redis, the projection rebuilt from the log: done still beats open, for
+    the run that did it as well (the same call on a resume, or another call of that run)."""
+    async def case(ledger: RedisEffectLedger) -> None:
+        _project(redis_client, ledger, "run-a", "DONE", "ext-a")
+        for asker in (entry("run-a"), entry("run-a", "s/t/9"), entry("run-b")):
+            other = await face.open(ledger, asker)
+            assert other is not None and other.done and other.external_id == "ext-a", asker
+        assert redis_client.get(ledger.claim_key(DK)) is None
+
+    _with_ledger(settings, redis_client, face, case)
+
+
+def test_an_open_or_failed_effect_only_the_projection_knows(
+        settings: Settings, redis_client: redis.Redis, face: Face) -> None:
+    """The projected entry follows the claims' rule: the same call takes it back, a failed one is free."""
+    async def case(ledger: RedisEffectLedger) -> None:
+        _project(redis_client, ledger, "run-a", "INTENT", None)
+        other = await face.open(ledger, entry("run-b"))
+        assert other is not None and not other.done and other.source == "projection"
+        assert await face.open(ledger, entry("run-a")) is None  # the holder's own call (a resume)
+        redis_client.delete(ledger.claim_key(DK))
+        _project(redis_client, ledger, "run-a", "FAILED", None)
+        assert await face.open(ledger, entry("run-b")) is None
+        got = ledger.lookup(DK)
+        assert got is not None and got.run_id == "run-b" and got.source == "claim"
+
+    _with_ledger(settings, redis_client, face, case)
+
+
+def test_the_async_face_makes_no_sync_round_trip(settings: Settings, redis_client: redis.Redis) -> None:
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)  # any sync call fails
+    loop = OnLoop(settings.redis_url)
+    ledger = RedisEffectLedger(dead, settings.redis_prefix, aclient=loop.aclient)
+
+    async def case() -> None:
+        _project(redis_client, ledger, "run-old", "DONE", "ext-old")
+        found = await ledger.aopen(LedgerEntry("e" * 64, "run-a", "s/t/0", EffectStatus.INTENT))
+        assert found is None
+        await ledger.aclose_effect("e" * 64, "run-a", "s/t/0", EffectStatus.DONE, "ext-1")
+        old = await ledger.aopen(entry("run-new"))
+        assert old is not None and old.source == "projection"
+
+    loop.run(case)
+    raw = redis_client.get(ledger.claim_key("e" * 64))
+    assert raw is not None and LedgerEntry.from_json("e" * 64, raw).external_id == "ext-1"
 
 
 def test_claims_live_in_the_delivery_keys_slot(settings: Settings, redis_client: redis.Redis) -> None:

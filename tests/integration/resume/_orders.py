@@ -13,14 +13,18 @@ happened is counted in their own storage):
 * ``notify`` sends the confirmation with ``email`` (RECONCILE_FIRST; the platform
   service, which does not deduplicate but can be searched by delivery key).
 
+The stages are ``async def`` (the sync Runner runs them on a private loop, the AsyncRunner on its
+own); ``quote`` is an ``async def`` tool, the others are ``def`` tools.
+
 Run as a worker process: ``python -m tests.integration.resume._orders --key K
-[--mode ctx] [--order o-1]`` prints ``run_id=<id>`` and executes one run (with
+[--mode ctx] [--order o-1] [--sdk async]`` prints ``run_id=<id>`` and executes one run (with
 ``RUNLOG_CRASH_AT`` it SIGKILLs itself at that point).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
@@ -33,7 +37,8 @@ from typing import Any
 
 from processors.demo.client import WorldClient
 from processors.resume import App
-from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, rule, tool
+from producers import AsyncRunner, AsyncStageContext, CallInfo, DictInputSource, Runner, Workflow, rule, tool
+from producers._crash import arm_from_env
 from schemas import ReplayPolicy, Settings
 
 ACCOUNT = "acct-orders"
@@ -43,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def orders_app(world: WorldClient) -> App:
     @tool("quote", policy=ReplayPolicy.SAFE)
-    def quote(call: CallInfo, sku: str, variant: float) -> Any:
-        found = world.post("/search", {"query": f"price {sku} {variant:.6f}"})
+    async def quote(call: CallInfo, sku: str, variant: float) -> Any:  # an async tool; the others are def
+        found = await asyncio.to_thread(world.post, "/search", {"query": f"price {sku} {variant:.6f}"})
         return {"sku": sku, "variant": variant, "index_version": found["index_version"]}
 
     @tool("reserve", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="stock:reservations",
@@ -78,22 +83,23 @@ def orders_app(world: WorldClient) -> App:
     wf = Workflow("orders", version="1")
 
     @wf.stage("pick", rules=[rule("reserved", lambda out: bool(out["reservation"]))])
-    def pick(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+    async def pick(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
         mode = ctx.params.get("mode", "ctx")
-        roll = random.random() if mode == "raw" else ctx.random() if mode == "ctx" else 0.25
+        roll = random.random() if mode == "raw" else await ctx.random() if mode == "ctx" else 0.25
         sku = "sku-red" if roll < 0.5 else "sku-blue"
-        q = ctx.call(quote, sku=sku, variant=roll)
-        res = ctx.call(reserve, order=ctx.params["order"], sku=q["sku"], variant=roll)
+        q = await ctx.call(quote, sku=sku, variant=roll)
+        res = await ctx.call(reserve, order=ctx.params["order"], sku=q["sku"], variant=roll)
         return {"sku": sku, "variant": roll, "reservation": res["external_id"]}
 
     @wf.stage("pay", inputs=["pricing"], rules=[rule("charged", lambda out: bool(out["charge_id"]))])
-    def pay(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
-        rec = ctx.call(charge, order=ctx.params["order"], cents=inputs["pricing"]["cents"])
+    async def pay(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        rec = await ctx.call(charge, order=ctx.params["order"], cents=inputs["pricing"]["cents"])
         return {"charge_id": rec["external_id"]}
 
     @wf.stage("notify", rules=[rule("sent", lambda out: bool(out["email_id"]))])
-    def notify(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
-        rec = ctx.call(email, order=ctx.params["order"], text=f"charged {ctx.output_of('pay')['charge_id']}")
+    async def notify(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        text = f"charged {ctx.output_of('pay')['charge_id']}"
+        rec = await ctx.call(email, order=ctx.params["order"], text=text)
         return {"email_id": rec["external_id"]}
 
     source = DictInputSource({"pricing": PRICING}, latest={"pricing": "v1"})
@@ -101,13 +107,14 @@ def orders_app(world: WorldClient) -> App:
 
 
 def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "o-1", mode: str = "ctx",
-          crash_at: str | None = None) -> subprocess.Popen[str]:
+          crash_at: str | None = None, sdk: str = "sync") -> subprocess.Popen[str]:
     """A worker process running one orders run (crashing at ``crash_at`` when given)."""
     env = {**os.environ, **settings.to_env(), "RUNLOG_DEMO_WORLD_URL": world_url}
     env.pop("RUNLOG_CRASH_AT", None)
     if crash_at:
         env["RUNLOG_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "tests.integration.resume._orders", "--order", order, "--mode", mode]
+    cmd = [sys.executable, "-m", "tests.integration.resume._orders", "--order", order, "--mode", mode,
+           "--sdk", sdk]
     if key is not None:
         cmd += ["--key", key]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -129,17 +136,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", default=None)
     p.add_argument("--order", default="o-1")
     p.add_argument("--mode", default="ctx", choices=["raw", "ctx", "fixed"])
+    p.add_argument("--sdk", default="sync", choices=["sync", "async"])
     a = p.parse_args(argv)
+    arm_from_env()
     settings = Settings.from_env()
     app = orders_app(WorldClient(settings.demo_world_url or ""))
     wf = app.registry.get("orders")
+    params = {"order": a.order, "mode": a.mode}
+    if a.sdk == "async":
+        return asyncio.run(_main_async(settings, app, wf, params, a.key))
     with Runner.from_settings(settings, source=app.source) as runner:
-        handle = runner.start_run(wf, {"order": a.order, "mode": a.mode}, idempotency_key=a.key)
+        handle = runner.start_run(wf, params, idempotency_key=a.key)
         print(f"run_id={handle.run_id}", flush=True)
         print(f"created={json.dumps(handle.created)}", flush=True)
         if handle.session is None:
             return 0
         result = runner.execute(handle.session)
+    print(f"completed={result.completed}", flush=True)
+    return 0 if result.completed else 1
+
+
+async def _main_async(settings: Settings, app: App, wf: Workflow, params: dict[str, Any],
+                      key: str | None) -> int:
+    async with AsyncRunner.from_settings(settings, source=app.source) as runner:
+        handle = await runner.start_run(wf, params, idempotency_key=key)
+        print(f"run_id={handle.run_id}", flush=True)
+        print(f"created={json.dumps(handle.created)}", flush=True)
+        if handle.session is None:
+            return 0
+        result = await runner.execute(handle.session)
     print(f"completed={result.completed}", flush=True)
     return 0 if result.completed else 1
 

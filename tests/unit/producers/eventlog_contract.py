@@ -52,8 +52,6 @@ class EventLogContract:
     def test_describes_itself(self) -> None:
         assert self.log.topic.endswith("runlog.events")
         assert self.log.writer_id and self.log.delivery_timeout_s > 0
-        assert self.log.settings.crash_at is None
-        assert not self.log.crash_at("before", event("run-x", 1))
 
     def _runs(self) -> list[str]:
         """Three new run ids, two of them on one partition (offsets are per partition, not per run)."""

@@ -4,6 +4,7 @@ a session that records appends, the in-memory ledger, the local artifact store).
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from producers import CallInfo, LocalArtifactStore, StageContext, tool
 from producers._context import RecordedCall, StageOutputs
 from producers._keys import canonical_json, sha256_hex
 from producers._ledger import InMemoryEffectLedger, LedgerEntry
+from producers._protocol import IO
 from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy
 
 
@@ -28,12 +30,19 @@ class FakeSession:
         self.lease = _Lease()
         self.events: list[tuple[EventType, dict[str, Any]]] = []
 
-    def append(self, type: EventType, **fields: Any) -> None:
+    def append(self, type: EventType, **fields: Any) -> Any:
         self.events.append((type, fields))
+        return SimpleNamespace(event=SimpleNamespace(seq=len(self.events)))
+
+    def appending(self, type: EventType, **fields: Any) -> IO:
+        return IO(self, "append", "aappend", (type,), fields)
 
     def check(self) -> None: ...
 
     def crash_point(self, point: str) -> None: ...
+
+    def crashing(self, point: str) -> IO:
+        return IO(self, "crash_point", "acrash_point", (point,))
 
     def types(self) -> list[EventType]:
         return [t for t, _ in self.events]

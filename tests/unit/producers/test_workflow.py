@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
-from producers._tools import call_with_retry
+from producers._protocol import Invoke, Sleep, Steps
+from producers._tools import retry_steps
 from producers._workflow import evaluate_rules
 from schemas import ReplayPolicy, RuleResult, StageSpec
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
@@ -111,8 +113,40 @@ def test_retry_policy_delays() -> None:
         RetryPolicy(attempts=0)
 
 
-def test_call_with_retry_retries_only_retryable_errors() -> None:
+def _retry(fn: Callable[[int], str], policy: RetryPolicy, slept: list[float],
+           checked: list[int]) -> tuple[Any, int]:
+    """retry_steps driven by hand: Sleep steps recorded instead of slept."""
+
+    def attempt(n: int) -> Steps[str]:
+        return (yield Invoke(fn, (n,)))
+
+    def before(n: int) -> Steps[None]:
+        checked.append(n)
+        return
+        yield  # a generator with no steps
+
+    steps = retry_steps(attempt, policy, before)
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, Sleep):
+            slept.append(step.seconds)
+        else:
+            assert isinstance(step, Invoke)
+            try:
+                value = step.fn(*step.args)
+            except (RetryableToolError, TerminalToolError) as err:
+                error = err
+
+
+def test_retry_steps_retry_only_retryable_errors() -> None:
     slept: list[float] = []
+    checked: list[int] = []
     seen: list[int] = []
 
     def flaky(attempt: int) -> str:
@@ -121,8 +155,9 @@ def test_call_with_retry_retries_only_retryable_errors() -> None:
             raise RetryableToolError("503")
         return "ok"
 
-    assert call_with_retry(flaky, RetryPolicy(3, 0.1), sleep=slept.append) == ("ok", 3)
+    assert _retry(flaky, RetryPolicy(3, 0.1), slept, checked) == ("ok", 3)
     assert seen == [1, 2, 3] and slept == [0.1, 0.2]
+    assert checked == [2, 3]  # the lease is checked before each retry
 
     calls: list[int] = []
 
@@ -131,7 +166,7 @@ def test_call_with_retry_retries_only_retryable_errors() -> None:
         raise RetryableToolError("503")
 
     with pytest.raises(RetryableToolError):
-        call_with_retry(always, RetryPolicy(2, 0), sleep=lambda s: None)
+        _retry(always, RetryPolicy(2, 0), [], [])
     assert calls == [1, 2]
 
     terminal: list[int] = []
@@ -141,5 +176,5 @@ def test_call_with_retry_retries_only_retryable_errors() -> None:
         raise TerminalToolError("bad request")
 
     with pytest.raises(TerminalToolError):
-        call_with_retry(broken, RetryPolicy(5, 0), sleep=lambda s: None)
+        _retry(broken, RetryPolicy(5, 0), [], [])
     assert terminal == [1]  # a terminal error is not retried

@@ -76,7 +76,7 @@ def test_topic_specs() -> None:
 def test_to_env_rebuilds_the_same_settings() -> None:
     s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9", "REDIS_URL": "redis://u:pw@r:1/2",
                            "RUNLOG_TOPIC_PREFIX": "x.", "RUNLOG_PARTITIONS": "3",
-                           "RUNLOG_KAFKA_SASL_MECHANISM": "PLAIN", "RUNLOG_CRASH_AT": "inside:STAGE:a",
-                           "RUNLOG_REDIS_PASSWORD": "pw", "RUNLOG_LEASE_TTL_MS": "2500"})
+                           "RUNLOG_KAFKA_SASL_MECHANISM": "PLAIN", "RUNLOG_REDIS_PASSWORD": "pw",
+                           "RUNLOG_LEASE_TTL_MS": "2500"})
     assert Settings.from_env(s.to_env()) == s
     assert Settings.from_env(Settings.from_env({}).to_env()) == Settings.from_env({})

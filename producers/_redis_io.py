@@ -1,0 +1,119 @@
+"""One protocol, two faces: the SDK's Redis round trips, run on a sync client or awaited on an asyncio one.
+
+A port's protocol (which keys, which scripts, how the answers read) is written once, as a
+generator of *steps*. A step is a function of a client that makes one round trip: given a
+``redis.Redis`` it returns the answer, given a ``redis.asyncio.Redis`` an awaitable of it
+(redis-py's two clients share their command methods, so ``lambda c: c.get(key)`` is both).
+:func:`run` drives the steps on the sync client, :func:`arun` awaits them on the asyncio one.
+A :class:`redis.RedisError` of a step is thrown back into the generator at its ``yield``,
+so the protocol handles errors once too::
+
+    def _read(self, key: str) -> Steps[str | None]:
+        raw = yield lambda c: c.get(key)
+        return None if raw is None else raw.decode()
+
+    def read(self, key: str) -> str | None:
+        return run(self._read(key), self._r)
+
+    async def aread(self, key: str) -> str | None:
+        return await arun(self._read(key), self._ar, self._r)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar, cast
+
+import redis
+import redis.asyncio
+
+__all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "run"]
+
+T = TypeVar("T")
+
+Step = Callable[[Any], Any]
+"""One round trip on the client it is given (sync: the answer; asyncio: an awaitable of it)."""
+
+Steps = Generator[Step, Any, T]
+"""A protocol: yields steps, is sent their answers, returns its result."""
+
+
+def one(step: Step) -> Steps[Any]:
+    """A protocol of one step, answering what the step answers."""
+    return (yield step)
+
+
+def pipelined(fill: Callable[[Any], object]) -> Step:
+    """One round trip of several commands: ``fill`` queues them on a pipeline (no transaction)."""
+
+    def step(c: Any) -> Any:
+        pipe = c.pipeline(transaction=False)
+        fill(pipe)
+        return pipe.execute()
+
+    return step
+
+
+async def _drive(steps: Steps[T], client: Any, awaited: bool) -> T:
+    """The one driver: each step on ``client``, its answer awaited when ``awaited``, sent back."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                answer = step(client)
+                if awaited:
+                    answer = await answer
+            except redis.RedisError as err:
+                step = steps.throw(err)
+            else:
+                step = steps.send(answer)
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+def run(steps: Steps[T], client: redis.Redis) -> T:
+    """Drive ``steps`` on the sync client, one blocking round trip a step (no event loop)."""
+    driving = _drive(steps, client, False)
+    try:
+        driving.send(None)  # nothing is awaited: it runs to the end at once
+    except StopIteration as done:
+        return cast(T, done.value)
+    driving.close()
+    raise RuntimeError("a sync Redis protocol step suspended")  # cannot happen: no step awaits
+
+
+async def arun(steps: Steps[T], aclient: redis.asyncio.Redis | None, client: redis.Redis) -> T:
+    """Await ``steps`` on the asyncio client; without one, :func:`run` them on the sync ``client``."""
+    if aclient is None:
+        return run(steps, client)
+    return await _drive(steps, aclient, True)
+
+
+class Lua:
+    """A Lua script of a port: registered on its sync client, and on the asyncio client at first use.
+
+    Both faces run the same source (hence the same sha); redis-py loads it where the server
+    lacks it (``NOSCRIPT``), in a pipeline before the pipeline runs.
+    """
+
+    def __init__(self, source: str, client: redis.Redis) -> None:
+        self.source = source
+        self._sync = client.register_script(source)
+        self._aio: Any = None
+
+    def _on(self, c: Any) -> Any:
+        if not isinstance(c, redis.asyncio.Redis):  # an asyncio pipeline is one as well
+            return self._sync
+        if self._aio is None:
+            self._aio = c.register_script(self.source)
+        return self._aio
+
+    def step(self, keys: list[str], args: list[Any]) -> Step:
+        """Run the script (one round trip) on the client the step is given."""
+        return lambda c: self._on(c)(keys=keys, args=args, client=c)
+
+    def queue(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
+        """Queue the script on a pipeline, sync or asyncio (queueing is no round trip on either)."""
+        script = self._on(pipe)
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)

@@ -1,0 +1,444 @@
+"""A durable Pydantic AI agent: its model requests and tool calls are recorded Runlog calls.
+
+Install with ``pip install "runlog[pydantic-ai]"``. Inside an ``async def`` stage::
+
+    durable = RunlogAgent(agent, name="support")
+
+    @wf.stage("answer")
+    async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        result = await durable.run(ctx, ctx.params["question"])
+        return {"answer": result.output}
+
+Built like Pydantic AI's own durable-execution integrations (Temporal, DBOS, Prefect), on its
+public extension points only: a :class:`~pydantic_ai.models.wrapper.WrapperModel` whose
+``request`` is a recorded call, and a :class:`~pydantic_ai.toolsets.WrapperToolset` around each of
+the agent's toolsets whose ``call_tool`` is a recorded call, installed for one run with
+``agent.override(model=..., toolsets=..., tools=[])``.
+
+* **Model requests.** Each request is a call of the Runlog tool ``pydantic_ai.model.<name>``
+  (``SAFE`` by default, or ``IDEMPOTENT``): its arguments are the model, the messages (through
+  Pydantic AI's ``ModelMessagesTypeAdapter``), the model settings and the request parameters as
+  JSON; its result is the ``ModelResponse`` as JSON. On resume a recorded turn is read back and
+  the model is not called. Fields that change on every run and are not the request
+  (``timestamp``, ``run_id``, ``conversation_id`` of messages and parts, and tool call ids Pydantic
+  AI generated, ``pyd_ai_...``) are left out of the recorded arguments, so the determinism guard
+  compares what was asked: a request at a recorded position that is not the recorded request (a
+  different prompt, history, tool set or model) raises :class:`~schemas.errors.Diverged` and the
+  run blocks.
+* **Tool calls.** Each call of an agent tool is a recorded call of a Runlog tool with the
+  model's (validated) arguments as its arguments: ``pydantic_ai.tool.<name>.<tool>`` with
+  ``tools_policy`` (``SAFE`` by default), or the Runlog :class:`~producers.Tool` that ``tools=``
+  maps the agent tool's name to. A mapped tool keeps its whole declaration (replay policy,
+  effect, target, delivery key, reconcile function, retry policy): what runs inside the recorded
+  call is the agent's own tool function (the mapped tool's ``fn`` is not called, so declare it
+  around that same function: ``tool("orders.save", ...)(save_order)``), which reads the
+  call's :class:`~producers.CallInfo` (idempotency key, delivery key, fencing epoch) with
+  :func:`current_call`. An effect tool returns a JSON object with a string ``"external_id"``.
+  ``ModelRetry``, ``ToolFailed``, ``CallDeferred`` and ``ApprovalRequired`` raised by a tool are
+  recorded as data and raised again on replay; an effect tool may not raise them (the effect
+  either happened, with an external id, or the call failed): that fails the call.
+* What the agent gets back is always the recorded JSON form (in the first run too), so a first
+  run and its replay see the same values: a tool returning a Pydantic model hands the model's
+  JSON object to the agent.
+
+Rules of the road (the determinism guard enforces them):
+
+* Tool calls run one at a time, in the order the model asked for them (the run is made in
+  Pydantic AI's ``sequential`` tool execution mode), so each call keeps its position.
+* Anything that feeds a request must be the same on a re-run: instructions and system prompts
+  that read the clock or a random source diverge; read them in the stage with ``ctx.now()`` /
+  ``ctx.random()`` and pass them in ``deps`` or the prompt.
+* Do not run two durable agents concurrently in one stage (their calls would interleave); use
+  one stage each, or run them one after the other.
+* Out of scope: streaming (``run_stream``, ``iter`` with ``node.stream``, an
+  ``event_stream_handler``: the model raises :class:`~schemas.errors.WorkflowDefinitionError`),
+  token counting before a request and message compaction (not recorded), output functions
+  (``output_type=fn`` runs ``fn`` again on a re-run: keep it pure). An agent spans several
+  stages by passing its messages on: return ``dump_messages(result.all_messages())`` from one
+  stage and give ``load_messages(ctx.output_of(...)[...])`` as ``message_history`` in the next.
+* Resume needs the mapped effect tools registered in the :class:`~producers.App`
+  (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
+  reconciled with the registered tool's reconcile function before the stage runs again.
+
+Anything that is not JSON data (arguments, results, settings, tool metadata) raises
+:class:`~schemas.errors.WorkflowDefinitionError` naming it.
+"""
+
+from __future__ import annotations
+
+try:
+    import pydantic_ai as _pydantic_ai  # noqa: F401
+except ImportError as _err:  # pragma: no cover - exercised without the extra installed
+    raise ImportError('producers.pydantic_ai needs Pydantic AI: pip install "runlog[pydantic-ai]"') from _err
+
+import dataclasses
+import json
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Generic
+
+from pydantic import TypeAdapter
+from pydantic_ai import (
+    ApprovalRequired,
+    CallDeferred,
+    DeferredToolResults,
+    ModelMessagesTypeAdapter,
+    ModelRetry,
+    ToolFailed,
+    WrapperToolset,
+)
+from pydantic_ai.agent import AbstractAgent, AgentRunResult
+from pydantic_ai.exceptions import (
+    ModelConnectionError,
+    ModelRateLimitError,
+    ModelServerError,
+    ModelUnavailableError,
+)
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturn, tool_return_content_ta
+from pydantic_ai.models import KnownModelName, Model, ModelRequestParameters, StreamedResponse, infer_model
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.output import OutputDataT
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_ai.usage import UsageLimits
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from producers._keys import canonical_json
+from producers._tools import CallInfo, RetryPolicy, Tool
+from schemas._types import ReplayPolicy
+from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from producers import AsyncStageContext
+
+__all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
+
+_MARK = "$pydantic_ai"
+"""Key of the envelope a recorded tool result uses for what is not a plain JSON return value."""
+_GENERATED_ID = "pyd_ai_"
+"""Prefix of the tool call ids Pydantic AI generates (``pydantic_ai._utils.TOOL_CALL_ID_PREFIX``)."""
+_VOLATILE_MESSAGE_KEYS = ("timestamp", "run_id", "conversation_id")
+_RETRYABLE_MODEL_ERRORS = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError)
+_TOOL_RETURN = TypeAdapter(ToolReturn)
+
+_current: ContextVar[CallInfo | None] = ContextVar("runlog_pydantic_ai_call", default=None)
+
+
+def current_call() -> CallInfo:
+    """The :class:`~producers.CallInfo` of the recorded call an agent tool runs in.
+
+    An effect tool hands ``call.delivery_key`` (or ``call.idempotency_key`` of an ``IDEMPOTENT``
+    tool) to the external system, as a Runlog tool function does with its ``call`` argument.
+
+    Raises:
+        RuntimeError: outside a tool call of :meth:`RunlogAgent.run`.
+    """
+    call = _current.get()
+    if call is None:
+        raise RuntimeError("current_call() is only available inside a tool call of RunlogAgent.run")
+    return call
+
+
+@contextmanager
+def _calling(call: CallInfo) -> Iterator[None]:
+    token = _current.set(call)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+# -- JSON forms ----------------------------------------------------------------------------------
+
+
+def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
+    """Messages as JSON data (``ModelMessagesTypeAdapter``): what a stage returns to pass an
+    agent's conversation on to a later stage."""
+    data: list[Any] = _jsonable(lambda: ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"),
+                                "messages")
+    return data
+
+
+def load_messages(data: Sequence[Any]) -> list[ModelMessage]:
+    """Messages back from :func:`dump_messages`' JSON data (``message_history=`` of a later run)."""
+    return ModelMessagesTypeAdapter.validate_python(list(data))
+
+
+def _jsonable(make: Any, what: str) -> Any:
+    """``make()``, checked to be plain JSON data; anything else is a WorkflowDefinitionError."""
+    try:
+        value = make()
+        canonical_json(value)
+    except (PydanticSerializationError, TypeError, ValueError, WorkflowDefinitionError) as err:
+        raise WorkflowDefinitionError(
+            f"Runlog records {what} as JSON, and this is not JSON data: {err}") from err
+    return value
+
+
+def _stable_messages(messages: Sequence[ModelMessage]) -> list[Any]:
+    """The messages of a request as recorded: without what changes on every run."""
+    data = dump_messages(messages)
+    for message in data:
+        for key in _VOLATILE_MESSAGE_KEYS:
+            message.pop(key, None)
+        for part in message.get("parts") or ():
+            if isinstance(part, dict):
+                part.pop("timestamp", None)
+                tcid = part.get("tool_call_id")
+                if isinstance(tcid, str) and tcid.startswith(_GENERATED_ID):
+                    part["tool_call_id"] = _GENERATED_ID + "*"
+    return data
+
+
+def _request_args(model: Model, messages: Sequence[ModelMessage], settings: ModelSettings | None,
+                  params: ModelRequestParameters) -> dict[str, Any]:
+    return {
+        "model": model.model_name,
+        "system": model.system,
+        "messages": _stable_messages(messages),
+        "model_settings": _jsonable(lambda: to_jsonable_python(settings), "model settings"),
+        "parameters": _jsonable(lambda: to_jsonable_python(params),
+                                "model request parameters (tool definitions, output schema)"),
+    }
+
+
+def _encode_response(response: ModelResponse) -> Any:
+    return _jsonable(lambda: ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
+                     "a model response")
+
+
+def _decode_response(data: Any) -> ModelResponse:
+    [message] = ModelMessagesTypeAdapter.validate_python([data])
+    if not isinstance(message, ModelResponse):
+        raise TerminalToolError(f"a recorded model response is a {type(message).__name__}",
+                                kind="InvalidModelResponse")
+    return message
+
+
+def _is_plain(value: Any) -> bool:
+    try:
+        return bool(json.loads(canonical_json(value)) == value)
+    except (WorkflowDefinitionError, TypeError, ValueError):
+        return False
+
+
+def _encode_result(result: Any, tool: str, *, effect: bool) -> Any:
+    """A tool's return value as recorded: plain JSON as it is, anything else in an envelope."""
+    what = f"the result of tool {tool!r}"
+    if effect:  # the record of the effect: a JSON object with "external_id", checked by the core
+        return _jsonable(lambda: to_jsonable_python(result), what)
+    if isinstance(result, ToolReturn):
+        return {_MARK: "tool_return",
+                "value": _jsonable(lambda: _TOOL_RETURN.dump_python(result, mode="json"), what)}
+    if _is_plain(result) and not (isinstance(result, dict) and _MARK in result):
+        return result
+    return {_MARK: "value", "value": _jsonable(lambda: to_jsonable_python(result), what)}
+
+
+def _encode_signal(err: Exception) -> dict[str, Any]:
+    """A control-flow exception of a tool as recorded data (raised again by ``_decode_result``)."""
+    if isinstance(err, ModelRetry):
+        return {_MARK: "model_retry", "message": err.message}
+    if isinstance(err, ToolFailed):
+        return {_MARK: "tool_failed", "message": err.message}
+    if isinstance(err, ApprovalRequired):
+        return {_MARK: "approval_required", "metadata": _jsonable(lambda: to_jsonable_python(err.metadata),
+                                                                  "ApprovalRequired metadata")}
+    assert isinstance(err, CallDeferred)
+    return {_MARK: "call_deferred", "kind": err.kind,
+            "metadata": _jsonable(lambda: to_jsonable_python(err.metadata), "CallDeferred metadata")}
+
+
+def _decode_result(data: Any) -> Any:
+    if not (isinstance(data, dict) and isinstance(data.get(_MARK), str)):
+        return data  # a plain return value, or an effect's record (as executed or reconciled)
+    kind = data[_MARK]
+    if kind == "value":  # multimodal content (BinaryContent, ImageUrl, ...) comes back as itself
+        return tool_return_content_ta.validate_python(data["value"])
+    if kind == "tool_return":
+        return _TOOL_RETURN.validate_python(data["value"])
+    if kind == "model_retry":
+        raise ModelRetry(data["message"])
+    if kind == "tool_failed":
+        raise ToolFailed(data["message"])
+    if kind == "approval_required":
+        raise ApprovalRequired(metadata=data.get("metadata"))
+    if kind == "call_deferred":
+        raise CallDeferred(metadata=data.get("metadata"), kind=data.get("kind", "external"))
+    raise TerminalToolError(f"a recorded tool result has an unknown kind {kind!r}", kind="InvalidToolResult")
+
+
+# -- the model and the toolsets -------------------------------------------------------------------
+
+
+class _RunlogModel(WrapperModel):
+    """The agent's model for one durable run: each ``request`` is a recorded Runlog call."""
+
+    def __init__(self, wrapped: Model, durable: RunlogAgent[Any, Any], stage: AsyncStageContext) -> None:
+        super().__init__(wrapped)
+        self._durable = durable
+        self._stage = stage
+
+    async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
+                      model_request_parameters: ModelRequestParameters) -> ModelResponse:
+        args = _request_args(self.wrapped, messages, model_settings, model_request_parameters)
+        wrapped = self.wrapped
+
+        async def fn(call: CallInfo, **_: Any) -> Any:
+            with _calling(call):
+                try:
+                    response = await wrapped.request(messages, model_settings, model_request_parameters)
+                except _RETRYABLE_MODEL_ERRORS as err:  # the tool's RetryPolicy may call it again
+                    raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
+            return _encode_response(response)
+
+        recorded = await self._stage.call(dataclasses.replace(self._durable.model_tool, fn=fn), **args)
+        return _decode_response(recorded)
+
+    @asynccontextmanager
+    async def request_stream(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
+                             model_request_parameters: ModelRequestParameters,
+                             run_context: RunContext[Any] | None = None) -> AsyncGenerator[StreamedResponse]:
+        raise WorkflowDefinitionError(
+            f"agent {self._durable.name!r}: streaming (run_stream, iter with node.stream, an "
+            "event_stream_handler) is not supported by RunlogAgent; use RunlogAgent.run, whose "
+            "model requests are recorded whole")
+        yield  # pragma: no cover - makes this an async generator
+
+
+@dataclasses.dataclass
+class _RunlogToolset(WrapperToolset[AgentDepsT]):
+    """One of the agent's toolsets for one durable run: each ``call_tool`` is a recorded call."""
+
+    durable: RunlogAgent[Any, Any] = dataclasses.field(kw_only=True)
+    stage: AsyncStageContext = dataclasses.field(kw_only=True)
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
+                        tool: ToolsetTool[AgentDepsT]) -> Any:
+        spec = self.durable.tool_for(name)
+        args = _jsonable(lambda: to_jsonable_python(tool_args), f"the arguments of tool {name!r}")
+        wrapped = self.wrapped
+
+        async def fn(call: CallInfo, **_: Any) -> Any:
+            with _calling(call):
+                try:
+                    result = await wrapped.call_tool(name, tool_args, ctx, tool)
+                except (ModelRetry, ToolFailed, CallDeferred, ApprovalRequired) as signal:
+                    if spec.effect:
+                        raise TerminalToolError(
+                            f"effect tool {spec.name!r} (agent tool {name!r}) raised "
+                            f"{type(signal).__name__}: an effect tool either does its effect and returns "
+                            "{'external_id': ...} or fails; check the model's arguments in the tool's "
+                            "args_validator, which runs before the recorded call",
+                            kind=type(signal).__name__) from signal
+                    return _encode_signal(signal)
+            return _encode_result(result, name, effect=spec.effect)
+
+        recorded = await self.stage.call(dataclasses.replace(spec, fn=fn), **args)
+        return _decode_result(recorded)
+
+
+# -- the durable agent -----------------------------------------------------------------------------
+
+
+class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
+    """A Pydantic AI agent whose runs inside async Runlog stages are recorded call by call.
+
+    Args:
+        agent: the agent (its toolsets, instructions, output type and settings are used as they are).
+        name: names the Runlog tools of this agent (default: ``agent.name``; required, without '/').
+        model: the model to use (default: the agent's model): a ``Model`` or a model name.
+        model_policy: replay policy of the model requests, ``SAFE`` (default) or ``IDEMPOTENT``
+            (the call then carries an idempotency key, :func:`current_call` inside the request).
+        model_retry: retry policy of a model request, applied to rate-limit, unavailable, server
+            and connection errors of the model (others fail the call at once).
+        tools: agent tool name -> the Runlog :class:`~producers.Tool` its calls are recorded as
+            (replay policy, effect, target, delivery key, reconcile function, retry policy).
+        tools_policy: replay policy of every other agent tool, ``SAFE`` (default) or ``IDEMPOTENT``.
+
+    Raises:
+        WorkflowDefinitionError: no name, a name with '/', or a policy that needs a declaration.
+    """
+
+    def __init__(self, agent: AbstractAgent[AgentDepsT, OutputDataT], *, name: str | None = None,
+                 model: Model | KnownModelName | str | None = None,
+                 model_policy: ReplayPolicy = ReplayPolicy.SAFE, model_retry: RetryPolicy | None = None,
+                 tools: Mapping[str, Tool] | None = None,
+                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE) -> None:
+        self.agent = agent
+        self.name = name or agent.name or ""
+        if not self.name or "/" in self.name:
+            raise WorkflowDefinitionError(
+                "RunlogAgent needs a name without '/' (RunlogAgent(agent, name=...) or Agent(name=...)): "
+                "it names the agent's recorded calls, which a resume must find again")
+        for what, policy in (("model_policy", model_policy), ("tools_policy", tools_policy)):
+            if policy not in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
+                raise WorkflowDefinitionError(
+                    f"RunlogAgent {self.name!r}: {what} must be SAFE or IDEMPOTENT, not {policy.value}; "
+                    "map an effect tool to a declared Runlog Tool with tools={name: tool(...)}")
+        self._model = model
+        self.tools_policy = tools_policy
+        self._mapped: dict[str, Tool] = dict(tools or {})
+        for agent_tool, t in self._mapped.items():
+            if not isinstance(t, Tool):
+                raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: tools[{agent_tool!r}] must be a "
+                                              f"Runlog Tool, got {type(t).__name__}")
+        self._auto: dict[str, Tool] = {}
+        self.model_tool = Tool(f"pydantic_ai.model.{self.name}", _unbound, model_policy,
+                               retry=model_retry or RetryPolicy())
+        """The Runlog tool the model requests are recorded as."""
+
+    def tool_for(self, agent_tool: str) -> Tool:
+        """The Runlog tool calls of the agent tool named ``agent_tool`` are recorded as."""
+        if agent_tool in self._mapped:
+            return self._mapped[agent_tool]
+        t = self._auto.get(agent_tool)
+        if t is None:
+            t = self._auto[agent_tool] = Tool(f"pydantic_ai.tool.{self.name}.{agent_tool}", _unbound,
+                                              self.tools_policy)
+        return t
+
+    def tools(self) -> list[Tool]:
+        """The Runlog tools declared for this agent (the model's and the mapped ones), for
+        ``App.of(..., tools=...)``: resume reconciles ``RECONCILE_FIRST`` intents with them."""
+        return [self.model_tool, *self._mapped.values()]
+
+    def _wrapped_model(self) -> Model:
+        model = self._model if self._model is not None else self.agent.model
+        if model is None:
+            raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: the agent has no model; pass "
+                                          "RunlogAgent(agent, model=...)")
+        return infer_model(model)
+
+    async def run(self, ctx: AsyncStageContext, user_prompt: str | Sequence[Any] | None = None, *,
+                  output_type: Any = None, message_history: Sequence[ModelMessage] | None = None,
+                  deferred_tool_results: DeferredToolResults | None = None, deps: Any = None,
+                  model_settings: ModelSettings | None = None, usage_limits: UsageLimits | None = None,
+                  instructions: Any = None, metadata: Any = None,
+                  toolsets: Sequence[AbstractToolset[AgentDepsT]] | None = None) -> AgentRunResult[Any]:
+        """Run the agent to its output inside an async stage; every model request and tool call
+        is a recorded call of ``ctx`` (see the module docstring). The arguments are those of
+        ``Agent.run``; ``toolsets`` are added to the agent's and recorded the same way."""
+        model = _RunlogModel(self._wrapped_model(), self, ctx)
+        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx)
+                   for ts in [*self.agent.toolsets, *(toolsets or ())]]
+        kwargs: dict[str, Any] = {"infer_name": False}
+        for key, value in (("output_type", output_type), ("message_history", message_history),
+                           ("deferred_tool_results", deferred_tool_results), ("deps", deps),
+                           ("model_settings", model_settings), ("usage_limits", usage_limits),
+                           ("instructions", instructions), ("metadata", metadata)):
+            if value is not None:
+                kwargs[key] = value
+        with self.agent.override(model=model, toolsets=wrapped, tools=[]), \
+                self.agent.parallel_tool_call_execution_mode("sequential"):
+            result: AgentRunResult[Any] = await self.agent.run(user_prompt, **kwargs)
+        return result
+
+
+async def _unbound(call: CallInfo, **_: Any) -> Any:
+    """The declared tools' function: each recorded call runs with the live request bound instead."""
+    raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
+                            kind="NotCallable")
+

@@ -1,0 +1,156 @@
+"""AsyncRedisLeaseManager against real Redis: the heartbeat is one task on the event loop, a
+takeover is seen by ``averify`` at once, and no sync round trip hides in the async face."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+import redis
+import redis.asyncio
+
+from producers._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from schemas import Settings
+from schemas.errors import LeaseLost
+from tests.unit.producers.faces import OnLoop
+
+pytestmark = pytest.mark.integration
+
+HEARTBEAT = "runlog-lease-heartbeat"
+TTL_MS = 600
+
+
+def _heartbeat_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == HEARTBEAT}
+
+
+def _heartbeat_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name() == HEARTBEAT and not t.done()]
+
+
+def _ttls(settings: Settings, n: float) -> float:
+    """``n`` lease ttls, in seconds."""
+    return settings.lease_ttl_ms / 1000 * n
+
+
+@pytest.fixture
+def short(settings: Settings) -> Settings:
+    return replace(settings, lease_ttl_ms=TTL_MS)
+
+
+def test_the_heartbeat_runs_on_the_loop_and_stops_with_aclose(
+        short: Settings, redis_client: redis.Redis) -> None:
+    before = _heartbeat_threads()
+    loop = OnLoop(short.redis_url)
+    m = loop.closing(AsyncRedisLeaseManager(redis_client, loop.aclient, short, holder="a"))
+
+    async def case() -> None:
+        a = await m.aacquire("run-a")
+        b = await m.aacquire("run-b")
+        assert len(_heartbeat_tasks()) == 1  # one task for all the leases
+        t0 = time.monotonic()
+        await asyncio.sleep(_ttls(short, 4))  # the loop idles: only the task runs
+        assert time.monotonic() - t0 >= _ttls(short, 4)
+        for lease in (a, b):
+            lease.check()  # heartbeaten within ttl - margin
+            assert redis_client.get(lease.key) == lease.token.encode()
+            assert 0 < redis_client.pttl(lease.key) <= short.lease_ttl_ms
+            await lease.averify()
+        assert _heartbeat_threads() <= before  # no heartbeat thread of this manager
+        await b.arelease()
+        assert redis_client.get(b.key) is None
+        await asyncio.sleep(_ttls(short, 2))  # a alone is still heartbeaten
+        a.check()
+
+        await m.aclose()
+        assert _heartbeat_tasks() == []
+        await asyncio.sleep(_ttls(short, 1) + 0.3)
+        assert redis_client.get(a.key) is None  # no heartbeat: it ran out in Redis
+        with pytest.raises(LeaseLost):
+            a.check()  # and the holder knows it locally
+        with pytest.raises(LeaseLost):
+            await a.averify()
+
+    loop.run(case)
+    assert _heartbeat_threads() <= before
+
+
+def test_a_takeover_makes_averify_raise_lease_lost_at_once(
+        settings: Settings, redis_client: redis.Redis) -> None:
+    run_id = f"run-{uuid.uuid4().hex}"
+    loop = OnLoop(settings.redis_url)
+    a = loop.closing(AsyncRedisLeaseManager(redis_client, loop.aclient, settings, holder="a"))
+    b = loop.closing(AsyncRedisLeaseManager(redis_client, loop.aclient, settings, holder="b"))
+    thief = loop.closing(RedisLeaseManager(redis_client, settings, holder="thief"))  # a sync writer
+
+    async def case() -> None:
+        lease = await a.aacquire(run_id)
+        await lease.averify()
+        taken = await b.aacquire(run_id, force=True)  # no heartbeat of a's ran since
+        assert taken.epoch == 2
+        with pytest.raises(LeaseLost) as info:
+            await lease.averify()
+        assert (info.value.run_id, info.value.epoch) == (run_id, 1)
+        with pytest.raises(LeaseLost):
+            lease.check()
+        await lease.arelease()  # leaves b's lease alone
+        assert redis_client.get(taken.key) == b"b|2"
+
+        stolen = thief.acquire(run_id, force=True)
+        with pytest.raises(LeaseLost):
+            await taken.averify()
+        stolen.release()
+
+    loop.run(case)
+
+
+def test_the_heartbeat_task_marks_a_taken_over_lease_lost(short: Settings, redis_client: redis.Redis) -> None:
+    loop = OnLoop(short.redis_url)
+    m = loop.closing(AsyncRedisLeaseManager(redis_client, loop.aclient, short, holder="a"))
+    thief = loop.closing(RedisLeaseManager(redis_client, short, holder="thief"))
+
+    async def case() -> None:
+        lease = await m.aacquire("run-x")
+        thief.acquire("run-x", force=True)
+        await asyncio.sleep(_ttls(short, 1))  # three heartbeat periods, no call of ours
+        assert lease.lost
+
+    loop.run(case)
+
+
+def test_the_async_face_makes_no_sync_round_trip(short: Settings, redis_client: redis.Redis) -> None:
+    """With a sync client that cannot connect, aacquire, averify, arelease and the heartbeat still work."""
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    loop = OnLoop(short.redis_url)
+    m = loop.closing(AsyncRedisLeaseManager(dead, loop.aclient, short, holder="a"))
+
+    async def case() -> None:
+        lease = await m.aacquire("run-a", min_epoch=5)
+        assert lease.epoch == 5
+        await asyncio.sleep(_ttls(short, 2))
+        lease.check()
+        await lease.averify()
+        await lease.arelease()
+        assert redis_client.get(lease.key) is None
+
+    loop.run(case)
+
+
+def test_the_sync_face_of_the_async_manager_heartbeats_from_a_thread(
+        short: Settings, redis_client: redis.Redis) -> None:
+    aclient = redis.asyncio.Redis.from_url(short.redis_url)  # never used: nothing to close
+    m = AsyncRedisLeaseManager(redis_client, aclient, short, holder="a")
+    before = _heartbeat_threads()
+    try:
+        lease = m.acquire("run-a")
+        assert len(_heartbeat_threads() - before) == 1
+        time.sleep(_ttls(short, 3))
+        lease.verify()
+        lease.release()
+    finally:
+        m.close()
+    assert _heartbeat_threads() <= before

@@ -1,0 +1,276 @@
+"""The asyncio form: ``async def`` stages and tools, the AsyncRunner, and both forms producing the
+same log for the same workflow (one protocol implementation), on the in-memory adapters.
+
+No pytest-asyncio: each test runs its coroutine with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from producers import (
+    AsyncRunner,
+    AsyncStageContext,
+    CallInfo,
+    Diverged,
+    Runner,
+    StageContext,
+    Workflow,
+    rule,
+    tool,
+)
+from producers._context import RecordedCall
+from producers._inputs import DictInputSource
+from producers._ledger import InMemoryEffectLedger
+from producers._memory import (
+    InMemoryArtifactStore,
+    InMemoryEventLog,
+    InMemoryLeaseManager,
+    InMemoryLeaseTable,
+)
+from projections import RunStatus
+from projections.fold import fold_all
+from schemas import EventType, ReplayPolicy, RunEvent
+
+T = EventType
+SOURCE = DictInputSource({"facts": {"v1": {"claims": ["a", "b"]}}})
+
+
+class World:
+    """In-memory adapters shared by a sync and an async runner, and what the tools really did."""
+
+    def __init__(self) -> None:
+        self.log = InMemoryEventLog(writer_id="w-test")
+        self.table = InMemoryLeaseTable()
+        self.store = InMemoryArtifactStore()
+        self.ledger = InMemoryEffectLedger()
+        self.calls: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        kw: dict[str, Any] = {"source": SOURCE, "ledger": self.ledger, "run_log": self.log}
+        self.sync = Runner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store, **kw)
+        self.aio = AsyncRunner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store, **kw)
+
+        @tool("search", policy=ReplayPolicy.SAFE)
+        async def search(call: CallInfo, q: str) -> dict[str, Any]:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(0.01)
+            finally:
+                self.in_flight -= 1
+            self.calls.append(f"search:{q}")
+            return {"hits": [q.upper(), f"{q}-2"]}
+
+        @tool("score", policy=ReplayPolicy.SAFE)
+        def score(call: CallInfo, text: str) -> dict[str, Any]:  # a def tool in an async stage
+            self.calls.append(f"score:{text}")
+            return {"score": len(text)}
+
+        @tool("upload", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="cdn:assets",
+              delivery=lambda a, c: ("acct", "cdn", a["name"], "1"))
+        async def upload(call: CallInfo, name: str) -> dict[str, Any]:
+            self.calls.append(f"upload:{name}")
+            assert call.idempotency_key
+            return {"external_id": f"asset-{name}"}
+
+        self.search, self.score, self.upload = search, score, upload
+
+    def workflow(self) -> Workflow:
+        wf = Workflow("article", "1")
+        search, score, upload = self.search, self.score, self.upload
+
+        @wf.stage("research", inputs=["facts"], rules=[rule("two hits", lambda o: len(o["hits"]) == 2)])
+        async def research(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            assert inputs["facts"] == {"claims": ["a", "b"]}
+            first = ctx.submit(search, q=ctx.params["topic"])  # index 0, taken now
+            a, b = await ctx.parallel((search, {"q": "x"}), (score, {"text": "abc"}))  # 1, 2
+            return {"hits": (await first)["hits"], "x": a["hits"][0], "score": b["score"]}
+
+        @wf.stage("publish")
+        async def publish(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            hits = ctx.output_of("research")["hits"]
+            asset = await ctx.call(upload, name=hits[0])
+            return {"asset": asset["external_id"], "at": await ctx.now()}
+
+        return wf
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        return self.log.events(run_id)
+
+    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
+        out: dict[str, RecordedCall] = {}
+        for e in self.events(run_id):
+            if e.type is T.TOOL_CALLED and e.call_id:
+                out[e.call_id] = RecordedCall(e.call_id, e.tool, e.request_hash)
+            elif e.type is T.TOOL_RESULT and e.call_id and e.call_id in out:
+                r = out[e.call_id]
+                out[e.call_id] = RecordedCall(r.call_id, r.tool, r.request_hash, e.payload_ref)
+        return out
+
+
+def arun(coro_fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    return asyncio.run(coro_fn())
+
+
+def _shape(events: list[RunEvent]) -> list[tuple[EventType, str | None, str | None]]:
+    return [(e.type, e.stage, e.call_id) for e in events]
+
+
+def test_an_async_workflow_completes_on_the_async_runner() -> None:
+    w = World()
+    res = arun(lambda: w.aio.run(w.workflow(), {"topic": "kafka"}))
+    assert res.completed
+    assert res.outputs["research"] == {"hits": ["KAFKA", "kafka-2"], "x": "X", "score": 3}
+    assert res.outputs["publish"]["asset"] == "asset-KAFKA"
+    evs = w.events(res.run_id)
+    state = fold_all(evs)
+    assert state is not None and state.status is RunStatus.COMPLETED and state.rejected_total == 0
+    called = [e.call_id for e in evs if e.type is T.TOOL_CALLED]
+    # indexes in submission order, whatever order the calls finished in
+    assert called == ["research/search/0", "research/search/1", "research/score/2", "publish/upload/0",
+                      "publish/runlog.now/1"]
+    assert T.EFFECT_INTENT in [e.type for e in evs] and w.table.held == {}
+    assert w.max_in_flight == 2  # the two searches really ran at once
+
+
+def test_both_runners_write_the_same_log_for_the_same_async_workflow() -> None:
+    w = World()
+    a = arun(lambda: w.aio.run(w.workflow(), {"topic": "kafka"}))
+    w.ledger = InMemoryEffectLedger()  # a fresh ledger: the second run must call, not reuse
+    w.sync.ledger = w.ledger
+    b = w.sync.run(w.workflow(), {"topic": "kafka"})  # async stages on a private loop
+    assert b.completed
+    assert _shape(w.events(a.run_id)) == _shape(w.events(b.run_id))
+    hashes = [(e.request_hash, e.delivery_key) for e in w.events(a.run_id)]
+    assert hashes == [(e.request_hash, e.delivery_key) for e in w.events(b.run_id)]
+
+
+def test_a_def_stage_runs_on_a_worker_thread_under_the_async_runner() -> None:
+    w = World()
+    wf = Workflow("plain", "1")
+    threads: list[str] = []
+
+    @wf.stage("only")
+    def only(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        threads.append(threading.current_thread().name)
+        hits = ctx.call(w.search, q="t")["hits"]  # an async tool from a def stage: run on the loop
+        fut = ctx.submit(w.score, text="four")
+        return {"hits": hits, "score": fut.result()["score"], "r": ctx.random()}
+
+    async def main() -> Any:
+        return await w.aio.run(wf, {})
+
+    res = arun(main)
+    assert res.completed and res.outputs["only"]["hits"] == ["T", "t-2"]
+    assert threads and threads[0] != threading.main_thread().name
+    assert [e.call_id for e in w.events(res.run_id) if e.type is T.TOOL_CALLED] == [
+        "only/search/0", "only/score/1", "only/runlog.random/2"]
+
+
+def test_an_async_resume_reuses_recorded_calls_and_calls_nothing() -> None:
+    w = World()
+    wf = w.workflow()
+    first = arun(lambda: w.aio.run(wf, {"topic": "kafka"}))
+    calls = list(w.calls)
+    n = len(w.events(first.run_id))
+
+    async def again() -> Any:
+        state = fold_all(w.events(first.run_id))
+        assert state is not None
+        s = await w.aio.take_over(first.run_id, last_seq=state.last_seq, workflow=wf,
+                                  input_versions=dict(state.input_versions), params={"topic": "kafka"},
+                                  last_epoch=state.epoch, last_hash=state.last_hash)
+        return await w.aio.execute(s, from_stage="research", recorded_calls=w.recorded(first.run_id))
+
+    res = arun(again)
+    assert res.completed and res.epoch == 2 and res.outputs == first.outputs
+    assert w.calls == calls  # nothing called again, not even the clock
+    assert [e.type for e in w.events(first.run_id)[n:]] == [
+        T.LEASE_ACQUIRED, T.STAGE_STARTED, T.VERIFIED, T.STAGE_STARTED, T.VERIFIED, T.RUN_COMPLETED]
+
+
+def test_an_async_stage_that_changes_its_request_diverges() -> None:
+    w = World()
+    wf = w.workflow()
+    first = arun(lambda: w.aio.run(wf, {"topic": "kafka"}))
+
+    async def again() -> Any:
+        state = fold_all(w.events(first.run_id))
+        assert state is not None
+        s = await w.aio.take_over(first.run_id, last_seq=state.last_seq, workflow=wf,
+                                  input_versions=dict(state.input_versions), params={"topic": "redis"},
+                                  last_epoch=state.epoch, last_hash=state.last_hash)
+        return await w.aio.execute(s, from_stage="research", recorded_calls=w.recorded(first.run_id))
+
+    with pytest.raises(Diverged):
+        arun(again)
+    assert [e.type for e in w.events(first.run_id)][-2:] == [T.CALL_DIVERGED, T.RUN_BLOCKED]
+    assert "search:redis" not in w.calls
+    assert w.table.held == {}
+
+
+def test_an_effect_done_in_another_run_is_reused_through_the_async_ledger() -> None:
+    w = World()
+    wf = w.workflow()
+    a = arun(lambda: w.aio.run(wf, {"topic": "kafka"}))
+    b = arun(lambda: w.aio.run(wf, {"topic": "kafka"}))
+    assert a.outputs["publish"]["asset"] == b.outputs["publish"]["asset"] == "asset-KAFKA"
+    assert w.calls.count("upload:KAFKA") == 1  # the second run read the ledger, did not upload
+    rec = [e for e in w.events(b.run_id) if e.type is T.EFFECT_RECONCILED]
+    assert rec and rec[0].attributes["source"] == "ledger" and rec[0].attributes["from_run"] == a.run_id
+
+
+def test_an_async_wait_lets_the_run_go() -> None:
+    w = World()
+    wf = Workflow("approve", "1")
+
+    @wf.stage("ask")
+    async def ask(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": await ctx.wait_for("approval", timeout=60)}
+
+    res = arun(lambda: w.aio.run(wf, {}))
+    assert not res.completed and res.waiting == "approval"
+    assert [e.type for e in w.events(res.run_id)][-2:] == [T.TOOL_CALLED, T.RUN_WAITING]
+    assert w.table.held == {}
+
+
+def test_a_failing_async_tool_fails_the_stage_after_the_other_calls_finished() -> None:
+    w = World()
+    wf = Workflow("boom", "1")
+
+    @tool("bad")
+    async def bad(call: CallInfo) -> Any:
+        raise ValueError("no")
+
+    @wf.stage("s")
+    async def s(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        await ctx.parallel((bad, {}), (w.search, {"q": "late"}))
+        return {}
+
+    with pytest.raises(ValueError, match="no"):
+        arun(lambda: w.aio.run(wf, {}))
+    run_id = w.log.run_ids()[0]
+    types = [e.type for e in w.events(run_id)]
+    assert types.count(T.FAILED) == 1 and T.VERIFIED not in types and T.RUN_COMPLETED not in types
+    state = fold_all(w.events(run_id))
+    assert state is not None and state.status is RunStatus.FAILED
+    assert "search:late" in w.calls  # the sibling call finished and was recorded before the stage ended
+    assert w.table.held == {}
+
+
+def test_many_async_runs_share_one_loop() -> None:
+    w = World()
+    wf = w.workflow()
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(w.aio.run(wf, {"topic": f"t{i}"}) for i in range(200)))
+
+    results = arun(main)
+    assert all(r.completed for r in results) and len({r.run_id for r in results}) == 200
+    assert w.max_in_flight > 100  # the runs' tool calls overlapped on the one loop
