@@ -71,6 +71,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--crash-at", default=None,
                    help="the crash point, e.g. before:EFFECT_RESULT:visual/upload/5 (default: while "
                    "uploading the cover), inside:STAGE:draft, after:EFFECT_INTENT:publish/publish/0")
+    p.add_argument("--sdk", choices=["sync", "async"], default="sync",
+                   help="the workers run the Runner (sync, default) or the AsyncRunner on an asyncio loop")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_demo)
 
@@ -331,7 +333,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     t0 = time.monotonic()
-    result = run_demo(settings, crash_at=args.crash_at or DEFAULT_CRASH_AT, quiet=args.json)
+    result = run_demo(settings, crash_at=args.crash_at or DEFAULT_CRASH_AT, quiet=args.json, sdk=args.sdk)
     result["seconds"] = round(time.monotonic() - t0, 2)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "timeline"}))

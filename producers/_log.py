@@ -55,6 +55,10 @@ class EventLog(abc.ABC):
             DeliveryError: the request was not stored.
         """
 
+    async def arequest_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
+        """:meth:`request_resume` off the loop (a rare path: a keyed start interrupted by a crash)."""
+        await asyncio.to_thread(self.request_resume, run_id, reason, timeout)
+
     async def asend_now(self, done: asyncio.Future[None], timeout: float) -> bool:
         """:meth:`send_now` for an awaiting append: push what is queued out until ``done`` (a future
         the delivery report completes on the caller's loop) is done; whether it was within ``timeout``."""

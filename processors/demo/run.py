@@ -63,9 +63,11 @@ def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) 
 
 def spawn_worker(settings: Settings, world_url: str, crash_at: str | None = None, *,
                  workflow: str = "content", params: str = '{"seed": 7}',
-                 inputs: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start a demo worker process (one run of ``workflow``); it prints ``run_id=...`` first."""
-    cmd = [sys.executable, "-m", "processors.demo.worker", "--workflow", workflow, "--params", params]
+                 inputs: Mapping[str, str] | None = None, sdk: str = "sync") -> subprocess.Popen[str]:
+    """Start a demo worker process (one run of ``workflow``); it prints ``run_id=...`` first.
+    ``sdk="async"``: the worker runs the AsyncRunner on an asyncio loop."""
+    cmd = [sys.executable, "-m", "processors.demo.worker", "--sdk", sdk, "--workflow", workflow,
+           "--params", params]
     for k, v in (inputs or {}).items():
         cmd += ["--input", f"{k}={v}"]
     return subprocess.Popen(cmd, env=worker_env(settings, world_url, crash_at), stdout=subprocess.PIPE,
@@ -116,8 +118,9 @@ def _final_hashes(settings: Settings, run_id: str) -> tuple[dict[str, str], list
 
 
 def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: Path | None = None,
-             quiet: bool = False, params: str = '{"seed": 7}') -> dict[str, Any]:
-    """Run the reference and the crashed run, resume the crashed one, and compare them."""
+             quiet: bool = False, params: str = '{"seed": 7}', sdk: str = "sync") -> dict[str, Any]:
+    """Run the reference and the crashed run, resume the crashed one, and compare them.
+    ``sdk``: the workers run the ``Runner`` (``sync``) or the ``AsyncRunner`` (``async``)."""
     if settings.lease_ttl_ms > 10_000:
         settings = settings.with_(lease_ttl_ms=3000)  # a dead worker's lease expires fast in the demo
     tag = uuid.uuid4().hex[:8]
@@ -132,8 +135,8 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
     try:
         _say(quiet, f"demo: worlds in {base} (reference {urls['reference']}, crashed {urls['crashed']})")
         # both workers at once: they share nothing but the broker and Redis
-        ref_proc = spawn_worker(settings, urls["reference"], None, params=params)
-        crash_proc = spawn_worker(settings, urls["crashed"], crash_at, params=params)
+        ref_proc = spawn_worker(settings, urls["reference"], None, params=params, sdk=sdk)
+        crash_proc = spawn_worker(settings, urls["crashed"], crash_at, params=params, sdk=sdk)
         try:
             ref_id, rc = wait_worker(ref_proc, base / "worker-reference.log")
             crash_id, crash_rc = wait_worker(crash_proc, base / "worker-crashed.log")
@@ -179,6 +182,7 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
         "run_id": crash_id,
         "completed": state.status.value == "COMPLETED",
         "crashed_at": crash_at,
+        "sdk": sdk,
         "resume": outcome.result,
         "resume_seconds": round(resume_s, 3),
         "checkpoint_resumed_from": outcome.plan.checkpoint.checkpoint_id if outcome.plan.checkpoint else None,

@@ -15,9 +15,11 @@ pytestmark = pytest.mark.integration
 STAGES = {"research", "verify", "draft", "visual", "prefill", "publish"}
 
 
+@pytest.mark.parametrize("sdk", ["sync", "async"])
 def test_demo_crashed_at_the_cover_upload_finishes_like_an_uncrashed_run(topics: Settings,
-                                                                         tmp_path: Path) -> None:
-    r = run_demo(topics, quiet=True, workdir=tmp_path / "demo")
+                                                                         tmp_path: Path, sdk: str) -> None:
+    r = run_demo(topics, quiet=True, workdir=tmp_path / "demo", sdk=sdk)
+    assert r["sdk"] == sdk
 
     assert r["crashed_at"] == DEFAULT_CRASH_AT == "before:EFFECT_RESULT:visual/upload/5"
     assert r["resume"] == "completed"

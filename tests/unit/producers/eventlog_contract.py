@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from producers._inputs import DictInputSource, PinnedInputs
 from producers._log import EventLog
 from producers._memory import InMemoryLeaseManager
-from producers._session import RunSession
+from producers._session import AppendResult, RunSession
 from producers._workflow import Workflow
 from schemas import EventType, RunEvent
 from schemas._types import now_ms
@@ -105,6 +106,30 @@ class EventLogContract:
         assert (got[0][0], got[0][1]) == (first.partition, first.offset)
         assert (got[-1][0], got[-1][1]) == (last.partition, last.offset)
         assert got[1][2].prev_hash is not None and got[0][2].prev_hash is None  # the hash chain
+
+    def test_awaited_appends_are_acknowledged_on_the_loop_in_seq_order(self) -> None:
+        wf = Workflow("w", "1")
+        wf.stage("s")(lambda ctx, inputs: {})
+        leases = InMemoryLeaseManager()
+        run = f"run-{uuid.uuid4().hex}"
+
+        async def main() -> tuple[AppendResult, AppendResult]:
+            s = RunSession(self.log, leases.acquire(run), run_id=run, next_seq=1, workflow=wf,
+                           inputs=PinnedInputs(DictInputSource({}), {}), params={})
+            first = await s.aappend(EventType.RUN_STARTED, confirm=True, workflow=wf.spec(),
+                                    input_versions={})
+            for i in range(20):  # unconfirmed appends: acknowledged by the awaited flush
+                await s.aappend(EventType.STAGE_STARTED, stage=f"s{i}")
+            last = await s.aappend(EventType.RUN_COMPLETED, confirm=True)
+            await s.aclose()
+            await self.log.arequest_resume(run, "contract test (awaited)")
+            return first, last
+
+        first, last = asyncio.run(main())
+        assert first.partition >= 0 and first.offset >= 0 and last.offset > first.offset
+        got = self.read(run, first.partition)
+        assert [e.seq for _, _, e in got] == list(range(1, 23))
+        assert (got[-1][0], got[-1][1]) == (last.partition, last.offset)
 
     def test_a_resume_request_is_acknowledged(self) -> None:
         self.log.request_resume(f"run-{uuid.uuid4().hex}", "contract test")
