@@ -205,6 +205,9 @@ class _ContextCore:
         self._next_index = 0
         self._artifacts: dict[str, ArtifactRef] = {}
         self.failure: BaseException | None = None
+        self._futures: list[Future[Any]] = []  # ctx.submit of a def stage (thread pool)
+        self._pool: ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task[Any]] = []  # ctx.submit of an async def stage
 
     def _default_mode(self) -> Mode:
         return SYNC
@@ -513,17 +516,6 @@ _WAIT_DOC = """Wait for a person or another system: returns the data of the sign
 class StageContext(_ContextCore):
     """What a ``def`` stage function gets as ``ctx``; safe to use from several threads."""
 
-    def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
-                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
-                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
-                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
-                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
-        super().__init__(session, stage, store, outputs, recorded_calls=recorded_calls,
-                         reconciled=reconciled, max_parallel=max_parallel, ledger=ledger,
-                         deadlines=deadlines, mode=mode, tracer=tracer, span=span)
-        self._futures: list[Future[Any]] = []
-        self._pool: ThreadPoolExecutor | None = None
-
     def _run(self, steps: Steps[T]) -> T:
         return drive(steps, self._mode)
 
@@ -588,16 +580,6 @@ class AsyncStageContext(_ContextCore):
     its call index taken at submission) or ``await ctx.parallel((tool, args), ...)``; a ``def``
     tool runs on an executor, an ``async def`` tool on the loop.
     """
-
-    def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
-                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
-                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
-                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
-                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
-        super().__init__(session, stage, store, outputs, recorded_calls=recorded_calls,
-                         reconciled=reconciled, max_parallel=max_parallel, ledger=ledger,
-                         deadlines=deadlines, mode=mode, tracer=tracer, span=span)
-        self._tasks: list[asyncio.Task[Any]] = []
 
     def _default_mode(self) -> Mode:
         return INLINE

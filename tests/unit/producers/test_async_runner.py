@@ -36,6 +36,7 @@ from producers._memory import (
 from projections import RunStatus
 from projections.fold import fold_all
 from schemas import EventType, ReplayPolicy, RunEvent
+from tests.unit.producers._replay import again_async, recorded_calls
 
 T = EventType
 SOURCE = DictInputSource({"facts": {"v1": {"claims": ["a", "b"]}}})
@@ -104,14 +105,7 @@ class World:
         return self.log.events(run_id)
 
     def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        out: dict[str, RecordedCall] = {}
-        for e in self.events(run_id):
-            if e.type is T.TOOL_CALLED and e.call_id:
-                out[e.call_id] = RecordedCall(e.call_id, e.tool, e.request_hash)
-            elif e.type is T.TOOL_RESULT and e.call_id and e.call_id in out:
-                r = out[e.call_id]
-                out[e.call_id] = RecordedCall(r.call_id, r.tool, r.request_hash, e.payload_ref)
-        return out
+        return recorded_calls(self.events(run_id))
 
 
 def arun(coro_fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
@@ -180,15 +174,8 @@ def test_an_async_resume_reuses_recorded_calls_and_calls_nothing() -> None:
     calls = list(w.calls)
     n = len(w.events(first.run_id))
 
-    async def again() -> Any:
-        state = fold_all(w.events(first.run_id))
-        assert state is not None
-        s = await w.aio.take_over(first.run_id, last_seq=state.last_seq, workflow=wf,
-                                  input_versions=dict(state.input_versions), params={"topic": "kafka"},
-                                  last_epoch=state.epoch, last_hash=state.last_hash)
-        return await w.aio.execute(s, from_stage="research", recorded_calls=w.recorded(first.run_id))
-
-    res = arun(again)
+    res = arun(lambda: again_async(w.aio, w.events(first.run_id), wf, {"topic": "kafka"},
+                                   recorded_calls=w.recorded(first.run_id)))
     assert res.completed and res.epoch == 2 and res.outputs == first.outputs
     assert w.calls == calls  # nothing called again, not even the clock
     assert [e.type for e in w.events(first.run_id)[n:]] == [
@@ -200,16 +187,9 @@ def test_an_async_stage_that_changes_its_request_diverges() -> None:
     wf = w.workflow()
     first = arun(lambda: w.aio.run(wf, {"topic": "kafka"}))
 
-    async def again() -> Any:
-        state = fold_all(w.events(first.run_id))
-        assert state is not None
-        s = await w.aio.take_over(first.run_id, last_seq=state.last_seq, workflow=wf,
-                                  input_versions=dict(state.input_versions), params={"topic": "redis"},
-                                  last_epoch=state.epoch, last_hash=state.last_hash)
-        return await w.aio.execute(s, from_stage="research", recorded_calls=w.recorded(first.run_id))
-
     with pytest.raises(Diverged):
-        arun(again)
+        arun(lambda: again_async(w.aio, w.events(first.run_id), wf, {"topic": "redis"},
+                                 recorded_calls=w.recorded(first.run_id)))
     assert [e.type for e in w.events(first.run_id)][-2:] == [T.CALL_DIVERGED, T.RUN_BLOCKED]
     assert "search:redis" not in w.calls
     assert w.table.held == {}

@@ -27,9 +27,9 @@ from producers._runner import AsyncRunner, Runner
 from producers._tools import CallInfo, Tool, tool
 from producers._workflow import Workflow
 from producers.otel import OtelTracer
-from projections.fold import fold_all
 from schemas import EventType, ReplayPolicy
 from schemas.errors import TerminalToolError
+from tests.unit.producers._replay import again, recorded_calls
 from tests.unit.producers.test_otel import assert_nowhere
 
 T = EventType
@@ -64,22 +64,11 @@ class World:
         return list(self.exporter.get_finished_spans())
 
     def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        out: dict[str, RecordedCall] = {}
-        for e in self.log.events(run_id):
-            if e.type is T.TOOL_CALLED and e.call_id:
-                out[e.call_id] = RecordedCall(e.call_id, e.tool, e.request_hash)
-            elif e.type is T.TOOL_RESULT and e.call_id and e.call_id in out:
-                r = out[e.call_id]
-                out[e.call_id] = RecordedCall(r.call_id, r.tool, r.request_hash, e.payload_ref)
-        return out
+        return recorded_calls(self.log.events(run_id))
 
     def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
-        state = fold_all(self.log.events(run_id))
-        assert state is not None
-        s = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=wf,
-                                  input_versions=dict(state.input_versions), params=params,
-                                  last_epoch=state.epoch, last_hash=state.last_hash)
-        return self.runner.execute(s, from_stage=wf.stages[0].name, **kw)
+        """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
+        return again(self.runner, self.log.events(run_id), wf, params, **kw)
 
     def tools(self) -> tuple[Tool, Tool]:
         @tool("search", policy=ReplayPolicy.SAFE)

@@ -30,6 +30,7 @@ from projections.fold import fold_all
 from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy, RunEvent
 from schemas._hash import event_hash
 from schemas.errors import VerificationFailed
+from tests.unit.producers._replay import again, recorded_calls
 
 T = EventType
 SOURCE = DictInputSource({"facts": {"v1": {"claims": ["a", "b"]}}})
@@ -54,24 +55,11 @@ class World:
         return [e.type for e in self.events(run_id)]
 
     def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        """What a resume plan reads off the log: each call with its request hash and result."""
-        out: dict[str, RecordedCall] = {}
-        for e in self.events(run_id):
-            if e.type is T.TOOL_CALLED and e.call_id:
-                out[e.call_id] = RecordedCall(e.call_id, e.tool, e.request_hash)
-            elif e.type is T.TOOL_RESULT and e.call_id and e.call_id in out:
-                r = out[e.call_id]
-                out[e.call_id] = RecordedCall(r.call_id, r.tool, r.request_hash, e.payload_ref)
-        return out
+        return recorded_calls(self.events(run_id))
 
     def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
         """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
-        state = fold_all(self.events(run_id))
-        assert state is not None
-        s = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=wf,
-                                  input_versions=dict(state.input_versions), params=params,
-                                  last_epoch=state.epoch, last_hash=state.last_hash)
-        return self.runner.execute(s, from_stage=wf.stages[0].name, **kw)
+        return again(self.runner, self.events(run_id), wf, params, **kw)
 
     def tools(self) -> tuple[Tool, Tool]:
         @tool("search", policy=ReplayPolicy.SAFE)

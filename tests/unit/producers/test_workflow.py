@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
-from producers._protocol import Invoke, Sleep, Steps
+from producers._protocol import Invoke, Mode, Sleep, Step, Steps, drive
 from producers._tools import retry_steps
 from producers._workflow import evaluate_rules
 from schemas import ReplayPolicy, RuleResult, StageSpec
@@ -113,10 +113,22 @@ def test_retry_policy_delays() -> None:
         RetryPolicy(attempts=0)
 
 
+class _Recording(Mode):
+    """Runs user code, records back-offs instead of sleeping them."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def run(self, step: Step) -> Any:
+        if isinstance(step, Sleep):
+            self.slept.append(step.seconds)
+            return None
+        assert isinstance(step, Invoke)
+        return step.fn(*step.args)
+
+
 def _retry(fn: Callable[[int], str], policy: RetryPolicy, slept: list[float],
            checked: list[int]) -> tuple[Any, int]:
-    """retry_steps driven by hand: Sleep steps recorded instead of slept."""
-
     def attempt(n: int) -> Steps[str]:
         return (yield Invoke(fn, (n,)))
 
@@ -125,23 +137,11 @@ def _retry(fn: Callable[[int], str], policy: RetryPolicy, slept: list[float],
         return
         yield  # a generator with no steps
 
-    steps = retry_steps(attempt, policy, before)
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
-        if isinstance(step, Sleep):
-            slept.append(step.seconds)
-        else:
-            assert isinstance(step, Invoke)
-            try:
-                value = step.fn(*step.args)
-            except (RetryableToolError, TerminalToolError) as err:
-                error = err
+    mode = _Recording()
+    try:
+        return drive(retry_steps(attempt, policy, before), mode)
+    finally:
+        slept.extend(mode.slept)
 
 
 def test_retry_steps_retry_only_retryable_errors() -> None:

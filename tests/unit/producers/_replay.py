@@ -1,0 +1,47 @@
+"""What a resume does, for the SDK's unit tests on the in-memory adapters: read the recorded calls off a
+run's events, take the run over at a new epoch and execute it again from its first stage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from producers._context import RecordedCall
+from producers._runner import AsyncRunner, Runner, RunResult
+from producers._session import RunSession
+from producers._workflow import Workflow
+from projections.fold import fold_all
+from schemas import EventType, RunEvent
+
+
+def recorded_calls(events: Sequence[RunEvent]) -> dict[str, RecordedCall]:
+    """What a resume plan reads off the log: each call with its request hash and result."""
+    out: dict[str, RecordedCall] = {}
+    for e in events:
+        if e.type is EventType.TOOL_CALLED and e.call_id:
+            out[e.call_id] = RecordedCall(e.call_id, e.tool, e.request_hash)
+        elif e.type is EventType.TOOL_RESULT and e.call_id and e.call_id in out:
+            r = out[e.call_id]
+            out[e.call_id] = RecordedCall(r.call_id, r.tool, r.request_hash, e.payload_ref)
+    return out
+
+
+def _take_over_args(events: Sequence[RunEvent], wf: Workflow, params: dict[str, Any]) -> dict[str, Any]:
+    state = fold_all(list(events))
+    assert state is not None
+    return {"last_seq": state.last_seq, "workflow": wf, "input_versions": dict(state.input_versions),
+            "params": params, "last_epoch": state.epoch, "last_hash": state.last_hash}
+
+
+def again(runner: Runner, events: Sequence[RunEvent], wf: Workflow, params: dict[str, Any],
+          **kw: Any) -> RunResult:
+    """Take the run over (as resume does) and execute it from its first stage."""
+    s: RunSession = runner.take_over(events[0].run_id, **_take_over_args(events, wf, params))
+    return runner.execute(s, from_stage=wf.stages[0].name, **kw)
+
+
+async def again_async(runner: AsyncRunner, events: Sequence[RunEvent], wf: Workflow, params: dict[str, Any],
+                      **kw: Any) -> RunResult:
+    """:func:`again` through the AsyncRunner."""
+    s = await runner.take_over(events[0].run_id, **_take_over_args(events, wf, params))
+    return await runner.execute(s, from_stage=wf.stages[0].name, **kw)
