@@ -168,6 +168,34 @@ fetch_libs() {
     mv "$tmp" "$KAFKA_LIBS"
 }
 
+# The broker's command-line tools, in their own cache (deploy/local/kafka-tool).
+KAFKA_TOOLS_LIBS="$KAFKA_DIR/tools-libs"
+tools_pom_hash() {
+    echo "$(sha256sum "$ROOT/deploy/kafka/tools/pom.xml" | cut -d' ' -f1) ${RUNLOG_LOCAL_KAFKA_VERSION:-}"
+}
+
+fetch_tools() {
+    fetch_libs
+    if [ -f "$KAFKA_TOOLS_LIBS/.fetched" ] && [ "$(cat "$KAFKA_TOOLS_LIBS/.fetched")" = "$(tools_pom_hash)" ] &&
+        compgen -G "$KAFKA_TOOLS_LIBS/kafka-tools-*.jar" >/dev/null; then
+        return 0
+    fi
+    local tmp="$KAFKA_DIR/tools-libs.tmp.$$"
+    rm -rf "$tmp"
+    log "fetching the Kafka tools jars with Maven into $KAFKA_TOOLS_LIBS (first use only)"
+    local -a vers=()
+    [ -z "${RUNLOG_LOCAL_KAFKA_VERSION:-}" ] || vers=(-Dkafka.version="$RUNLOG_LOCAL_KAFKA_VERSION")
+    if ! (cd "$ROOT/deploy/kafka/tools" && mvn -B -q -f pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$tmp" "${vers[@]}") >"$KAFKA_DIR/mvn-tools.log" 2>&1; then
+        tail -n 40 "$KAFKA_DIR/mvn-tools.log" | sed 's/^/  mvn: /'
+        rm -rf "$tmp"
+        die "Maven fetch of the tools failed (full log: $KAFKA_DIR/mvn-tools.log)"
+    fi
+    tools_pom_hash >"$tmp/.fetched"
+    rm -rf "$KAFKA_TOOLS_LIBS"
+    mv "$tmp" "$KAFKA_TOOLS_LIBS"
+}
+
 # kafka_format CONF DATA LOGS CLUSTER_ID: format a node's storage once (kept on later starts).
 kafka_format() {
     local conf="$1" data="$2" logs="$3" cid="$4"
