@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.settings import Settings
 
-EXIT_OK, EXIT_FOUND = 0, 1
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,8 +19,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="benchmark Runlog against raw confluent-kafka, fastavro and redis-py (ratios)",
         description=(
             "Measure appends, confirmed appends, projection, end-to-end lag, resume and rebuild, "
-            "each beside its raw-client baseline in the same run, in private topics and Redis "
-            "keys that are deleted afterwards. Exit 1 when a target is missed."
+            "and many concurrent runs in one process (AsyncRunner on one loop against the Runner with "
+            "a thread per run), each beside its raw-client baseline in the same run, in private topics "
+            "and Redis keys that are deleted afterwards. Exit 1 when a target is missed."
         ),
     )
     p.add_argument("--size", choices=["tiny", "quick", "full"], default="quick",
@@ -29,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--plot", default=".runlog/reports/bench.png", metavar="PATH",
                    help="where to write the PNG plot ('' for none)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--only", metavar="SECTION[,SECTION...]", default=None,
+                   help="run only these sections (append, intent, scale, projector, lag, resume, "
+                        "concurrency); targets are reported for them alone")
     p.set_defaults(func=_bench)
 
 
@@ -44,16 +48,23 @@ def _clean(v: Any) -> Any:
 
 def _bench(args: argparse.Namespace) -> int:
     from processors.bench import run_bench
+    from processors.bench.harness import SECTIONS
 
+    if args.only is not None:
+        unknown = [x for x in args.only.split(",") if x.strip() not in SECTIONS]
+        if unknown or not args.only.strip():
+            print(f"runlog bench: unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}",
+                  file=sys.stderr)
+            return EXIT_USAGE
     out = run_bench(Settings.from_env(), args.size, progress=None if args.quiet else sys.stderr,
-                    plot=args.plot or None)
+                    plot=args.plot or None, only=args.only)
     doc = _clean(out)
     if args.json:
         print(json.dumps(doc, sort_keys=False))
     else:
         for name, t in doc["targets"].items():
             flag = "ok  " if t["met"] else "MISS"
-            print(f"{flag} {name:<22} {t['value']!s:>10}  target {t['target']}")
+            print(f"{flag} {name:<26} {t['value']!s:>10}  target {t['target']}")
         if out.get("plot"):
             print(f"plot: {out['plot']}")
     return EXIT_OK if all(t["met"] for t in doc["targets"].values()) else EXIT_FOUND

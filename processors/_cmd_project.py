@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "undecodable records to the dead-letter topic. Metrics on RUNLOG_METRICS_PORT."
         ),
     )
-    p.add_argument("--app-id", default="runlog-projector", help="Faust app id = consumer group")
+    p.add_argument("--app-id", default="runlog-projector",
+                   help="Faust app id = consumer group (under RUNLOG_TOPIC_PREFIX)")
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--within", type=float, default=0.02, help="seconds to wait for a batch to fill")
     p.add_argument("--cache-size", type=int, default=10_000, help="run states cached in memory")
@@ -44,7 +45,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "inside the other at a ':'), and a failed swap puts the live namespace back (exit 3)."
         ),
     )
-    rb.add_argument("--target", help="Redis prefix to rebuild into (default: <prefix>.rebuild)")
+    rb.add_argument("--target", help="Redis prefix to rebuild into (default: <prefix>:rebuild, inside the "
+                                     "live prefix; with --swap the sibling <prefix>.rebuild)")
     rb.add_argument("--diff", action="store_true", help="print keys differing from the live namespace")
     rb.add_argument("--swap", action="store_true", help="make the rebuilt namespace live")
     rb.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -65,6 +67,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         NamespaceOverlap,
         SwapFailed,
         SwapRefused,
+        default_target,
         diff_namespaces,
         prefixes_overlap,
         rebuild,
@@ -75,7 +78,7 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     live = settings.redis_prefix
-    target = args.target or f"{live}.rebuild"
+    target = args.target or default_target(settings, swap=args.swap)
     if args.swap and prefixes_overlap(live, target):
         print(f"runlog projections rebuild: {NamespaceOverlap(live, target, '--swap')}", file=sys.stderr)
         return EXIT_USAGE

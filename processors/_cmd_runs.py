@@ -55,6 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--app", required=True, help="module:attribute naming a producers.App")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="stop after this long without a request (default: run forever)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics on this port (0: a free one; default: none)")
     p.set_defaults(func=_resumer)
 
     p = sub.add_parser("branch", help="branch a run with new input versions (explicit upgrade)")
@@ -301,7 +303,10 @@ def _resumer(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": o.run_id, "result": o.result, "epoch": o.epoch, "detail": o.detail}),
               flush=True)
 
-    with ResumerService(settings, load_app(args.app), on_outcome=report) as service:
+    with ResumerService(settings, load_app(args.app), on_outcome=report,
+                        metrics_port=args.metrics_port) as service:
+        if service.metrics_server is not None:
+            print(f"resumer: metrics on port {service.metrics_server.port}", file=sys.stderr, flush=True)
         handled = service.serve(idle_exit_s=args.idle_exit)
     print(f"resumer: handled {handled} requests", file=sys.stderr)
     return EXIT_OK

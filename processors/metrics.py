@@ -1,92 +1,145 @@
-"""Prometheus metrics of the projector in the plain-text exposition format, served by a tiny HTTP server."""
+"""Prometheus metrics of the projector and the resumer, with the ``prometheus_client`` library.
+
+Each component gets its own :class:`~prometheus_client.CollectorRegistry` (never the
+library's global default one), so several components, or several tests, in one process
+do not collide. :class:`MetricsServer` serves one registry's ``GET /metrics`` from a
+daemon thread (:func:`prometheus_client.start_http_server`).
+
+The SDK side (``runlog_writer_*``) lives in :mod:`producers._metrics`: a
+:class:`~producers._writer.RunWriter` counts into a registry only when it is given one.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable
 
-__all__ = ["Metrics", "MetricsServer"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-_HELP = {
-    "runlog_projector_records_total": ("counter", "Records read from the events topic."),
-    "runlog_projector_events_applied_total": ("counter", "Events the fold accepted and Redis stored."),
-    "runlog_projector_duplicates_total": ("counter", "Records that were duplicates or redeliveries."),
-    "runlog_projector_rejected_total": ("counter", "Events the fold rejected, by reason."),
-    "runlog_projector_dead_letters_total": ("counter", "Undecodable records sent to the DLQ, by reason."),
-    "runlog_projector_conflicts_total": ("counter", "Run updates re-folded after a stale cache."),
-    "runlog_projector_consumer_lag": ("gauge", "High watermark minus next offset to process."),
-}
+from projections.batch import BatchResult
 
+__all__ = ["RECOVERY_REASONS", "RESUME_OUTCOMES", "MetricsServer", "ProjectorMetrics", "ResumerMetrics"]
 
-def _labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return "{" + inner + "}"
+RECOVERY_REASONS = ("lost_at_start", "lost")
+"""``runlog_projector_recoveries_total`` reasons: Redis lost the namespace before the projector
+started (with offsets committed), or while it ran."""
+
+RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
+                   "not_mine", "unknown_run", "error")
+"""``runlog_resumer_resumes_total`` outcomes: a :class:`~processors.resume.ResumeOutcome` result,
+``unknown_run`` (neither Redis nor the log knows the run) or ``error`` (the resume raised)."""
+
+_APPLY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_RESUME_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 
 
-class Metrics:
-    """Thread-safe counters and gauges with labels."""
+class ProjectorMetrics:
+    """The projector's metrics (``runlog_projector_*``) in ``registry`` (a new one when None)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        self.records = Counter("runlog_projector_records_total", "Records read from the events topic.",
+                               registry=r)
+        self.applied = Counter("runlog_projector_events_applied_total",
+                               "Events the fold accepted and Redis stored.", registry=r)
+        self.duplicates = Counter("runlog_projector_duplicates_total",
+                                  "Records that were duplicates or redeliveries (already folded).",
+                                  registry=r)
+        self.rejected = Counter("runlog_projector_rejected_total",
+                                "Events the fold rejected, by reason (fenced: stale_epoch, "
+                                "lease_epoch_not_higher; out of order: seq_gap, seq_replayed).",
+                                ["reason"], registry=r)
+        self.dead_letters = Counter("runlog_projector_dead_letters_total",
+                                    "Undecodable records sent to the dead-letter topic, by reason.",
+                                    ["reason"], registry=r)
+        self.conflicts = Counter("runlog_projector_conflicts_total",
+                                 "Run updates re-folded after a stale cache.", registry=r)
+        self.batches = Counter("runlog_projector_batches_total",
+                               "Batches applied and published (their offsets may be committed).", registry=r)
+        self.apply_seconds = Histogram("runlog_projector_batch_apply_seconds",
+                                       "Seconds to fold one batch and write it to Redis (a rebuild after "
+                                       "a lost namespace included).", buckets=_APPLY_BUCKETS, registry=r)
+        self.lag = Gauge("runlog_projector_consumer_lag",
+                         "Records of an assigned events partition not processed yet (high watermark "
+                         "minus next offset to process).", ["partition"], registry=r)
+        self.recoveries = Counter("runlog_projector_recoveries_total",
+                                  "Rebuilds of the Redis namespace from the log, by reason.",
+                                  ["reason"], registry=r)
+        for reason in RECOVERY_REASONS:
+            self.recoveries.labels(reason)
+        self._lag_partitions: set[str] = set()
 
-    def inc(self, name: str, value: float = 1, **labels: str) -> None:
-        with self._lock:
-            key = (name, tuple(sorted(labels.items())))
-            self._values[key] = self._values.get(key, 0.0) + value
+    def observe_batch(self, res: BatchResult, records: int, seconds: float | None = None) -> None:
+        """Count one batch's outcomes (``seconds``: its fold and Redis write)."""
+        self.batches.inc()
+        self.records.inc(records)
+        self.applied.inc(res.applied)
+        self.duplicates.inc(res.outcomes["duplicate"])
+        self.conflicts.inc(res.conflicts)
+        for reason, n in res.rejected.items():
+            self.rejected.labels(reason).inc(n)
+        for dl in res.dead_letters:
+            self.dead_letters.labels(dl.reason).inc()
+        if seconds is not None:
+            self.apply_seconds.observe(seconds)
 
-    def set(self, name: str, value: float, **labels: str) -> None:
-        with self._lock:
-            self._gauges[(name, tuple(sorted(labels.items())))] = value
+    def set_lag(self, lags: Iterable[tuple[int, int | None]]) -> None:
+        """The lag of every assigned partition (None: not known yet, the last value stays);
+        partitions no longer assigned are dropped."""
+        now: set[str] = set()
+        for partition, lag in lags:
+            label = str(partition)
+            if lag is not None:
+                self.lag.labels(label).set(lag)
+            elif label not in self._lag_partitions:
+                continue
+            now.add(label)
+        for gone in self._lag_partitions - now:
+            self.lag.remove(gone)
+        self._lag_partitions = now
 
-    def value(self, name: str, **labels: str) -> float:
-        key = (name, tuple(sorted(labels.items())))
-        with self._lock:
-            return self._gauges.get(key, self._values.get(key, 0))
 
-    def render(self) -> str:
-        with self._lock:
-            rows = list(self._values.items()) + list(self._gauges.items())
-        out: list[str] = []
-        for name in sorted({n for (n, _), _ in rows} | set(_HELP)):
-            kind, text = _HELP.get(name, ("untyped", name))
-            out.append(f"# HELP {name} {text}")
-            out.append(f"# TYPE {name} {kind}")
-            mine = sorted((lbl, v) for (n, lbl), v in rows if n == name)
-            if not mine and kind == "counter":
-                out.append(f"{name} 0")
-            for lbl, v in mine:
-                out.append(f"{name}{_labels(dict(lbl))} {v:g}")
-        return "\n".join(out) + "\n"
+class ResumerMetrics:
+    """The resumer's metrics (``runlog_resumer_*``) in ``registry`` (a new one when None).
+
+    The resumer's own :class:`~producers._writer.RunWriter` counts its appends into the same registry
+    (``runlog_writer_*``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter("runlog_resumer_requests_total",
+                                "Records read from the resume topic (undecodable ones included).", registry=r)
+        self.resumes = Counter("runlog_resumer_resumes_total", "Resumes run, by outcome.", ["outcome"],
+                               registry=r)
+        self.resume_seconds = Histogram("runlog_resumer_resume_seconds",
+                                        "Seconds one resume took (planning, lease, reconciling and the "
+                                        "rest of the run).", buckets=_RESUME_BUCKETS, registry=r)
+        self.retries = Counter("runlog_resumer_retries_total",
+                               "Resumes of contended runs retried once their lease could have expired.",
+                               registry=r)
+        self.retries_abandoned = Counter("runlog_resumer_retries_abandoned_total",
+                                         "Contended runs given up after CONTENDED_RETRIES retries "
+                                         "(the sweep remains the backstop).", registry=r)
+        self.sweeps = Counter("runlog_resumer_sweeps_total", "Sweeps for runs whose worker died.", registry=r)
+        self.sweep_requested = Counter("runlog_resumer_sweep_requested_total",
+                                       "Resume requests the sweep appended, by reason (lease_expired, "
+                                       "wait_timed_out).", ["reason"], registry=r)
+        self.dead_letters = Counter("runlog_resumer_dead_letters_total",
+                                    "Resume requests sent to the dead-letter topic, by reason.", ["reason"],
+                                    registry=r)
+        for outcome in RESUME_OUTCOMES:
+            self.resumes.labels(outcome)
+        for reason in ("lease_expired", "wait_timed_out"):
+            self.sweep_requested.labels(reason)
 
 
 class MetricsServer:
-    """Serves ``GET /metrics`` from a daemon thread; ``port=0`` picks a free port."""
+    """Serves one registry's ``GET /metrics`` from a daemon thread; ``port=0`` picks a free port."""
 
-    def __init__(self, metrics: Metrics, port: int, host: str = "0.0.0.0") -> None:
-        m = metrics
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = m.render().encode()
-                self.send_response(200 if self.path.startswith("/metrics") else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
-        self._thread.start()
+    def __init__(self, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port = int(self._server.server_port)
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._thread.join(timeout=5)

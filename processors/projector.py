@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,12 +26,11 @@ from typing import Any
 import faust
 
 from processors.dlq import to_record
-from processors.metrics import Metrics, MetricsServer
+from processors.metrics import MetricsServer, ProjectorMetrics
 from projections.batch import BatchProjector, BatchResult, RawRecord
 from projections.recovery import lost_at_start, recover
 from projections.redis_store import ProjectionLost, RedisStore
 from schemas._codec import Codec
-from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
@@ -56,30 +56,15 @@ class ProjectorOptions:
 def faust_credentials(settings: Settings) -> Any:
     """The librdkafka security settings (``RUNLOG_KAFKA_*``) as Faust broker credentials.
 
-    ``security.protocol`` SSL / SASL_SSL / SASL_PLAINTEXT with ``sasl.mechanism``,
-    ``sasl.username``, ``sasl.password`` and ``ssl.ca.location`` are translated; None
-    for PLAINTEXT. Anything else is refused, so the projector never connects with
-    weaker security than the other clients.
+    Every security setting the other clients get is translated for aiokafka (TLS trust from a
+    file, a directory or inline PEM, CRLs, client certificates and key passwords, host name
+    verification, SASL PLAIN / SCRAM / OAUTHBEARER-OIDC); None for PLAINTEXT. A setting it
+    cannot honour raises :class:`~schemas.errors.ConfigError` naming it, so the projector never
+    connects differently from the other clients (:mod:`processors._kafka_security`).
     """
-    import ssl
+    from processors._kafka_security import broker_credentials
 
-    extra = settings.kafka_extra
-    proto = str(extra.get("security.protocol", "PLAINTEXT")).upper()
-    if proto == "PLAINTEXT":
-        return None
-    ctx = None
-    if proto in ("SSL", "SASL_SSL"):
-        ctx = ssl.create_default_context(cafile=extra.get("ssl.ca.location"))
-        cert, key = extra.get("ssl.certificate.location"), extra.get("ssl.key.location")
-        if cert:
-            ctx.load_cert_chain(cert, key)
-    if proto == "SSL":
-        return faust.SSLCredentials(ctx)
-    if proto in ("SASL_SSL", "SASL_PLAINTEXT"):
-        return faust.SASLCredentials(username=extra.get("sasl.username"),
-                                     password=extra.get("sasl.password"), ssl_context=ctx,
-                                     mechanism=extra.get("sasl.mechanism", "PLAIN"))
-    raise ConfigError(f"security.protocol {proto!r} is not supported by the projector")
+    return broker_credentials(settings.kafka_extra)
 
 
 def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]:
@@ -106,24 +91,17 @@ def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]
     }
 
 
-def observe(metrics: Metrics, res: BatchResult, records: int) -> None:
-    """Count one batch's outcomes."""
-    metrics.inc("runlog_projector_records_total", records)
-    metrics.inc("runlog_projector_events_applied_total", res.applied)
-    metrics.inc("runlog_projector_duplicates_total", res.outcomes["duplicate"])
-    metrics.inc("runlog_projector_conflicts_total", res.conflicts)
-    for reason, n in res.rejected.items():
-        metrics.inc("runlog_projector_rejected_total", n, reason=reason)
-    for dl in res.dead_letters:
-        metrics.inc("runlog_projector_dead_letters_total", 1, reason=dl.reason)
+def observe(metrics: ProjectorMetrics, res: BatchResult, records: int, seconds: float | None = None) -> None:
+    """Count one batch's outcomes (``seconds``: its fold and Redis write)."""
+    metrics.observe_batch(res, records, seconds)
 
 
 def build_app(settings: Settings, opts: ProjectorOptions | None = None,
-              metrics: Metrics | None = None) -> faust.App:
-    """The projector app (not started)."""
+              metrics: ProjectorMetrics | None = None) -> faust.App:
+    """The projector app (not started); it counts into ``metrics`` (a private registry when None)."""
     o = opts or ProjectorOptions()
-    m = metrics or Metrics()
-    app = faust.App(o.app_id, **faust_settings(settings, o))
+    m = metrics if metrics is not None else ProjectorMetrics()
+    app = faust.App(settings.group_id(o.app_id), **faust_settings(settings, o))  # app id = group id
     names = Topics.of(settings)
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
                            "key_serializer": "raw", "value_serializer": "raw"}
@@ -139,7 +117,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
     def rebuild_if_lost_at_start() -> None:
         if lost_at_start(settings, store, o.app_id):
-            m.inc("runlog_projector_recoveries_total", reason="lost_at_start")
+            m.recoveries.labels("lost_at_start").inc()
             recover(settings, store, core)
 
     def process(recs: list[RawRecord]) -> BatchResult:
@@ -150,7 +128,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
                 return core.process(recs)
             except ProjectionLost as err:
                 log.warning("%s", err)
-                m.inc("runlog_projector_recoveries_total", reason="lost")
+                m.recoveries.labels("lost").inc()
                 recover(settings, store, core)
         return core.process(recs)
 
@@ -160,7 +138,9 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         async for batch in stream.take_events(o.batch_size, within=o.within):
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
                               e.message.key, e.message.value) for e in batch]
+            t0 = time.perf_counter()
             res = await loop.run_in_executor(worker, process, recs)
+            took = time.perf_counter() - t0
             sent: list[Awaitable[Any]] = []
             for dl in res.dead_letters:
                 rec = to_record(dl)
@@ -171,18 +151,18 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
                 sent.append(await effects.send(key=eff.delivery_key.encode(),
                                                value=codec.encode(eff.to_effect())))
             await asyncio.gather(*sent)
-            observe(m, res, len(recs))
+            observe(m, res, len(recs), took)
             for r in recs:
                 done[r.partition] = max(done.get(r.partition, -1), r.offset)
 
     async def lag() -> None:
+        lags: list[tuple[int, int | None]] = []
         for tp in app.consumer.assignment():
             if tp.topic != names.events:
                 continue
             hw = app.consumer.highwater(tp)
-            if hw is not None:
-                m.set("runlog_projector_consumer_lag", max(hw - done.get(tp.partition, -1) - 1, 0),
-                      partition=str(tp.partition))
+            lags.append((tp.partition, None if hw is None else max(hw - done.get(tp.partition, -1) - 1, 0)))
+        m.set_lag(lags)  # revoked partitions drop out
 
     app.agent(events, name="project")(project)
     app.timer(o.lag_every)(lag)
@@ -191,8 +171,8 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
 def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> int:
     """Run the projector until it is stopped (SIGINT/SIGTERM); returns an exit code."""
-    metrics = Metrics()
-    server = MetricsServer(metrics, settings.metrics_port) if settings.metrics_port else None
+    metrics = ProjectorMetrics()
+    server = MetricsServer(metrics.registry, settings.metrics_port) if settings.metrics_port else None
     try:
         app = build_app(settings, opts, metrics)
         worker = faust.Worker(app, loglevel="WARNING", quiet=True)

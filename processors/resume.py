@@ -29,11 +29,12 @@ import importlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from producers import App, ArtifactStore, LocalArtifactStore, Runner, Tool, Workflow
 from producers._context import RecordedCall
 from producers._lease import LeaseHeld
+from producers._writer import RunWriter
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail, run_events
 from projections._state import CallRecord, CallStatus, EffectEntry
 from schemas import (
@@ -53,6 +54,9 @@ from schemas import (
     partition_for,
 )
 from schemas.errors import LeaseLost, ResumeBlocked, ToolError, VerificationFailed, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "App",
@@ -212,21 +216,31 @@ class Resumer:
         settings: where Kafka, Redis and the artifact store are.
         app: the application's workflows, tools and inputs.
         runner: the producer side (one is made from ``settings`` when None).
+        metrics_registry: when the runner is made here, its writer counts its appends in this
+            ``prometheus_client`` registry (``runlog_writer_*``).
     """
 
     def __init__(self, settings: Settings, app: App, *, runner: Runner | None = None,
-                 artifacts: ArtifactStore | None = None) -> None:
+                 artifacts: ArtifactStore | None = None,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         self.app = app
         self.artifacts = artifacts or LocalArtifactStore(settings.artifact_root)
         self._own_runner = runner is None
-        self.runner = runner or Runner.from_settings(settings, source=app.source, store=self.artifacts)
+        self._writer = RunWriter(settings, metrics_registry=metrics_registry) \
+            if runner is None and metrics_registry is not None else None
+        self.runner = runner or Runner.from_settings(settings, source=app.source, store=self.artifacts,
+                                                     writer=self._writer)
         self.projection = RedisStore.from_settings(settings)
         self._partitions: int | None = None
 
     def close(self) -> None:
-        if self._own_runner:
-            self.runner.close()
+        try:
+            if self._own_runner:
+                self.runner.close()
+        finally:
+            if self._writer is not None:  # the runner closes only a writer it made itself
+                self._writer.close()
 
     def __enter__(self) -> Resumer:
         return self

@@ -37,6 +37,12 @@ resume that finds the run completed, blocked or failed removes it from the activ
 
 Undecodable requests, and requests for runs neither Redis nor the log knows, go to the
 dead-letter topic with their reason, logged at WARNING.
+
+Metrics: every service counts into its own ``prometheus_client`` registry
+(:class:`~processors.metrics.ResumerMetrics`, ``service.metrics.registry``): requests, resumes
+by outcome and their duration, contended retries, sweeps and the resumes they requested, dead
+letters, and the appends of the resumer's writer (``runlog_writer_*``). ``metrics_port``
+serves it on ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
+from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
 from projections import RedisStore, RunStatus
@@ -83,8 +90,9 @@ def app_id(app: App) -> str:
 
 
 def group_id(settings: Settings, app: App) -> str:
-    """The consumer group of ``app``'s resumers: ``<settings.resumer_group>.<app_id(app)>``."""
-    return f"{settings.resumer_group}.{app_id(app)}"
+    """The consumer group of ``app``'s resumers: ``<settings.resumer_group>.<app_id(app)>``, under
+    the topic prefix (:meth:`Settings.group_id`)."""
+    return settings.group_id(f"{settings.resumer_group}.{app_id(app)}")
 
 
 def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by: str = "cli",
@@ -119,16 +127,23 @@ class ResumerService:
             not with ``not_mine`` ones.
         accept: when given, requests for runs it refuses are committed without a resume
             (a demo or test resumer that owns only some runs).
+        metrics: where to count (``runlog_resumer_*``; the resumer's writer adds ``runlog_writer_*``
+            to the same registry); a new :class:`~processors.metrics.ResumerMetrics` with a registry
+            of its own when None.
+        metrics_port: serve the registry on ``GET /metrics`` at this port (0: a free one, see
+            ``metrics_server.port``); None (the default): no HTTP server.
     """
 
     def __init__(self, settings: Settings, app: App, *,
                  on_outcome: Callable[[ResumeOutcome], None] | None = None,
-                 accept: Callable[[str], bool] | None = None) -> None:
+                 accept: Callable[[str], bool] | None = None,
+                 metrics: ResumerMetrics | None = None, metrics_port: int | None = None) -> None:
         self.settings = settings
         self.app = app
         self.topics = Topics.of(settings)
         self.codec = Codec(max_record_bytes=settings.max_record_bytes)
-        self.resumer = Resumer(settings, app)
+        self.metrics = metrics if metrics is not None else ResumerMetrics()
+        self.resumer = Resumer(settings, app, metrics_registry=self.metrics.registry)
         self.projection = RedisStore.from_settings(settings)
         self.redis = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
         self.active = ActiveRuns(self.redis, settings.redis_prefix)
@@ -148,6 +163,8 @@ class ResumerService:
         self._scheduled: set[str] = set()
         self._attempts: dict[str, int] = {}
         self._tie = itertools.count()
+        self.metrics_server = MetricsServer(self.metrics.registry, metrics_port) \
+            if metrics_port is not None else None
 
     def close(self) -> None:
         try:
@@ -157,6 +174,8 @@ class ResumerService:
             self.resumer.close()
             self.redis.close()
             self.projection.client.close()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
 
     def __enter__(self) -> ResumerService:
         return self
@@ -181,6 +200,7 @@ class ResumerService:
         return outcome
 
     def _handle(self, msg: Message) -> ResumeOutcome | None:
+        self.metrics.requests.inc()
         try:
             req = self.codec.decode(msg.value(), ResumeRequest)
         except DecodeError as err:
@@ -191,9 +211,11 @@ class ResumerService:
         return self._resume(req.run_id, msg)
 
     def _resume(self, run_id: str, msg: Message | None) -> ResumeOutcome | None:
+        t0 = time.perf_counter()
         try:
             outcome = self.resumer.resume(run_id)
         except UnknownRun as err:
+            self._count("unknown_run", t0)
             # a request for a run nobody knows would be redelivered forever: dead-letter it
             if msg is not None:
                 self._dead_letter(msg, "unknown_run", str(err))
@@ -201,8 +223,16 @@ class ResumerService:
                 log.warning("retry of %s: %s", run_id, err)
             self.active.remove(run_id)
             return None
+        except BaseException:
+            self._count("error", t0)
+            raise
+        self._count(outcome.result, t0)
         self._settle(outcome)
         return outcome
+
+    def _count(self, outcome: str, t0: float) -> None:
+        self.metrics.resumes.labels(outcome).inc()
+        self.metrics.resume_seconds.observe(time.perf_counter() - t0)
 
     def _settle(self, outcome: ResumeOutcome) -> None:
         run_id = outcome.run_id
@@ -238,6 +268,7 @@ class ResumerService:
         n = self._attempts.get(run_id, 0) + 1
         if n > CONTENDED_RETRIES:
             self._attempts.pop(run_id, None)
+            self.metrics.retries_abandoned.inc()
             log.warning("resume %s: still contended after %d retries; giving up (the sweep requests it "
                         "again once its lease is gone)", run_id, CONTENDED_RETRIES)
             return
@@ -272,6 +303,7 @@ class ResumerService:
                 log.debug("retry of %s: its lease is still held", run_id)
                 self._schedule_retry(run_id)
                 continue
+            self.metrics.retries.inc()
             outcome = self._resume(run_id, None)
             if outcome is not None and outcome.result != "not_mine":
                 out.append(outcome)
@@ -282,6 +314,7 @@ class ResumerService:
     def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
         log.warning("resume request %s[%s]@%s (key %r) dead-lettered: %s: %s", msg.topic(),
                     msg.partition(), msg.offset(), msg.key(), reason, detail)
+        self.metrics.dead_letters.labels(reason).inc()
         headers = [
             ("runlog.error.reason", reason.encode()),
             ("runlog.error.detail", detail.encode()[:1000]),
@@ -316,6 +349,7 @@ class ResumerService:
     def sweep(self) -> SweepReport:
         """Request the resume of every run of this App's workflows that is active (or projected
         ``RUNNING``) and whose lease has expired; cancelled runs are skipped."""
+        self.metrics.sweeps.inc()
         report = SweepReport()
         candidates = self._candidates()
         cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
@@ -327,6 +361,7 @@ class ResumerService:
                 continue
             request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
                            producer=self.producer, codec=self.codec)
+            self.metrics.sweep_requested.labels("lease_expired").inc()
             report.requested.append(run_id)
         mine = set(self.app.registry.names())
         for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
@@ -334,6 +369,7 @@ class ResumerService:
                 continue
             request_resume(self.settings, run_id, "wait timed out", requested_by="sweeper",
                            producer=self.producer, codec=self.codec)
+            self.metrics.sweep_requested.labels("wait_timed_out").inc()
             self.active.unwait(run_id)
             report.requested.append(run_id)
         return report

@@ -497,14 +497,15 @@ class Runner(_RunnerCore):
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
                       writer: EventLog | None = None, store: ArtifactStore | None = None,
-                      tracer: Tracer = NO_TRACE) -> Runner:
-        """A runner on the real services: Redis leases and run keys, the local artifact store."""
+                      tracer: Tracer = NO_TRACE, metrics_registry: Any = None) -> Runner:
+        """A runner on the real services: Redis leases and run keys, the local artifact store.
+        ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         # Blocking pool: many run threads share a bounded set of connections and wait for one.
         pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=64, timeout=30,
                                                      **settings.redis_kwargs())
         client = redis.Redis(connection_pool=pool)
         own_writer = writer is None
-        w = writer or RunWriter(settings)
+        w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         leases = RedisLeaseManager(client, settings, holder=w.writer_id)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
                 run_keys=RunKeys(client, settings.redis_prefix),
@@ -603,8 +604,10 @@ class AsyncRunner(_RunnerCore):
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
                       writer: EventLog | None = None, store: ArtifactStore | None = None,
-                      tracer: Tracer = NO_TRACE, max_connections: int = 256) -> AsyncRunner:
-        """An async runner on the real services (Redis via redis-py's asyncio client)."""
+                      tracer: Tracer = NO_TRACE, max_connections: int = 256,
+                      metrics_registry: Any = None) -> AsyncRunner:
+        """An async runner on the real services (Redis via redis-py's asyncio client).
+        ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=16, timeout=30,
                                                      **settings.redis_kwargs())
         client = redis.Redis(connection_pool=pool)
@@ -612,7 +615,7 @@ class AsyncRunner(_RunnerCore):
                                                        timeout=30, **settings.redis_kwargs())
         aclient = aredis.Redis(connection_pool=apool)
         own_writer = writer is None
-        w = writer or RunWriter(settings)
+        w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient),

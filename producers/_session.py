@@ -244,15 +244,16 @@ class RunSession:
             raise ack.error
 
     async def _await(self, ack: _Ack, event: RunEvent) -> None:
-        if not ack.done.is_set():
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[None] = loop.create_future()
-            ack.waiter = (loop, fut)
-            if ack.done.is_set():  # reported between the check and the waiter: no wake-up comes
-                _wake(fut)
-            if not await self.writer.asend_now(fut, self._timeout()):
-                raise DeliveryError(self.writer.topic, self.run_id,
-                                    f"seq {event.seq} not acknowledged in time")
+        # asend_now even when already reported (then it returns at once): every confirmed append
+        # goes through it, as every sync one goes through send_now (the writer's latency metric)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        ack.waiter = (loop, fut)
+        if ack.done.is_set():  # reported before the waiter was set: no wake-up comes
+            _wake(fut)
+        if not await self.writer.asend_now(fut, self._timeout()):
+            raise DeliveryError(self.writer.topic, self.run_id,
+                                f"seq {event.seq} not acknowledged in time")
         if ack.error is not None:
             raise ack.error
 

@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -30,6 +30,11 @@ from schemas._types import ResumeRequest, RunEvent, now_ms
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
 from schemas.topics import Topics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from producers._metrics import WriterMetrics
 
 __all__ = ["DeliveryCallback", "RunWriter"]
 
@@ -42,10 +47,14 @@ class RunWriter(EventLog):
         settings: broker and topic prefix.
         writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
         producer_overrides: extra librdkafka settings (tests shorten timeouts).
+        metrics_registry: a ``prometheus_client.CollectorRegistry`` to count appends, confirmed-append
+            latency and delivery failures in (``runlog_writer_*``, :mod:`producers._metrics`); the
+            application exposes it. None (the default): no metrics.
     """
 
     def __init__(self, settings: Settings, *, writer_id: str | None = None, codec: Codec | None = None,
-                 producer_overrides: dict[str, Any] | None = None) -> None:
+                 producer_overrides: dict[str, Any] | None = None,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         self.topic = Topics.of(settings).events
         self.codec = codec or Codec(max_record_bytes=settings.max_record_bytes)
@@ -54,6 +63,11 @@ class RunWriter(EventLog):
         self.delivery_timeout_s = float(conf.get("message.timeout.ms", 300_000)) / 1000
         """How long librdkafka tries a record before reporting it failed."""
         self._producer = Producer(conf)
+        self.metrics: WriterMetrics | None = None
+        if metrics_registry is not None:
+            from producers._metrics import WriterMetrics
+
+            self.metrics = WriterMetrics.of(metrics_registry)
         self._stop = threading.Event()
         self._sending_lock = threading.Lock()
         self._sending = 0
@@ -77,10 +91,12 @@ class RunWriter(EventLog):
     def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
         """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
         data = self.codec.encode(event)
-        topic, key = self.topic, event.run_id
+        topic, key, metrics = self.topic, event.run_id, self.metrics
 
         def cb(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
+                if metrics is not None:
+                    metrics.failures.labels(err.name()).inc()
                 on_delivery(DeliveryError(topic, key, f"{err.name()}: {err.str()}"), -1, -1)
             else:
                 on_delivery(None, msg.partition(), msg.offset())
@@ -88,6 +104,8 @@ class RunWriter(EventLog):
         while True:
             try:
                 self._producer.produce(topic, value=data, key=key.encode("utf-8"), on_delivery=cb)
+                if metrics is not None:
+                    metrics.appends.inc()
                 return
             except BufferError:
                 time.sleep(0.01)  # the poll thread drains delivery reports
@@ -105,7 +123,7 @@ class RunWriter(EventLog):
             done.set()
 
         self._producer.produce(topic, value=data, key=run_id.encode("utf-8"), on_delivery=cb)
-        if not self.send_now(done, timeout) or errors:
+        if not self._flush_until(done, timeout) or errors:
             raise DeliveryError(topic, run_id, errors[0] if errors else "resume request not acknowledged")
 
     def send_now(self, done: threading.Event, timeout: float) -> bool:
@@ -121,6 +139,15 @@ class RunWriter(EventLog):
         Returns:
             whether ``done`` was set within ``timeout`` seconds.
         """
+        if self.metrics is None:
+            return self._flush_until(done, timeout)
+        t0 = time.perf_counter()
+        ok = self._flush_until(done, timeout)
+        if ok:
+            self.metrics.confirmed_sync.observe(time.perf_counter() - t0)
+        return ok
+
+    def _flush_until(self, done: threading.Event, timeout: float) -> bool:
         end = time.monotonic() + timeout
         with self._sending_lock:
             self._sending += 1
@@ -138,6 +165,7 @@ class RunWriter(EventLog):
     async def asend_now(self, done: asyncio.Future[None], timeout: float) -> bool:
         """:meth:`send_now` for an awaiting append: the poll thread flushes (linger bypassed) while
         any append awaits its report, so the loop never blocks and one thread serves them all."""
+        t0 = time.perf_counter() if self.metrics is not None else 0.0
         with self._sending_lock:
             self._urgent += 1
         try:
@@ -147,6 +175,8 @@ class RunWriter(EventLog):
         finally:
             with self._sending_lock:
                 self._urgent -= 1
+        if self.metrics is not None:
+            self.metrics.confirmed_async.observe(time.perf_counter() - t0)
         return True
 
     def close(self, timeout: float = 30.0) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "RebuildReport",
     "SwapFailed",
     "SwapRefused",
+    "default_target",
     "diff_namespaces",
     "dump_namespace",
     "is_projection_key",
@@ -146,18 +147,35 @@ def _progress(out: TextIO | None, done: int, total: int, started: float) -> None
     out.flush()
 
 
+def default_target(settings: Settings, *, swap: bool = False) -> str:
+    """Where ``runlog projections rebuild`` writes without ``--target``: always under the configured
+    key prefix, so a Redis ACL limited to the tenant's keys (``~<prefix>:*``) allows it.
+
+    * a rebuild to compare (``--diff``) or inspect: ``<prefix>:rebuild``, a namespace nested inside
+      the live one (its keys are ``<prefix>:rebuild:*``; the live projection's keys are compared
+      apart from it, :func:`is_projection_key`);
+    * a rebuild to ``--swap``: ``<prefix>.rebuild``, the sibling a swap needs (a nested namespace
+      cannot be swapped). Its keys start with ``<prefix>`` but not ``<prefix>:``: with an ACL
+      ``~tenant:*``, run with ``RUNLOG_REDIS_PREFIX=tenant:live`` and the sibling is
+      ``tenant:live.rebuild``, inside the ACL."""
+    return f"{settings.redis_prefix}.rebuild" if swap else f"{settings.redis_prefix}:rebuild"
+
+
 def rebuild(
     settings: Settings,
-    target_prefix: str,
+    target_prefix: str | None = None,
     *,
     progress: TextIO | None = sys.stderr,
     client: redis.Redis | None = None,
 ) -> RebuildReport:
-    """Replay the whole events topic into a fresh namespace ``target_prefix`` (cleared first).
+    """Replay the whole events topic into a fresh namespace ``target_prefix`` (cleared first;
+    default :func:`default_target`, inside the live prefix).
 
     Raises :class:`NamespaceOverlap` when the target is the live prefix or holds it (clearing
     ``tenant`` would delete ``tenant:live``); a target inside the live prefix (``live:rebuild``) is
     allowed (``diff_namespaces`` tells the two apart) but cannot be swapped."""
+    if target_prefix is None:
+        target_prefix = default_target(settings)
     live = settings.redis_prefix
     if target_prefix == live or live.startswith(target_prefix + ":"):
         raise NamespaceOverlap(live, target_prefix, "rebuild")

@@ -8,6 +8,7 @@ Redis AUTH) are passed through in one place and never logged.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from schemas.errors import ConfigError
 
-__all__ = ["ENV_VARS", "Settings"]
+__all__ = ["ENV_VARS", "KAFKA_LOG", "Settings"]
 
 #: (variable, default, meaning) for every environment variable Runlog reads.
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
@@ -36,10 +37,19 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
      " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
     ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
-    ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "consumer group of the resumers"),
+    ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
+     " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),
     ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
     ("RUNLOG_REDIS_USERNAME", "", "Redis ACL user (instead of putting it in REDIS_URL)"),
     ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
+    ("RUNLOG_REDIS_SSL_CA_CERTS", "", "rediss:// only: CA file (PEM) that verifies the Redis server"
+     " (unset: the system CAs)"),
+    ("RUNLOG_REDIS_SSL_CA_PEM", "", "rediss:// only: the CA certificate(s) inline, PEM text"),
+    ("RUNLOG_REDIS_SSL_CERTFILE", "", "rediss:// only: client certificate (PEM) for mutual TLS"),
+    ("RUNLOG_REDIS_SSL_KEYFILE", "", "rediss:// only: private key (PEM) of the client certificate"),
+    ("RUNLOG_REDIS_SSL_KEY_PASSWORD", "", "rediss:// only: passphrase of an encrypted client key"),
+    ("RUNLOG_REDIS_SSL_CHECK_HOSTNAME", "true", "rediss:// only: `false` skips matching the server"
+     " certificate to the host name (the chain is still verified)"),
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
      " where the process kills itself with SIGKILL (off when empty)"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
@@ -47,7 +57,48 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " pages still readable)"),
 )
 
-_SECRET_HINTS = ("password", "secret", "token", "key")
+_SECRET_HINTS = ("password", "secret", "token", "key", "credential", "oauthbearer.config")
+
+#: librdkafka's log lines (every client built from :meth:`Settings.kafka_common`), as Python logging
+#: records: ``FAIL [rdkafka#consumer-1] [thrd:...]: ...`` at the matching level (3 ERROR, 4 WARNING,
+#: 5-6 INFO, 7 DEBUG). Configure this logger to see or silence them; it never prints a credential
+#: librdkafka would not print itself.
+KAFKA_LOG = logging.getLogger("librdkafka")
+
+
+def _close_time_noise(text: str) -> bool:
+    """A librdkafka line that reports no failure: a SASL exchange cut short because the client is
+    being destroyed, or answered after its connection was already down (a clean close of a client
+    against a SASL broker, librdkafka issues #5003 and confluent-kafka-python #1780). A real
+    authentication failure names the state it failed in (``AUTH_REQ``...), never ``DOWN``."""
+    return "SASL authentication error" in text and (
+        "Broker handle destroyed" in text or "in state DOWN)" in text)
+
+
+class _KafkaNoise(logging.Filter):
+    """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and _close_time_noise(record.getMessage()):
+            if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+if not any(isinstance(f, _KafkaNoise) for f in KAFKA_LOG.filters):
+    KAFKA_LOG.addFilter(_KafkaNoise())
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -85,6 +136,18 @@ class Settings:
     """librdkafka settings passed through as given (SASL, TLS, ...)."""
     redis_username: str | None = None
     redis_password: str | None = None
+    redis_ssl_ca_certs: str | None = None
+    """rediss:// only: CA file verifying the server (None: the system CAs)."""
+    redis_ssl_ca_pem: str | None = None
+    """rediss:// only: CA certificate(s) as PEM text."""
+    redis_ssl_certfile: str | None = None
+    """rediss:// only: client certificate (mutual TLS)."""
+    redis_ssl_keyfile: str | None = None
+    """rediss:// only: the client certificate's private key."""
+    redis_ssl_key_password: str | None = None
+    """rediss:// only: passphrase of an encrypted client key; a secret."""
+    redis_ssl_check_hostname: bool = True
+    """rediss:// only: match the server certificate to the host name."""
     demo_world_url: str | None = None
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
@@ -120,6 +183,12 @@ class Settings:
             kafka_extra=extra,
             redis_username=e.get("RUNLOG_REDIS_USERNAME") or None,
             redis_password=e.get("RUNLOG_REDIS_PASSWORD") or None,
+            redis_ssl_ca_certs=e.get("RUNLOG_REDIS_SSL_CA_CERTS") or None,
+            redis_ssl_ca_pem=e.get("RUNLOG_REDIS_SSL_CA_PEM") or None,
+            redis_ssl_certfile=e.get("RUNLOG_REDIS_SSL_CERTFILE") or None,
+            redis_ssl_keyfile=e.get("RUNLOG_REDIS_SSL_KEYFILE") or None,
+            redis_ssl_key_password=e.get("RUNLOG_REDIS_SSL_KEY_PASSWORD") or None,
+            redis_ssl_check_hostname=_bool(e, "RUNLOG_REDIS_SSL_CHECK_HOSTNAME", True),
             demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
             resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
             sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
@@ -152,12 +221,18 @@ class Settings:
             "RUNLOG_RESUMER_GROUP": self.resumer_group,
             "RUNLOG_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
             "RUNLOG_FAULT_REPORT": self.fault_report,
+            "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if self.redis_ssl_check_hostname else "false",
         }
         optional = {
             "RUNLOG_SCHEMA_REGISTRY_URL": self.schema_registry_url,
             "RUNLOG_DEMO_WORLD_URL": self.demo_world_url,
             "RUNLOG_REDIS_USERNAME": self.redis_username,
             "RUNLOG_REDIS_PASSWORD": self.redis_password,
+            "RUNLOG_REDIS_SSL_CA_CERTS": self.redis_ssl_ca_certs,
+            "RUNLOG_REDIS_SSL_CA_PEM": self.redis_ssl_ca_pem,
+            "RUNLOG_REDIS_SSL_CERTFILE": self.redis_ssl_certfile,
+            "RUNLOG_REDIS_SSL_KEYFILE": self.redis_ssl_keyfile,
+            "RUNLOG_REDIS_SSL_KEY_PASSWORD": self.redis_ssl_key_password,
             "RUNLOG_CONSOLE_TOKEN": self.console_token,
         }
         env.update({k: v for k, v in optional.items() if v})
@@ -182,12 +257,42 @@ class Settings:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+        if not self.redis_url.startswith("rediss://"):
+            # a TLS setting with a plain-text URL would be dropped silently: refuse it instead
+            tls = [name for name, on in (
+                ("RUNLOG_REDIS_SSL_CA_CERTS", self.redis_ssl_ca_certs),
+                ("RUNLOG_REDIS_SSL_CA_PEM", self.redis_ssl_ca_pem),
+                ("RUNLOG_REDIS_SSL_CERTFILE", self.redis_ssl_certfile),
+                ("RUNLOG_REDIS_SSL_KEYFILE", self.redis_ssl_keyfile),
+                ("RUNLOG_REDIS_SSL_KEY_PASSWORD", self.redis_ssl_key_password),
+                ("RUNLOG_REDIS_SSL_CHECK_HOSTNAME", not self.redis_ssl_check_hostname),
+            ) if on]
+            if tls:
+                raise ConfigError(f"{', '.join(tls)} set, but REDIS_URL is not rediss:// (no TLS to "
+                                  f"apply them to): use a rediss:// URL or unset them")
+        if self.redis_ssl_keyfile and not self.redis_ssl_certfile:
+            raise ConfigError("RUNLOG_REDIS_SSL_KEYFILE needs RUNLOG_REDIS_SSL_CERTFILE")
 
     # -- client configuration, built in one place ---------------------------------------------
 
+    def group_id(self, name: str) -> str:
+        """The consumer group id for ``name``: ``<topic_prefix><name>``, so a tenant's ACLs can be
+        scoped to its prefix (group ids as well as topics). Every group Runlog joins or reads
+        offsets of is named through here (:meth:`consumer_config` applies it too); a name that
+        already starts with the prefix is kept as it is, and with no prefix every name is unchanged."""
+        p = self.topic_prefix
+        return name if not p or name.startswith(p) else p + name
+
     def kafka_common(self) -> dict[str, Any]:
-        """librdkafka settings shared by every client: servers plus pass-through security."""
+        """librdkafka settings shared by every client: servers plus pass-through security.
+
+        librdkafka's own log lines go to the ``librdkafka`` Python logger (:data:`KAFKA_LOG`)
+        instead of straight to stderr, served by the client's poll calls; known close-time noise
+        is demoted to DEBUG there. With ``RUNLOG_KAFKA_DEBUG`` set, librdkafka prints to stderr
+        itself, as asked."""
         conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        if "debug" not in self.kafka_extra:
+            conf["logger"] = KAFKA_LOG
         conf.update(self.kafka_extra)
         return conf
 
@@ -208,11 +313,12 @@ class Settings:
         return conf
 
     def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
-        """A consumer that commits only what it has processed (at-least-once)."""
+        """A consumer that commits only what it has processed (at-least-once), in the group
+        :meth:`group_id` (``group_id``) names."""
         conf = self.kafka_common()
         conf.update(
             {
-                "group.id": group_id,
+                "group.id": self.group_id(group_id),
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
@@ -232,6 +338,12 @@ class Settings:
             kw["username"] = self.redis_username
         if self.redis_password:
             kw["password"] = self.redis_password
+        if self.redis_url.startswith("rediss://"):
+            kw["ssl_check_hostname"] = self.redis_ssl_check_hostname
+            tls = {"ssl_ca_certs": self.redis_ssl_ca_certs, "ssl_ca_data": self.redis_ssl_ca_pem,
+                   "ssl_certfile": self.redis_ssl_certfile, "ssl_keyfile": self.redis_ssl_keyfile,
+                   "ssl_password": self.redis_ssl_key_password}
+            kw.update({k: v for k, v in tls.items() if v})
         return kw
 
     # -- never print secrets -------------------------------------------------------------------
@@ -243,7 +355,7 @@ class Settings:
             v = getattr(self, f.name)
             if f.name == "redis_url" or (f.name == "schema_registry_url" and v):
                 v = _redact_url(v)
-            elif f.name in ("redis_password", "console_token") and v:
+            elif f.name in ("redis_password", "redis_ssl_key_password", "console_token") and v:
                 v = "***"
             elif f.name == "kafka_extra":
                 v = {k: ("***" if any(h in k for h in _SECRET_HINTS) else val) for k, val in v.items()}

@@ -4,12 +4,15 @@ Both sides run the same workflow shape: two stages, four tool calls per run whos
 seeded random 20-200 ms (``asyncio.sleep`` / ``time.sleep``), one of them an IDEMPOTENT effect tool
 with its own delivery key per run, so every run appends one confirmed ``EFFECT_INTENT``.
 
-Per side: runs/s and events/s (the events topic's high watermarks before and after), the latency of
-the confirmed ``EFFECT_INTENT`` (from the writer's ``produce`` of the intent to the run's code going
-on after its acknowledgement: encode, hash, send, broker ack, wake-up; measured by a
-:class:`~producers._writer.RunWriter` subclass handed to ``from_settings(writer=...)``), and resident
-memory per open run: every run is parked once inside its first tool call (an event they all wait
-on) while RSS is sampled, so the delta over the idle process is N open runs at once.
+Per side: runs/s and events/s (the events topic's high watermarks before and after); the latency of
+the confirmed ``EFFECT_INTENT``, from the writer's ``produce`` of the intent to the run going on after
+its acknowledgement (encode, hash, send, broker ack, wake-up of the awaiting task or thread), taken by
+a :class:`~producers._writer.RunWriter` subclass handed to ``from_settings(writer=...)`` and read when
+the effect tool is entered, beside the same start to the delivery report (``intent_ack``); the same
+latency with one run at a time (``intent_idle``, the warm-up runs); and resident memory per open
+run: every run is parked once inside its first tool call (an event they all wait on) while RSS is
+sampled, so the delta over the warmed-up idle process is N open runs at once (kB = 1,000 bytes).
+``stall``: how late a 10 ms sleep of a watcher (a task on the loop / a thread) wakes up meanwhile.
 
 The baseline, in the same run on the same broker: a raw confluent-kafka producer with the same
 configuration (idempotent, ``acks=all``) producing one record to a topic of the same shape and
@@ -64,9 +67,11 @@ _INTENT_T0: contextvars.ContextVar[float | None] = contextvars.ContextVar("bench
 class TimedWriter(RunWriter):
     """The run writer, counting delivery reports and timing every confirmed ``EFFECT_INTENT``.
 
-    ``intent_ms``: the writer's ``produce`` of the intent to the awaiting run going on (task resumed /
-    thread returned from ``send_now``); ``intent_ack_ms``: the same start to the delivery report
-    (the broker's acknowledgement, seen by the thread serving reports).
+    ``intent_ms``: from the writer's ``produce`` of the intent to the run going on after its
+    acknowledgement, i.e. entering the effect tool (:meth:`effect_entered`, called first thing in the
+    tool: between the awaited append and the tool function the protocol does no I/O and never yields
+    to the loop). ``intent_ack_ms``: from the same ``produce`` to the delivery report (the broker's
+    acknowledgement, as the thread serving reports sees it).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -80,7 +85,7 @@ class TimedWriter(RunWriter):
 
     def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
         t0 = time.perf_counter() if event.type is EventType.EFFECT_INTENT else None
-        _INTENT_T0.set(t0)
+        _INTENT_T0.set(t0)  # this task's (thread's) context: the effect tool reads it
 
         def cb(err: DeliveryError | None, partition: int, offset: int) -> None:
             with self._count_lock:
@@ -94,31 +99,24 @@ class TimedWriter(RunWriter):
 
         super().produce(event, cb)
 
-    def queued(self) -> int:
-        """Records in the producer's local queue now (produced, not yet acknowledged)."""
-        return len(self._producer)
-
-    def _took(self, ok: bool) -> None:
+    def effect_entered(self) -> None:
+        """The effect tool was entered: its run's intent is acknowledged (the protocol awaited it)."""
         t0 = _INTENT_T0.get()
         _INTENT_T0.set(None)
-        if ok and t0 is not None:
+        if t0 is not None:
             ms = (time.perf_counter() - t0) * 1000
             with self._count_lock:
                 self.intent_ms.append(ms)
 
-    def send_now(self, done: threading.Event, timeout: float) -> bool:
-        ok = super().send_now(done, timeout)
-        self._took(ok)
-        return ok
-
-    async def asend_now(self, done: asyncio.Future[None], timeout: float) -> bool:
-        ok = await super().asend_now(done, timeout)
-        self._took(ok)
-        return ok
+    def queued(self) -> int:
+        """Records in the producer's local queue now (produced, not yet acknowledged)."""
+        return len(self._producer)
 
     def reset(self) -> None:
+        """Start counting afresh (after the warm-up runs)."""
         with self._count_lock:
             self.intent_ms, self.intent_ack_ms = [], []
+            self.delivered = self.failed = 0
 
 
 def latencies(n: int, seed: int) -> list[list[int]]:
@@ -178,7 +176,7 @@ class _Park:
             self.ago.set()
 
 
-def async_workflow(park: _Park) -> Workflow:
+def async_workflow(park: _Park, entered: Callable[[], None]) -> Workflow:
     """``bench-async@1``: research (search, fetch), publish (post: the effect, notify); all ``async def``."""
 
     @tool("bench.search", policy=ReplayPolicy.SAFE)
@@ -194,6 +192,7 @@ def async_workflow(park: _Park) -> Workflow:
 
     @tool("bench.post", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="sink:posts", delivery=_delivery)
     async def post(call: CallInfo, title: str, ms: int) -> dict[str, Any]:
+        entered()
         await asyncio.sleep(ms / 1000)
         return {"external_id": f"post-{call.run_id}", "title": title}
 
@@ -221,7 +220,7 @@ def async_workflow(park: _Park) -> Workflow:
     return wf
 
 
-def sync_workflow(park: _Park) -> Workflow:
+def sync_workflow(park: _Park, entered: Callable[[], None]) -> Workflow:
     """``bench-threaded@1``: the same shape as :func:`async_workflow` with ``def`` stages and tools."""
 
     @tool("bench.search", policy=ReplayPolicy.SAFE)
@@ -237,6 +236,7 @@ def sync_workflow(park: _Park) -> Workflow:
 
     @tool("bench.post", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="sink:posts", delivery=_delivery)
     def post(call: CallInfo, title: str, ms: int) -> dict[str, Any]:
+        entered()
         time.sleep(ms / 1000)
         return {"external_id": f"post-{call.run_id}", "title": title}
 
@@ -326,7 +326,7 @@ def _params(i: int, ms: list[int]) -> dict[str, Any]:
 async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: int,
                       writer: TimedWriter, max_connections: int, tick: Tick) -> dict[str, Any]:
     park = _Park()
-    wf = async_workflow(park)
+    wf = async_workflow(park, writer.effect_entered)
     lag: list[float] = []
     stop = asyncio.Event()
 
@@ -406,8 +406,8 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
     tick("threads: raw baseline")
     lat = latencies(runs, seed)
     park = _Park()
-    wf = sync_workflow(park)
     writer = TimedWriter(settings)
+    wf = sync_workflow(park, writer.effect_entered)
     outcomes: list[Any] = [None] * runs
     lag: list[float] = []
     stop = threading.Event()

@@ -27,6 +27,14 @@ class BenchSize:
     scale_runs: int = 2_000
     scale_events_per_run: int = 5
     group_sizes: tuple[int, ...] = (1, 2, 4)
+    async_runs: int = 2_000
+    """Concurrent runs on one AsyncRunner (one loop) in the concurrency section."""
+    threaded_runs: int = 200
+    """Concurrent runs on the sync Runner, one thread each."""
+    concurrency_raw_samples: int = 200
+    """Raw produce + flush samples, the confirmed-intent baseline of each side."""
+    concurrency_warmup: int = 50
+    """Runs made one at a time (no tool latency) before the concurrent ones: the idle intent latency."""
 
 
 SIZES: dict[str, BenchSize] = {
@@ -34,11 +42,13 @@ SIZES: dict[str, BenchSize] = {
                       projector_events=1_000, projector_runs=20, projector_rounds=1,
                       projector_marks=(500, 1_000), lag_seconds=1.0, lag_runs=10, resume_lengths=(20, 200),
                       crashed_runs=2, resumer_members=1, scale_runs=50, scale_events_per_run=2,
-                      group_sizes=(1,)),
+                      group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
+                      concurrency_warmup=20),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,
                       projector_marks=(100_000, 1_000_000), lag_seconds=30.0, lag_runs=200,
                       resume_lengths=(20, 1_000, 10_000, 100_000), crashed_runs=1_000, resumer_members=4,
-                      scale_runs=10_000, scale_events_per_run=10),
+                      scale_runs=10_000, scale_events_per_run=10, async_runs=10_000, threaded_runs=1_000,
+                      concurrency_raw_samples=500),
 }

@@ -13,10 +13,11 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TextIO
 
+from processors.bench._concurrency import bench_async_runs, bench_threaded_runs
 from processors.bench._env import BenchEnv
 from processors.bench._png import Panel, line_chart
 from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
@@ -26,7 +27,7 @@ from processors.bench._write import bench_append, bench_intent, bench_writer_sca
 from processors.projector import ProjectorOptions
 from schemas.settings import Settings
 
-__all__ = ["TARGETS", "Progress", "machine", "run_bench", "steps_of", "targets_met"]
+__all__ = ["SECTIONS", "TARGETS", "Progress", "machine", "run_bench", "steps_of", "targets_met"]
 
 TARGETS: dict[str, tuple[str, float]] = {
     "append_ratio": (">=", 0.8),
@@ -35,13 +36,32 @@ TARGETS: dict[str, tuple[str, float]] = {
     "lag_p99_ms": ("<=", 50.0),
     "resume_tail_ratio": ("<=", 1.5),
     "rebuild_ratio": (">=", 0.5),
+    "async_memory_per_run_kb": ("<=", 64.0),
+    "intent_over_raw_ms": ("<=", 1.0),
+    "concurrent_runs_completed": (">=", 1.0),
 }
 
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "append": ("append_ratio",),
+    "intent": ("intent_latency_ratio",),
+    "scale": (),
+    "projector": ("projector_ratio", "rebuild_ratio"),
+    "lag": ("lag_p99_ms",),
+    "resume": ("resume_tail_ratio",),
+    "concurrency": ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed"),
+}
+"""What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
+rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
+runs in one process, the AsyncRunner's one loop against the Runner's thread per run."""
 
-def targets_met(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """Each target with its figure, whether it is met, and by how much it is missed (as a factor)."""
+
+def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """Each target (of ``names``, default all) with its figure, whether it is met, and by how much it
+    is missed (as a factor)."""
     out: dict[str, dict[str, Any]] = {}
     for name, (op, want) in TARGETS.items():
+        if names is not None and name not in names:
+            continue
         v = figures.get(name, math.nan)
         met = (v >= want) if op == ">=" else (v <= want)
         miss = math.nan if math.isnan(v) or met else (want / v if op == ">=" else v / want)
@@ -49,10 +69,12 @@ def targets_met(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def steps_of(size: BenchSize) -> int:
+def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> int:
     """How many progress ticks a run of this size makes."""
-    return (2 * size.rounds + size.rounds + 1 + 2 * size.projector_rounds + 3 + len(size.resume_lengths)
-            + 2 + 2 * size.rounds + 2 + max(len(size.group_sizes) - 1, 0) + 1)
+    per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
+           "projector": 2 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
+           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8}
+    return sum(per[s] for s in sections) + 1
 
 
 class Progress:
@@ -110,55 +132,99 @@ def _plot(result: dict[str, Any], path: str) -> str:
     return path
 
 
+def _sections(only: str | Collection[str] | None) -> tuple[str, ...]:
+    if only is None:
+        return tuple(SECTIONS)
+    names = [x.strip() for x in only.split(",")] if isinstance(only, str) else list(only)
+    unknown = [x for x in names if x not in SECTIONS]
+    if unknown or not names:
+        raise ValueError(f"unknown bench section(s) {unknown or names}; choose from {', '.join(SECTIONS)}")
+    return tuple(x for x in SECTIONS if x in names)
+
+
+def _figures(result: dict[str, Any]) -> dict[str, float]:
+    """The targeted figures of the sections that ran."""
+    f: dict[str, float] = {}
+    if "append" in result:
+        f["append_ratio"] = result["append"]["append_ratio"]
+    if "intent_latency" in result:
+        f["intent_latency_ratio"] = result["intent_latency"]["intent_latency_ratio"]
+    if "projector" in result:
+        f["projector_ratio"] = result["projector"]["projector_ratio"]
+        f["rebuild_ratio"] = result["rebuild"]["rebuild_ratio"]
+    if "lag" in result:
+        f["lag_p99_ms"] = result["lag"]["lag_p99_ms"]
+    if "resume" in result:
+        f["resume_tail_ratio"] = result["resume"]["resume_tail_ratio"]
+    if "async_runs" in result:
+        a, t = result["async_runs"], result["threaded_runs"]
+        f["async_memory_per_run_kb"] = a["memory_per_run_kb"]
+        f["intent_over_raw_ms"] = a["intent_over_raw_ms"]
+        f["concurrent_runs_completed"] = min(a["completed"] / a["runs"], t["completed"] / t["runs"])
+    return f
+
+
 def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: TextIO | None = sys.stderr,
-              plot: str | None = None) -> dict[str, Any]:
-    """Run every benchmark once at ``size`` and return one JSON-ready dict of figures and ratios."""
+              plot: str | None = None, only: str | Collection[str] | None = None) -> dict[str, Any]:
+    """Run the benchmarks (every section, or those named in ``only``) once at ``size`` and return one
+    JSON-ready dict of figures and ratios."""
     sz = SIZES[size] if isinstance(size, str) else size
-    tick: Callable[[str], None] = Progress(steps_of(sz), progress)
+    sections = _sections(only)
+    tick: Callable[[str], None] = Progress(steps_of(sz, sections), progress)
     started = time.monotonic()
     env = BenchEnv(settings)
-    result: dict[str, Any] = {"size": sz.name, "tag": env.tag, "machine": machine()}
+    result: dict[str, Any] = {"size": sz.name, "tag": env.tag, "sections": list(sections),
+                              "machine": machine()}
     try:
-        result["append"] = bench_append(env, events=sz.append_events, runs=sz.append_runs, rounds=sz.rounds,
-                                        tick=tick)
-        result["intent_latency"] = bench_intent(env, samples=sz.intent_samples, rounds=sz.rounds, tick=tick)
-        result["scale"] = {"writer": bench_writer_scale(env, runs=sz.scale_runs,
-                                                        events_per_run=sz.scale_events_per_run, tick=tick)}
-        proj, proj_settings, ids = bench_projector(env, events=sz.projector_events, runs=sz.projector_runs,
-                                                   rounds=sz.projector_rounds,
-                                                   marks=list(sz.projector_marks), tick=tick)
-        result["projector"] = proj
-        result["lag"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
-                                  within=ProjectorOptions().within, tick=tick)
-        result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
-                                             within=0.01, tick=tick)
-        result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.rounds, tick=tick)
-        result["resumer_group"] = bench_resumer_group(env, runs=sz.crashed_runs, members=sz.resumer_members,
-                                                      tick=tick)
-        result["rebuild"] = bench_rebuild(env, proj_settings, rounds=sz.rounds, tick=tick)
-        group = [{"consumers": 1, "events_per_s": proj["runlog_events_per_s"]}]
-        for k in sz.group_sizes:
-            if k == 1:
-                continue
-            g = run_group(env, proj_settings, ids, sz.projector_events, consumers=k, name=f"g{k}")
-            group.append({"consumers": k, "events_per_s": g["events_per_s"]})
-            tick(f"projector group of {k}")
-        result["scale"]["projector_group"] = group
+        if "append" in sections:
+            result["append"] = bench_append(env, events=sz.append_events, runs=sz.append_runs,
+                                            rounds=sz.rounds, tick=tick)
+        if "intent" in sections:
+            result["intent_latency"] = bench_intent(env, samples=sz.intent_samples, rounds=sz.rounds,
+                                                    tick=tick)
+        if "scale" in sections:
+            result["scale"] = {"writer": bench_writer_scale(env, runs=sz.scale_runs, tick=tick,
+                                                            events_per_run=sz.scale_events_per_run)}
+        if "projector" in sections:
+            proj, proj_settings, ids = bench_projector(env, events=sz.projector_events,
+                                                       runs=sz.projector_runs, rounds=sz.projector_rounds,
+                                                       marks=list(sz.projector_marks), tick=tick)
+            result["projector"] = proj
+        if "lag" in sections:
+            result["lag"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds, runs=sz.lag_runs,
+                                      within=ProjectorOptions().within, tick=tick)
+            result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds,
+                                                 runs=sz.lag_runs, within=0.01, tick=tick)
+        if "resume" in sections:
+            result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.rounds, tick=tick)
+            result["resumer_group"] = bench_resumer_group(env, runs=sz.crashed_runs,
+                                                          members=sz.resumer_members, tick=tick)
+        if "projector" in sections:
+            result["rebuild"] = bench_rebuild(env, proj_settings, rounds=sz.rounds, tick=tick)
+            group = [{"consumers": 1, "events_per_s": proj["runlog_events_per_s"]}]
+            for k in sz.group_sizes:
+                if k == 1:
+                    continue
+                g = run_group(env, proj_settings, ids, sz.projector_events, consumers=k, name=f"g{k}")
+                group.append({"consumers": k, "events_per_s": g["events_per_s"]})
+                tick(f"projector group of {k}")
+            result.setdefault("scale", {})["projector_group"] = group
+        if "concurrency" in sections:
+            result["async_runs"] = bench_async_runs(env, runs=sz.async_runs,
+                                                    raw_samples=sz.concurrency_raw_samples,
+                                                    warmup=sz.concurrency_warmup, tick=tick)
+            result["threaded_runs"] = bench_threaded_runs(env, runs=sz.threaded_runs,
+                                                          raw_samples=sz.concurrency_raw_samples,
+                                                          warmup=sz.concurrency_warmup, tick=tick)
     finally:
         env.close()
         tick("cleaned up")
         if isinstance(tick, Progress):
             tick.finish()
-    figures = {
-        "append_ratio": result["append"]["append_ratio"],
-        "intent_latency_ratio": result["intent_latency"]["intent_latency_ratio"],
-        "projector_ratio": result["projector"]["projector_ratio"],
-        "lag_p99_ms": result["lag"]["lag_p99_ms"],
-        "resume_tail_ratio": result["resume"]["resume_tail_ratio"],
-        "rebuild_ratio": result["rebuild"]["rebuild_ratio"],
-    }
-    out: dict[str, Any] = {**figures, **result, "targets": targets_met(figures),
+    figures = _figures(result)
+    names = tuple(n for s in sections for n in SECTIONS[s])
+    out: dict[str, Any] = {**figures, **result, "targets": targets_met(figures, names),
                            "seconds": time.monotonic() - started}
-    if plot:
+    if plot and "resume" in result:
         out["plot"] = _plot(out, plot)
     return out

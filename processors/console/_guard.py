@@ -61,7 +61,7 @@ def secrets_of(settings: Settings) -> list[str]:
         parts = urlsplit(url)
         if parts.password:
             found.add(parts.password)
-    for v in (settings.redis_password, settings.console_token):
+    for v in (settings.redis_password, settings.redis_ssl_key_password, settings.console_token):
         if v:
             found.add(v)
     for k, v in settings.kafka_extra.items():

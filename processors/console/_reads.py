@@ -445,7 +445,7 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
         h.errors.append(f"redis: {err}")
     try:
         events = _watermarks(admin, names.events, timeout)
-        for g in projector_groups:
+        for g in (settings.group_id(g) for g in projector_groups):  # the ids under the topic prefix
             lag = _group_lag(admin, g, "projector", names.events, events, timeout)
             h.groups.append(lag or GroupLag(g, "projector", names.events, "absent", 0,
                                             sum(hi - lo for lo, hi in events.values()),
@@ -453,7 +453,7 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
                                             "no offsets and no members on this topic"))
         resume = _watermarks(admin, names.resume, timeout)
         listed = admin.list_consumer_groups(request_timeout=timeout).result()
-        prefix = settings.resumer_group + "."
+        prefix = settings.group_id(settings.resumer_group + ".")
         for gid in sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix)):
             lag = _group_lag(admin, gid, "resumer", names.resume, resume, timeout)
             if lag is not None:

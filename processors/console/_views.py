@@ -261,7 +261,7 @@ async def _health(request: web.Request) -> tuple[Console, dict[str, Any]]:
                                          projector_groups=console.options.projector_groups)),
         _projector_metrics(console.metrics_url))
     return console, {"health": health, "metrics": metrics, "topics": console.topics,
-                     "resumer_prefix": console.settings.resumer_group + "."}
+                     "resumer_prefix": console.settings.group_id(console.settings.resumer_group + ".")}
 
 
 async def health_page(request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -13,7 +14,29 @@ from processors.cli import main
 from schemas.settings import Settings
 
 KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "resume_tail_ratio",
-        "rebuild_ratio")
+        "rebuild_ratio", "async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
+CONCURRENCY = ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
+
+
+def _check_concurrent(doc: dict[str, Any]) -> None:
+    """The many-runs-in-one-process figures of both sides: present, numbers, sane (no timings asserted)."""
+    for side in ("async_runs", "threaded_runs"):
+        r = doc[side]
+        print(side, {k: r[k] for k in ("runs", "completed", "runs_per_s", "events_per_s", "intent_p50_ms",
+                                       "intent_p99_ms", "raw_p50_ms", "intent_over_raw_ms",
+                                       "memory_per_run_kb")})
+        assert r["completed"] == r["runs"] > 0 and r["failed"] == 0, r["errors"]
+        assert r["parked"] == r["runs"]  # memory was sampled with every run open at once
+        # RUN_STARTED .. RUN_COMPLETED of the 2-stage, 4-call workflow: 16 events a run, all on the log
+        assert r["events"] == 16 * r["runs"] == r["delivered"] > 0
+        assert r["runs_per_s"] > 0 and r["events_per_s"] > 0
+        assert r["intent_samples"] == r["runs"]  # every run's EFFECT_INTENT was confirmed and timed
+        assert r["intent_p99_ms"] >= r["intent_p50_ms"] > 0
+        assert r["raw_p99_ms"] >= r["raw_p50_ms"] > 0
+        assert r["memory_per_run_kb"] > 0
+    assert doc["async_memory_per_run_kb"] == doc["async_runs"]["memory_per_run_kb"]
+    assert doc["intent_over_raw_ms"] == doc["async_runs"]["intent_over_raw_ms"]
+    assert doc["concurrent_runs_completed"] == 1
 
 
 @pytest.mark.integration
@@ -37,7 +60,26 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     assert all(p["plan_ms"] > 0 for p in doc["resume"]["points"])
     assert doc["resumer_group"]["completed"] == doc["resumer_group"]["runs"]
     assert doc["scale"]["writer"]["events_per_s"] > 0
+    _check_concurrent(doc)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.path.basename(doc["plot"]) == "bench.png"
     # nothing of this bench run is left behind in Redis
     assert not list(redis_client.scan_iter(match=f"bench-{doc['tag']}-*", count=1000))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_bench_only_runs_the_named_sections(settings: Settings, redis_client: redis.Redis,
+                                            capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.kafka_bootstrap_servers)
+    monkeypatch.setenv("REDIS_URL", settings.redis_url)
+    code = main(["bench", "--size", "tiny", "--only", "concurrency", "--json", "--quiet", "--plot", ""])
+    assert code in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sections"] == ["concurrency"]
+    assert set(doc["targets"]) == set(CONCURRENCY)
+    assert "append" not in doc and "projector" not in doc and "plot" not in doc
+    _check_concurrent(doc)
+    assert not list(redis_client.scan_iter(match=f"bench-{doc['tag']}-*", count=1000))
+    assert main(["bench", "--only", "nosuch", "--quiet"]) == 2

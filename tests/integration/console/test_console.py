@@ -296,7 +296,9 @@ def test_health_shows_group_lag_dead_letters_and_the_projection(console_settings
     async def go() -> None:
         async with console(s, projector_groups=(projector, "t-absent-projector")) as client:
             doc = await (await client.get("/api/health")).json()
-            groups = {g["group"]: g for g in doc["groups"]}
+            # the console shows the group ids, which carry the topic prefix (Settings.group_id)
+            groups = {g["group"].removeprefix(s.topic_prefix): g for g in doc["groups"]}
+            assert all(g["group"].startswith(s.topic_prefix) for g in doc["groups"])
             assert groups[projector]["lag"] == 1 and groups[projector]["role"] == "projector"
             assert groups["t-absent-projector"]["state"] == "absent"
             assert groups["t-absent-projector"]["lag"] == log_size(s)
@@ -307,7 +309,8 @@ def test_health_shows_group_lag_dead_letters_and_the_projection(console_settings
             assert doc["marker"] == "ready" and doc["counts"]["COMPLETED"] == 1 and not doc["errors"]
             assert "metrics are off" in doc["projector_metrics"]["error"]
             page = await (await client.get("/health")).text()
-            assert f'data-group="{projector}" data-lag="1"' in page and 'id="dead-letters">3<' in page
+            assert f'data-group="{s.group_id(projector)}" data-lag="1"' in page
+            assert 'id="dead-letters">3<' in page
 
     asyncio.run(go())
 

@@ -122,7 +122,7 @@ def test_a_caught_up_projector_equals_a_rebuild_and_diff_exits_0(
     out = cli(topics, "--diff", "--target", f"{live}:cli")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 keys differ" in out.stdout
-    out = cli(topics, "--diff", "--json", "--quiet")  # the default target, a sibling prefix
+    out = cli(topics, "--diff", "--json", "--quiet")  # the default target, <live>:rebuild (nested)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         assert json.loads(out.stdout)["differing_keys"] == []

@@ -60,6 +60,7 @@ def _point(settings: Settings, tmp: Path, i: int, point: str, turns: dict[str, i
     rc, out = finish(spawn(settings, d / "world", order=order, sdk="async" if i % 2 else "sync",
                            crash_at=point), d / "worker.log")
     c["killed_at_point"] = rc == -9
+    detail["worker_rc"] = rc  # not -9: the worker log (worker.log) says why
     run_id = _run_id(out)
     crashed = _accepted(settings, run_id)
     recorded = {e.call_id for e in crashed if e.type is T.TOOL_RESULT}

@@ -60,7 +60,9 @@ def test_two_apps_on_one_cluster_each_resume_only_their_own_runs(topics: Setting
         request_resume(s, run_id, "test", requested_by="test")
 
     with ResumerService(s, alpha.app()) as sa, ResumerService(s, beta.app(name="beta-app")) as sb:
-        assert sa.group.startswith(f"{s.resumer_group}.wf-") and sb.group == f"{s.resumer_group}.beta-app"
+        # group ids carry the topic prefix (Settings.group_id)
+        assert sa.group.startswith(s.group_id(f"{s.resumer_group}.wf-"))
+        assert sb.group == f"{s.topic_prefix}{s.resumer_group}.beta-app"
         deadline = time.monotonic() + 120
 
         def until_all_seen(svc: ResumerService) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 import processors.resumer as resumer_mod
 from processors.resume import App, ResumeOutcome, ResumePlan, Resumer
+from processors.metrics import ResumerMetrics
 from processors.resumer import CONTENDED_RETRIES, ResumerService, app_id, group_id
 from producers import DictInputSource, Workflow
 from projections import RunState, RunStatus
@@ -127,6 +128,7 @@ def _service(results: list[str]) -> tuple[ResumerService, _FakeRedis, _ScriptedR
     svc._scheduled = set()
     svc._attempts = {}
     svc._tie = itertools.count()
+    svc.metrics = ResumerMetrics()
     return svc, fake, scripted, active
 
 

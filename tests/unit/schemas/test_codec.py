@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import struct
+from collections import Counter
 from typing import Any
 
 import fastavro
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import (
+    SINGLE_OBJECT_MAGIC,
     ArtifactRef,
     Checkpoint,
     Codec,
@@ -31,6 +33,8 @@ from schemas import (
     WorkflowSpec,
     load_schema,
 )
+from schemas._codec import _KINDS
+from tests.unit.schemas.avro_reference import Refused, read_body
 
 
 def full_event() -> RunEvent:
@@ -232,22 +236,98 @@ def test_oversized_records_refused_both_ways() -> None:
     assert err.value.reason == "oversized"
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=300))
-def test_random_bytes_never_escape_as_untyped_errors(data: bytes) -> None:
-    codec = Codec()
+RUN_EVENT_SCHEMA = load_schema("runlog.RunEvent")
+FUZZ_CODEC = Codec()
+HEADER = SINGLE_OBJECT_MAGIC + FUZZ_CODEC.fingerprint("runlog.RunEvent")
+
+
+def expected_header_reason(data: bytes) -> str | None:
+    """What the framing alone makes of ``data`` (None: a RunEvent body follows at byte 10)."""
+    if data[:2] == SINGLE_OBJECT_MAGIC:
+        if len(data) < 10:
+            return "truncated"
+        return None if data[2:10] == HEADER[2:] else "unknown_schema"  # no other schema within 2**-61
+    if data[:1] == b"\x00":
+        return "truncated" if len(data) < 5 else "unknown_schema"  # a registry id, no registry
+    return "unknown_framing"
+
+
+def check_decode(data: bytes, original: RunEvent | None = None) -> str:
+    """Decode ``data`` and check the codec's answer against the framing and an independent reader of
+    the body (``tests.unit.schemas.avro_reference``), whichever way it goes; returns the outcome.
+
+    A decoded event must be exactly what the body says: the reference reads the same value, and when
+    the body is in canonical form the event re-encodes to ``data`` byte for byte. A refusal must name
+    a reason, and the reference must refuse the body too (valid bytes are never refused)."""
+    codec = FUZZ_CODEC
+    head = expected_header_reason(data)
     try:
-        codec.decode(data, RunEvent)
+        event = codec.decode(data, RunEvent)
     except DecodeError as err:
-        assert err.reason in DecodeError.REASONS
+        assert err.reason in DecodeError.REASONS, err
+        if head is not None:
+            assert err.reason == head, (err, data[:10].hex())
+            return err.reason
+        with pytest.raises(Refused):
+            read_body(RUN_EVENT_SCHEMA, data[10:])  # the codec refused a valid body
+        return err.reason
+    assert head is None, f"decoded bytes whose framing is {head}: {data[:10].hex()}"
+    try:
+        ref = read_body(RUN_EVENT_SCHEMA, data[10:])
+    except Refused as err:
+        pytest.fail(f"the codec decoded a body the specification refuses ({err}): {data.hex()}")
+    assert ref.value == _KINDS[RunEvent].to_dict(event), "the codec read another value than the bytes hold"
+    if ref.canonical:
+        assert codec.encode(event) == data, "a canonical body must be the event's exact encoding"
+    if original is not None and data == codec.encode(original):
+        assert event == original
+    return "decoded" if ref.canonical else "decoded_noncanonical"
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, len(GOOD) - 1), st.integers(0, 255))
-def test_mutated_records_decode_or_raise_typed_error(pos: int, byte: int) -> None:
-    data = bytearray(GOOD)
-    data[pos] = byte
-    try:
-        Codec().decode(bytes(data), RunEvent)
-    except DecodeError as err:
-        assert err.reason in DecodeError.REASONS
+@given(st.one_of(st.binary(max_size=300),
+                 st.binary(max_size=120).map(lambda body: HEADER + body),
+                 st.binary(max_size=8).map(lambda b: SINGLE_OBJECT_MAGIC + b)))
+def test_random_bytes_decode_to_what_they_hold_or_raise_the_framings_reason(data: bytes) -> None:
+    check_decode(data)
+
+
+SEEDS = [full_event(), RunEvent("r", 3, 1, EventType.STAGE_STARTED, 5, stage="s", prev_hash="ab")]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[bytes, RunEvent]:
+    """An encoded event with one to three edits: a byte set, bytes inserted, deleted or appended."""
+    original = draw(st.sampled_from(SEEDS))
+    data = bytearray(FUZZ_CODEC.encode(original))
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["set", "set", "insert", "delete", "append"]))
+        pos = draw(st.integers(0, len(data)))
+        if kind == "set" and pos < len(data):
+            data[pos] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=4))
+        elif kind == "delete":
+            del data[pos:pos + draw(st.integers(1, 4))]
+        else:
+            data += draw(st.binary(min_size=1, max_size=8))
+    return bytes(data), original
+
+
+@settings(max_examples=500, deadline=None)
+@given(mutated())
+def test_mutated_records_decode_to_what_they_hold_or_raise_typed_error(case: tuple[bytes, RunEvent]) -> None:
+    check_decode(*case)
+
+
+def test_every_single_byte_mutation_of_the_type_enum_reads_as_the_bytes_say() -> None:
+    """The enum index right after run id, seq and epoch: fastavro wraps a negative index
+    (``avro_reference.WRAPS_NEGATIVE_INDEX``); every other out-of-range index is refused."""
+    symbols = next(f["type"]["symbols"] for f in RUN_EVENT_SCHEMA["fields"] if f["name"] == "type")
+    pos = 10 + 1 + len(b"run-1") + 1 + 1
+    assert GOOD[pos] == 2 * symbols.index("VERIFIED")
+    outcomes = Counter(check_decode(GOOD[:pos] + bytes([b]) + GOOD[pos + 1:], full_event())
+                       for b in range(256))
+    n = len(symbols)
+    assert outcomes["decoded"] == n and outcomes["decoded_noncanonical"] == n  # 0..n-1, and -1..-n
+    assert outcomes["invalid_body"] + outcomes["truncated"] == 256 - 2 * n
