@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import processors.resumer as resumer_mod
-from processors.resume import App, ResumeOutcome, ResumePlan, Resumer
 from processors.metrics import ResumerMetrics
+from processors.resume import App, ResumeOutcome, ResumePlan, Resumer
 from processors.resumer import CONTENDED_RETRIES, ResumerService, app_id, group_id
 from producers import DictInputSource, Workflow
 from projections import RunState, RunStatus
