@@ -184,7 +184,7 @@ def _smoke_round_trip(settings: Settings, topic: str, tag: str, runs: int) -> tu
 
     from schemas import Codec, EventType, RunEvent, now_ms
 
-    codec = Codec()
+    codec = Codec.from_settings(settings)
     producer = Producer(settings.producer_config())
     sent = [
         RunEvent(f"smoke-{tag}-{i}", seq, 1, t, now_ms(), attributes={"smoke": tag})

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from schemas import ConfigError, Settings
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
 def _time_ms(text: str) -> int:
@@ -32,10 +32,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "Replay the events topic (all of it, one run, an offset range or a time range) with a "
             "fresh consumer that commits nothing and touches no live state, fold every run, and "
             "check: rejected events (fenced writers, seq gaps), the hash chain, checkpoint "
-            "artifacts, effect intents left open by finished runs, effects executed twice. Writes "
-            "audit.json and a self-contained audit.html to --out."
+            "artifacts, effect intents left open by finished runs, effects executed twice, and "
+            "each run's chain against the anchors the projection holds in Redis (the last seq and "
+            "hash it accepted: a cut tail, a lost run or an edited last event). Writes audit.json "
+            "and a self-contained audit.html to --out."
         ),
-        epilog="Exit status: 0 no findings, 1 findings, 2 bad usage, 3 services unreachable.",
+        epilog="Exit status: 0 no findings, 1 findings, 2 bad usage, 3 services unreachable (Redis: "
+               "--no-anchors audits the topic alone).",
     )
     p.add_argument("--run", dest="run_id", help="audit only this run (reads only its partition)")
     p.add_argument("--from-offset", type=int, help="first offset read on each partition (inclusive)")
@@ -43,6 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--since", help="first record time (ISO 8601 or epoch ms)")
     p.add_argument("--until", help="last record time (ISO 8601 or epoch ms, inclusive)")
     p.add_argument("--no-artifacts", action="store_true", help="skip checking checkpoint artifacts")
+    p.add_argument("--no-anchors", action="store_true",
+                   help="do not read the projection's anchors from Redis: the topic alone (a cut tail, "
+                        "a lost run or an edited last event go unseen)")
     p.add_argument("--out", default=".runlog/reports/audit", help="report directory (default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print one summary object {runs, events, rejected_events, findings}")
@@ -63,21 +69,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     from processors.audit import AuditOptions, audit, write_report
+    from projections import ProjectionStoreError
 
     settings = Settings.from_env()
     opts = AuditOptions(
         run_id=args.run_id, from_offset=args.from_offset, to_offset=args.to_offset,
         since_ms=_time_ms(args.since) if args.since else None,
         until_ms=_time_ms(args.until) if args.until else None,
-        check_artifacts=not args.no_artifacts,
+        check_artifacts=not args.no_artifacts, anchors=not args.no_anchors,
     )
-    report = audit(settings, opts, progress=sys.stderr)
+    try:
+        report = audit(settings, opts, progress=sys.stderr)
+    except ProjectionStoreError as err:
+        print(f"runlog audit: cannot read the anchors from Redis ({err}); --no-anchors audits the "
+              "topic alone", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     jp, hp = write_report(report, args.out)
     if args.json:
         print(json.dumps({**report.summary(), "report_json": str(jp), "report_html": str(hp)}))
     else:
         print(f"audit of {report.topic}: {len(report.runs)} runs, {report.events} events, "
               f"{report.rejected_events} rejected, {len(report.findings)} findings")
+        counts = report.anchor_counts()
+        print("anchors: " + ("not checked (--no-anchors)" if counts is None else
+                             ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no runs"))
         for f in report.findings:
             seq = f" seq {f.seq}" if f.seq is not None else ""
             print(f"  {f.kind:<20} {f.run_id}{seq}: {f.detail}")

@@ -3,9 +3,11 @@
 Delivery semantics: read-only. A consumer with a fresh group id (never
 committed: ``enable.auto.commit`` is off and nothing commits) is *assigned*
 the partitions and reads from the start of the range up to the high watermarks
-taken when the audit starts; nothing is produced, Redis is not touched, live
-consumer groups are not moved. Replaying the same range twice gives the same
-report.
+taken when the audit starts; nothing is produced, live consumer groups are not
+moved, and Redis is only read: the projection's anchors (below), read *before*
+the watermarks are taken, so everything the projection had accepted was already
+on the log the audit reads. Replaying the same range twice against the same
+projection gives the same report.
 
 Every run is folded with :func:`projections.fold` (the one fold) and checked:
 
@@ -33,6 +35,28 @@ Every run is folded with :func:`projections.fold` (the one fold) and checked:
   call (other tool or other arguments) at the position of a recorded one; the recorded
   result was not handed back and the run blocked.
 * ``undecodable`` — a record of the events topic that is not an event.
+* ``truncated`` — the log ends before a seq the projection accepted: the run's
+  tail (or, in a whole-topic audit, every event of the run) is missing from the
+  log, or the projection was folded from another log.
+* ``anchor_mismatch`` — the event at a seq the projection accepted hashes to
+  something else on the log: it was changed after it was projected. This covers
+  the last event of a run, which no ``prev_hash`` names, and a tail rewritten
+  with a consistent chain.
+
+The anchors: the hash chain alone cannot see the end of a run (nothing names
+the last event's hash), so the projection keeps, outside the log, the seq and
+``event_hash`` of the last event the fold accepted for each run (the run state's
+``last_seq``/``last_hash``) and of each recent checkpoint's ``VERIFIED`` event
+(``CheckpointEntry.last_hash``). :func:`audit` reads them from Redis
+(``AuditOptions.anchors``) and compares them with the replayed chain. Each run
+gets an ``anchor`` entry with a ``status``: ``ok`` (every anchor in the range
+matches), ``truncated``, ``mismatch``, ``unchecked`` (the anchors are outside
+the range read), ``no_anchor`` (a projection written before hashes existed:
+nothing to compare, not a finding) or ``not_projected``. A run the projection
+knows with no event on the log is reported ``truncated`` only by an audit of the
+whole topic (no range). Without anchors (``--no-anchors``) the audit still sees
+every edit that a later event's ``prev_hash`` names, gaps and cuts before an
+event, but not a lost tail, a lost run, or an edited last event.
 
 What people did is listed, not found: operator events (``EFFECT_RESOLVED``, ``RUN_CANCELLED``,
 ``SIGNAL_RECEIVED`` and the ``LEASE_ACQUIRED`` an operator took) carry ``by`` and ``why`` (also as
@@ -50,7 +74,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -58,7 +82,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers import LocalArtifactStore
-from projections import OutcomeKind, RunState, RunStatus, fold
+from projections import OutcomeKind, ProjectionStore, RedisStore, RunState, RunStatus, fold
 from schemas import (
     ArtifactError,
     ArtifactRef,
@@ -74,18 +98,21 @@ from schemas import (
 
 __all__ = [
     "FINDING_KINDS",
+    "Anchor",
     "AuditOptions",
     "AuditReport",
     "Auditor",
     "Finding",
+    "RunAnchors",
     "RunAudit",
     "audit",
+    "load_anchors",
     "read_records",
     "write_report",
 ]
 
 FINDING_KINDS = ("rejected_event", "hash_chain", "checkpoint_artifact", "open_effect", "effect_twice",
-                 "undecodable")
+                 "diverged", "undecodable", "truncated", "anchor_mismatch")
 
 _WHY = {
     "stale_epoch": "fenced: written at an epoch below the run's current one (a writer whose lease "
@@ -109,10 +136,17 @@ class AuditOptions:
     until_ms: int | None = None
     """Last record timestamp included (inclusive)."""
     check_artifacts: bool = True
+    anchors: bool = True
+    """Compare each run's chain with the anchors the projection (Redis) holds."""
 
     @property
     def ranged(self) -> bool:
         return self.from_offset is not None or self.since_ms is not None
+
+    @property
+    def to_the_end(self) -> bool:
+        """The range ends at the high watermarks: a run's last event read is its last on the log."""
+        return self.to_offset is None and self.until_ms is None
 
 
 @dataclass(frozen=True)
@@ -130,6 +164,51 @@ class Finding:
                 "offset": self.offset}
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A seq of a run and the ``event_hash`` its event had when the projection accepted it."""
+
+    seq: int
+    hash: str
+    source: str
+    """Where it is held: ``run state``, or ``checkpoint <id>``."""
+
+
+@dataclass(frozen=True)
+class RunAnchors:
+    """What the projection holds of a run's chain (``anchors`` empty: projected before hashes)."""
+
+    run_id: str
+    partition: int
+    last_seq: int
+    """The last seq the projection accepted (with or without a hash)."""
+    anchors: tuple[Anchor, ...] = ()
+
+    @classmethod
+    def of(cls, state: RunState) -> RunAnchors:
+        out = []
+        if state.anchor is not None:
+            out.append(Anchor(*state.anchor, "run state"))
+        out.extend(Anchor(c.last_seq, c.last_hash, f"checkpoint {c.checkpoint_id}")
+                   for c in state.checkpoints if c.last_hash is not None and c.last_seq > 0)
+        return cls(state.run_id, state.partition, state.last_seq, tuple(out))
+
+
+def load_anchors(store: ProjectionStore, run_id: str | None = None, *,
+                 chunk: int = 500) -> dict[str, RunAnchors]:
+    """Every projected run's anchors (only ``run_id``'s when given), by run id.
+
+    Raises:
+        ProjectionStoreError: the store cannot be read.
+    """
+    ids = [run_id] if run_id is not None else list(dict.fromkeys(store.runs()))
+    out: dict[str, RunAnchors] = {}
+    for i in range(0, len(ids), chunk):
+        for rid, state in store.load_states(ids[i:i + chunk]).items():
+            out[rid] = RunAnchors.of(state)
+    return out
+
+
 @dataclass
 class RunAudit:
     """One run as the audit saw it: every event with the fold's verdict, stages, checkpoints, effects."""
@@ -142,6 +221,8 @@ class RunAudit:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     open_intents: list[dict[str, Any]] = field(default_factory=list)
+    anchor: dict[str, Any] | None = None
+    """The anchor check (see the module docstring); None when anchors were not checked."""
     _artifacts: list[tuple[str, int, ArtifactRef]] = field(default_factory=list)
 
     @property
@@ -191,6 +272,7 @@ class RunAudit:
             "last_seq": 0 if s is None else s.last_seq,
             "epoch": 0 if s is None else s.epoch,
             "last_hash": None if s is None else s.last_hash,
+            "anchor": self.anchor,
             "completed_stages": [] if s is None else list(s.completed_stages),
             "stages": self.stages(),
             "checkpoints": self.checkpoints,
@@ -229,13 +311,25 @@ class AuditReport:
     shared_delivery_keys: dict[str, list[str]] = field(default_factory=dict)
     """Delivery keys with an ``EFFECT_RESULT`` in more than one run (not findings)."""
     seconds: float = 0.0
+    anchors_checked: bool = False
+
+    def anchor_counts(self) -> dict[str, int] | None:
+        """Runs by anchor status (None when anchors were not checked)."""
+        if not self.anchors_checked:
+            return None
+        out: dict[str, int] = {}
+        for r in self.runs.values():
+            status = r.anchor["status"] if r.anchor is not None else "not_checked"
+            out[status] = out.get(status, 0) + 1
+        return dict(sorted(out.items()))
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` object."""
         return {"runs": len(self.runs), "events": self.events, "rejected_events": self.rejected_events,
                 "findings": [{"run_id": f.run_id, "kind": f.kind, "detail": f.detail, "seq": f.seq}
                              for f in self.findings],
-                "records": self.records, "duplicates": self.duplicates, "undecodable": self.undecodable}
+                "records": self.records, "duplicates": self.duplicates, "undecodable": self.undecodable,
+                "anchors": self.anchor_counts()}
 
     def to_dict(self) -> dict[str, Any]:
         o = self.options
@@ -256,10 +350,14 @@ class Auditor:
     """The checks, as a plain object fed records in log order (no I/O until :meth:`finish`)."""
 
     def __init__(self, topic: str, options: AuditOptions | None = None, *,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None, anchors: Mapping[str, RunAnchors] | None = None) -> None:
+        """``anchors``: the projection's, read before the records (:func:`load_anchors`); None: not
+        checked."""
         self.options = options or AuditOptions()
         self.codec = codec or Codec()
         self.report = AuditReport(topic, self.options)
+        self.anchors = anchors
+        self.report.anchors_checked = anchors is not None
         self._results: dict[str, list[tuple[str, int]]] = {}
 
     def feed(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
@@ -385,7 +483,62 @@ class Auditor:
                     self._find(self.report.runs[run_id], "effect_twice",
                                f"delivery key {dk[:16]} has another EFFECT_RESULT at seq {seq} (first at "
                                f"seq {first}): the effect was executed twice", seq, None)
+        if self.anchors is not None:
+            self._check_anchors(self.anchors)
         return self.report
+
+    def _check_anchors(self, anchors: Mapping[str, RunAnchors]) -> None:
+        o = self.options
+        for run in list(self.report.runs.values()):
+            run.anchor = self._anchor_of(run, anchors.get(run.run_id))
+        if o.ranged or not o.to_the_end:
+            return  # a run with no event in a range may have all of them outside it
+        for run_id, ra in anchors.items():
+            if (run_id in self.report.runs or (o.run_id is not None and run_id != o.run_id)
+                    or not ra.anchors):  # projected before hashes: nothing to hold the log to
+                continue
+            run = self.report.runs[run_id] = RunAudit(run_id, ra.partition)
+            top = max(ra.anchors, key=lambda a: a.seq)
+            run.anchor = {"status": "truncated", "seq": top.seq, "hash": top.hash, "source": top.source,
+                          "projected_seq": ra.last_seq, "log_last_seq": 0}
+            self._find(run, "truncated",
+                       f"no event of this run is on the log, but the projection accepted it up to seq "
+                       f"{top.seq} (hash {_short(top.hash)}, {top.source}): the run's events were lost "
+                       "from the log, or the projection was folded from another log", 1, None)
+
+    def _anchor_of(self, run: RunAudit, ra: RunAnchors | None) -> dict[str, Any]:
+        """Check one run's replayed chain against its anchors; the run's ``anchor`` entry."""
+        last = run.state.last_seq if run.state is not None else 0
+        if ra is None:
+            return {"status": "not_projected", "log_last_seq": last}
+        base: dict[str, Any] = {"projected_seq": ra.last_seq, "log_last_seq": last}
+        if not ra.anchors:
+            return {"status": "no_anchor", **base}
+        replayed = {e["seq"]: e["hash"] for e in run.events
+                    if e["outcome"] == OutcomeKind.ACCEPTED.value and "hash" in e}
+        beyond = sorted((a for a in ra.anchors if a.seq > last), key=lambda a: -a.seq)
+        wrong = sorted((a for a in ra.anchors if a.seq in replayed and replayed[a.seq] != a.hash),
+                       key=lambda a: a.seq)
+        checked = [a for a in ra.anchors if a.seq in replayed]
+        top = max(ra.anchors, key=lambda a: a.seq)
+        entry = {"seq": top.seq, "hash": top.hash, "source": top.source, "checked": len(checked), **base}
+        status = "ok" if checked else "unchecked"
+        if beyond and self.options.to_the_end:
+            status = "truncated"
+            a = beyond[0]
+            self._find(run, "truncated",
+                       f"the log ends at seq {last}, but the projection accepted seq {a.seq} (hash "
+                       f"{_short(a.hash)}, {a.source}): seq {last + 1}..{a.seq} are missing from the log "
+                       "(its tail was cut), or the projection was folded from another log", last + 1, None)
+        if wrong:
+            status = "mismatch" if status != "truncated" else status
+            a = wrong[0]
+            more = f"; {len(wrong) - 1} later anchor(s) differ too" if len(wrong) > 1 else ""
+            self._find(run, "anchor_mismatch",
+                       f"seq {a.seq} on the log hashes to {_short(replayed[a.seq])}, but the projection "
+                       f"accepted {_short(a.hash)} at that seq ({a.source}): the event was changed after "
+                       f"it was projected{more}", a.seq, None)
+        return {"status": status, **entry}
 
 
 def _verify(store: LocalArtifactStore, a: ArtifactRef) -> str | None:
@@ -552,11 +705,27 @@ def _consume(c: Consumer, topic: str, plan: dict[int, tuple[int, int]],
 
 
 def audit(settings: Settings, options: AuditOptions | None = None, *,
-          progress: TextIO | None = sys.stderr) -> AuditReport:
-    """Replay the range of the events topic and check it (see the module docstring)."""
+          progress: TextIO | None = sys.stderr, projection: ProjectionStore | None = None) -> AuditReport:
+    """Replay the range of the events topic and check it (see the module docstring).
+
+    With ``options.anchors`` (the default) the anchors are read from ``projection``, by default the
+    Redis namespace of ``settings``, before the topic is.
+
+    Raises:
+        ProjectionStoreError: the projection cannot be read (audit without anchors to go on).
+    """
     o = options or AuditOptions()
     t0 = time.monotonic()
-    auditor = Auditor(Topics.of(settings).events, o, codec=Codec(max_record_bytes=settings.max_record_bytes))
+    anchors = None
+    if o.anchors:
+        store = projection if projection is not None else RedisStore.from_settings(settings)
+        try:
+            anchors = load_anchors(store, o.run_id)
+        finally:
+            if projection is None and isinstance(store, RedisStore):
+                store.client.close()
+    auditor = Auditor(Topics.of(settings).events, o, codec=Codec.from_settings(settings),
+                      anchors=anchors)
     for p, off, key, value in read_records(settings, o, progress=progress, plan_out=auditor.report.ranges):
         auditor.feed(p, off, key, value)
     report = auditor.finish(LocalArtifactStore(settings.artifact_root))

@@ -76,7 +76,7 @@ def runs_from_log(settings: Settings) -> dict[str, RunState]:
     from processors.audit import read_records
     from schemas import Codec, DecodeError
 
-    codec = Codec(max_record_bytes=settings.max_record_bytes)
+    codec = Codec.from_settings(settings)
     states: dict[str, RunState] = {}
     for partition, offset, key, value in read_records(settings):
         if value is None:

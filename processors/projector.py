@@ -109,7 +109,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     checkpoints = app.topic(names.checkpoints, **raw)
     effects = app.topic(names.effects, **raw)
     dlq = app.topic(names.dlq, **raw)
-    codec = Codec(max_record_bytes=settings.max_record_bytes)
+    codec = Codec.from_settings(settings)
     store = RedisStore.from_settings(settings)
     core = BatchProjector(store, codec, cache_size=o.cache_size)
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")

@@ -98,8 +98,9 @@ def group_id(settings: Settings, app: App) -> str:
 def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by: str = "cli",
                    producer: Producer | None = None, codec: Codec | None = None) -> None:
     """Append a ``ResumeRequest`` for a run to the resume topic (acknowledged before returning)."""
+    cdc = codec or Codec.from_settings(settings)
     p = producer or Producer(settings.producer_config())
-    value = (codec or Codec()).encode(ResumeRequest(run_id, now_ms(), reason, requested_by))
+    value = cdc.encode(ResumeRequest(run_id, now_ms(), reason, requested_by))
     errors: list[str] = []
     p.produce(Topics.of(settings).resume, key=run_id.encode(), value=value,
               on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
@@ -141,7 +142,7 @@ class ResumerService:
         self.settings = settings
         self.app = app
         self.topics = Topics.of(settings)
-        self.codec = Codec(max_record_bytes=settings.max_record_bytes)
+        self.codec = Codec.from_settings(settings)
         self.metrics = metrics if metrics is not None else ResumerMetrics()
         self.resumer = Resumer(settings, app, metrics_registry=self.metrics.registry)
         self.projection = RedisStore.from_settings(settings)

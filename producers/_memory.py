@@ -60,7 +60,7 @@ class InMemoryEventLog(EventLog, RunLog):
                  codec: Codec | None = None) -> None:
         self.settings = settings or Settings()
         self.topic = Topics.of(self.settings).events
-        self.codec = codec or Codec(max_record_bytes=self.settings.max_record_bytes)
+        self.codec = codec or Codec.from_settings(self.settings)
         self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
         self.delivery_timeout_s = 1.0
         self.resume_requests: list[ResumeRequest] = []

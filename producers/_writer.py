@@ -12,6 +12,11 @@ run's outstanding events. A failed delivery is never dropped: it is raised as
 :class:`~schemas.errors.DeliveryError` from the next append or flush of that run,
 and the session refuses further appends (its seq may have a gap; resume from the
 log).
+
+Every record carries the CloudEvents Kafka binding's binary-mode headers
+(``ce_specversion``, ``ce_id``, ``ce_source``, ``ce_type``, ``ce_time``,
+``ce_subject``, ``content-type``; :mod:`producers._cloudevents`); a producer retry
+resends a record with its headers, so every copy of an event has the same ``ce_id``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from producers._cloudevents import CloudEventHeaders
 from producers._log import DeliveryCallback, EventLog
 from schemas._codec import Codec
 from schemas._types import ResumeRequest, RunEvent, now_ms
@@ -57,8 +63,10 @@ class RunWriter(EventLog):
                  metrics_registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         self.topic = Topics.of(settings).events
-        self.codec = codec or Codec(max_record_bytes=settings.max_record_bytes)
+        self.codec = codec or Codec.from_settings(settings)
         self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
+        self._ce = CloudEventHeaders(self.topic, self.writer_id)
+        self._ce_resume = CloudEventHeaders(Topics.of(settings).resume, self.writer_id)
         conf = settings.producer_config(**(producer_overrides or {}))
         self.delivery_timeout_s = float(conf.get("message.timeout.ms", 300_000)) / 1000
         """How long librdkafka tries a record before reporting it failed."""
@@ -92,6 +100,7 @@ class RunWriter(EventLog):
         """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
         data = self.codec.encode(event)
         topic, key, metrics = self.topic, event.run_id, self.metrics
+        headers = self._ce.run_event(event, data)
 
         def cb(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -103,7 +112,8 @@ class RunWriter(EventLog):
 
         while True:
             try:
-                self._producer.produce(topic, value=data, key=key.encode("utf-8"), on_delivery=cb)
+                self._producer.produce(topic, value=data, key=key.encode("utf-8"), on_delivery=cb,
+                                       headers=headers)
                 if metrics is not None:
                     metrics.appends.inc()
                 return
@@ -113,7 +123,8 @@ class RunWriter(EventLog):
     def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
         """Append a ``ResumeRequest`` for ``run_id`` to the resume topic and wait for its acknowledgement."""
         topic = Topics.of(self.settings).resume
-        data = self.codec.encode(ResumeRequest(run_id, now_ms(), reason, self.writer_id))
+        request = ResumeRequest(run_id, now_ms(), reason, self.writer_id)
+        data = self.codec.encode(request)
         done = threading.Event()
         errors: list[str] = []
 
@@ -122,7 +133,8 @@ class RunWriter(EventLog):
                 errors.append(f"{err.name()}: {err.str()}")
             done.set()
 
-        self._producer.produce(topic, value=data, key=run_id.encode("utf-8"), on_delivery=cb)
+        self._producer.produce(topic, value=data, key=run_id.encode("utf-8"), on_delivery=cb,
+                               headers=self._ce_resume.resume_request(request, data))
         if not self._flush_until(done, timeout) or errors:
             raise DeliveryError(topic, run_id, errors[0] if errors else "resume request not acknowledged")
 

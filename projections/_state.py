@@ -136,13 +136,17 @@ class WaitInfo:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointEntry:
-    """Where a checkpoint is in the log: enough to fall back to an earlier one."""
+    """Where a checkpoint is in the log: enough to fall back to an earlier one, and an anchor."""
 
     checkpoint_id: str
     stage: str
     last_seq: int
     partition: int
     offset: int
+    last_hash: str | None = None
+    """``schemas.event_hash`` of the ``VERIFIED`` event at ``last_seq``: with ``last_seq``, an anchor
+    of the run's hash chain held outside the log (``runlog audit`` compares the log with it). None
+    in state JSON written before the field existed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +205,8 @@ class RunState:
     recent: tuple[tuple[int, str], ...] = ()
     """(seq, content digest) of the last accepted events, oldest first (bounded)."""
     last_hash: str | None = None
-    """``schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``."""
+    """``schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``. With
+    ``last_seq``, the run's anchor (see :attr:`anchor`)."""
     waiting: WaitInfo | None = None
     """Set while stage code waits for a signal (``RUN_WAITING``) until the signal is received."""
 
@@ -212,6 +217,14 @@ class RunState:
     @property
     def workflow_name(self) -> str:
         return self.workflow.name if self.workflow is not None else ""
+
+    @property
+    def anchor(self) -> tuple[int, str] | None:
+        """``(last_seq, last_hash)``: the run's latest accepted event as the fold saw it. Kept in the
+        projection (outside the log), it anchors the hash chain: a log whose event at that seq
+        hashes to something else, or that ends before it, is not the log this state was folded
+        from. None before any accepted event, and for state JSON written before hashes existed."""
+        return None if self.last_hash is None or self.last_seq <= 0 else (self.last_seq, self.last_hash)
 
     @property
     def rejected_total(self) -> int:
@@ -412,7 +425,7 @@ def state_to_dict(s: RunState) -> dict[str, Any]:
         "closed_effects": [effect_to_dict(e) for _, e in sorted(s.closed_effects.items())],
         "checkpoint": None if s.checkpoint is None else checkpoint_to_dict(s.checkpoint),
         "checkpoints": [
-            [c.checkpoint_id, c.stage, c.last_seq, c.partition, c.offset] for c in s.checkpoints
+            [c.checkpoint_id, c.stage, c.last_seq, c.partition, c.offset, c.last_hash] for c in s.checkpoints
         ],
         "last_error": _err(s.last_error),
         "rejected": dict(sorted(s.rejected.items())),
@@ -450,8 +463,9 @@ def state_from_dict(d: Mapping[str, Any]) -> RunState:
         open_effects={e["delivery_key"]: effect_from_dict(e) for e in d["open_effects"]},
         closed_effects={e["delivery_key"]: effect_from_dict(e) for e in d["closed_effects"]},
         checkpoint=None if cp is None else checkpoint_from_dict(cp),
-        checkpoints=tuple(
-            CheckpointEntry(c[0], c[1], int(c[2]), int(c[3]), int(c[4])) for c in d["checkpoints"]
+        checkpoints=tuple(  # a sixth item (the hash) since the anchored chain; None before
+            CheckpointEntry(c[0], c[1], int(c[2]), int(c[3]), int(c[4]), c[5] if len(c) > 5 else None)
+            for c in d["checkpoints"]
         ),
         last_error=None if err is None else ErrorInfo(err[0], err[1], bool(err[2])),
         rejected={k: int(v) for k, v in d["rejected"].items()},

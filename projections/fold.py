@@ -346,7 +346,7 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
         next_stage=nxt,
         workflow_version=s.workflow_version,
     )
-    entry = CheckpointEntry(cp.checkpoint_id, stage, e.seq, part, off)
+    entry = CheckpointEntry(cp.checkpoint_id, stage, e.seq, part, off, s.last_hash)  # s: as of e
     s = replace(s, checkpoint=cp, checkpoints=(*s.checkpoints, entry)[-CHECKPOINT_WINDOW:])
     return s, Outcome(OutcomeKind.ACCEPTED, checkpoint=cp)
 

@@ -197,7 +197,7 @@ def replay_into(
     batch (e.g. to extend a lock). ``from_offsets`` (partition -> offset) starts those partitions
     there instead of at their beginning: a catch-up of a namespace that holds everything before
     (e.g. a previous replay's ``high_watermarks``)."""
-    proj = BatchProjector(store, Codec(max_record_bytes=settings.max_record_bytes), cache_size=1 << 30)
+    proj = BatchProjector(store, Codec.from_settings(settings), cache_size=1 << 30)
     topic = Topics.of(settings).events
     report = RebuildReport(store.prefix)
     started = time.monotonic()
@@ -233,7 +233,7 @@ def run_events(
     """One run's decodable events, with their offsets, from ``from_offset`` to the high
     watermark its partition had when the read began (records of other runs are skipped
     undecoded; undecodable ones are the projector's dead letters, not the run's story)."""
-    cdc = codec or Codec(max_record_bytes=settings.max_record_bytes)
+    cdc = codec or Codec.from_settings(settings)
     topic = Topics.of(settings).events
     key = run_id.encode("utf-8")
     c = _consumer(settings)

@@ -3,9 +3,9 @@
 Key layout (``P`` = ``settings.redis_prefix``; braces are literal hash tags, so
 one run's keys share a Redis Cluster slot):
 
-* ``P:{run}:state``        hash: status, stage, next_stage, last_seq, epoch, partition,
-  offset, workflow, workflow_version, updated_at, rejected, checkpoint, open_effects,
-  and ``snapshot`` (the full RunState as JSON);
+* ``P:{run}:state``        hash: status, stage, next_stage, last_seq, last_hash, epoch,
+  partition, offset, workflow, workflow_version, updated_at, rejected, checkpoint,
+  open_effects, and ``snapshot`` (the full RunState as JSON);
 * ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
 * ``P:{run}:effects``      hash delivery_key -> effect JSON;
 * ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
@@ -15,6 +15,11 @@ one run's keys share a Redis Cluster slot):
   so the live projector and a rebuild pick the same run whatever order they process runs in;
 * ``P:projection``         hash: ``gen`` (a token naming this incarnation of the namespace) and
   ``state`` (``ready`` | ``rebuilding``); ``P:projection:rebuild`` the rebuild lock.
+
+The state's ``last_seq`` and ``last_hash`` (in the snapshot too, with the seq and hash of each
+recent checkpoint entry) are the run's anchors: the seq and ``schemas.event_hash`` of the last
+event the fold accepted, held outside the log; ``runlog audit`` checks that the log still holds
+that event at that seq. State written before hashes existed has none: no anchor.
 
 The marker makes a lost Redis visible: every apply carries the generation the
 writer claimed or adopted, and the script refuses (``LOST``) when the marker no
@@ -294,7 +299,8 @@ class RedisStore:
         cp = s.checkpoint
         fields: list[str | int] = [
             "run_id", s.run_id, "status", s.status.value, "stage", s.stage or "",
-            "next_stage", s.next_stage or "", "last_seq", s.last_seq, "epoch", s.epoch,
+            "next_stage", s.next_stage or "", "last_seq", s.last_seq, "last_hash", s.last_hash or "",
+            "epoch", s.epoch,
             "partition", s.partition, "offset", s.offset, "workflow", s.workflow_name,
             "workflow_version", s.workflow_version, "updated_at", s.updated_at,
             "rejected", s.rejected_total, "checkpoint", cp.checkpoint_id if cp else "",

@@ -8,9 +8,15 @@ Two framings are written, and both are read:
   schemas this codec knows (the bundled ones plus any added with
   :meth:`Codec.add_writer_schema`).
 * The Confluent Schema Registry wire format (``00`` + 4-byte big-endian schema id
-  + body), used for writing when a registry client is given. Writer schemas are
-  fetched from the registry by id and cached. Subjects follow the record name
-  strategy (``runlog.RunEvent``).
+  + body), used for writing when a registry client is given. A record's schema id
+  is registered (or only looked up, ``auto_register=False``) once and cached;
+  writer schemas are fetched from the registry by id once and cached, then
+  resolved against the reader schema. Subjects follow the record name strategy
+  (``runlog.RunEvent``).
+
+Every writer and reader builds its codec with :meth:`Codec.from_settings`: with
+``RUNLOG_SCHEMA_REGISTRY_URL`` set, the process's registry codec
+(:func:`schemas.registry.registry_codec`); without it, a single-object codec.
 
 Every way a byte string can fail to be a record raises :class:`DecodeError`
 with a ``reason``: ``unknown_framing``, ``unknown_schema``, ``truncated``,
@@ -30,7 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 import fastavro
 from fastavro.read import SchemaResolutionError
-from fastavro.schema import to_parsing_canonical_form
+from fastavro.schema import SchemaParseException, UnknownType, to_parsing_canonical_form
 
 from schemas._types import (
     ArtifactRef,
@@ -46,7 +52,8 @@ from schemas._types import (
     StageSpec,
     WorkflowSpec,
 )
-from schemas.errors import ConfigError, DecodeError
+from schemas.errors import ConfigError, DecodeError, RunlogError
+from schemas.settings import Settings
 
 __all__ = [
     "SINGLE_OBJECT_MAGIC",
@@ -369,6 +376,9 @@ class SchemaRegistry(Protocol):
     def get_schema(self, schema_id: int, *args: Any, **kwargs: Any) -> Any:
         ...
 
+    def lookup_schema(self, subject_name: str, schema: Any, *args: Any, **kwargs: Any) -> Any:
+        ...
+
 
 @dataclass(frozen=True)
 class _Writer:
@@ -384,15 +394,46 @@ class Codec:
         registry: a Schema Registry client; when given, records are written in
             its wire format and registry ids are resolved on read.
         max_record_bytes: records larger than this are refused on both sides.
+        auto_register: with a registry, register a record's schema on first use;
+            False: only look its id up (the schema must have been registered).
+        registry_url: the registry as named in error messages, credentials masked.
     """
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Codec:
+        """The codec every Runlog writer and reader uses.
+
+        Without ``RUNLOG_SCHEMA_REGISTRY_URL``: a new single-object codec. With it: the
+        process's codec for that registry (one per registry configuration, so ids and
+        writer schemas are fetched once), which writes the registry wire format and reads
+        both framings; making it the first time checks that the registry answers.
+
+        Raises:
+            RegistryUnavailable: the registry did not answer (a ``ConfigError``).
+            ConfigError: registry client settings or credentials refused.
+        """
+        if not settings.schema_registry_url:
+            return cls(max_record_bytes=settings.max_record_bytes)
+        from schemas.registry import registry_codec
+
+        return registry_codec(settings)
+
+    @property
+    def uses_registry(self) -> bool:
+        """True when records are written in the Schema Registry wire format."""
+        return self._registry is not None
 
     def __init__(
         self,
         registry: SchemaRegistry | None = None,
         *,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        auto_register: bool = True,
+        registry_url: str = "(schema registry)",
     ) -> None:
         self._registry = registry
+        self._auto_register = auto_register
+        self._registry_url = registry_url
         self._max = max_record_bytes
         self._readers: dict[str, Any] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
@@ -463,13 +504,35 @@ class Codec:
             from confluent_kafka.schema_registry import Schema
 
             assert self._registry is not None
-            sid = int(
-                self._registry.register_schema(
-                    record_name, Schema(json.dumps(self._schemas[record_name]), "AVRO")
-                )
-            )
+            schema = Schema(json.dumps(self._schemas[record_name]), "AVRO")
+            try:
+                if self._auto_register:
+                    sid = int(self._registry.register_schema(record_name, schema))
+                else:
+                    sid = int(self._registry.lookup_schema(record_name, schema).schema_id)
+            except Exception as err:
+                raise self._registry_failure(err, record_name) from err
             self._sr_ids[record_name] = sid
         return sid
+
+    def _registry_failure(self, err: Exception, record_name: str) -> RunlogError:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        from schemas.registry import registry_error
+
+        verb = "registering" if self._auto_register else "looking up"
+        mapped = registry_error(err, self._registry_url, f"{verb} {record_name}")
+        if mapped is not None:
+            return mapped
+        if not isinstance(err, SchemaRegistryError):
+            return RunlogError(f"schema registry {self._registry_url}: {verb} {record_name}: "
+                               f"{type(err).__name__}: {err}")
+        if not self._auto_register and err.http_status_code == 404:
+            return ConfigError(
+                f"{record_name}'s schema is not registered at {self._registry_url} and "
+                "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER is false: run `runlog schemas register`")
+        return ConfigError(f"schema registry {self._registry_url} refused {record_name}'s schema: "
+                           f"{err.error_message} (HTTP {err.http_status_code})")
 
     # -- decoding --------------------------------------------------------------------------
 
@@ -546,12 +609,29 @@ class Codec:
             raise DecodeError("unknown_schema", f"registry schema id {sid} but no registry configured")
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+        from schemas.registry import registry_error
+
         try:
             registered = self._registry.get_schema(sid)
-        except SchemaRegistryError as err:
-            raise DecodeError("unknown_schema", f"registry has no schema id {sid}: {err}") from err
-        w = self._writer_for(json.loads(registered.schema_str))
+        except Exception as err:
+            # Only the registry's own "no such id" makes the record undecodable (a dead letter);
+            # an unreachable registry is raised as such, so no good record is dead-lettered for it.
+            mapped = registry_error(err, self._registry_url, f"fetching schema id {sid}")
+            if mapped is not None:
+                raise mapped from err
+            if isinstance(err, SchemaRegistryError):
+                raise DecodeError("unknown_schema", f"registry has no schema id {sid}: {err}") from err
+            raise
+        try:
+            doc = json.loads(registered.schema_str)
+            w = self._writer_for(doc)
+        except (ValueError, TypeError, KeyError, SchemaParseException, UnknownType) as err:
+            raise DecodeError("unknown_schema", f"registry schema id {sid} is not an Avro record schema: "
+                              f"{type(err).__name__}: {err}") from err
         if w.record_name not in self._readers:
             raise DecodeError("wrong_type", f"registry id {sid} is {w.record_name}, not a Runlog record")
+        # A schema this codec knows (its own, a past one): reuse it, so the current one decodes
+        # without schema resolution.
+        w = self._by_fp.get(w.fingerprint, w)
         self._sr_writers[sid] = w
         return w

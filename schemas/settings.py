@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from schemas.errors import ConfigError
 
-__all__ = ["ENV_VARS", "KAFKA_LOG", "Settings"]
+__all__ = ["ENV_VARS", "KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "Settings", "redact_urls"]
 
 #: (variable, default, meaning) for every environment variable Runlog reads.
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
@@ -29,7 +29,14 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_REPLICATION_FACTOR", "1", "replication factor of created topics"),
     ("RUNLOG_MIN_INSYNC_REPLICAS", "1", "min.insync.replicas of created topics"),
     ("RUNLOG_EVENTS_RETENTION_MS", "-1", "retention.ms of the events topic (-1: keep forever)"),
-    ("RUNLOG_SCHEMA_REGISTRY_URL", "", "Schema Registry URL; when set, records use its wire format"),
+    ("RUNLOG_SCHEMA_REGISTRY_URL", "", "Schema Registry URL (http(s)://..., several comma-separated; `mock://NAME`:"
+     " an in-process one); when set, records are written in its wire format and both framings are read"),
+    ("RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", "true", "writers register a record's schema on first use"
+     " (`false`: they only look its id up, so `runlog schemas register` must have run)"),
+    ("RUNLOG_SCHEMA_REGISTRY_<KEY>", "", "a Schema Registry client setting, e.g."
+     " RUNLOG_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:secret sets basic.auth.user.info;"
+     " ..._SSL_CA_LOCATION, ..._SSL_CERTIFICATE_LOCATION, ..._SSL_KEY_LOCATION, ..._SSL_KEY_PASSWORD,"
+     " ..._BEARER_AUTH_CREDENTIALS_SOURCE, ..._BEARER_AUTH_TOKEN, ..._TIMEOUT, ..._MAX_RETRIES, ..."),
     ("RUNLOG_ARTIFACT_ROOT", ".runlog/artifacts", "root directory of the local artifact store"),
     ("RUNLOG_LEASE_TTL_MS", "15000", "how long a writer's lease lives without a heartbeat"),
     ("RUNLOG_MAX_RECORD_BYTES", "1000000", "largest encoded record accepted"),
@@ -90,6 +97,23 @@ if not any(isinstance(f, _KafkaNoise) for f in KAFKA_LOG.filters):
     KAFKA_LOG.addFilter(_KafkaNoise())
 
 
+#: Schema Registry client settings (confluent-kafka's ``SchemaRegistryClient``) that
+#: ``RUNLOG_SCHEMA_REGISTRY_<KEY>`` passes through; the numeric ones are handed over as numbers.
+SCHEMA_REGISTRY_KEYS: frozenset[str] = frozenset({
+    "basic.auth.user.info", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "ssl.key.password", "proxy", "bearer.auth.credentials.source", "bearer.auth.token",
+    "bearer.auth.logical.cluster", "bearer.auth.identity.pool.id", "bearer.auth.client.id",
+    "bearer.auth.client.secret", "bearer.auth.scope", "bearer.auth.issuer.endpoint.url",
+    "bearer.auth.issuer.endpoint.query",
+    "timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
+    "cache.latest.ttl.sec",
+})
+_SR_NUMERIC = frozenset({"timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
+                         "cache.latest.ttl.sec"})
+_SR_OWN = ("RUNLOG_SCHEMA_REGISTRY_URL", "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER")
+_SR_SECRET_HINTS = (*_SECRET_HINTS, "user.info")
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if not raw:
@@ -128,6 +152,11 @@ class Settings:
     min_insync_replicas: int = 1
     events_retention_ms: int = -1
     schema_registry_url: str | None = None
+    """Schema Registry URL(s); None: records are single-object encoded and no registry is used."""
+    schema_registry_auto_register: bool = True
+    """Writers register their schemas (False: look the ids up only)."""
+    schema_registry_extra: Mapping[str, str] = field(default_factory=dict)
+    """Schema Registry client settings passed through as given (auth, TLS, timeouts, ...)."""
     artifact_root: str = ".runlog/artifacts"
     lease_ttl_ms: int = 15_000
     max_record_bytes: int = 1_000_000
@@ -166,6 +195,11 @@ class Settings:
             for k, v in e.items()
             if k.startswith("RUNLOG_KAFKA_") and v
         }
+        sr_extra = {
+            k[len("RUNLOG_SCHEMA_REGISTRY_"):].lower().replace("_", "."): v
+            for k, v in e.items()
+            if k.startswith("RUNLOG_SCHEMA_REGISTRY_") and k not in _SR_OWN and v
+        }
         s = cls(
             kafka_bootstrap_servers=e.get("KAFKA_BOOTSTRAP_SERVERS") or cls.kafka_bootstrap_servers,
             redis_url=e.get("REDIS_URL") or cls.redis_url,
@@ -176,6 +210,8 @@ class Settings:
             min_insync_replicas=_int(e, "RUNLOG_MIN_INSYNC_REPLICAS", 1),
             events_retention_ms=_int(e, "RUNLOG_EVENTS_RETENTION_MS", -1),
             schema_registry_url=e.get("RUNLOG_SCHEMA_REGISTRY_URL") or None,
+            schema_registry_auto_register=_bool(e, "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", True),
+            schema_registry_extra=sr_extra,
             artifact_root=e.get("RUNLOG_ARTIFACT_ROOT") or ".runlog/artifacts",
             lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
             max_record_bytes=_int(e, "RUNLOG_MAX_RECORD_BYTES", 1_000_000),
@@ -222,6 +258,7 @@ class Settings:
             "RUNLOG_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
             "RUNLOG_FAULT_REPORT": self.fault_report,
             "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if self.redis_ssl_check_hostname else "false",
+            "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if self.schema_registry_auto_register else "false",
         }
         optional = {
             "RUNLOG_SCHEMA_REGISTRY_URL": self.schema_registry_url,
@@ -238,6 +275,8 @@ class Settings:
         env.update({k: v for k, v in optional.items() if v})
         for key, value in self.kafka_extra.items():
             env["RUNLOG_KAFKA_" + key.upper().replace(".", "_")] = value
+        for key, value in self.schema_registry_extra.items():
+            env["RUNLOG_SCHEMA_REGISTRY_" + key.upper().replace(".", "_")] = value
         return env
 
     def with_(self, **changes: Any) -> Settings:
@@ -272,6 +311,31 @@ class Settings:
                                   f"apply them to): use a rediss:// URL or unset them")
         if self.redis_ssl_keyfile and not self.redis_ssl_certfile:
             raise ConfigError("RUNLOG_REDIS_SSL_KEYFILE needs RUNLOG_REDIS_SSL_CERTFILE")
+        self._validate_schema_registry()
+
+    def _validate_schema_registry(self) -> None:
+        def var(key: str) -> str:
+            return "RUNLOG_SCHEMA_REGISTRY_" + key.upper().replace(".", "_")
+
+        unknown = sorted(var(k) for k in self.schema_registry_extra if k not in SCHEMA_REGISTRY_KEYS)
+        if unknown:
+            raise ConfigError(f"{', '.join(unknown)}: not a Schema Registry client setting (known: "
+                              f"{', '.join(sorted(var(k) for k in SCHEMA_REGISTRY_KEYS))})")
+        for k in sorted(_SR_NUMERIC & set(self.schema_registry_extra)):
+            try:
+                float(self.schema_registry_extra[k])
+            except ValueError:
+                got = self.schema_registry_extra[k]
+                raise ConfigError(f"{var(k)} must be a number, got {got!r}") from None
+        if self.schema_registry_url is None:
+            if self.schema_registry_extra:
+                raise ConfigError(f"{', '.join(sorted(var(k) for k in self.schema_registry_extra))} set, but "
+                                  "RUNLOG_SCHEMA_REGISTRY_URL is not: set the URL or unset them")
+            return
+        for url in self.schema_registry_url.split(","):
+            if not url.strip().startswith(("http://", "https://", "mock://")):
+                raise ConfigError("RUNLOG_SCHEMA_REGISTRY_URL must be http://, https:// or mock:// URLs "
+                                  f"(comma-separated), got {_redact_url(url.strip())!r}")
 
     # -- client configuration, built in one place ---------------------------------------------
 
@@ -331,6 +395,20 @@ class Settings:
     def admin_config(self) -> dict[str, Any]:
         return self.kafka_common()
 
+    def schema_registry_config(self) -> dict[str, Any]:
+        """Configuration of confluent-kafka's ``SchemaRegistryClient``: the URL plus every
+        ``RUNLOG_SCHEMA_REGISTRY_<KEY>`` setting (numbers as numbers). Holds credentials: never log it.
+
+        Raises:
+            ConfigError: ``RUNLOG_SCHEMA_REGISTRY_URL`` is not set.
+        """
+        if not self.schema_registry_url:
+            raise ConfigError("RUNLOG_SCHEMA_REGISTRY_URL is not set")
+        conf: dict[str, Any] = {"url": self.schema_registry_url}
+        for k, v in self.schema_registry_extra.items():
+            conf[k] = (float(v) if "." in v else int(v)) if k in _SR_NUMERIC else v
+        return conf
+
     def redis_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis.from_url(self.redis_url, **kwargs)``."""
         kw: dict[str, Any] = {"decode_responses": False}
@@ -353,18 +431,27 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name == "redis_url" or (f.name == "schema_registry_url" and v):
+            if f.name == "redis_url":
                 v = _redact_url(v)
+            elif f.name == "schema_registry_url" and v:
+                v = redact_urls(v)
             elif f.name in ("redis_password", "redis_ssl_key_password", "console_token") and v:
                 v = "***"
             elif f.name == "kafka_extra":
                 v = {k: ("***" if any(h in k for h in _SECRET_HINTS) else val) for k, val in v.items()}
+            elif f.name == "schema_registry_extra":
+                v = {k: ("***" if any(h in k for h in _SR_SECRET_HINTS) else val) for k, val in v.items()}
             out[f.name] = v
         return out
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items())
         return f"Settings({inner})"
+
+
+def redact_urls(urls: str) -> str:
+    """A comma-separated URL list with every password masked (``http://user:***@host``)."""
+    return ",".join(_redact_url(u.strip()) for u in urls.split(","))
 
 
 def _redact_url(url: str) -> str:

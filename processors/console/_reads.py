@@ -153,7 +153,7 @@ class RunFollower:
         self.settings = settings
         self.run_id = run_id
         self.topic = Topics.of(settings).events
-        self.codec = Codec(max_record_bytes=settings.max_record_bytes)
+        self.codec = Codec.from_settings(settings)
         self.auditor = Auditor(self.topic, AuditOptions(run_id=run_id, check_artifacts=False),
                                codec=self.codec)
         self.partition: int | None = None

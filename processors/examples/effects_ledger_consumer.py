@@ -1,7 +1,9 @@
 """Example: another service follows the effects ledger topic with plain confluent-kafka and fastavro.
 
-Nothing of Runlog is imported but its Avro contract (the ``.avsc`` files in
-``schemas/avro``). The topic ``<prefix>runlog.effects`` is compacted and keyed
+Nothing of Runlog is imported: the consumer reads Runlog's Avro contract, the
+self-contained ``schemas/avro/effect.avsc`` (``--schema``; by default the file
+beside this package, in the repository or the installed distribution), by path
+with fastavro. The topic ``<prefix>runlog.effects`` is compacted and keyed
 by delivery key; each value is one ``runlog.Effect`` record in Avro
 single-object encoding (``C3 01``, the 8-byte little-endian CRC-64-AVRO
 fingerprint of the writer schema, the body) or, when Runlog writes through a
@@ -16,8 +18,11 @@ records by key, so reading a record twice changes nothing. Once it has reached
 the high watermarks it saw at start it reports "caught up" and keeps following
 new records (or exits, with ``--exit-when-caught-up``).
 
-    python -m processors.examples.effects_ledger_consumer --bootstrap 127.0.0.1:19092 \\
-        --topic runlog.effects --exit-when-caught-up --json
+    python processors/examples/effects_ledger_consumer.py --bootstrap 127.0.0.1:19092 \\
+        --topic runlog.effects --exit-when-caught-up --json [--schema path/to/effect.avsc]
+
+(run by path it loads no Runlog module at all; ``python -m processors.examples.effects_ledger_consumer``
+works too, but imports the ``processors`` package first).
 """
 
 from __future__ import annotations
@@ -29,15 +34,17 @@ import struct
 import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fastavro
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas import load_schema
+__all__ = ["EFFECT_SCHEMA", "EffectsLedger", "follow", "main"]
 
-__all__ = ["EffectsLedger", "follow", "main"]
+EFFECT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "avro" / "effect.avsc"
+"""Runlog's ``runlog.Effect`` schema: a self-contained ``.avsc`` file (it needs no other file)."""
 
 
 def _plain_schema(doc: Any) -> Any:
@@ -54,8 +61,8 @@ def _plain_schema(doc: Any) -> Any:
 class EffectsLedger:
     """The ledger: delivery key -> the latest ``Effect`` record as a dict."""
 
-    def __init__(self, registry_url: str | None = None) -> None:
-        doc = load_schema("runlog.Effect")
+    def __init__(self, registry_url: str | None = None, schema_path: Path = EFFECT_SCHEMA) -> None:
+        doc = json.loads(schema_path.read_text(encoding="utf-8"))
         self.reader = fastavro.parse_schema(_plain_schema(doc))
         fp = fingerprint(to_parsing_canonical_form(doc), "CRC-64-AVRO")
         self.fingerprints = {bytes.fromhex(fp): self.reader}
@@ -105,13 +112,14 @@ class EffectsLedger:
 
 def follow(bootstrap: str, topic: str, *, exit_when_caught_up: bool = False,
            on_caught_up: Callable[[EffectsLedger], None] | None = None,
-           registry_url: str | None = None, extra_config: dict[str, Any] | None = None) -> EffectsLedger:
+           registry_url: str | None = None, extra_config: dict[str, Any] | None = None,
+           schema_path: Path = EFFECT_SCHEMA) -> EffectsLedger:
     """Read the effects topic from the beginning into a ledger and keep following it."""
     conf = {"bootstrap.servers": bootstrap, "group.id": f"effects-ledger-example-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", **(extra_config or {})}
     consumer = Consumer(conf)
-    ledger = EffectsLedger(registry_url)
+    ledger = EffectsLedger(registry_url, schema_path)
     try:
         md = consumer.list_topics(topic, timeout=10)
         if topic not in md.topics or md.topics[topic].error is not None:
@@ -150,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
     ap.add_argument("--topic", default="runlog.effects")
     ap.add_argument("--registry-url", default=None, help="Schema Registry URL, for registry-framed values")
+    ap.add_argument("--schema", type=Path, default=EFFECT_SCHEMA,
+                    help=f"the runlog.Effect .avsc file (default: {EFFECT_SCHEMA})")
     ap.add_argument("--exit-when-caught-up", action="store_true")
     ap.add_argument("--json", action="store_true", help="print the ledger as one JSON object when caught up")
     args = ap.parse_args(argv)
@@ -165,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         follow(args.bootstrap, args.topic, exit_when_caught_up=args.exit_when_caught_up,
-               on_caught_up=report, registry_url=args.registry_url)
+               on_caught_up=report, registry_url=args.registry_url, schema_path=args.schema)
     except KeyboardInterrupt:
         return 130
     return 0

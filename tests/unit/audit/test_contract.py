@@ -62,9 +62,10 @@ def test_asyncapi_references_every_avsc_file_and_they_exist() -> None:
     doc = asyncapi()
     refs: set[str] = set()
     for msg in doc["components"]["messages"].values():
-        schema = msg["payload"].get("schema")
-        if schema is not None:
-            assert msg["payload"]["schemaFormat"].startswith("application/vnd.apache.avro")
+        avro = msg.get("x-avro-schema")
+        if avro is not None:
+            assert avro["schemaFormat"].startswith("application/vnd.apache.avro")
+            schema = avro["schema"]
             refs.add(schema["$ref"])
             name = json.loads((SCHEMAS / schema["$ref"]).read_text())["name"]
             assert msg["title"] == f"runlog.{name}"
