@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from processors.admin import ServiceUnavailable, check_kafka, check_redis, ensure_topics
+from processors.admin import RedisModeMismatch, ServiceUnavailable, check_kafka, check_redis, ensure_topics
 from schemas.settings import Settings
 
 EXIT_OK, EXIT_FOUND, EXIT_UNAVAILABLE = 0, 1, 3
@@ -78,6 +78,9 @@ def _doctor(args: argparse.Namespace) -> int:
         out["ok"] = False
     try:
         out["redis"] = check_redis(settings)
+    except RedisModeMismatch as err:  # it answered, but the URL's mode is wrong: a problem, not an outage
+        out["redis"] = {"problem": str(err)}
+        out["ok"] = False
     except ServiceUnavailable as err:
         out["redis"] = {"error": str(err)}
         out["ok"] = False
@@ -94,9 +97,11 @@ def _doctor(args: argparse.Namespace) -> int:
               + (f"ERROR {k['error']}" if "error" in k else
                  f"ok, cluster {k['cluster_id']}, brokers {', '.join(k['brokers'])}"))
         print(f"redis   {settings.redacted()['redis_url']}: "
-              + (f"ERROR {r['error']}" if "error" in r else
+              + (f"ERROR {r['error']}" if "error" in r else f"PROBLEM {r['problem']}" if "problem" in r else
                  f"ok, version {r['redis_version']} ({r['redis_mode']}), "
-                 f"aof {'on' if r['aof_enabled'] else 'off'}"))
+                 f"aof {'on' if r['aof_enabled'] else 'off'}"
+                 + (f", cluster_state {r['cluster_state']}, {r['cluster_size']} masters, "
+                    f"{r['cluster_known_nodes']} nodes" if r.get("redis_mode") == "cluster" else "")))
         for t in out.get("topics", []):
             status = t["action"]
             extra = f" partitions={t['partitions']} rf={t['replication_factor']}" \

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import redis
 
 from schemas.settings import Settings
+from schemas._redis import redis_client
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -82,7 +83,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     if args.swap and prefixes_overlap(live, target):
         print(f"runlog projections rebuild: {NamespaceOverlap(live, target, '--swap')}", file=sys.stderr)
         return EXIT_USAGE
-    client = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+    client = redis_client(settings)
     swapped: int | None = None
     try:
         try:

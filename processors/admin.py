@@ -13,12 +13,16 @@ from typing import Any
 import redis
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from redis.exceptions import RedisClusterException
 
+from schemas._redis import is_cluster_url
+from schemas._redis import redis_client as _redis_client
 from schemas.errors import ConfigError, RunlogError, TopicConfigConflict
 from schemas.settings import Settings
 from schemas.topics import Topics, TopicSpec
 
 __all__ = [
+    "RedisModeMismatch",
     "ServiceUnavailable",
     "TopicReport",
     "admin_client",
@@ -162,23 +166,71 @@ def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    """A redis-py client configured from settings (AUTH and TLS from the URL or settings)."""
-    return redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+    """A redis-py client configured from settings (AUTH and TLS from the URL or settings; a
+    ``RedisCluster`` for a ``redis+cluster://`` URL)."""
+    return _redis_client(settings)
+
+
+def _cluster_info(client: Any) -> dict[str, str]:
+    """``CLUSTER INFO`` of one node as text fields."""
+    raw = client.execute_command("CLUSTER", "INFO")
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+class RedisModeMismatch(ServiceUnavailable):
+    """REDIS_URL's scheme does not match the server: a standalone URL to a Redis Cluster node, or a
+    cluster URL to a standalone server."""
 
 
 def check_redis(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
-    """Redis version and mode, or ServiceUnavailable."""
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=timeout, socket_timeout=timeout,
-        **settings.redis_kwargs(),
-    )
+    """Redis version and mode (standalone or cluster), or ServiceUnavailable; RedisModeMismatch when
+    a ``redis://`` URL names a Redis Cluster node (``INFO cluster`` answers ``cluster_enabled:1``)
+    or a ``redis+cluster://`` URL a standalone server."""
+    cluster = is_cluster_url(settings.redis_url)
+    extra: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
     try:
-        info = client.info("server")
-        persistence = client.info("persistence")
-    except redis.RedisError as err:
+        client = _redis_client(settings, **extra)
+    except (redis.RedisError, RedisClusterException) as err:  # the cluster client connects at once
+        if "cluster mode is not enabled" in str(err).lower():
+            raise RedisModeMismatch(
+                f"REDIS_URL {settings.redacted()['redis_url']} is a redis+cluster:// URL, but the server "
+                f"is not a cluster node (cluster mode is not enabled): use redis:// or rediss://") from err
+        raise ServiceUnavailable(f"Redis did not answer: {err}") from err
+    try:
+        if cluster:
+            node = client.get_default_node()
+            one = client.get_redis_connection(node)
+            info = one.info("server")
+            persistence = one.info("persistence")
+            cinfo = one.info("cluster")
+            state = _cluster_info(one)
+        else:
+            info = client.info("server")
+            persistence = client.info("persistence")
+            cinfo = client.info("cluster")
+    except (redis.RedisError, RedisClusterException) as err:
         raise ServiceUnavailable(f"Redis did not answer: {err}") from err
     finally:
         client.close()
+    enabled = int(cinfo.get("cluster_enabled", 0) or 0) == 1
+    if not cluster and enabled:
+        raise RedisModeMismatch(
+            f"REDIS_URL {settings.redacted()['redis_url']} names a Redis Cluster node (INFO cluster: "
+            f"cluster_enabled:1), but a redis:// URL makes a standalone client that fails with MOVED on the "
+            f"keys other nodes own: use REDIS_URL=redis+cluster://host:port[,host:port...] "
+            f"(rediss+cluster:// for TLS)")
+    if cluster:
+        return {
+            "redis_version": info.get("redis_version"),
+            "redis_mode": "cluster",
+            "aof_enabled": bool(persistence.get("aof_enabled")),
+            "cluster_state": state.get("cluster_state"),
+            "cluster_known_nodes": int(state.get("cluster_known_nodes", 0) or 0),
+            "cluster_size": int(state.get("cluster_size", 0) or 0),
+        }
     return {
         "redis_version": info.get("redis_version"),
         "redis_mode": info.get("redis_mode"),

@@ -62,8 +62,10 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer
 from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
+from producers._cloudevents import CloudEventHeaders
 from projections import RedisStore, RunStatus
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics, now_ms
+from schemas._redis import redis_client
 
 __all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
            "group_id", "request_resume"]
@@ -100,9 +102,12 @@ def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by
     """Append a ``ResumeRequest`` for a run to the resume topic (acknowledged before returning)."""
     cdc = codec or Codec.from_settings(settings)
     p = producer or Producer(settings.producer_config())
-    value = cdc.encode(ResumeRequest(run_id, now_ms(), reason, requested_by))
+    req = ResumeRequest(run_id, now_ms(), reason, requested_by)
+    value = cdc.encode(req)
     errors: list[str] = []
-    p.produce(Topics.of(settings).resume, key=run_id.encode(), value=value,
+    topic = Topics.of(settings).resume
+    p.produce(topic, key=run_id.encode(), value=value,
+              headers=CloudEventHeaders(topic, requested_by).resume_request(req, value),
               on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
     if p.flush(30) != 0 or errors:
         from schemas import DeliveryError
@@ -146,7 +151,7 @@ class ResumerService:
         self.metrics = metrics if metrics is not None else ResumerMetrics()
         self.resumer = Resumer(settings, app, metrics_registry=self.metrics.registry)
         self.projection = RedisStore.from_settings(settings)
-        self.redis = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+        self.redis = redis_client(settings)
         self.active = ActiveRuns(self.redis, settings.redis_prefix)
         self.producer = Producer(settings.producer_config())
         self.group = group_id(settings, app)

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 
 __all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "run"]
 
@@ -102,7 +103,9 @@ class Lua:
         self._aio: Any = None
 
     def _on(self, c: Any) -> Any:
-        if not isinstance(c, redis.asyncio.Redis):  # an asyncio pipeline is one as well
+        # an asyncio pipeline is a redis.asyncio.Redis as well; an asyncio cluster pipeline is neither
+        if not isinstance(c, redis.asyncio.Redis | redis.asyncio.RedisCluster
+                          | redis.asyncio.cluster.ClusterPipeline):
             return self._sync
         if self._aio is None:
             self._aio = c.register_script(self.source)
@@ -113,7 +116,12 @@ class Lua:
         return lambda c: self._on(c)(keys=keys, args=args, client=c)
 
     def queue(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
-        """Queue the script on a pipeline, sync or asyncio (queueing is no round trip on either)."""
+        """Queue the script on a pipeline, sync or asyncio (queueing is no round trip on either).
+        A Redis Cluster pipeline has no script cache to load from (and blocks its ``eval`` and
+        ``evalsha`` methods): it sends the source as a raw EVAL, routed by its keys."""
+        if not hasattr(pipe, "scripts"):
+            pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
+            return
         script = self._on(pipe)
         pipe.scripts.add(script)
         pipe.evalsha(script.sha, len(keys), *keys, *args)

@@ -76,6 +76,7 @@ from producers._trace import NO_TRACE, Span, Tracer
 from producers._workflow import Stage, Workflow, evaluate_rules
 from producers._writer import RunWriter
 from schemas._hash import event_hash
+from schemas._redis import aredis_client, redis_client
 from schemas._types import ArtifactRef, ErrorInfo, EventType
 from schemas.errors import (
     DeliveryError,
@@ -501,9 +502,7 @@ class Runner(_RunnerCore):
         """A runner on the real services: Redis leases and run keys, the local artifact store.
         ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         # Blocking pool: many run threads share a bounded set of connections and wait for one.
-        pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=64, timeout=30,
-                                                     **settings.redis_kwargs())
-        client = redis.Redis(connection_pool=pool)
+        client = redis_client(settings, max_connections=64, timeout=30)
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         leases = RedisLeaseManager(client, settings, holder=w.writer_id)
@@ -608,12 +607,8 @@ class AsyncRunner(_RunnerCore):
                       metrics_registry: Any = None) -> AsyncRunner:
         """An async runner on the real services (Redis via redis-py's asyncio client).
         ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
-        pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=16, timeout=30,
-                                                     **settings.redis_kwargs())
-        client = redis.Redis(connection_pool=pool)
-        apool = aredis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=max_connections,
-                                                       timeout=30, **settings.redis_kwargs())
-        aclient = aredis.Redis(connection_pool=apool)
+        client = redis_client(settings, max_connections=16, timeout=30)
+        aclient = aredis_client(settings, max_connections=max_connections, timeout=30)
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id)
@@ -632,6 +627,8 @@ class AsyncRunner(_RunnerCore):
                 await x.aclose()
             elif isinstance(x, aredis.Redis):
                 await x.aclose(close_connection_pool=True)
+            elif isinstance(x, aredis.RedisCluster):
+                await x.aclose()
             elif isinstance(x, EventLog):
                 await asyncio.to_thread(x.close)
             else:

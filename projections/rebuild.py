@@ -29,6 +29,7 @@ from schemas._types import RunEvent
 from schemas.errors import ConfigError, DecodeError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
+from schemas._redis import redis_client
 
 __all__ = [
     "NamespaceOverlap",
@@ -179,7 +180,7 @@ def rebuild(
     live = settings.redis_prefix
     if target_prefix == live or live.startswith(target_prefix + ":"):
         raise NamespaceOverlap(live, target_prefix, "rebuild")
-    r = client or redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+    r = client or redis_client(settings)
     _delete_namespace(r, target_prefix)
     return replay_into(settings, RedisStore(r, target_prefix), progress=progress)
 

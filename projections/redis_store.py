@@ -29,12 +29,30 @@ namespace from the log (:mod:`projections.recovery`).
 
 Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
-The global indexes live outside the run's slot: on Redis Cluster they would
-need their own writes (not supported yet).
+On Redis Cluster (a ``redis.cluster.RedisCluster`` client, ``REDIS_URL=redis+cluster://...``)
+a script touches one slot, so the layout of the global indexes differs (the run keys and the
+marker do not): they are split into :data:`~schemas._redis.INDEX_SHARDS` shards, each under its
+own hash tag ``{idx:<n>}`` (``n`` = :func:`~schemas._redis.index_shard` of the run id or the
+delivery key):
+
+* ``P:{idx:n}:runs:by_status:S``  sorted set of run ids, as above, for the runs of shard ``n``;
+* ``P:{idx:n}:runs:status``       hash run id -> ``"<offset> <status index>"``: which log offset
+  the shard indexed last, so an older or repeated write never moves a run back;
+* ``P:{idx:n}:effects:by_key``    hash delivery key -> effect JSON, same winner rule as above.
+
+An apply is then two pipelined steps: ``lua/cluster_apply.lua`` per update on the run's slot
+(the same offset guard; it also refuses, ``LOST``, an update computed from a stored state that
+is gone: the node owning the slot came back empty), then ``lua/cluster_index.lua`` per index
+write on its shard, for updates applied or already applied (so a redelivery after a crash
+between the two steps completes the indexes; both writes are idempotent and order-independent).
+The marker is read before each batch (one round trip) rather than inside the run's script: a
+rebuild that starts between that read and the batch's writes is still fenced by the offset
+guard, not by the generation. Listings fan out over the shards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -62,6 +80,7 @@ from projections.store import ApplyResult, RunUpdate
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import RunlogError
 from schemas.settings import Settings
+from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
 
@@ -93,6 +112,14 @@ def apply_script() -> str:
     return resources.files("projections").joinpath("lua", "apply.lua").read_text(encoding="utf-8")
 
 
+def _sha1(source: str) -> str:
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
+
+
+def _lua(name: str) -> str:
+    return resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -110,7 +137,9 @@ class RedisStore:
         self._gen: str | None = None
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
-        self._source = apply_script()
+        self.cluster = is_cluster(client)
+        self._source = _lua("cluster_apply.lua") if self.cluster else apply_script()
+        self._index_source = _lua("cluster_index.lua") if self.cluster else ""
         try:
             self._sha: str = str(client.script_load(self._source))
         except redis.RedisError as err:
@@ -118,7 +147,7 @@ class RedisStore:
 
     @classmethod
     def from_settings(cls, settings: Settings, prefix: str | None = None) -> RedisStore:
-        client = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+        client = redis_client(settings)
         return cls(client, settings.redis_prefix if prefix is None else prefix)
 
     # -- keys ---------------------------------------------------------------------------------
@@ -138,6 +167,37 @@ class RedisStore:
     @property
     def effects_index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
+
+    # on Redis Cluster: the sharded global indexes (see the module docstring)
+
+    def shard_status_key(self, shard: int, status: RunStatus) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:runs:by_status:{status.value}"
+
+    def shard_status_hash(self, shard: int) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:runs:status"
+
+    def shard_effects_key(self, shard: int) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:effects:by_key"
+
+    def status_keys(self, status: RunStatus) -> list[str]:
+        """Every key holding the runs of ``status``: one, or one per shard on a cluster."""
+        if not self.cluster:
+            return [self.status_key(status)]
+        return [self.shard_status_key(n, status) for n in range(INDEX_SHARDS)]
+
+    def effect_index_key_of(self, delivery_key: str) -> str:
+        """The key whose hash holds ``delivery_key``'s indexed effect."""
+        return self.shard_effects_key(index_shard(delivery_key)) if self.cluster else self.effects_index_key
+
+    def count(self, status: RunStatus) -> int:
+        """How many runs have ``status`` (one round trip)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for k in self.status_keys(status):
+                pipe.zcard(k)
+            return sum(int(n) for n in pipe.execute())
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"counting runs failed: {err}") from err
 
     @property
     def marker_key(self) -> str:
@@ -264,7 +324,7 @@ class RedisStore:
 
     def effect(self, delivery_key: str) -> EffectEntry | None:
         try:
-            raw = self.client.hget(self.effects_index_key, delivery_key)
+            raw = self.client.hget(self.effect_index_key_of(delivery_key), delivery_key)
         except redis.RedisError as err:
             raise ProjectionStoreError(f"reading effect {delivery_key!r} failed: {err}") from err
         return None if raw is None else effect_from_dict(json.loads(raw))
@@ -274,7 +334,8 @@ class RedisStore:
         try:
             pipe = self.client.pipeline(transaction=False)
             for s in statuses:
-                pipe.zrange(self.status_key(s), 0, -1, withscores=True)
+                for k in self.status_keys(s):
+                    pipe.zrange(k, 0, -1, withscores=True)
             raw = pipe.execute()
         except redis.RedisError as err:
             raise ProjectionStoreError(f"listing runs failed: {err}") from err
@@ -291,11 +352,10 @@ class RedisStore:
             self.state_key(s.run_id),
             self.checkpoints_key(s.run_id),
             self.effects_key(s.run_id),
-            self.status_key(base_status),
-            self.status_key(s.status),
-            self.effects_index_key,
-            self.marker_key,
         ]
+        if not self.cluster:  # on a cluster the indexes and the marker are other slots' keys
+            keys += [self.status_key(base_status), self.status_key(s.status), self.effects_index_key,
+                     self.marker_key]
         cp = s.checkpoint
         fields: list[str | int] = [
             "run_id", s.run_id, "status", s.status.value, "stage", s.stage or "",
@@ -321,6 +381,8 @@ class RedisStore:
     def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         if not updates:
             return []
+        if self.cluster:
+            return self._apply_cluster(updates)
         args = [self.script_args(u) for u in updates]
         try:
             raw = self._run(args)
@@ -338,6 +400,71 @@ class RedisStore:
                                  f"emptied or the namespace replaced; {sum(int(r) == _LOST for r in raw)} "
                                  f"of {len(raw)} updates refused")
         return [_RESULTS[int(r)] for r in raw]
+
+    def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
+        gen = self.generation
+        args = [self.script_args(u) for u in updates]
+        try:
+            held = self.client.hget(self.marker_key, "gen")
+            if held is None or _text(held) != gen:
+                self._gen = None
+                raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
+                                     f"emptied or the namespace replaced; {len(updates)} updates refused")
+            raw = self._run_eval(self._source, args)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
+        for r in raw:
+            if isinstance(r, Exception):
+                raise ProjectionStoreError(f"apply script failed: {r}") from r
+        if any(int(r) == _LOST for r in raw):
+            self._gen = None
+            raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a node "
+                                 f"came back empty; {sum(int(r) == _LOST for r in raw)} of {len(raw)} updates "
+                                 f"refused")
+        statuses = list(RunStatus)
+        index: list[tuple[list[str], list[str | int]]] = []
+        for u, r in zip(updates, raw, strict=True):
+            if _RESULTS[int(r)] is ApplyResult.CONFLICT:
+                continue
+            s = u.state
+            shard = index_shard(s.run_id)
+            index.append(([self.shard_status_hash(shard), *(self.shard_status_key(shard, x) for x in statuses)],
+                          ["status", s.run_id, s.offset, s.status.value, statuses.index(s.status) + 2,
+                           s.updated_at]))
+            for e in u.effects:
+                key = e.sort_key
+                index.append(([self.shard_effects_key(index_shard(e.delivery_key))],
+                              ["effect", e.delivery_key, _dumps({**effect_to_dict(e), "sort_key": key}), key]))
+        if index:
+            try:
+                done = self._run_eval(self._index_source, index)
+            except redis.RedisError as err:
+                raise ProjectionStoreError(f"indexing {len(updates)} updates failed: {err}") from err
+            for r in done:
+                if isinstance(r, Exception):
+                    raise ProjectionStoreError(f"index script failed: {r}") from r
+        return [_RESULTS[int(r)] for r in raw]
+
+    def _run_eval(self, source: str, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
+        """EVALSHA each (keys, argv) in one pipeline; the ones a node answered NOSCRIPT (a new or
+        failed-over node) run again after the script is loaded on every primary. (redis-py's
+        cluster pipeline blocks its ``evalsha``/``eval`` methods; the raw command is routed by its
+        keys like any other.)"""
+        sha = _sha1(source)
+        pipe = self.client.pipeline(transaction=False)
+        for keys, argv in args:
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+        raw = list(pipe.execute(raise_on_error=False))
+        again = [i for i, r in enumerate(raw) if isinstance(r, redis.exceptions.NoScriptError)]
+        if again:
+            self.client.script_load(source)
+            pipe = self.client.pipeline(transaction=False)
+            for i in again:
+                keys, argv = args[i]
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+            for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                raw[i] = r
+        return raw
 
     def _run(self, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

@@ -16,8 +16,9 @@ Subjects follow the record name strategy, as the codec's registry framing does
 ``runlog.ResumeRequest``). :func:`register_schemas` sets each subject's compatibility level
 (BACKWARD by default: consumers on the new schema read data written with the old one)
 before its versions are registered, oldest first, so the registry checks every
-step of the schema's history. Registering again is a no-op: the registry returns
-the existing ids.
+step of the schema's history; a subject that has versions already (a writer registered the
+current schema on first use) gets only the current schema, so no past one becomes its latest.
+Registering again is a no-op: the registry returns the existing ids.
 """
 
 from __future__ import annotations
@@ -219,9 +220,22 @@ def registry_codec(settings: Settings) -> Codec:
         return _CODECS.setdefault(key, codec)
 
 
+def _versions(client: SchemaRegistryClient, url: str, subject: str) -> list[int]:
+    """The subject's registered versions ([] for a subject the registry does not have)."""
+    try:
+        return list(_call(url, f"reading the versions of {subject}",
+                          functools.partial(client.get_versions, subject)))
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            return []
+        raise
+
+
 def register_schemas(client: SchemaRegistryClient, *, compatibility: str = "BACKWARD",
                      url: str | None = None) -> list[Registered]:
-    """Set each subject's compatibility, then register its past and current schemas (oldest first).
+    """Set each subject's compatibility, then register its past and current schemas (oldest first;
+    only the current one when the subject has versions already). Each :class:`Registered` names
+    the current schema's id and version.
 
     Raises:
         RegistryUnavailable: the registry did not answer (``url`` names it in the message).
@@ -240,16 +254,22 @@ def register_schemas(client: SchemaRegistryClient, *, compatibility: str = "BACK
         try:
             _call(url, f"setting the compatibility of {subject}", functools.partial(
                 client.set_config, subject_name=subject, config=ServerConfig(compatibility=wanted)))
-            schema_id = 0
-            for doc in [*load_past_schemas(subject), load_schema(subject)]:
-                schema_id = _call(url, f"registering {subject}", functools.partial(
-                    client.register_schema, subject, Schema(json.dumps(doc), "AVRO")))
-            latest = _call(url, f"reading {subject}", functools.partial(client.get_latest_version, subject))
+            existing = _versions(client, url, subject)
+            current = Schema(json.dumps(load_schema(subject)), "AVRO")
+            # A new subject gets the whole history, oldest first. One that has versions already (a
+            # writer registered the current schema on first use, say) gets only the current schema:
+            # a past one registered now would become its latest version.
+            past = [] if existing else load_past_schemas(subject)
+            for schema in [*(Schema(json.dumps(d), "AVRO") for d in past), current]:
+                _call(url, f"registering {subject}",
+                      functools.partial(client.register_schema, subject, schema))
+            found = _call(url, f"reading {subject}",
+                          functools.partial(client.lookup_schema, subject, current))
             config = _call(url, f"reading the config of {subject}",
                            functools.partial(client.get_config, subject))
         except SchemaRegistryError as err:
             raise RunlogError(f"schema registry refused {subject}: {_one_line(str(err))}") from err
         # confluent-kafka's mock:// client keeps no config: it answers None.
         level = config.compatibility if config is not None and config.compatibility is not None else wanted
-        out.append(Registered(subject, int(schema_id), int(latest.version or 0), level.value))
+        out.append(Registered(subject, int(found.schema_id or 0), int(found.version or 0), level.value))
     return out

@@ -22,7 +22,8 @@ __all__ = ["ENV_VARS", "KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "Settings", "redact_
 #: (variable, default, meaning) for every environment variable Runlog reads.
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers (host:port,...)"),
-    ("REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL (redis:// or rediss://, may carry AUTH)"),
+    ("REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL (redis:// or rediss://, may carry AUTH;"
+     " redis+cluster://host:port[,host:port...] or rediss+cluster://...: a Redis Cluster)"),
     ("RUNLOG_TOPIC_PREFIX", "", "prefix put before every topic name, e.g. `prod.`"),
     ("RUNLOG_REDIS_PREFIX", "runlog", "first segment of every Redis key"),
     ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects and resume topics"),
@@ -294,9 +295,14 @@ class Settings:
             )
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
-        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
-        if not self.redis_url.startswith("rediss://"):
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
+                                          "rediss+cluster://")):
+            raise ConfigError("REDIS_URL must start with redis://, rediss://, unix://, redis+cluster:// or "
+                              "rediss+cluster://")
+        if self.redis_url.startswith(("redis+cluster://", "rediss+cluster://")):
+            from schemas._redis import cluster_nodes
+            cluster_nodes(self.redis_url)  # a ConfigError when malformed
+        if not self.redis_url.startswith(("rediss://", "rediss+cluster://")):
             # a TLS setting with a plain-text URL would be dropped silently: refuse it instead
             tls = [name for name, on in (
                 ("RUNLOG_REDIS_SSL_CA_CERTS", self.redis_ssl_ca_certs),
@@ -455,6 +461,12 @@ def redact_urls(urls: str) -> str:
 
 
 def _redact_url(url: str) -> str:
+    if "+cluster://" in url:  # several hosts: urlsplit cannot read its port
+        scheme, _, rest = url.partition("://")
+        userinfo, at, hosts = rest.rpartition("@")
+        if not at or ":" not in userinfo:
+            return url
+        return f"{scheme}://{userinfo.partition(':')[0]}:***@{hosts}"
     parts = urlsplit(url)
     if parts.password is None and parts.username is None:
         return url

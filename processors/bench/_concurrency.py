@@ -22,8 +22,10 @@ flushing until its delivery report, one at a time. ``intent_over_raw_ms`` is the
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
+import ctypes
 import gc
 import random
 import threading
@@ -117,6 +119,15 @@ class TimedWriter(RunWriter):
         with self._count_lock:
             self.intent_ms, self.intent_ack_ms = [], []
             self.delivered = self.failed = 0
+
+
+def _settled_rss_kib() -> int:
+    """RSS after a full collection, with freed heap handed back to the OS first (glibc ``malloc_trim``),
+    so memory freed earlier in the process is not silently reused by the runs being measured."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_kib()
 
 
 def latencies(n: int, seed: int) -> list[list[int]]:
@@ -294,7 +305,8 @@ def _summary(kind: str, n: int, *, completed: int, errors: list[str], seconds: f
              rss_peak: int, parked: int, lag: list[float]) -> dict[str, Any]:
     i50, r50 = percentile(writer.intent_ms, 50), percentile(raw, 50)
     return {
-        "kind": kind, "runs": n, "completed": completed, "failed": len(errors), "errors": errors[:5],
+        "kind": kind, "runs": n, "completed": completed, "failed": len(errors),
+        "error_kinds": dict(collections.Counter(e.split(":", 1)[0] for e in errors)), "errors": errors[:5],
         "seconds": seconds, "start_to_parked_s": parked_s, "runs_per_s": completed / seconds,
         "events": events, "events_per_run": events / n if n else 0.0, "events_per_s": events / seconds,
         "delivered": writer.delivered, "delivery_failed": writer.failed,
@@ -345,8 +357,7 @@ async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: 
         writer.reset()
         tick(f"async: {warmup} warm-up runs")
         ev0 = await asyncio.to_thread(log_end, settings)
-        gc.collect()
-        rss0 = rss_kib()
+        rss0 = _settled_rss_kib()
         park.arm(n, loop=True)
         assert park.aall_in is not None
         watcher = asyncio.create_task(watch())
@@ -392,6 +403,7 @@ def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int 
                    parked_s=got["parked_s"], events=events, writer=writer, idle_intents=got["idle"], raw=raw,
                    rss0=got["rss0"], rss_peak=got["rss_peak"], parked=got["parked"], lag=got["lag"])
     out["redis_max_connections"] = max_connections
+    out["lease_ttl_ms"] = settings.lease_ttl_ms
     return out
 
 
@@ -434,8 +446,7 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
                     outcomes[i] = err
 
             ev0 = log_end(settings)
-            gc.collect()
-            rss0 = rss_kib()
+            rss0 = _settled_rss_kib()
             park.arm(runs, loop=False)
             watcher = threading.Thread(target=watch, name="bench-watch", daemon=True)
             watcher.start()
@@ -467,6 +478,8 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
     tick("threads: all runs done")
     completed = sum(1 for o in outcomes if o is not None and not isinstance(o, BaseException) and o.completed)
     errors = [f"{type(o).__name__}: {o}" for o in outcomes if isinstance(o, BaseException)]
-    return _summary("threads", runs, completed=completed, errors=errors, seconds=seconds, parked_s=parked_s,
-                    events=events, writer=writer, idle_intents=idle, raw=raw, rss0=rss0, rss_peak=rss_peak,
-                    parked=parked, lag=lag)
+    out = _summary("threads", runs, completed=completed, errors=errors, seconds=seconds, parked_s=parked_s,
+                   events=events, writer=writer, idle_intents=idle, raw=raw, rss0=rss0, rss_peak=rss_peak,
+                   parked=parked, lag=lag)
+    out["lease_ttl_ms"] = settings.lease_ttl_ms
+    return out

@@ -36,7 +36,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "lag_p99_ms": ("<=", 50.0),
     "resume_tail_ratio": ("<=", 1.5),
     "rebuild_ratio": (">=", 0.5),
-    "async_memory_per_run_kb": ("<=", 64.0),
+    "async_memory_per_run_kb": ("<=", 32.0),
     "intent_over_raw_ms": ("<=", 1.0),
     "concurrent_runs_completed": (">=", 1.0),
 }

@@ -67,6 +67,9 @@ def secrets_of(settings: Settings) -> list[str]:
     for k, v in settings.kafka_extra.items():
         if v and any(h in k.lower() for h in _SECRET_KEY_HINTS):
             found.add(str(v))
+    for k, v in settings.schema_registry_extra.items():  # basic.auth.user.info is user:password
+        if v and any(h in k.lower() for h in (*_SECRET_KEY_HINTS, "user.info")):
+            found.update({str(v), str(v).partition(":")[2]} if k == "basic.auth.user.info" else {str(v)})
     return sorted((s for s in found if len(s) >= _MIN_SECRET), key=len, reverse=True)
 
 

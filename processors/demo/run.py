@@ -29,6 +29,7 @@ from processors.resume import ResumeOutcome
 from processors.resumer import ResumerService, request_resume
 from producers._crash import ENV as CRASH_ENV
 from schemas import ConfigError, EventType, RunlogError, Settings
+from schemas._redis import redis_client
 
 __all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo", "spawn_worker", "wait_lease_gone", "wait_worker",
            "worker_env"]
@@ -96,7 +97,7 @@ def wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
 
 
 def _wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
-    client = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+    client = redis_client(settings)
     key = f"{settings.redis_prefix}:{{{run_id}}}:lease"
     t0 = time.monotonic()
     try:

@@ -42,6 +42,7 @@ from processors.resume import App, ResumeOutcome
 from processors.resumer import ResumerService, request_resume
 from projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from schemas import RunlogError, Settings
+from schemas._redis import redis_client
 
 __all__ = [
     "CONTENT_EXPECT",
@@ -154,7 +155,7 @@ class CrashMatrix:
         self.workflow = workflow
         self.params = params
         self.expect = expect
-        self.redis = redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs())
+        self.redis = redis_client(settings)
         self.router = RoutingWorld()
         wf, tools = build(self.router)
         checkout, charge = charge_workflow(self.router)

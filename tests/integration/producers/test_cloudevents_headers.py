@@ -123,3 +123,15 @@ def test_resume_requests_carry_their_own_type(topics: Settings) -> None:
         assert h["content-type"] == "application/avro; framing=single-object"
     assert len(ids) == 2
 
+
+
+def test_resume_requests_from_the_cli_path_carry_them_too(topics: Settings) -> None:
+    from processors.resumer import request_resume
+
+    request_resume(topics, "run-cli", "operator asked", requested_by="cli")
+    resume_topic = Topics.of(topics).resume
+    msgs = [m for m in records(topics, resume_topic) if m.key() == b"run-cli"]
+    assert len(msgs) == 1
+    h = headers_of(msgs[0])
+    assert h["ce_type"] == "dev.runlog.resume.requested" and h["ce_subject"] == "run-cli"
+    assert h["ce_source"] == f"runlog://{resume_topic}/cli"

@@ -32,7 +32,7 @@ from processors.resume import Resumer
 from producers import DictInputSource, Runner
 from projections import RawRecord, RedisStore, RunStatus, decode_records
 from projections.rebuild import rebuild
-from schemas import SINGLE_OBJECT_MAGIC, Codec, RunEvent, Settings, Topics, load_schema
+from schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, Topics, load_schema
 from schemas.registry import registry_client
 from tests.conftest import ROOT
 from tests.integration.resume._toy import crash, toy
@@ -49,7 +49,8 @@ def registry_url() -> Iterator[str]:
     if given:
         yield given
         return
-    was_up = subprocess.run([str(SCRIPT), "status"], capture_output=True, timeout=30, check=False).returncode == 0
+    status = subprocess.run([str(SCRIPT), "status"], capture_output=True, timeout=30, check=False)
+    was_up = status.returncode == 0
     proc = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         pytest.skip(f"no Schema Registry server: deploy/local/registry up failed ({proc.returncode}): "
@@ -108,7 +109,8 @@ def test_registry_writers_frame_with_the_registry_and_every_reader_reads_both_fr
 
     # the bytes: registry framing (0x00 + the registry's id of runlog.RunEvent) from registry writers
     client = registry_client(reg)
-    sid = client.lookup_schema("runlog.RunEvent", Schema(json.dumps(load_schema("runlog.RunEvent")), "AVRO")).schema_id
+    current = Schema(json.dumps(load_schema("runlog.RunEvent")), "AVRO")
+    sid = client.lookup_schema("runlog.RunEvent", current).schema_id
     expected_head = b"\x00" + int(sid).to_bytes(4, "big")
     recs = _records(reg)
     by_run: dict[bytes, list[RawRecord]] = {}
@@ -118,7 +120,8 @@ def test_registry_writers_frame_with_the_registry_and_every_reader_reads_both_fr
     heads = [r.value[:2] for r in by_run[crashed.encode()] if r.value]
     assert heads[:before] == [SINGLE_OBJECT_MAGIC] * before
     assert heads[before:] and {h[:1] for h in heads[before:]} == {b"\x00"}
-    assert all(r.value is not None and r.value[:5] == expected_head for r in by_run[crashed.encode()][before:])
+    assert all(r.value is not None and r.value[:5] == expected_head
+               for r in by_run[crashed.encode()][before:])
     n_events = len(recs)
 
     # the projector's batch decode (BatchProjector.process decodes with it)
@@ -168,4 +171,5 @@ def test_runlog_schemas_register_against_the_real_registry(registry_url: str) ->
     assert {d["compatibility"] for d in out} == {"BACKWARD"}
     client = registry_client(Settings(schema_registry_url=registry_url))
     for d in out:
-        assert client.get_latest_version(d["subject"]).schema_id == d["schema_id"]
+        found = client.lookup_schema(d["subject"], Schema(json.dumps(load_schema(d["subject"])), "AVRO"))
+        assert (found.schema_id, found.version) == (d["schema_id"], d["version"])

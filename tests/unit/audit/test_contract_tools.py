@@ -238,5 +238,5 @@ def test_parsed_avro_schema_parses_with_avsc(node: NodeTools, parsed: dict[str, 
         p.write_text(json.dumps(parsed["messages"][name.removeprefix("runlog.")]["avro"]["schema"]))
         paths.append(str(p))
     out = node.run("avsc_parse.cjs", *paths)
-    for name, p in zip(RECORD_FILES, paths, strict=True):
-        assert out[p].get("name") == name, out[p]
+    for name, path in zip(RECORD_FILES, paths, strict=True):
+        assert out[path].get("name") == name, out[path]

@@ -127,6 +127,17 @@ def test_without_auto_register_an_unregistered_schema_names_the_command() -> Non
     assert data[0] == 0 and Codec.from_settings(s).decode(data, RunEvent) == _event("r", 1)
 
 
+def test_register_after_a_writer_registered_keeps_the_current_schema_latest() -> None:
+    from schemas.registry import register_schemas
+
+    s = _mock("order-")
+    data = Codec.from_settings(s).encode(_event("r", 1))  # a writer registers runlog.RunEvent first
+    done = {d.subject: d for d in register_schemas(registry_client(s))}
+    latest = registry_client(s).get_latest_version("runlog.RunEvent")
+    assert latest.schema_id == done["runlog.RunEvent"].schema_id == struct.unpack(">I", data[1:5])[0]
+    assert latest.version == done["runlog.RunEvent"].version == 1
+
+
 # -- a registry that fails ------------------------------------------------------------------------
 
 

@@ -1,0 +1,44 @@
+-- Redis Cluster only: one global-index write, inside one index shard (every key carries the
+-- shard's {idx:<n>} hash tag). Idempotent and order-independent, so the store may repeat it for
+-- an update that was already applied (a redelivery after a crash between the run's write and
+-- this one).
+-- ARGV[1] = 'status': KEYS 1 the shard's run -> "offset status" hash, 2.. the shard's by-status
+--   sorted sets; ARGV 2 run id, 3 the update's log offset, 4 the new status (its key is
+--   KEYS[ARGV[5]]), 6 updated_at. Moves the run to the new status's set unless the shard already
+--   indexed a newer offset of it. Returns 1 moved, 0 older than what is indexed.
+-- ARGV[1] = 'effect': KEYS 1 the shard's delivery key -> effect hash; ARGV 2 delivery key,
+--   3 effect JSON, 4 sort key. Keeps the entry with the smallest sort key, compared bytewise
+--   (as apply.lua does). Returns 1 written, 0 kept.
+local function not_after(a, b)
+  local n = math.min(#a, #b)
+  for j = 1, n do
+    local x, y = string.byte(a, j), string.byte(b, j)
+    if x ~= y then return x < y end
+  end
+  return #a <= #b
+end
+if ARGV[1] == 'status' then
+  local held = redis.call('HGET', KEYS[1], ARGV[2])
+  local offset = tonumber(ARGV[3])
+  if held then
+    local sp = string.find(held, ' ', 1, true)
+    local old_offset = tonumber(string.sub(held, 1, sp - 1))
+    if old_offset > offset then return 0 end
+    local old_key = tonumber(string.sub(held, sp + 1))
+    if old_key ~= tonumber(ARGV[5]) then redis.call('ZREM', KEYS[old_key], ARGV[2]) end
+  end
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. ' ' .. ARGV[5])
+  redis.call('ZADD', KEYS[tonumber(ARGV[5])], tonumber(ARGV[6]), ARGV[2])
+  return 1
+end
+local raw = redis.call('HGET', KEYS[1], ARGV[2])
+local held = nil
+if raw then
+  local ok, d = pcall(cjson.decode, raw)
+  if ok and type(d) == 'table' and type(d['sort_key']) == 'string' then held = d['sort_key'] end
+end
+if held == nil or not_after(ARGV[4], held) then
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+  return 1
+end
+return 0
