@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from projections import Outcome, OutcomeKind, RunState, RunStatus, fold, run_events
-from schemas import ArtifactRef, EventType, RunEvent, Settings, Topics, partition_for
+from schemas import ArtifactRef, ConfigError, EventType, RunEvent, Settings, Topics, partition_for
 
 if TYPE_CHECKING:
     from producers import ArtifactStore
@@ -49,7 +49,11 @@ def partitions_of(settings: Settings) -> int:
 
     topic = Topics.of(settings).events
     md = AdminClient(settings.admin_config()).list_topics(topic, timeout=10)
-    return len(md.topics[topic].partitions) if topic in md.topics else settings.partitions
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise ConfigError(f"the events topic {topic} does not exist on {settings.kafka_bootstrap_servers} "
+                          "(check RUNLOG_TOPIC_PREFIX, or create the topics with `runlog init`)")
+    return len(t.partitions)
 
 
 def run_history(settings: Settings, run_id: str, *, upto_seq: int | None = None,
