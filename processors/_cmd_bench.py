@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -33,6 +34,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--only", metavar="SECTION[,SECTION...]", default=None,
                    help="run only these sections (append, intent, scale, projector, lag, resume, "
                         "concurrency); targets are reported for them alone")
+    p.add_argument("--async-runs", type=int, default=None, metavar="N",
+                   help="concurrent runs on the AsyncRunner in the concurrency section (default: the size's)")
+    p.add_argument("--threaded-runs", type=int, default=None, metavar="M",
+                   help="concurrent runs (a thread each) on the Runner in the concurrency section")
     p.set_defaults(func=_bench)
 
 
@@ -47,7 +52,7 @@ def _clean(v: Any) -> Any:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from processors.bench import run_bench
+    from processors.bench import SIZES, run_bench
     from processors.bench.harness import SECTIONS
 
     if args.only is not None:
@@ -56,7 +61,17 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"runlog bench: unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}",
                   file=sys.stderr)
             return EXIT_USAGE
-    out = run_bench(Settings.from_env(), args.size, progress=None if args.quiet else sys.stderr,
+    size = SIZES[args.size]
+    if args.async_runs is not None or args.threaded_runs is not None:
+        if any(n is not None and n < 1 for n in (args.async_runs, args.threaded_runs)):
+            print("runlog bench: --async-runs and --threaded-runs must be at least 1", file=sys.stderr)
+            return EXIT_USAGE
+        size = dataclasses.replace(
+            size, async_runs=size.async_runs if args.async_runs is None else args.async_runs,
+            threaded_runs=size.threaded_runs if args.threaded_runs is None else args.threaded_runs)
+        size = dataclasses.replace(size, name=f"{size.name}, {size.async_runs} async / {size.threaded_runs} "
+                                              "threaded runs")
+    out = run_bench(Settings.from_env(), size, progress=None if args.quiet else sys.stderr,
                     plot=args.plot or None, only=args.only)
     doc = _clean(out)
     if args.json:

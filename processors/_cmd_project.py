@@ -7,10 +7,8 @@ import json
 import sys
 from collections.abc import Callable
 
-import redis
-
-from schemas.settings import Settings
 from schemas._redis import redis_client
+from schemas.settings import Settings
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 

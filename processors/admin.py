@@ -168,7 +168,8 @@ def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
 def redis_client(settings: Settings) -> redis.Redis:
     """A redis-py client configured from settings (AUTH and TLS from the URL or settings; a
     ``RedisCluster`` for a ``redis+cluster://`` URL)."""
-    return _redis_client(settings)
+    client: redis.Redis = _redis_client(settings)
+    return client
 
 
 def _cluster_info(client: Any) -> dict[str, str]:

@@ -19,7 +19,8 @@ written atomically before the intent and moved to done or failed after the call,
 so runs racing on one key see each other at once, without waiting for a
 projector. Keys the claims do not know (effects recorded before claims existed,
 or claims lost with Redis) are looked up in the projected index
-``{prefix}:effects:by_key``, which the projector rebuilds from the log.
+``{prefix}:effects:by_key``, which the projector rebuilds from the log (on Redis Cluster,
+its shard ``{prefix}:{idx:<n>}:effects:by_key``, ``n`` = ``schemas._redis.index_shard(key)``).
 
 ``aopen`` / ``aclose_effect`` are the same calls for an event loop: with an asyncio
 client, the Redis adapter awaits the same round trips on it.
@@ -40,6 +41,7 @@ import redis.asyncio
 
 from producers._keys import canonical_json
 from producers._redis_io import Lua, Steps, arun, run
+from schemas._redis import index_shard, is_cluster
 from schemas._types import EffectStatus, now_ms
 from schemas.errors import RunlogError
 
@@ -203,6 +205,7 @@ class RedisEffectLedger(EffectLedger):
         self.prefix = prefix
         self._open = Lua(_OPEN, client)
         self._close = Lua(_CLOSE, client)
+        self._cluster = is_cluster(client)
 
     def claim_key(self, delivery_key: str) -> str:
         return f"{self.prefix}:{{{delivery_key}}}:effect"
@@ -210,6 +213,12 @@ class RedisEffectLedger(EffectLedger):
     @property
     def index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
+
+    def index_key_of(self, delivery_key: str) -> str:
+        """The projected index's key holding ``delivery_key`` (its shard on Redis Cluster)."""
+        if self._cluster:
+            return f"{self.prefix}:{{idx:{index_shard(delivery_key)}}}:effects:by_key"
+        return self.index_key
 
     @staticmethod
     @contextlib.contextmanager
@@ -222,7 +231,8 @@ class RedisEffectLedger(EffectLedger):
     # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
 
     def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
-        raw = yield lambda c: c.hget(self.index_key, delivery_key)
+        key = self.index_key_of(delivery_key)
+        raw = yield lambda c: c.hget(key, delivery_key)
         return None if raw is None else LedgerEntry.from_json(delivery_key, raw, "projection")
 
     def _opened(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:

@@ -108,7 +108,7 @@ class Lua:
                           | redis.asyncio.cluster.ClusterPipeline):
             return self._sync
         if self._aio is None:
-            self._aio = c.register_script(self.source)
+            self._aio = redis.asyncio.Redis.register_script(c, self.source)  # type: ignore[arg-type]
         return self._aio
 
     def step(self, keys: list[str], args: list[Any]) -> Step:

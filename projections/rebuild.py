@@ -25,11 +25,11 @@ from projections.batch import BatchProjector, RawRecord
 from projections.fold import fold
 from projections.redis_store import READY, ProjectionStoreError, RedisStore
 from schemas._codec import Codec
+from schemas._redis import is_cluster, redis_client
 from schemas._types import RunEvent
 from schemas.errors import ConfigError, DecodeError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
-from schemas._redis import redis_client
 
 __all__ = [
     "NamespaceOverlap",
@@ -325,16 +325,21 @@ def prefixes_overlap(a: str, b: str) -> bool:
 _GLOB = re.compile(r"([\\*?\[\]])")
 _RUN_KEY = re.compile(rb"\{[^}]+\}:(?:state|checkpoints|effects)")
 _GLOBAL_KEYS = frozenset([b"effects:by_key", *(f"runs:by_status:{s.value}".encode() for s in RunStatus)])
+#: the same indexes on Redis Cluster, one copy per shard ``{idx:<n>}`` (see projections.redis_store)
+_SHARD_KEY = re.compile(rb"\{idx:[0-9]+\}:(effects:by_key|runs:status|runs:by_status:[A-Z_]+)")
 
 
 def is_projection_key(name: bytes) -> bool:
     """Whether ``name`` (a key with its ``P:`` prefix cut off) is one the projector writes: an
     allow-list of shapes, ``{run}:state``, ``{run}:checkpoints``, ``{run}:effects``,
-    ``runs:by_status:<STATUS>`` and ``effects:by_key``. Everything else under a prefix belongs to
-    someone else (writers' leases, epoch counters, idempotency keys, effect claims, the active-runs
-    index, the namespace marker, the keys of a namespace nested inside this one) and is never
-    compared, moved or deleted by :func:`diff_namespaces` and :func:`swap_namespaces`."""
-    return name in _GLOBAL_KEYS or _RUN_KEY.fullmatch(name) is not None
+    ``runs:by_status:<STATUS>`` and ``effects:by_key`` (on Redis Cluster their shards
+    ``{idx:<n>}:runs:by_status:<STATUS>``, ``{idx:<n>}:runs:status``, ``{idx:<n>}:effects:by_key``).
+    Everything else under a prefix belongs to someone else (writers' leases, epoch counters,
+    idempotency keys, effect claims, the active-runs index, the namespace marker, the keys of a
+    namespace nested inside this one) and is never compared, moved or deleted by
+    :func:`diff_namespaces` and :func:`swap_namespaces`."""
+    return (name in _GLOBAL_KEYS or _RUN_KEY.fullmatch(name) is not None
+            or _SHARD_KEY.fullmatch(name) is not None)
 
 
 def _keys(r: redis.Redis, prefix: str) -> list[bytes]:
@@ -444,6 +449,9 @@ def swap_namespaces(
     whole; the namespace stays fenced until its lock expires and projectors rebuild it in place.)"""
     if prefixes_overlap(live, rebuilt):
         raise NamespaceOverlap(live, rebuilt, "swap")
+    if is_cluster(r):  # its MULTI chunks rename keys of many slots
+        raise SwapRefused("--swap is not supported on Redis Cluster yet (its renames span slots): nothing "
+                          "swapped; the projectors rebuild the live namespace in place when it is lost")
     src = RedisStore(r, rebuilt)
     dst = RedisStore(r, live)
     m = src.marker()

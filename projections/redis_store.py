@@ -36,7 +36,7 @@ own hash tag ``{idx:<n>}`` (``n`` = :func:`~schemas._redis.index_shard` of the r
 delivery key):
 
 * ``P:{idx:n}:runs:by_status:S``  sorted set of run ids, as above, for the runs of shard ``n``;
-* ``P:{idx:n}:runs:status``       hash run id -> ``"<offset> <status index>"``: which log offset
+* ``P:{idx:n}:runs:status``       hash run id -> ``"<offset> <STATUS>"``: which log offset
   the shard indexed last, so an older or repeated write never moves a run back;
 * ``P:{idx:n}:effects:by_key``    hash delivery key -> effect JSON, same winner rule as above.
 
@@ -77,10 +77,10 @@ from projections._state import (
     state_to_json,
 )
 from projections.store import ApplyResult, RunUpdate
+from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import RunlogError
 from schemas.settings import Settings
-from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
 
@@ -113,7 +113,7 @@ def apply_script() -> str:
 
 
 def _sha1(source: str) -> str:
-    return hashlib.sha1(source.encode("utf-8")).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 
 def _lua(name: str) -> str:
@@ -191,13 +191,20 @@ class RedisStore:
 
     def count(self, status: RunStatus) -> int:
         """How many runs have ``status`` (one round trip)."""
+        return self.counts([status])[status]
+
+    def counts(self, statuses: Iterable[RunStatus] | None = None) -> dict[RunStatus, int]:
+        """How many runs have each of ``statuses`` (default: every status), in one round trip."""
+        wanted = list(RunStatus) if statuses is None else list(statuses)
         try:
             pipe = self.client.pipeline(transaction=False)
-            for k in self.status_keys(status):
-                pipe.zcard(k)
-            return sum(int(n) for n in pipe.execute())
+            for s in wanted:
+                for k in self.status_keys(s):
+                    pipe.zcard(k)
+            raw = iter(pipe.execute())
         except redis.RedisError as err:
             raise ProjectionStoreError(f"counting runs failed: {err}") from err
+        return {s: sum(int(next(raw)) for _ in self.status_keys(s)) for s in wanted}
 
     @property
     def marker_key(self) -> str:
@@ -418,9 +425,9 @@ class RedisStore:
                 raise ProjectionStoreError(f"apply script failed: {r}") from r
         if any(int(r) == _LOST for r in raw):
             self._gen = None
-            raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a node "
-                                 f"came back empty; {sum(int(r) == _LOST for r in raw)} of {len(raw)} updates "
-                                 f"refused")
+            lost = sum(int(r) == _LOST for r in raw)
+            raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a "
+                                 f"node came back empty; {lost} of {len(raw)} updates refused")
         statuses = list(RunStatus)
         index: list[tuple[list[str], list[str | int]]] = []
         for u, r in zip(updates, raw, strict=True):
@@ -428,13 +435,14 @@ class RedisStore:
                 continue
             s = u.state
             shard = index_shard(s.run_id)
-            index.append(([self.shard_status_hash(shard), *(self.shard_status_key(shard, x) for x in statuses)],
-                          ["status", s.run_id, s.offset, s.status.value, statuses.index(s.status) + 2,
-                           s.updated_at]))
+            keys = [self.shard_status_hash(shard), *(self.shard_status_key(shard, x) for x in statuses)]
+            index.append((keys, ["status", s.run_id, s.offset, s.status.value, s.updated_at,
+                                 *(x.value for x in statuses)]))
             for e in u.effects:
                 key = e.sort_key
+                entry = _dumps({**effect_to_dict(e), "sort_key": key})
                 index.append(([self.shard_effects_key(index_shard(e.delivery_key))],
-                              ["effect", e.delivery_key, _dumps({**effect_to_dict(e), "sort_key": key}), key]))
+                              ["effect", e.delivery_key, entry, key]))
         if index:
             try:
                 done = self._run_eval(self._index_source, index)
@@ -453,7 +461,7 @@ class RedisStore:
         sha = _sha1(source)
         pipe = self.client.pipeline(transaction=False)
         for keys, argv in args:
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # type: ignore[no-untyped-call]
         raw = list(pipe.execute(raise_on_error=False))
         again = [i for i, r in enumerate(raw) if isinstance(r, redis.exceptions.NoScriptError)]
         if again:
@@ -461,7 +469,7 @@ class RedisStore:
             pipe = self.client.pipeline(transaction=False)
             for i in again:
                 keys, argv = args[i]
-                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # type: ignore[no-untyped-call]
             for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
                 raw[i] = r
         return raw

@@ -130,7 +130,7 @@ def redis_client(settings: Any, *, max_connections: int | None = None, timeout: 
             # cluster client passes no pool timeout through)
             kw.update(connection_pool_class=redis.BlockingConnectionPool, max_connections=max_connections)
         return redis.cluster.RedisCluster(
-            startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes], **kw)
+            startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes], **kw)  # type: ignore[no-untyped-call]
     if max_connections is None:
         return redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs(), **extra)
     pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=max_connections,

@@ -50,6 +50,7 @@ __all__ = [
     "SUBJECTS",
     "Registered",
     "RegistryUnavailable",
+    "check_registry",
     "register_schemas",
     "registry_client",
     "registry_codec",

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from schemas._redis import redis_client as _redis_client
 from schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def _cleanup(s: Settings) -> None:
     mine = [t for t in md.topics if t.startswith(s.topic_prefix)]
     if mine:
         admin.delete_topics(mine, operation_timeout=10)
-    r = redis.Redis.from_url(s.redis_url)
+    r = _redis_client(s)  # a RedisCluster for a redis+cluster:// URL
     try:
         keys = list(r.scan_iter(match=f"{s.redis_prefix}:*", count=1000))
         for i in range(0, len(keys), 500):
@@ -138,6 +139,6 @@ def topics(settings: Settings) -> Settings:
 
 @pytest.fixture
 def redis_client(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.redis_url)
+    client: redis.Redis = _redis_client(settings)
     yield client
     client.close()

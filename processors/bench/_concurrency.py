@@ -44,6 +44,7 @@ from producers import (
     CallInfo,
     ReplayPolicy,
     Runner,
+    RunResult,
     StageContext,
     Workflow,
     tool,
@@ -61,6 +62,11 @@ Tick = Callable[[str], None]
 
 CALLS_PER_RUN = 4
 """search and fetch (stage ``research``), post (the effect) and notify (stage ``publish``)."""
+
+ADMIT = 256
+"""At most this many runs are on their way to the park at once (started, not yet parked or ended), as a
+worker taking runs off a queue would admit them: every run is still open at the same time at the park,
+but 10,000 runs started in the same instant would only measure a start storm."""
 
 _INTENT_T0: contextvars.ContextVar[float | None] = contextvars.ContextVar("bench_intent_t0", default=None)
 """When the writer was handed the current run's EFFECT_INTENT (per task / per thread)."""
@@ -321,7 +327,9 @@ def _summary(kind: str, n: int, *, completed: int, errors: list[str], seconds: f
         "intent_over_raw_ms": i50 - r50,
         "intent_idle_over_raw_ms": percentile(idle_intents, 50) - r50,
         "parked": parked, "rss_before_kib": rss0, "rss_parked_kib": rss_peak,
-        "memory_per_run_kb": (rss_peak - rss0) * 1.024 / n if n else float("nan"),
+        # per run open at the sample: all N, unless some failed before they reached the park (their
+        # remains, e.g. a stored exception's frames, are still counted: then it is an upper bound)
+        "memory_per_run_kb": (rss_peak - rss0) * 1.024 / parked if parked else float("nan"),
         "producer_queue_peak": writer.queue_peak,
         "stall_p50_ms": percentile(lag, 50), "stall_p99_ms": percentile(lag, 99),
         "stall_max_ms": max(lag) if lag else float("nan"),
@@ -335,7 +343,7 @@ def _params(i: int, ms: list[int]) -> dict[str, Any]:
 # -- the asyncio side ---------------------------------------------------------------------------
 
 
-async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: int,
+async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: int, admit: int,
                       writer: TimedWriter, max_connections: int, tick: Tick) -> dict[str, Any]:
     park = _Park()
     wf = async_workflow(park, writer.effect_entered)
@@ -362,10 +370,22 @@ async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: 
         assert park.aall_in is not None
         watcher = asyncio.create_task(watch())
         t0 = time.perf_counter()
-        tasks = [asyncio.create_task(r.run(wf, _params(i, lat[i]))) for i in range(n)]
-        deadline = t0 + max(120.0, n * 0.05)
+        tasks: list[asyncio.Task[RunResult]] = []
+        finished = 0
+
+        def count(_: object) -> None:
+            nonlocal finished
+            finished += 1
+
+        while len(tasks) < n:  # admission: at most `admit` runs on their way to the park at once
+            if len(tasks) - park.parked - finished < admit:
+                tasks.append(asyncio.create_task(r.run(wf, _params(len(tasks), lat[len(tasks)]))))
+                tasks[-1].add_done_callback(count)
+            else:
+                await asyncio.sleep(0.005)
+        deadline = time.perf_counter() + max(120.0, n * 0.05)
         while not park.all_in.is_set() and time.perf_counter() < deadline:
-            if sum(t.done() for t in tasks) + park.parked >= n:
+            if finished + park.parked >= n:
                 break  # some runs failed before the park: sample what is there
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(park.aall_in.wait(), 0.2)
@@ -386,15 +406,15 @@ async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: 
 
 
 def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int = 20, seed: int = 7,
-                     max_connections: int = 256, tick: Tick) -> dict[str, Any]:
+                     admit: int = ADMIT, max_connections: int = 256, tick: Tick) -> dict[str, Any]:
     """``runs`` concurrent runs on one asyncio loop and one :class:`~producers.AsyncRunner`."""
     settings = env.settings("async-runs")
     raw = raw_confirmed(env, settings, raw_samples)
     tick("async: raw baseline")
     writer = TimedWriter(settings)
     try:
-        got = asyncio.run(_async_main(settings, runs, latencies(runs, seed), warmup, writer, max_connections,
-                                      tick))
+        got = asyncio.run(_async_main(settings, runs, latencies(runs, seed), warmup, admit, writer,
+                                      max_connections, tick))
     finally:
         writer.close()
     events = log_end(settings) - got["ev0"]
@@ -402,8 +422,7 @@ def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int 
     out = _summary("asyncio", runs, completed=got["completed"], errors=got["errors"], seconds=got["seconds"],
                    parked_s=got["parked_s"], events=events, writer=writer, idle_intents=got["idle"], raw=raw,
                    rss0=got["rss0"], rss_peak=got["rss_peak"], parked=got["parked"], lag=got["lag"])
-    out["redis_max_connections"] = max_connections
-    out["lease_ttl_ms"] = settings.lease_ttl_ms
+    out.update(admit=admit, redis_max_connections=max_connections, lease_ttl_ms=settings.lease_ttl_ms)
     return out
 
 
@@ -411,7 +430,7 @@ def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int 
 
 
 def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int = 20, seed: int = 7,
-                        tick: Tick) -> dict[str, Any]:
+                        admit: int = ADMIT, tick: Tick) -> dict[str, Any]:
     """``runs`` concurrent runs on the sync :class:`~producers.Runner`, one thread per run."""
     settings = env.settings("threaded-runs")
     raw = raw_confirmed(env, settings, raw_samples)
@@ -439,11 +458,16 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
             writer.reset()
             tick(f"threads: {warmup} warm-up runs")
 
+            finished = [0]
+            lock = threading.Lock()
+
             def one(i: int) -> None:
                 try:
                     outcomes[i] = r.run(wf, _params(i, lat[i]))
                 except BaseException as err:  # noqa: BLE001 -- reported in the figures
                     outcomes[i] = err
+                with lock:
+                    finished[0] += 1
 
             ev0 = log_end(settings)
             rss0 = _settled_rss_kib()
@@ -451,13 +475,17 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
             watcher = threading.Thread(target=watch, name="bench-watch", daemon=True)
             watcher.start()
             t0 = time.perf_counter()
-            threads = [threading.Thread(target=one, args=(i,), name=f"bench-run-{i}", daemon=True)
-                       for i in range(runs)]
-            for t in threads:
-                t.start()
-            deadline = t0 + max(120.0, runs * 0.1)
+            threads: list[threading.Thread] = []
+            while len(threads) < runs:  # admission, as on the loop
+                if len(threads) - park.parked - finished[0] < admit:
+                    threads.append(threading.Thread(target=one, args=(len(threads),),
+                                                    name=f"bench-run-{len(threads)}", daemon=True))
+                    threads[-1].start()
+                else:
+                    time.sleep(0.005)
+            deadline = time.perf_counter() + max(120.0, runs * 0.1)
             while not park.all_in.wait(0.2) and time.perf_counter() < deadline:
-                if sum(o is not None for o in outcomes) + park.parked >= runs:
+                if finished[0] + park.parked >= runs:
                     break
             parked_s = time.perf_counter() - t0
             gc.collect()
@@ -481,5 +509,5 @@ def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: i
     out = _summary("threads", runs, completed=completed, errors=errors, seconds=seconds, parked_s=parked_s,
                    events=events, writer=writer, idle_intents=idle, raw=raw, rss0=rss0, rss_peak=rss_peak,
                    parked=parked, lag=lag)
-    out["lease_ttl_ms"] = settings.lease_ttl_ms
+    out.update(admit=admit, lease_ttl_ms=settings.lease_ttl_ms)
     return out

@@ -119,10 +119,7 @@ def list_runs(store: RedisStore, *, status: str = "", workflow: str = "", q: str
     """The run list from the projection: ``status`` one of :class:`RunStatus` or empty for all,
     ``workflow`` ``name@version`` or a bare name, ``q`` a case-insensitive search text."""
     st = RunStatus(status) if status else None
-    pipe = store.client.pipeline(transaction=False)
-    for s in RunStatus:
-        pipe.zcard(store.status_key(s))
-    counts = {s.value: int(n) for s, n in zip(RunStatus, pipe.execute(), strict=True)}
+    counts = {s.value: n for s, n in store.counts().items()}
     ids = store.runs(st)[::-1][:SCAN_LIMIT]
     states = store.load_states(ids)
     rows = [RunRow.of(states[i]) for i in ids if i in states]
@@ -437,10 +434,7 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
         marker = store.marker()
         h.marker = "missing" if marker is None else marker.state
         h.rebuild_locked = store.rebuild_locked()
-        pipe = store.client.pipeline(transaction=False)
-        for s in RunStatus:
-            pipe.zcard(store.status_key(s))
-        h.counts = {s.value: int(n) for s, n in zip(RunStatus, pipe.execute(), strict=True)}
+        h.counts = {s.value: n for s, n in store.counts().items()}
     except (RunlogError, redis.RedisError) as err:
         h.errors.append(f"redis: {err}")
     try:

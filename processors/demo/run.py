@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from processors.admin import ensure_topics
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import app_for

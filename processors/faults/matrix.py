@@ -486,7 +486,7 @@ def projection_mismatches(settings: Settings, client: redis.Redis, run_ids: Sequ
         names = [f"{tag}state", f"{tag}checkpoints", f"{tag}effects"]
         per_run[r] = [k for k in names if live.get(k) != rebuilt.get(k)]
     glob = sorted(k for k in live.keys() | rebuilt.keys()
-                  if (k.startswith("runs:by_status:") or k == "effects:by_key")
+                  if (k.startswith(("runs:by_status:", "{idx:")) or k == "effects:by_key")  # {idx:n}: Cluster
                   and live.get(k) != rebuilt.get(k))
     return per_run, glob
 
