@@ -309,12 +309,17 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
     Args:
         client: the sync connection (``acquire``, and the thread's heartbeat).
         aclient: the asyncio connection, used from the loop that calls :meth:`aacquire`.
+        heartbeat_client: an asyncio connection for the heartbeat task alone (default ``aclient``).
+            Give it its own small pool: with thousands of runs waiting for connections of a shared
+            pool, the heartbeat would queue behind them and every lease age out together.
     """
 
     def __init__(self, client: redis.Redis, aclient: redis.asyncio.Redis, settings: Settings, *,
-                 holder: str | None = None, margin_ms: int | None = None) -> None:
+                 holder: str | None = None, margin_ms: int | None = None,
+                 heartbeat_client: redis.asyncio.Redis | None = None) -> None:
         super().__init__(client, settings, holder=holder, margin_ms=margin_ms)
         self.aclient = aclient
+        self.heartbeat_client = heartbeat_client or aclient
         self._task: asyncio.Task[None] | None = None
 
     async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
@@ -326,7 +331,7 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
     async def _aloop(self) -> None:
         while not self._stop.is_set():
             await asyncio.sleep(self.ttl_ms / 3000)
-            await arun(self._beat_all(), self.aclient, self.client)
+            await arun(self._beat_all(), self.heartbeat_client, self.client)
 
     async def aclose(self) -> None:
         """Stop the heartbeat task (and the thread, if sync callers started one)."""

@@ -609,15 +609,16 @@ class AsyncRunner(_RunnerCore):
         ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         client = redis_client(settings, max_connections=16, timeout=30)
         aclient = aredis_client(settings, max_connections=max_connections, timeout=30)
+        beat = aredis_client(settings, max_connections=2, timeout=30)  # never queued behind the runs
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
-        leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id)
+        leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient),
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer)
-        r._owned = [leases, client, aclient] + ([w] if own_writer else [])
+        r._owned = [beat, leases, client, aclient] + ([w] if own_writer else [])
         return r
 
     async def aclose(self) -> None:
