@@ -49,21 +49,27 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")
-def cluster_url() -> str:
+def cluster_url() -> Iterator[str]:
     env = os.environ.get("RUNLOG_TEST_REDIS_CLUSTER_URL")
     if env:
-        return env
+        yield env
+        return
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
         pytest.skip("redis-server / redis-cli are not installed: deploy/local/redis-cluster cannot start "
                     "a cluster")
-    proc = subprocess.run([str(ROOT / "deploy" / "local" / "redis-cluster"), "up"], capture_output=True,
-                          text=True, timeout=600, check=False)
+    script = str(ROOT / "deploy" / "local" / "redis-cluster")
+    status = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60, check=False)
+    was_running = " pid " in status.stdout
+    proc = subprocess.run([script, "up"], capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         pytest.skip(f"deploy/local/redis-cluster up failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("export REDIS_URL="):
-            return shlex.split(line[len("export "):])[0].split("=", 1)[1]
-    pytest.skip(f"deploy/local/redis-cluster up printed no REDIS_URL:\n{proc.stdout}")
+    url = next((shlex.split(line[len("export "):])[0].split("=", 1)[1] for line in proc.stdout.splitlines()
+                if line.startswith("export REDIS_URL=")), None)
+    if url is None:
+        pytest.skip(f"deploy/local/redis-cluster up printed no REDIS_URL:\n{proc.stdout}")
+    yield url
+    if not was_running:  # leave no processes behind (another checkout's tests need the same ports)
+        subprocess.run([script, "down"], capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.fixture
@@ -218,7 +224,7 @@ def test_a_runner_runs_a_workflow_end_to_end_on_the_cluster(topics: Settings, cl
     assert topics.redis_url == cluster_url
     with Runner.from_settings(topics, source=SOURCE) as r:
         result = r.run(content_workflow(), {"topic": "kafka"}, inputs={"facts": "v1"})
-        assert isinstance(r._owned[1], redis.cluster.RedisCluster)
+        assert any(isinstance(x, redis.cluster.RedisCluster) for x in r._owned)
     assert result.completed
     events = [x.event for x in events_of(read_events(topics), result.run_id)]
     assert [(e.type, e.stage, e.call_id) for e in events] == EXPECTED
@@ -233,7 +239,8 @@ def test_a_runner_runs_a_workflow_end_to_end_on_the_cluster(topics: Settings, cl
 def test_an_async_runner_runs_a_workflow_end_to_end_on_the_cluster(topics: Settings) -> None:
     async def main() -> Any:
         async with AsyncRunner.from_settings(topics, source=SOURCE) as r:
-            assert isinstance(r._owned[2], redis.asyncio.RedisCluster)
+            clients = [x for x in r._owned if isinstance(x, redis.asyncio.RedisCluster)]
+            assert len(clients) == 2  # the runs' client and the lease heartbeat's own
             return await r.run(content_workflow(), {"topic": "kafka"}, inputs={"facts": "v1"})
 
     result = asyncio.run(main())
