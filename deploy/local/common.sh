@@ -137,63 +137,47 @@ ensure_java() {
     JAVA="$(command -v java)"
 }
 
-libs_ok() { # the cache is complete and was fetched for the current pom
-    [ -f "$KAFKA_LIBS/.fetched" ] && [ "$(cat "$KAFKA_LIBS/.fetched")" = "$(pom_hash)" ] &&
-        compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null
-}
+# A jar cache is tied to its pom and to RUNLOG_LOCAL_KAFKA_VERSION (if set).
+pom_hash() { echo "$(sha256sum "$1/pom.xml" | cut -d' ' -f1) ${RUNLOG_LOCAL_KAFKA_VERSION:-}"; }
 
-# The cache is tied to the pom and to RUNLOG_LOCAL_KAFKA_VERSION (if set).
-pom_hash() { echo "$(sha256sum "$ROOT/deploy/kafka/pom.xml" | cut -d' ' -f1) ${RUNLOG_LOCAL_KAFKA_VERSION:-}"; }
-
-fetch_libs() {
-    libs_ok && return 0
+# maven_fetch POMDIR DEST JARGLOB LOG WHAT: fill DEST with POMDIR/pom.xml's runtime classpath unless it
+# is already complete (a jar matching JARGLOB) and was fetched for that pom.
+maven_fetch() {
+    local pomdir="$1" dest="$2" glob="$3" mvnlog="$4" what="$5"
+    if [ -f "$dest/.fetched" ] && [ "$(cat "$dest/.fetched")" = "$(pom_hash "$pomdir")" ] &&
+        compgen -G "$dest/$glob" >/dev/null; then
+        return 0
+    fi
     command -v mvn >/dev/null || {
         log "mvn not found; installing maven"
         apt_install maven
     }
-    local tmp="$KAFKA_DIR/libs.tmp.$$"
+    local tmp="$dest.tmp.$$"
     rm -rf "$tmp"
     mkdir -p "$KAFKA_DIR"
-    log "fetching Kafka jars with Maven into $KAFKA_LIBS (first start only)"
+    log "fetching $what with Maven into $dest (first use only)"
     local -a vers=()
     [ -z "${RUNLOG_LOCAL_KAFKA_VERSION:-}" ] || vers=(-Dkafka.version="$RUNLOG_LOCAL_KAFKA_VERSION")
-    if ! (cd "$ROOT/deploy/kafka" && mvn -B -q -f pom.xml dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$tmp" "${vers[@]}") >"$KAFKA_DIR/mvn.log" 2>&1; then
-        tail -n 40 "$KAFKA_DIR/mvn.log" | sed 's/^/  mvn: /'
+    if ! (cd "$pomdir" && mvn -B -q -f pom.xml dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$tmp" "${vers[@]}") >"$mvnlog" 2>&1; then
+        tail -n 40 "$mvnlog" | sed 's/^/  mvn: /'
         rm -rf "$tmp"
-        die "Maven fetch failed (full log: $KAFKA_DIR/mvn.log)"
+        die "Maven fetch of $what failed (full log: $mvnlog)"
     fi
-    pom_hash >"$tmp/.fetched"
-    rm -rf "$KAFKA_LIBS"
-    mv "$tmp" "$KAFKA_LIBS"
+    pom_hash "$pomdir" >"$tmp/.fetched"
+    rm -rf "$dest"
+    mv "$tmp" "$dest"
 }
+
+fetch_libs() { maven_fetch "$ROOT/deploy/kafka" "$KAFKA_LIBS" 'kafka_2.13-*.jar' "$KAFKA_DIR/mvn.log" "the Kafka jars"; }
 
 # The broker's command-line tools, in their own cache (deploy/local/kafka-tool).
 KAFKA_TOOLS_LIBS="$KAFKA_DIR/tools-libs"
-tools_pom_hash() {
-    echo "$(sha256sum "$ROOT/deploy/kafka/tools/pom.xml" | cut -d' ' -f1) ${RUNLOG_LOCAL_KAFKA_VERSION:-}"
-}
 
 fetch_tools() {
     fetch_libs
-    if [ -f "$KAFKA_TOOLS_LIBS/.fetched" ] && [ "$(cat "$KAFKA_TOOLS_LIBS/.fetched")" = "$(tools_pom_hash)" ] &&
-        compgen -G "$KAFKA_TOOLS_LIBS/kafka-tools-*.jar" >/dev/null; then
-        return 0
-    fi
-    local tmp="$KAFKA_DIR/tools-libs.tmp.$$"
-    rm -rf "$tmp"
-    log "fetching the Kafka tools jars with Maven into $KAFKA_TOOLS_LIBS (first use only)"
-    local -a vers=()
-    [ -z "${RUNLOG_LOCAL_KAFKA_VERSION:-}" ] || vers=(-Dkafka.version="$RUNLOG_LOCAL_KAFKA_VERSION")
-    if ! (cd "$ROOT/deploy/kafka/tools" && mvn -B -q -f pom.xml dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$tmp" "${vers[@]}") >"$KAFKA_DIR/mvn-tools.log" 2>&1; then
-        tail -n 40 "$KAFKA_DIR/mvn-tools.log" | sed 's/^/  mvn: /'
-        rm -rf "$tmp"
-        die "Maven fetch of the tools failed (full log: $KAFKA_DIR/mvn-tools.log)"
-    fi
-    tools_pom_hash >"$tmp/.fetched"
-    rm -rf "$KAFKA_TOOLS_LIBS"
-    mv "$tmp" "$KAFKA_TOOLS_LIBS"
+    maven_fetch "$ROOT/deploy/kafka/tools" "$KAFKA_TOOLS_LIBS" 'kafka-tools-*.jar' "$KAFKA_DIR/mvn-tools.log" \
+        "the Kafka tools jars"
 }
 
 # kafka_format CONF DATA LOGS CLUSTER_ID: format a node's storage once (kept on later starts).
