@@ -7,6 +7,7 @@ conflicts is reported setting by setting (never silently accepted).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,25 @@ def _conflicts(spec: TopicSpec, found: TopicReport) -> list[TopicConfigConflict]
     return out
 
 
+def _await_leaders(admin: AdminClient, names: set[str], timeout: float) -> None:
+    """Wait until every partition of ``names`` has a leader: a topic's creation returns before its
+    leaders are elected, and a reader that asks for offsets in between gets NOT_LEADER."""
+    deadline = time.monotonic() + timeout
+    while True:
+        topics = _topic_metadata(admin, timeout)
+        waiting = sorted(
+            n for n in names
+            if n not in topics or topics[n].error is not None or not topics[n].partitions
+            or any(p.leader < 0 for p in topics[n].partitions.values())
+        )
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise ServiceUnavailable(f"topics {waiting} have partitions without a leader "
+                                     f"{timeout:.0f} s after their creation")
+        time.sleep(0.05)
+
+
 def ensure_topics(
     settings: Settings, *, create: bool = True, timeout: float = 30.0
 ) -> list[TopicReport]:
@@ -131,6 +151,8 @@ def ensure_topics(
                 ):
                     raise ConfigError(f"cannot create topic {name!r}: {kerr.str()}") from err
                 raise ServiceUnavailable(f"creating topic {name!r} failed: {err}") from err
+    if created:
+        _await_leaders(admin, created, timeout)
     reports = []
     for spec in specs:
         if spec.name in created:

@@ -95,6 +95,7 @@ from schemas import (
     Topics,
     partition_for,
 )
+from schemas._kafka import watermarks
 
 __all__ = [
     "FINDING_KINDS",
@@ -610,10 +611,7 @@ def _plan(c: Consumer, settings: Settings, topic: str, o: AuditOptions) -> dict[
         parts = [partition_for(o.run_id, len(parts))]
     out: dict[int, tuple[int, int]] = {}
     for p in parts:
-        try:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        except KafkaException as err:
-            raise RunlogError(f"reading watermarks of {topic}[{p}] failed: {err}") from err
+        lo, hi = watermarks(c, topic, [p])[p]
         start, end = lo, hi
         if o.from_offset is not None:
             start = max(start, o.from_offset)

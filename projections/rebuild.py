@@ -25,6 +25,7 @@ from projections.batch import BatchProjector, RawRecord
 from projections.fold import fold
 from projections.redis_store import READY, ProjectionStoreError, RedisStore
 from schemas._codec import Codec
+from schemas._kafka import watermarks
 from schemas._redis import is_cluster, redis_client
 from schemas._types import RunEvent
 from schemas.errors import ConfigError, DecodeError, RunlogError
@@ -72,15 +73,7 @@ def _consumer(settings: Settings) -> Consumer:
 
 
 def _watermarks(c: Consumer, topic: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
-    try:
-        md = c.list_topics(topic, timeout=timeout)
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None:
-            raise RunlogError(f"topic {topic!r} not found")
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                for p in tmd.partitions}
-    except KafkaException as err:
-        raise RunlogError(f"reading watermarks of {topic!r} failed: {err}") from err
+    return watermarks(c, topic, timeout=timeout)
 
 
 def _read(
@@ -239,10 +232,7 @@ def run_events(
     key = run_id.encode("utf-8")
     c = _consumer(settings)
     try:
-        try:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0)
-        except KafkaException as err:
-            raise RunlogError(f"reading watermarks of {topic}[{partition}] failed: {err}") from err
+        lo, hi = watermarks(c, topic, [partition])[partition]
         for msgs in _read(c, topic, {partition: max(from_offset, lo)}, {partition: hi}):
             for m in msgs:
                 if m.key() != key:

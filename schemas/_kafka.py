@@ -1,0 +1,67 @@
+"""Small confluent-kafka helpers every reader shares: watermarks that survive a leader moving."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from schemas.errors import RunlogError
+
+__all__ = ["RETRIABLE_METADATA_ERRORS", "watermarks"]
+
+RETRIABLE_METADATA_ERRORS = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+})
+"""Errors a metadata or offset request gets while a just-created topic elects its leaders, or a
+partition's leadership moves: worth asking again until the deadline."""
+
+
+def _code(err: KafkaException) -> int | None:
+    kerr = err.args[0] if err.args else None
+    return kerr.code() if isinstance(kerr, KafkaError) else None
+
+
+def watermarks(
+    consumer: Any, topic: str, partitions: list[int] | None = None, timeout: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """``{partition: (low, high)}`` of ``topic`` (all partitions unless given).
+
+    A request that meets a leader election (a topic created a moment ago, a broker restarting)
+    is asked again with a short backoff until ``timeout``; any other error, or the deadline,
+    raises :class:`RunlogError` naming the topic.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        left = max(deadline - time.monotonic(), 0.1)
+        try:
+            if partitions is None:
+                md = consumer.list_topics(topic, timeout=left)
+                tmd = md.topics.get(topic)
+                if tmd is None or (tmd.error is not None and tmd.error.code() not in
+                                   RETRIABLE_METADATA_ERRORS):
+                    raise RunlogError(f"topic {topic!r} not found")
+                parts = sorted(tmd.partitions) if tmd.error is None and tmd.partitions else []
+            else:
+                parts = list(partitions)
+            if parts:
+                return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left)
+                        for p in parts}
+            last: str = "no partitions in metadata yet"
+        except KafkaException as err:
+            if _code(err) not in RETRIABLE_METADATA_ERRORS:
+                raise RunlogError(f"reading watermarks of {topic!r} failed: {err}") from err
+            last = str(err)
+        if time.monotonic() + delay > deadline:
+            raise RunlogError(f"reading watermarks of {topic!r} failed: {last}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)

@@ -1,0 +1,49 @@
+"""``schemas._kafka.watermarks``: a leader election is waited out, anything else fails at once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from schemas._kafka import watermarks
+from schemas.errors import RunlogError
+
+
+class _Consumer:
+    def __init__(self, failures: list[int], partitions: int = 2) -> None:
+        self.failures = list(failures)
+        self.partitions = partitions
+        self.calls = 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        parts = {p: object() for p in range(self.partitions)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=parts)})
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        self.calls += 1
+        if self.failures:
+            raise KafkaException(KafkaError(self.failures.pop(0)))
+        return (0, 10 + tp.partition)
+
+
+def test_not_leader_is_asked_again_until_it_answers() -> None:
+    c = _Consumer([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE])
+    assert watermarks(c, "t", timeout=5) == {0: (0, 10), 1: (0, 11)}
+    assert c.calls == 4
+
+
+def test_a_non_retriable_error_fails_at_once_naming_the_topic() -> None:
+    c = _Consumer([KafkaError.TOPIC_AUTHORIZATION_FAILED])
+    with pytest.raises(RunlogError, match="'t'"):
+        watermarks(c, "t", timeout=5)
+    assert c.calls == 1
+
+
+def test_the_deadline_ends_the_retries() -> None:
+    c = _Consumer([KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
+    with pytest.raises(RunlogError, match=r"Not leader|NOT_LEADER"):
+        watermarks(c, "t", [0], timeout=0.3)
+    assert 1 < c.calls < 1000
