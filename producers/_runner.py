@@ -574,7 +574,8 @@ class AsyncRunner(_RunnerCore):
 
     Thousands of runs share one loop and one writer: confirmed appends are awaited (the writer's
     poll thread sends them at once and completes their futures), Redis round trips use redis-py's
-    asyncio client, lease heartbeats are one task on the loop. ``async def`` stages and tools run
+    asyncio client; lease heartbeats are one thread with its own connection (a loop busy with
+    thousands of runs must not delay them). ``async def`` stages and tools run
     on the loop; a ``def`` stage runs on a worker thread (its ``ctx.call`` hops onto the loop for
     every append and round trip), a ``def`` tool in an ``async def`` stage on ``executor``.
 
@@ -604,12 +605,17 @@ class AsyncRunner(_RunnerCore):
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
                       writer: EventLog | None = None, store: ArtifactStore | None = None,
                       tracer: Tracer = NO_TRACE, max_connections: int = 256,
-                      metrics_registry: Any = None) -> AsyncRunner:
+                      pool_timeout: float | None = None, metrics_registry: Any = None) -> AsyncRunner:
         """An async runner on the real services (Redis via redis-py's asyncio client).
-        ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
+
+        ``max_connections``: the asyncio pool the runs share; a run waits for a free connection up
+        to ``pool_timeout`` seconds (None, the default: as long as it takes, since waiting there
+        is queueing behind other runs, not a failure; a Redis that stops answering is bounded by
+        the URL's ``socket_timeout``, as for every other client). ``metrics_registry``: a
+        ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         client = redis_client(settings, max_connections=16, timeout=30)
-        aclient = aredis_client(settings, max_connections=max_connections, timeout=30)
-        beat = aredis_client(settings, max_connections=2, timeout=30)  # never queued behind the runs
+        aclient = aredis_client(settings, max_connections=max_connections, timeout=pool_timeout)
+        beat = redis_client(settings, max_connections=2, timeout=30)  # the heartbeat thread's own
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat)

@@ -82,6 +82,8 @@ class RunWriter(EventLog):
         """Threads inside :meth:`send_now`: they serve delivery reports, the poll thread stands aside."""
         self._urgent = 0
         """Appends awaiting their report on a loop (:meth:`asend_now`): the poll thread flushes."""
+        self._wake = threading.Event()
+        """Set by :meth:`produce` and :meth:`asend_now`: the idle poll thread wakes at once."""
         self._poller = threading.Thread(target=self._poll_loop, name="runlog-writer-poll", daemon=True)
         self._poller.start()
 
@@ -93,8 +95,13 @@ class RunWriter(EventLog):
                 self._stop.wait(0.01)
             elif self._urgent:
                 self._producer.flush(0.001)  # awaiting appends: send now, serve their reports
+            elif len(self._producer):
+                # records in flight: short polls, so an append that starts awaiting its report is
+                # noticed within a millisecond (librdkafka's poll cannot be woken for it)
+                self._producer.poll(0.001)
             else:
-                self._producer.poll(0.01)
+                self._wake.wait(0.01)  # nothing in flight: sleep until an append comes
+                self._wake.clear()
 
     def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
         """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
@@ -114,6 +121,7 @@ class RunWriter(EventLog):
             try:
                 self._producer.produce(topic, value=data, key=key.encode("utf-8"), on_delivery=cb,
                                        headers=headers)
+                self._wake.set()
                 if metrics is not None:
                     metrics.appends.inc()
                 return
@@ -180,8 +188,10 @@ class RunWriter(EventLog):
         t0 = time.perf_counter() if self.metrics is not None else 0.0
         with self._sending_lock:
             self._urgent += 1
+        self._wake.set()
         try:
-            await asyncio.wait_for(asyncio.shield(done), timeout)
+            async with asyncio.timeout(timeout):
+                await done  # completed by the poll thread's report; a timeout cancels it (its owner's)
         except TimeoutError:
             return False
         finally:

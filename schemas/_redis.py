@@ -138,8 +138,9 @@ def redis_client(settings: Any, *, max_connections: int | None = None, timeout: 
     return redis.Redis(connection_pool=pool)
 
 
-def aredis_client(settings: Any, *, max_connections: int = 256, timeout: float = 30) -> Any:
-    """An asyncio client for ``settings.redis_url``: ``redis.asyncio.Redis`` on a blocking pool, or
+def aredis_client(settings: Any, *, max_connections: int = 256, timeout: float | None = 30) -> Any:
+    """An asyncio client for ``settings.redis_url``: ``redis.asyncio.Redis`` on a blocking pool
+    (a caller waits up to ``timeout`` seconds for a free connection; None: no limit), or
     ``redis.asyncio.cluster.RedisCluster`` (``max_connections`` per node)."""
     if is_cluster_url(settings.redis_url):
         nodes, kw = _cluster_kwargs(settings, aio=True)
