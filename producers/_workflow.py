@@ -15,23 +15,22 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from schemas._types import RuleResult, StageSpec, WorkflowSpec
 from schemas.errors import WorkflowDefinitionError
 
-if TYPE_CHECKING:
-    from producers._context import AsyncStageContext, StageContext
-
 __all__ = ["Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "evaluate_rules", "rule"]
 
-StageFn = (Callable[["StageContext", dict[str, Any]], Mapping[str, Any]]
-           | Callable[["AsyncStageContext", dict[str, Any]], Awaitable[Mapping[str, Any]]])
-"""A stage: ``fn(ctx, inputs) -> output`` (a JSON object), or ``async def fn(ctx, inputs)``
-awaited for it (its ``ctx`` is an :class:`~producers.AsyncStageContext`)."""
+StageFn = Callable[..., Mapping[str, Any]] | Callable[..., Awaitable[Mapping[str, Any]]]
+"""A stage: ``fn(ctx, inputs) -> output`` (a JSON object), where ``ctx`` is a
+:class:`~producers.StageContext`, or ``async def fn(ctx, inputs)`` awaited for it (its ``ctx`` is an
+:class:`~producers.AsyncStageContext`). Spelled with ``...`` so that this module, which the
+context's modules import, does not import them back; the runner checks the arity at definition."""
 _F = TypeVar("_F", bound=StageFn)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -123,6 +122,7 @@ class Workflow:
             raise WorkflowDefinitionError(f"workflow {self.name!r}: stage {stage.name!r} declared twice")
         for i in stage.inputs:
             _check_name(f"stage {stage.name!r} input", i)
+        _check_arity(stage)
         names = [r.name for r in stage.rules]
         if len(set(names)) != len(names):
             raise WorkflowDefinitionError(f"stage {stage.name!r}: rule names must be unique")
@@ -149,6 +149,18 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version!r}, stages={[s.name for s in self._stages]})"
+
+
+def _check_arity(stage: Stage) -> None:
+    """A stage is called ``fn(ctx, inputs)``: refuse a function that cannot take exactly that."""
+    try:
+        inspect.signature(stage.fn).bind(None, {})
+    except TypeError:
+        raise WorkflowDefinitionError(
+            f"stage {stage.name!r}: {getattr(stage.fn, '__qualname__', stage.fn)!r} must take (ctx, inputs)"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): it is called as it is
+        return
 
 
 class WorkflowRegistry:

@@ -16,7 +16,7 @@ Two framings are written, and both are read:
 
 Every writer and reader builds its codec with :meth:`Codec.from_settings`: with
 ``RUNLOG_SCHEMA_REGISTRY_URL`` set, the process's registry codec
-(:func:`schemas.registry.registry_codec`); without it, a single-object codec.
+(:func:`registry_codec`); without it, a single-object codec.
 
 Every way a byte string can fail to be a record raises :class:`DecodeError`
 with a ``reason``: ``unknown_framing``, ``unknown_schema``, ``truncated``,
@@ -29,6 +29,7 @@ import copy
 import io
 import json
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -53,7 +54,7 @@ from schemas._types import (
     WorkflowSpec,
 )
 from schemas.errors import ConfigError, DecodeError, RunlogError
-from schemas.settings import Settings
+from schemas.settings import Settings, redact_urls
 
 __all__ = [
     "SINGLE_OBJECT_MAGIC",
@@ -62,6 +63,7 @@ __all__ = [
     "crc64_avro",
     "load_past_schemas",
     "load_schema",
+    "registry_codec",
 ]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -414,8 +416,6 @@ class Codec:
         """
         if not settings.schema_registry_url:
             return cls(max_record_bytes=settings.max_record_bytes)
-        from schemas.registry import registry_codec
-
         return registry_codec(settings)
 
     @property
@@ -518,7 +518,7 @@ class Codec:
     def _registry_failure(self, err: Exception, record_name: str) -> RunlogError:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-        from schemas.registry import registry_error
+        from schemas._registry_client import registry_error
 
         verb = "registering" if self._auto_register else "looking up"
         mapped = registry_error(err, self._registry_url, f"{verb} {record_name}")
@@ -609,7 +609,7 @@ class Codec:
             raise DecodeError("unknown_schema", f"registry schema id {sid} but no registry configured")
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-        from schemas.registry import registry_error
+        from schemas._registry_client import registry_error
 
         try:
             registered = self._registry.get_schema(sid)
@@ -635,3 +635,32 @@ class Codec:
         w = self._by_fp.get(w.fingerprint, w)
         self._sr_writers[sid] = w
         return w
+
+
+_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_CODECS: dict[tuple[Any, ...], Codec] = {}
+
+
+def registry_codec(settings: Settings) -> Codec:
+    """The process's codec for the registry of ``settings`` (writes its wire format, reads both
+    framings), made once per registry configuration, ``RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER`` and
+    ``RUNLOG_MAX_RECORD_BYTES``; the first call checks that the registry answers.
+
+    Raises:
+        RegistryUnavailable: the registry did not answer.
+        ConfigError: no URL, client settings refused, or credentials refused.
+    """
+    from schemas._registry_client import check_registry, client_key, registry_client
+
+    key = (*client_key(settings), settings.schema_registry_auto_register, settings.max_record_bytes)
+    with _REGISTRY_LOCK:
+        codec = _REGISTRY_CODECS.get(key)
+    if codec is not None:
+        return codec
+    client = registry_client(settings)
+    url = redact_urls(settings.schema_registry_url or "")
+    check_registry(client, url)
+    codec = Codec(client, max_record_bytes=settings.max_record_bytes,
+                  auto_register=settings.schema_registry_auto_register, registry_url=url)
+    with _REGISTRY_LOCK:
+        return _REGISTRY_CODECS.setdefault(key, codec)
