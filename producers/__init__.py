@@ -14,9 +14,12 @@ everything else is confirmed at each stage end (see :mod:`producers._writer`).
 
 from producers._app import App
 from producers._artifacts import ArtifactStore, LocalArtifactStore
+from producers._arunner import AsyncRunner
 from producers._context import AsyncStageContext, StageContext, WaitTimedOut
+from producers._core import RunResult
 from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
-from producers._runner import AsyncRunner, RunHandle, Runner, RunResult
+from producers._runner import Runner
+from producers._start import RunHandle
 from producers._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from producers._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from schemas._types import ReplayPolicy

@@ -9,22 +9,21 @@ import subprocess
 import sys
 import textwrap
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from producers import CallInfo, LocalArtifactStore, RetryPolicy, Runner, Workflow, rule, tool
+from producers._core import STAGE_OUTPUT_MEDIA_TYPE
 from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers._runner import STAGE_OUTPUT_MEDIA_TYPE
 from producers._session import RunSession
 from producers._writer import RunWriter
+from projections.log_reader import LogReader
 from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics
 from schemas.errors import RetryableToolError, RunConflict, TerminalToolError, VerificationFailed
 from tests.integration.producers.conftest import SOURCE
-from tests.integration.producers.helpers import events_of, read_events, watermarks
+from tests.integration.producers.helpers import events_of, read_events
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -180,23 +179,9 @@ def test_effect_intent_is_acknowledged_before_the_tool_is_entered(topics: Settin
 
     def committed_events() -> list[RunEvent]:
         """What a fresh consumer can read *now*: everything below the high watermarks."""
-        c = Consumer(topics.consumer_config(f"t-probe-{uuid.uuid4().hex[:6]}"))
-        codec, out = Codec(), []
-        try:
-            parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-            ends = {p: watermarks(c, topic, p)[1] for p in parts}
-            ends = {p: hi for p, hi in ends.items() if hi > 0}
-            c.assign([TopicPartition(topic, p, 0) for p in ends])
-            done: dict[int, int] = {}
-            while any(done.get(p, 0) < hi for p, hi in ends.items()):
-                m = c.poll(5)
-                assert m is not None, "a committed record could not be read"
-                if m.offset() < ends[m.partition()]:
-                    out.append(codec.decode(m.value(), RunEvent))
-                done[m.partition()] = m.offset() + 1
-        finally:
-            c.close()
-        return out
+        codec = Codec()
+        with LogReader(topics, topic, name="t-probe", stall_s=5) as r:  # a committed record reads at once
+            return [codec.decode(m.value(), RunEvent) for m in r.records(r.topic_ranges())]
 
     @tool("publish", policy=ReplayPolicy.RECONCILE_FIRST, target="platform:articles",
           delivery=lambda a, c: ("acct", "blog", a["slug"], "1"), reconcile=lambda k, a: None)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from producers._arunner import AsyncRunner
 from producers._context import RecordedCall
-from producers._runner import AsyncRunner, Runner, RunResult
+from producers._core import RunResult
+from producers._runner import Runner
 from producers._session import RunSession
 from producers._workflow import Workflow
 from projections.fold import fold_all

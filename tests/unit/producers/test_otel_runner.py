@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from producers._arunner import AsyncRunner
 from producers._context import AsyncStageContext, RecordedCall, StageContext
 from producers._inputs import DictInputSource
 from producers._ledger import InMemoryEffectLedger
@@ -23,7 +24,7 @@ from producers._memory import (
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers._runner import AsyncRunner, Runner
+from producers._runner import Runner
 from producers._tools import CallInfo, Tool, tool
 from producers._workflow import Workflow
 from producers.otel import OtelTracer

@@ -1,0 +1,162 @@
+"""The asyncio runner: the same protocol steps as :class:`~producers.Runner`, awaited on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any
+
+import redis.asyncio as aredis
+
+from producers._active import ActiveRuns
+from producers._artifacts import ArtifactStore, LocalArtifactStore
+from producers._context import (
+    RecordedCall,
+)
+from producers._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from producers._inputs import InputSource
+from producers._lease import AsyncRedisLeaseManager, LeaseManager
+from producers._ledger import EffectLedger, RedisEffectLedger
+from producers._log import EventLog
+from producers._protocol import (
+    LoopMode,
+    Mode,
+    ThreadMode,
+    adrive,
+)
+from producers._runlog import KafkaRunLog, RunLog
+from producers._runs import RunKeys
+from producers._session import RunSession
+from producers._start import _START_DOC, RunHandle
+from producers._trace import NO_TRACE, Tracer
+from producers._workflow import Workflow
+from producers._writer import RunWriter
+from schemas._redis import aredis_client, redis_client
+from schemas._types import ArtifactRef
+from schemas.settings import Settings
+
+__all__ = ["AsyncRunner"]
+
+
+class AsyncRunner(_RunnerCore):
+    """The asyncio form of :class:`Runner`: the same protocol steps, awaited on the running loop.
+
+    Thousands of runs share one loop and one writer: confirmed appends are awaited (the writer's
+    poll thread sends them at once and completes their futures), Redis round trips use redis-py's
+    asyncio client; lease heartbeats are one thread with its own connection (a loop busy with
+    thousands of runs must not delay them). ``async def`` stages and tools run
+    on the loop; a ``def`` stage runs on a worker thread (its ``ctx.call`` hops onto the loop for
+    every append and round trip), a ``def`` tool in an ``async def`` stage on ``executor``.
+
+    Args:
+        like :class:`Runner`, plus
+        executor: the pool for ``def`` stages and tools (default: one of ``max_threads`` threads).
+    """
+
+    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
+                 source: InputSource | None = None, run_keys: RunKeys | None = None,
+                 max_parallel: int = 8, ledger: EffectLedger | None = None,
+                 run_log: RunLog | None = None, lease_wait_s: float = 60.0,
+                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
+                 executor: Executor | None = None, max_threads: int = 32) -> None:
+        super().__init__(writer, leases, store, source=source, run_keys=run_keys, max_parallel=max_parallel,
+                         ledger=ledger, run_log=run_log, lease_wait_s=lease_wait_s, active=active,
+                         tracer=tracer)
+        self._own_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="runlog-async")
+        self._loop_mode = LoopMode(self.executor)
+        self._owned: list[Any] = []
+
+    def _modes(self) -> tuple[Mode, Mode]:
+        return ThreadMode(asyncio.get_running_loop()), self._loop_mode
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
+                      writer: EventLog | None = None, store: ArtifactStore | None = None,
+                      tracer: Tracer = NO_TRACE, max_connections: int = 256,
+                      pool_timeout: float | None = None, metrics_registry: Any = None) -> AsyncRunner:
+        """An async runner on the real services (Redis via redis-py's asyncio client).
+
+        ``max_connections``: the asyncio pool the runs share; a run waits for a free connection up
+        to ``pool_timeout`` seconds (None, the default: as long as it takes, since waiting there
+        is queueing behind other runs, not a failure; a Redis that stops answering is bounded by
+        the URL's ``socket_timeout``, as for every other client). ``metrics_registry``: a
+        ``prometheus_client.CollectorRegistry`` its own writer counts into."""
+        client = redis_client(settings, max_connections=16, timeout=30)
+        aclient = aredis_client(settings, max_connections=max_connections, timeout=pool_timeout)
+        beat = redis_client(settings, max_connections=2, timeout=30)  # the heartbeat thread's own
+        own_writer = writer is None
+        w = writer or RunWriter(settings, metrics_registry=metrics_registry)
+        leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat)
+        r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
+                run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient),
+                ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient),
+                run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
+                active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer)
+        r._owned = [beat, leases, client, aclient] + ([w] if own_writer else [])
+        return r
+
+    async def aclose(self) -> None:
+        """Close what :meth:`from_settings` created (flushes the writer off the loop)."""
+        for x in reversed(self._owned):
+            if isinstance(x, LeaseManager):
+                await x.aclose()
+            elif isinstance(x, aredis.Redis):
+                await x.aclose(close_connection_pool=True)
+            elif isinstance(x, aredis.RedisCluster):
+                await x.aclose()
+            elif isinstance(x, EventLog):
+                await asyncio.to_thread(x.close)
+            else:
+                x.close()
+        self._owned = []
+        if self._own_executor:
+            self.executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start_run(self, workflow: Workflow, params: Mapping[str, Any],
+                        inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
+                        parent_run_id: str | None = None, forked_from_seq: int | None = None) -> RunHandle:
+        return await adrive(self._start_steps(workflow, params, inputs, idempotency_key, parent_run_id,
+                                              forked_from_seq), self._loop_mode)
+
+    start_run.__doc__ = _START_DOC
+
+    async def mark_inactive(self, run_id: str) -> None:
+        """Drop a run from the active-runs registry (it completed, blocked or failed)."""
+        await adrive(self._deactivate(run_id), self._loop_mode)
+
+    async def run(self, workflow: Workflow, params: Mapping[str, Any],
+                  inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None) -> RunResult:
+        """Start a run and execute all its stages (see :meth:`Runner.run`)."""
+        h = await self.start_run(workflow, params, inputs, idempotency_key)
+        if h.session is None:
+            return RunResult(h.run_id, 0, 0)
+        return await self.execute(h.session)
+
+    async def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
+                        input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
+                        force: bool = False, last_hash: str | None = None,
+                        attributes: Mapping[str, str] | None = None) -> RunSession:
+        """:meth:`Runner.take_over`, awaited."""
+        return await adrive(self._take_over_steps(run_id, last_seq=last_seq, workflow=workflow,
+                                                  input_versions=input_versions, params=params,
+                                                  last_epoch=last_epoch, force=force, last_hash=last_hash,
+                                                  attributes=attributes), self._loop_mode)
+
+    async def execute(self, session: RunSession, *, from_stage: str | None = None,
+                      stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None = None,
+                      recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None = None,
+                      reconciled: Mapping[str, Mapping[str, Any]] | None = None,
+                      complete: bool = True, release: bool = True,
+                      deadlines: Mapping[str, int] | None = None) -> RunResult:
+        return await adrive(self._execute_steps(session, from_stage, stage_outputs, recorded_calls,
+                                                reconciled, complete, release, deadlines), self._loop_mode)
+
+    execute.__doc__ = _EXECUTE_DOC

@@ -1,0 +1,286 @@
+"""Executing a run's stages, as protocol steps both runners drive (also for an existing run,
+which resume continues); starting is :mod:`producers._start`.
+
+Event sequence of a run, all at the session's epoch (delivery: see
+:mod:`producers._writer`)::
+
+    RUN_STARTED (confirmed)          workflow spec, input_versions, params artifact
+    per stage:
+      STAGE_STARTED
+      per tool call: TOOL_CALLED [EFFECT_INTENT (confirmed) ... EFFECT_RESULT] TOOL_RESULT
+      VERIFIED (rules passed; output + artifacts)  |  FAILED (rules, stage error or tool error)
+      (flush: everything so far acknowledged)
+    RUN_COMPLETED (then flush, lease released)
+    RUN_BLOCKED (confirmed)          instead, when a call diverged or an effect is in doubt
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from producers._active import ActiveRuns
+from producers._artifacts import ArtifactStore
+from producers._context import (
+    AsyncStageContext,
+    RecordedCall,
+    RunWaits,
+    StageContext,
+    StageOutputs,
+    error_info,
+    require_mapping,
+)
+from producers._inputs import DictInputSource, InputSource
+from producers._keys import canonical_json
+from producers._lease import LeaseManager
+from producers._ledger import EffectLedger
+from producers._log import EventLog
+from producers._protocol import (
+    INLINE,
+    IO,
+    SYNC,
+    Invoke,
+    Mode,
+    Steps,
+    is_async_fn,
+)
+from producers._runlog import RunLog
+from producers._runs import RunKeys
+from producers._session import AppendResult, RunSession
+from producers._start import _StartSteps
+from producers._trace import NO_TRACE, Span, Tracer
+from producers._workflow import Stage, evaluate_rules
+from schemas._types import ArtifactRef, ErrorInfo, EventType
+from schemas.errors import (
+    DeliveryError,
+    LeaseLost,
+    ResumeBlocked,
+    RunlogError,
+    VerificationFailed,
+    WorkflowDefinitionError,
+)
+
+__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult"]
+
+STAGE_OUTPUT_MEDIA_TYPE = "application/vnd.runlog.stage-output+json"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The end of :meth:`Runner.execute`: outputs of every verified stage by name."""
+
+    run_id: str
+    epoch: int
+    last_seq: int
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    completed: bool = False
+    waiting: str | None = None
+    """The signal the run waits for (``ctx.wait_for``): the run was let go, a signal resumes it."""
+
+
+class _RunnerCore(_StartSteps):
+    """The protocol of starting and executing runs, as steps (:mod:`producers._protocol`);
+    :class:`Runner` drives them blocking, :class:`AsyncRunner` on an asyncio loop."""
+
+    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
+                 source: InputSource | None = None, run_keys: RunKeys | None = None,
+                 max_parallel: int = 8, ledger: EffectLedger | None = None,
+                 run_log: RunLog | None = None, lease_wait_s: float = 60.0,
+                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE) -> None:
+        self.writer = writer
+        self.leases = leases
+        self.store = store
+        self.source = source or DictInputSource({})
+        self.run_keys = run_keys
+        self.max_parallel = max_parallel
+        self.ledger = ledger
+        self.run_log = run_log
+        self.lease_wait_s = lease_wait_s
+        self.active = active
+        self.tracer = tracer
+
+    def _modes(self) -> tuple[Mode, Mode]:
+        """The modes of a ``def`` stage's and an ``async def`` stage's context."""
+        return SYNC, INLINE
+    def _execute_steps(self, session: RunSession, from_stage: str | None,
+                       stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
+                       recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None,
+                       reconciled: Mapping[str, Mapping[str, Any]] | None, complete: bool, release: bool,
+                       deadlines: Mapping[str, int] | None) -> Steps[RunResult]:
+        wf = session.workflow
+        outputs = StageOutputs(self.store, stage_outputs or {})
+        names = [s.name for s in wf.stages]
+        start = from_stage or next((n for n in names if n not in outputs), None)
+        if start is not None and start not in names:
+            raise WorkflowDefinitionError(f"workflow {wf.name!r} has no stage {start!r}")
+        todo = wf.stages[names.index(start):] if start is not None else ()
+        span = self.tracer.start("run", wf.name, None, {"run_id": session.run_id, "workflow": wf.name,
+                                                         "epoch": session.epoch})
+        outcome = "stopped"
+        error: BaseException | None = None
+        try:
+            for stage in todo:
+                outputs[stage.name] = yield from self._stage_steps(
+                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span)
+            if complete:
+                yield session.appending(EventType.RUN_COMPLETED)
+            yield session.closing(release=release)
+            if complete:
+                yield from self._deactivate(session.run_id)
+            outcome = "completed" if complete else "stopped"
+        except LeaseLost as err:
+            session.closed = True  # not ours any more: nothing to flush or release
+            error = err
+            raise
+        except RunWaits as w:  # RUN_WAITING is acknowledged: let the run go until its signal
+            yield session.closing(release=True)
+            if self.active is not None:
+                with contextlib.suppress(redis.RedisError):
+                    yield IO(self.active, "wait", "await_", (session.run_id, wf.name, w.deadline_ms))
+            outcome = "waiting"
+            return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), False,
+                             w.signal)
+        except ResumeBlocked as err:
+            outcome, error = "blocked", err
+            with contextlib.suppress(RunlogError):
+                yield session.appending(EventType.RUN_BLOCKED, confirm=True,
+                                        error=ErrorInfo(type(err).__name__, err.reason, False))
+                yield session.closing(release=release)
+                yield from self._deactivate(session.run_id)
+            raise
+        except DeliveryError as err:
+            error = err
+            with contextlib.suppress(RunlogError):
+                yield session.closing(release=release)
+            raise  # the run is still RUNNING on the log: it stays active for the sweep
+        except Exception as err:  # a stage failed: FAILED is on the log
+            outcome, error = "failed", err
+            with contextlib.suppress(RunlogError):
+                yield session.closing(release=release)
+                yield from self._deactivate(session.run_id)
+            raise
+        except BaseException as err:
+            error = err
+            with contextlib.suppress(RunlogError):
+                yield session.closing(release=release)
+            raise
+        finally:
+            span.set("seq", session.last_seq)
+            span.set("outcome", outcome)
+            span.end(error)
+        return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), complete)
+
+    def _stage_steps(self, s: RunSession, stage: Stage, outputs: StageOutputs,
+                     recorded: Mapping[str, RecordedCall | ArtifactRef],
+                     reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
+                     run_span: Span) -> Steps[dict[str, Any]]:
+        started: AppendResult = yield s.appending(EventType.STAGE_STARTED, stage=stage.name)
+        span = self.tracer.start("stage", stage.name, run_span, {
+            "run_id": s.run_id, "stage": stage.name, "epoch": s.epoch, "seq": started.event.seq})
+        try:
+            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span)
+        except RunWaits:
+            span.set("outcome", "waiting")
+            span.end()
+            raise
+        except BaseException as err:
+            span.set("outcome", "blocked" if isinstance(err, ResumeBlocked) else "failed")
+            span.end(err)
+            raise
+        span.set("outcome", "verified")
+        span.end()
+        return out
+
+    def _stage_body(self, s: RunSession, stage: Stage, outputs: StageOutputs,
+                    recorded: Mapping[str, RecordedCall | ArtifactRef],
+                    reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
+                    span: Span) -> Steps[dict[str, Any]]:
+        is_async = is_async_fn(stage.fn)
+        sync_mode, async_mode = self._modes()
+        kind = AsyncStageContext if is_async else StageContext
+        ctx = kind(s, stage.name, self.store, outputs, recorded_calls=recorded, reconciled=reconciled,
+                   max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
+                   mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span)
+        yield s.crashing(f"inside:STAGE:{stage.name}")
+        try:
+            inputs = s.inputs.load(stage.inputs)
+            raw = yield Invoke(_run_async_stage if is_async else _run_sync_stage, (stage.fn, ctx, inputs))
+            if ctx.failure is not None:
+                raise ctx.failure  # the stage swallowed a failed tool call: it still failed
+            out_bytes = canonical_json(require_mapping(stage.name, raw))
+        except (LeaseLost, DeliveryError):
+            raise
+        except ResumeBlocked:
+            if isinstance(ctx.failure, ResumeBlocked):
+                raise ctx.failure from None
+            raise
+        except Exception as err:  # recorded as FAILED (unless a tool call already did), re-raised
+            if isinstance(ctx.failure, ResumeBlocked):  # the stage swallowed it, then failed otherwise
+                raise ctx.failure from err
+            if ctx.failure is None:
+                yield s.appending(EventType.FAILED, stage=stage.name, error=error_info(err))
+            yield s.flushing()
+            raise
+        out: dict[str, Any] = json.loads(out_bytes)
+        results = evaluate_rules(stage.rules, out)
+        out_ref = yield from ctx._put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
+        refs = (*[a for a in ctx.artifacts if a.sha256 != out_ref.sha256], out_ref)
+        failed = [r for r in results if not r.passed]
+        if failed:
+            msg = "; ".join(f"{r.rule}: {r.detail}" for r in failed)
+            yield s.appending(EventType.FAILED, stage=stage.name, verification=tuple(results),
+                              payload_ref=out_ref, artifact_refs=refs,
+                              error=ErrorInfo("VerificationFailed", msg))
+            yield s.flushing()
+            raise VerificationFailed(stage.name, [r.rule for r in failed])
+        yield s.appending(EventType.VERIFIED, stage=stage.name, verification=tuple(results),
+                          payload_ref=out_ref, artifact_refs=refs)
+        yield s.flushing()
+        return out
+
+
+def _run_sync_stage(fn: Any, ctx: StageContext, inputs: Any) -> Any:
+    try:
+        return fn(ctx, inputs)
+    finally:
+        ctx.finish()
+
+
+async def _run_async_stage(fn: Any, ctx: AsyncStageContext, inputs: Any) -> Any:
+    try:
+        return await fn(ctx, inputs)
+    finally:
+        await ctx.finish()
+
+
+_EXECUTE_DOC = """Execute the session's workflow from ``from_stage`` to the end.
+
+        Args:
+            session: a new run's session, or one from :meth:`take_over`.
+            from_stage: the first stage to run (default: the first stage not in
+                ``stage_outputs``).
+            stage_outputs: outputs of already verified stages (dicts, or the
+                ``payload_ref`` of their ``VERIFIED``), readable via ``ctx.output_of``.
+            recorded_calls: the calls the log records for the stages to run (a
+                :class:`RecordedCall`, or just the ``TOOL_RESULT`` payload_ref): a call
+                with a recorded result is not made again and nothing is appended for
+                it; any call at a recorded position must be the recorded call (the
+                determinism guard, see :mod:`producers._context`).
+            reconciled: ``call_id -> external record`` found by reconcile: not made
+                again; one ``TOOL_RESULT`` (``source=reconciled``) is appended.
+            complete: append ``RUN_COMPLETED`` after the last stage.
+            release: release the lease at the end (also after a failed stage).
+            deadlines: ``call_id -> deadline (ms)`` of the run's waits (``RunState.waiting``), so a
+                resumed wait keeps its first deadline.
+
+        Raises:
+            VerificationFailed, ToolError, or the stage's own exception, after ``FAILED``
+            was appended and flushed; ResumeBlocked (Diverged, EffectInDoubt) after
+            ``RUN_BLOCKED`` was appended; LeaseLost / DeliveryError without appending.
+        """
+

@@ -1,0 +1,218 @@
+"""Starting a run, as protocol steps both runners drive: the lease, a confirmed ``RUN_STARTED``,
+and the idempotency key's claim.
+
+A run started with an idempotency key gets the run id the key names
+(:func:`producers._runs.run_id_for_key`). Its start cannot strand, whatever the
+crash point: the key is claimed ``pending``, the lease taken, ``RUN_STARTED``
+appended and acknowledged, the claim marked ``started``. A caller that finds the
+claim ``pending`` (its starter died) waits for the starter's lease to expire,
+takes it, and asks the log: the run exists (a resume is requested) or it does
+not (this caller appends ``RUN_STARTED`` at its own, higher epoch, reads the log
+back to see it accepted, and executes the run).
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from producers._active import ActiveRuns
+from producers._artifacts import ArtifactStore
+from producers._context import (
+    JSON,
+)
+from producers._crash import crash_point, kill_self
+from producers._inputs import InputSource, PinnedInputs
+from producers._keys import canonical_json, sha256_hex
+from producers._lease import Lease, LeaseHeld, LeaseManager
+from producers._log import EventLog
+from producers._protocol import (
+    IO,
+    Sleep,
+    Steps,
+)
+from producers._runlog import RunLog
+from producers._runs import Claim, RunKeys, run_id_for_key
+from producers._session import RunSession
+from producers._workflow import Workflow
+from schemas._hash import event_hash
+from schemas._types import EventType
+from schemas.errors import (
+    RunlogError,
+    WorkflowDefinitionError,
+)
+
+__all__ = ["RunHandle"]
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """What :meth:`Runner.start_run` returns. ``session`` is None when the idempotency key
+    named an existing run (``created`` False): this process does not own that run."""
+
+    run_id: str
+    created: bool
+    params_hash: str
+    session: RunSession | None = None
+
+
+class _StartSteps:
+    """Starting a run and taking one over, as steps; the runners' core inherits them."""
+
+    writer: EventLog
+    leases: LeaseManager
+    store: ArtifactStore
+    source: InputSource
+    run_keys: RunKeys | None
+    run_log: RunLog | None
+    lease_wait_s: float
+    active: ActiveRuns | None
+
+    def _start_steps(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
+                     idempotency_key: str | None, parent_run_id: str | None,
+                     forked_from_seq: int | None) -> Steps[RunHandle]:
+        workflow.spec()  # refuses a workflow without stages before anything is claimed
+        params_bytes = canonical_json(dict(params))
+        params_hash = sha256_hex(params_bytes)
+        pinned = PinnedInputs.pin(self.source, workflow.input_names(), inputs)
+        wf_name = f"{workflow.name}@{workflow.version}"
+        attrs = {"params_hash": params_hash, "writer": self.writer.writer_id}
+        if idempotency_key is None:
+            run_id = f"run-{uuid.uuid4().hex}"
+        else:
+            if self.run_keys is None:
+                raise WorkflowDefinitionError("this Runner has no run key store for idempotency keys")
+            run_id = run_id_for_key(idempotency_key)
+            attrs["run_idempotency_key"] = idempotency_key
+            _crash("before:CLAIM:run")
+            claim: Claim = yield IO(self.run_keys, "claim", "aclaim",
+                                    (idempotency_key, run_id, params_hash, wf_name))
+            _crash("after:CLAIM:run")
+            if not claim.created:
+                if claim.started or claim.run_id != run_id:
+                    return RunHandle(claim.run_id, False, params_hash)
+                return (yield from self._settle_start(workflow, params_bytes, pinned, attrs, idempotency_key,
+                                                      run_id, params_hash, wf_name, parent_run_id,
+                                                      forked_from_seq))
+        lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+        try:
+            session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
+                                                    parent_run_id, forked_from_seq)
+        except BaseException:
+            yield IO(lease, "release", "arelease")
+            raise  # a keyed claim stays pending: the next caller settles it from the log
+        if idempotency_key is not None and self.run_keys is not None:
+            yield IO(self.run_keys, "mark_started", "amark_started",
+                     (idempotency_key, run_id, params_hash, wf_name))
+        return RunHandle(run_id, True, params_hash, session)
+
+    def _activate(self, run_id: str, workflow: str) -> Steps[None]:
+        if self.active is not None:
+            try:
+                yield IO(self.active, "add", "aadd", (run_id, workflow))
+            except redis.RedisError as err:
+                raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
+
+    def _deactivate(self, run_id: str) -> Steps[None]:
+        if self.active is not None:
+            with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
+                yield IO(self.active, "remove", "aremove", (run_id,))
+
+    def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
+                      pinned: PinnedInputs, attrs: Mapping[str, str], parent_run_id: str | None,
+                      forked_from_seq: int | None) -> Steps[RunSession]:
+        session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
+                             inputs=pinned, params=json.loads(params_bytes))
+        params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+        yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
+                                input_versions=pinned.versions, payload_ref=params_ref,
+                                attributes=dict(attrs), parent_run_id=parent_run_id,
+                                forked_from_seq=forked_from_seq)
+        yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
+        return session
+
+    def _acquire_waiting(self, run_id: str) -> Steps[Lease | None]:
+        """The run's lease, waiting up to ``lease_wait_s`` for a dead holder's to expire."""
+        deadline = time.monotonic() + self.lease_wait_s
+        while True:
+            try:
+                lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+                return lease
+            except LeaseHeld:
+                if time.monotonic() >= deadline:
+                    return None
+            yield Sleep(0.1)
+
+    def _settle_start(self, workflow: Workflow, params_bytes: bytes, pinned: PinnedInputs,
+                      attrs: Mapping[str, str], key: str, run_id: str, params_hash: str, wf_name: str,
+                      parent_run_id: str | None, forked_from_seq: int | None) -> Steps[RunHandle]:
+        """A ``pending`` claim: its starter died somewhere between the claim and the claim's
+        ``started`` mark. The log decides whether the run exists."""
+        assert self.run_keys is not None
+        if self.run_log is None:
+            raise WorkflowDefinitionError("this Runner has no run log to settle an interrupted start")
+        mark = IO(self.run_keys, "mark_started", "amark_started", (key, run_id, params_hash, wf_name))
+        lease = yield from self._acquire_waiting(run_id)
+        if lease is None:  # a live starter still holds it: that starter owns the run
+            return RunHandle(run_id, False, params_hash)
+        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        if first is not None:
+            yield IO(lease, "release", "arelease")
+            yield mark
+            yield IO(self.writer, "request_resume", "arequest_resume",
+                     (run_id, "its start was interrupted after RUN_STARTED"))
+            return RunHandle(run_id, False, params_hash)
+        try:
+            session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
+                                                    parent_run_id, forked_from_seq)
+        except BaseException:
+            yield IO(lease, "release", "arelease")
+            raise
+        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        if first is None or event_hash(first) != session.last_hash:
+            # another writer's first event is on the log before ours: ours is rejected by the fold
+            session.closed = True
+            yield IO(lease, "release", "arelease")
+            yield mark
+            return RunHandle(run_id, False, params_hash)
+        yield mark
+        return RunHandle(run_id, True, params_hash, session)
+
+    def _take_over_steps(self, run_id: str, *, last_seq: int, workflow: Workflow,
+                         input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int,
+                         force: bool, last_hash: str | None,
+                         attributes: Mapping[str, str] | None) -> Steps[RunSession]:
+        yield from self._activate(run_id, workflow.name)
+        return (yield from RunSession.take_over_steps(
+            self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
+            input_versions=input_versions, source=self.source, params=params, last_epoch=last_epoch,
+            force=force, last_hash=last_hash, attributes=attributes))
+
+def _crash(point: str) -> None:
+    if crash_point(point):
+        kill_self()
+
+
+_START_DOC = """Pin inputs, take the lease and append a confirmed ``RUN_STARTED``.
+
+        Args:
+            params: the run's parameters (JSON object), stored as an artifact.
+            inputs: explicit input versions; every other input a stage reads is
+                pinned at its latest version.
+            idempotency_key: names the run (its id is derived from the key); the same key
+                with the same workflow and params returns the existing run
+                (``created=False``, no session). See :mod:`producers._start` for a start
+                interrupted by a crash.
+
+        Raises:
+            RunConflict: the key names a run with other params or workflow.
+            InputNotFound: an input or pinned version does not exist.
+        """
