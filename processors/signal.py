@@ -19,7 +19,7 @@ from typing import Any
 
 from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
 from producers import Runner
-from producers._context import WAIT
+from producers._calls import WAIT
 from producers._keys import canonical_json
 from producers._lease import LeaseHeld
 from projections import RunStatus

@@ -15,7 +15,8 @@ everything else is confirmed at each stage end (see :mod:`producers._writer`).
 from producers._app import App
 from producers._artifacts import ArtifactStore, LocalArtifactStore
 from producers._arunner import AsyncRunner
-from producers._context import AsyncStageContext, StageContext, WaitTimedOut
+from producers._calls import WaitTimedOut
+from producers._context import AsyncStageContext, StageContext
 from producers._core import RunResult
 from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
 from producers._runner import Runner

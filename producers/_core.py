@@ -26,15 +26,8 @@ import redis
 
 from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore
-from producers._context import (
-    AsyncStageContext,
-    RecordedCall,
-    RunWaits,
-    StageContext,
-    StageOutputs,
-    error_info,
-    require_mapping,
-)
+from producers._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
+from producers._context import AsyncStageContext, StageContext
 from producers._inputs import DictInputSource, InputSource
 from producers._keys import canonical_json
 from producers._lease import LeaseManager
@@ -270,7 +263,7 @@ _EXECUTE_DOC = """Execute the session's workflow from ``from_stage`` to the end.
                 :class:`RecordedCall`, or just the ``TOOL_RESULT`` payload_ref): a call
                 with a recorded result is not made again and nothing is appended for
                 it; any call at a recorded position must be the recorded call (the
-                determinism guard, see :mod:`producers._context`).
+                determinism guard, see :mod:`producers._call_steps`).
             reconciled: ``call_id -> external record`` found by reconcile: not made
                 again; one ``TOOL_RESULT`` (``source=reconciled``) is appended.
             complete: append ``RUN_COMPLETED`` after the last stage.

@@ -7,9 +7,7 @@ from typing import Any
 
 from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._context import (
-    RecordedCall,
-)
+from producers._calls import RecordedCall
 from producers._core import _EXECUTE_DOC, RunResult, _RunnerCore
 from producers._inputs import InputSource
 from producers._lease import LeaseManager, RedisLeaseManager

@@ -26,9 +26,7 @@ import redis
 
 from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore
-from producers._context import (
-    JSON,
-)
+from producers._calls import JSON
 from producers._crash import crash_point, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._keys import canonical_json, sha256_hex

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from producers._arunner import AsyncRunner
-from producers._context import RecordedCall
+from producers._calls import RecordedCall
 from producers._core import RunResult
 from producers._runner import Runner
 from producers._session import RunSession

@@ -24,7 +24,7 @@ from producers import (
     rule,
     tool,
 )
-from producers._context import RecordedCall
+from producers._calls import RecordedCall
 from producers._inputs import DictInputSource
 from producers._ledger import InMemoryEffectLedger
 from producers._memory import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from producers import CallInfo, LocalArtifactStore, StageContext, tool
-from producers._context import RecordedCall, StageOutputs
+from producers._calls import RecordedCall, StageOutputs
 from producers._keys import canonical_json, sha256_hex
 from producers._ledger import InMemoryEffectLedger, LedgerEntry
 from producers._protocol import IO

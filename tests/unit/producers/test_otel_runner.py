@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from producers._arunner import AsyncRunner
-from producers._context import AsyncStageContext, RecordedCall, StageContext
+from producers._calls import RecordedCall
+from producers._context import AsyncStageContext, StageContext
 from producers._inputs import DictInputSource
 from producers._ledger import InMemoryEffectLedger
 from producers._memory import (

@@ -31,7 +31,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, rule, tool
-from producers._context import RecordedCall
+from producers._calls import RecordedCall
 from producers._inputs import DictInputSource
 from producers._ledger import InMemoryEffectLedger
 from producers._memory import (

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from producers._context import RecordedCall, StageContext
+from producers._calls import RecordedCall
+from producers._context import StageContext
 from producers._inputs import DictInputSource
 from producers._keys import delivery_key
 from producers._ledger import InMemoryEffectLedger, LedgerEntry

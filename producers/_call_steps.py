@@ -1,0 +1,398 @@
+"""A tool call as protocol steps (the context's core, both faces share it): recording, the
+determinism guard, the effects ledger, retries and waits.
+
+Each tool call is recorded as it happens, before its result is used:
+``TOOL_CALLED`` (args artifact, request hash, idempotency key for IDEMPOTENT
+tools), for effect tools a *confirmed* ``EFFECT_INTENT`` before the tool
+function is entered and ``EFFECT_RESULT`` (external id) after it, then
+``TOOL_RESULT`` (result artifact). A call that fails for good appends
+``FAILED`` (stage, tool, call_id, error) instead of ``TOOL_RESULT``; the stage has
+then failed and the context refuses further calls. Before a tool is called the lease is
+verified with a round trip to Redis, so a writer whose lease was taken (a takeover, an
+operator's ``runlog cancel``) starts no further call: it raises ``LeaseLost``.
+
+Call ids are ``f"{stage}/{tool}/{index}"``, ``index`` counting this stage's calls
+in submission order, so re-running a stage reproduces them. Calls whose id is in
+``recorded_calls`` are not made again: their recorded result is returned and
+nothing is appended. Calls in ``reconciled`` are not made either: the external
+record stands in for the result and one ``TOOL_RESULT`` with attribute
+``source=reconciled`` is appended.
+
+The determinism guard: a call made at the position (stage, index) of a recorded
+call must be the recorded call, same tool and same request hash. Otherwise the
+recorded result is never handed back: ``CALL_DIVERGED`` is appended (call id,
+recorded and new tool and request hash) and :class:`~schemas.errors.Diverged` is
+raised, which blocks the run. Stage code gets recorded sources for what would
+diverge on a re-run: :meth:`StageContext.now`, :meth:`StageContext.random`,
+:meth:`StageContext.uuid` are calls like any other, so a resume reads them back.
+
+The effects ledger: before an effect tool executes, its delivery key is opened in
+the ledger shared by all runs (:mod:`producers._ledger`). Done in another run: the
+tool is not called, ``EFFECT_RECONCILED`` (attribute ``source=ledger``, ``from_run``)
+records the existing external id. Open in another run: in doubt, the tool's
+policy decides (``RECONCILE_FIRST`` asks, ``NEVER`` raises
+:class:`~schemas.errors.EffectInDoubt`, ``IDEMPOTENT`` calls with the holder's
+idempotency key, ``SAFE`` executes).
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from producers._artifacts import ArtifactStore
+from producers._calls import (
+    _WAIT_TOOL,
+    JSON,
+    WAIT,
+    RecordedCall,
+    RunWaits,
+    StageOutputs,
+    WaitTimedOut,
+    _external_id,
+    _recorded,
+    _reused,
+    error_info,
+)
+from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from producers._ledger import EffectLedger, LedgerEntry
+from producers._protocol import IO, SYNC, Invoke, Mode, Steps
+from producers._session import AppendResult, RunSession
+from producers._tools import CallInfo, Tool, retry_steps
+from producers._trace import NO_TRACE, Span, Tracer
+from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
+from schemas.errors import (
+    DeliveryError,
+    Diverged,
+    EffectInDoubt,
+    LeaseLost,
+    TerminalToolError,
+    WorkflowDefinitionError,
+)
+
+__all__: list[str] = []
+
+
+class _ContextCore:
+    """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
+
+    def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
+                 recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
+                 reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
+                 ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
+                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
+        self.session = session
+        self.stage = stage
+        self.store = store
+        self._outputs = outputs
+        recorded = [_recorded(k, v) for k, v in recorded_calls.items()]
+        self._recorded = {r.call_id: r for r in recorded}
+        self._at_index = {r.index: r for r in recorded if r.stage == stage and r.index is not None}
+        self._reconciled = reconciled
+        self._ledger = ledger
+        self._deadlines = deadlines or {}
+        self._max_parallel = max_parallel
+        self._mode = mode or self._default_mode()
+        self._tracer = tracer
+        self._span = span
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self._artifacts: dict[str, ArtifactRef] = {}
+        self.failure: BaseException | None = None
+        self._futures: list[Future[Any]] = []  # ctx.submit of a def stage (thread pool)
+        self._pool: ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task[Any]] = []  # ctx.submit of an async def stage
+
+    def _default_mode(self) -> Mode:
+        return SYNC
+
+    @property
+    def run_id(self) -> str:
+        return self.session.run_id
+
+    @property
+    def epoch(self) -> int:
+        """The writer's lease epoch (the fencing token)."""
+        return self.session.epoch
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.session.params
+
+    def output_of(self, stage: str) -> dict[str, Any]:
+        """The verified output of an earlier stage of this run."""
+        return self._outputs.get(stage)
+
+    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
+        """Store bytes (a step: off the loop in the async form); listed in ``VERIFIED``'s artifacts."""
+        ref: ArtifactRef = yield IO(self.store, "put", "aput", (data, media_type))
+        self._add(ref)
+        return ref
+
+    @property
+    def artifacts(self) -> tuple[ArtifactRef, ...]:
+        with self._lock:
+            return tuple(self._artifacts.values())
+
+    def _add(self, ref: ArtifactRef) -> None:
+        with self._lock:
+            self._artifacts.setdefault(ref.sha256, ref)
+
+    def _claim_index(self) -> int:
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            i = self._next_index
+            self._next_index += 1
+            return i
+
+    def _fail(self, err: BaseException) -> None:
+        with self._lock:
+            if self.failure is None:
+                self.failure = err
+
+    def _verify(self) -> IO:
+        return IO(self.session.lease, "verify", "averify")
+
+    # -- a tool call --------------------------------------------------------------------------
+
+    def _call_steps(self, tool: Tool, index: int, args: Mapping[str, Any]) -> Steps[Any]:
+        s = self.session
+        span = self._tracer.start("call", tool.name, self._span, {
+            "run_id": s.run_id, "stage": self.stage, "call_id": f"{self.stage}/{tool.name}/{index}",
+            "tool": tool.name, "epoch": s.epoch, "replay_policy": tool.policy.value})
+        try:
+            result = yield from self._invoke(tool, index, args, span)
+        except BaseException as err:
+            span.end(err)
+            raise
+        span.end()
+        return result
+
+    def _invoke(self, tool: Tool, index: int, args: Mapping[str, Any], span: Span) -> Steps[Any]:
+        s, stage = self.session, self.stage
+        call_id = f"{stage}/{tool.name}/{index}"
+        common: dict[str, Any] = {"stage": stage, "tool": tool.name, "call_id": call_id,
+                                  "replay_policy": tool.policy}
+        args_bytes = canonical_json(dict(args))
+        request_hash = sha256_hex(args_bytes)
+        rec = self._at_index.get(index)
+        if rec is not None:
+            yield from self._guard(rec, call_id, tool, request_hash, common)
+            if rec.result is not None:
+                result = json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+                self._add(rec.result)
+                _reused(span, "recorded")
+                return result
+        if call_id in self._reconciled:
+            record = dict(self._reconciled[call_id])
+            ref = yield from self._put(canonical_json(record))
+            yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
+                              attributes={"source": "reconciled"}, **common)
+            _reused(span, "reconciled")
+            return record
+        idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
+                if tool.policy is ReplayPolicy.IDEMPOTENT else None)
+        info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
+        args_ref = yield from self._put(args_bytes)
+        # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
+        # starts no further tool call, even before its heartbeat notices (LeaseLost).
+        yield self._verify()
+        called: AppendResult = yield s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
+                                                 payload_ref=args_ref, request_hash=request_hash, **common)
+        span.set("seq", called.event.seq)
+        if tool.effect:
+            assert tool.delivery is not None  # checked at definition time
+            info = dataclasses.replace(info, delivery_key=delivery_key(*tool.delivery(args, info)))
+            assert info.delivery_key is not None
+            span.set("delivery_key", info.delivery_key)
+            elsewhere = yield from self._open_effect(tool, info)
+            own = elsewhere is not None and (elsewhere.run_id, elsewhere.call_id) == (s.run_id, call_id)
+            if own and tool.policy is ReplayPolicy.IDEMPOTENT:
+                elsewhere = None  # this very call, done before a crash: call again with its key (full record)
+            if elsewhere is not None:
+                if elsewhere.done:
+                    _reused(span, "ledger")
+                    return (yield from self._reuse_effect(tool, info, args, elsewhere, common))
+                settled = yield from self._in_doubt(tool, info, args, elsewhere, common)
+                if settled is not None:
+                    _reused(span, "ledger")
+                    return settled
+                if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
+                    info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
+            yield self._verify()  # a round trip: refuse to start an effect without the lease
+            yield s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
+                              target=tool.target, request_hash=request_hash,
+                              idempotency_key=info.idempotency_key, **common)
+        yield s.crashing(f"inside:TOOL:{call_id}")
+        span.set("reused", False)
+        span.set("source", "executed")
+
+        def attempt(n: int) -> Steps[Any]:
+            s.check()
+            return (yield Invoke(tool.fn, (dataclasses.replace(info, attempt=n),), dict(args)))
+
+        def before_retry(n: int) -> Steps[None]:
+            if tool.effect:
+                yield self._verify()
+            else:
+                s.check()
+
+        try:
+            result, attempts = yield from retry_steps(attempt, tool.retry, before_retry)
+            result_bytes = canonical_json(result)
+            if tool.effect and _external_id(result) is None:
+                raise TerminalToolError(f"effect tool {tool.name!r} must return a JSON object with a "
+                                        f"string 'external_id', got {type(result).__name__}",
+                                        kind="InvalidEffectResult")
+        except (LeaseLost, DeliveryError):
+            raise
+        except Exception as err:  # any tool failure is recorded, then re-raised
+            if tool.effect and self._ledger is not None and info.delivery_key is not None:
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, s.run_id, call_id, EffectStatus.FAILED))
+            self._fail(err)
+            yield s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
+                              **common)
+            raise
+        if tool.effect:
+            assert info.delivery_key is not None
+            if self._ledger is not None:
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, s.run_id, call_id, EffectStatus.DONE, _external_id(result)))
+            yield s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
+                              external_id=_external_id(result), **common)
+        ref = yield from self._put(result_bytes)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)},
+                          **common)
+        return result
+
+    # -- a durable wait -------------------------------------------------------------------------
+
+    def _wait_steps(self, signal: str, timeout: float | None, on_timeout: str, default: Any) -> Steps[Any]:
+        if on_timeout not in ("fail", "default"):
+            raise WorkflowDefinitionError(f"wait_for({signal!r}): on_timeout must be 'fail' or 'default'")
+        if not signal:
+            raise WorkflowDefinitionError("wait_for needs a signal name")
+        index = self._claim_index()
+        s = self.session
+        call_id = f"{self.stage}/{WAIT}/{index}"
+        args = {"signal": signal, "timeout": timeout, "on_timeout": on_timeout, "default": default}
+        common: dict[str, Any] = {"stage": self.stage, "tool": WAIT, "call_id": call_id,
+                                  "replay_policy": ReplayPolicy.SAFE}
+        args_bytes = canonical_json(args)
+        request_hash = sha256_hex(args_bytes)
+        rec = self._at_index.get(index)
+        if rec is not None:
+            yield from self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
+            if rec.result is not None:
+                self._add(rec.result)
+                return json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+        deadline = self._deadlines.get(call_id, 0)
+        if deadline and time.time() * 1000 >= deadline:
+            if on_timeout == "fail":
+                err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
+                                   kind="WaitTimedOut")
+                self._fail(err)
+                yield s.appending(EventType.FAILED, error=error_info(err), **common)
+                raise err
+            ref = yield from self._put(canonical_json(default))
+            yield s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                              attributes={"signal": signal, "timed_out": "true"}, **common)
+            return default
+        if rec is None:
+            yield s.appending(EventType.TOOL_CALLED, payload_ref=(yield from self._put(args_bytes)),
+                              request_hash=request_hash, **common)
+        if not deadline and timeout is not None:
+            deadline = int(time.time() * 1000 + timeout * 1000)
+        attrs = {"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout}
+        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        raise RunWaits(s.run_id, call_id, signal, deadline)
+
+    # -- the determinism guard ----------------------------------------------------------------
+
+    def _guard(self, rec: RecordedCall, call_id: str, tool: Tool, request_hash: str,
+               common: dict[str, Any]) -> Steps[None]:
+        """Refuse a call that is not the one recorded at its position (see the module docstring)."""
+        same_tool = rec.call_id == call_id
+        same_args = rec.request_hash is None or rec.request_hash == request_hash
+        if same_tool and same_args:
+            return
+        recorded = f"{rec.tool or rec.call_id.split('/')[1]} with request {(rec.request_hash or '?')[:16]}"
+        new = f"{tool.name} with request {request_hash[:16]}"
+        err = Diverged(self.session.run_id, rec.call_id, recorded, new)
+        self._fail(err)
+        yield self.session.appending(
+            EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
+            attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
+                        "recorded_request_hash": rec.request_hash or ""}, **common)
+        raise err
+
+    # -- the effects ledger ---------------------------------------------------------------------
+
+    def _open_effect(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
+        if self._ledger is None or info.delivery_key is None:
+            return None
+        entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
+                            info.idempotency_key, tool.name)
+        found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+        return found
+
+    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
+                attrs: dict[str, str]) -> Steps[dict[str, Any]]:
+        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
+        s = self.session
+        assert info.delivery_key is not None
+        out = dict(record)
+        ref = yield from self._put(canonical_json(out))
+        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
+                          attributes=attrs, **common)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                          attributes={"source": attrs.get("source", "reconciled")}, **common)
+        return out
+
+    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                      common: dict[str, Any]) -> Steps[dict[str, Any]]:
+        """Done in another run: no call; that run's external id is this call's result."""
+        record: Mapping[str, Any] | None = None
+        if tool.reconcile is not None and info.delivery_key is not None:
+            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
+        if record is None or _external_id(record) != other.external_id:
+            record = {"external_id": other.external_id}
+        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                 "ledger": other.source}
+        return (yield from self._settle(tool, info, record, common, attrs))
+
+    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                  common: dict[str, Any]) -> Steps[dict[str, Any] | None]:
+        """Open in another run. Returns the record when reconcile found the effect done; None to
+        execute; raises EffectInDoubt when the policy leaves it to a person."""
+        dk = info.delivery_key
+        assert dk is not None
+        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
+            record = yield Invoke(tool.reconcile, (dk, args))
+            if record is not None and _external_id(record) is not None:
+                if self._ledger is not None:
+                    yield IO(self._ledger, "close", "aclose_effect",
+                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
+                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                         "ledger": other.source, "reconciled": "true"}
+                return (yield from self._settle(tool, info, record, common, attrs))
+            return None
+        if tool.policy is ReplayPolicy.NEVER:
+            err = EffectInDoubt(
+                info.run_id, dk, other.run_id,
+                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
+                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
+                "whether it happened before this run may go on")
+            self._fail(err)
+            raise err
+        return None
