@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 __all__ = [
     "INLINE",
@@ -182,35 +182,39 @@ class ThreadMode(Mode):
         return step.fn(*step.args, **step.kwargs)
 
 
+def _advance(steps: Steps[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Hand the last step's value (or error) to the generator: ``(True, result)`` when it
+    returned, ``(False, next step)`` otherwise."""
+    try:
+        return False, (steps.throw(error) if error is not None else steps.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def drive(steps: Steps[T], mode: Mode = SYNC) -> T:
-    """Run a protocol generator to its end, each step blocking (a sync mode)."""
+    """Run a protocol generator to its end, each step blocking (a sync mode). A step's error is
+    thrown into the generator: its handlers decide."""
     value: Any = None
     error: BaseException | None = None
     while True:
+        done, x = _advance(steps, value, error)
+        if done:
+            return cast(T, x)
         try:
-            step = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
-        try:
-            value = mode.run(step)
-        except BaseException as err:  # noqa: BLE001 -- handed to the generator: its handlers decide
+            value, error = mode.run(x), None
+        except BaseException as err:  # noqa: BLE001
             value, error = None, err
 
 
 async def adrive(steps: Steps[T], mode: Mode) -> T:
-    """Run a protocol generator to its end on the running loop (an async mode)."""
+    """:func:`drive` on the running loop (an async mode), each step awaited."""
     value: Any = None
     error: BaseException | None = None
     while True:
+        done, x = _advance(steps, value, error)
+        if done:
+            return cast(T, x)
         try:
-            step = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
-        try:
-            value = await mode.arun(step)
-        except BaseException as err:  # noqa: BLE001 -- handed to the generator: its handlers decide
+            value, error = await mode.arun(x), None
+        except BaseException as err:  # noqa: BLE001
             value, error = None, err

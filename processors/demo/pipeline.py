@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from processors.demo.client import WorldClient
-from processors.resume import App
-from producers import CallInfo, DictInputSource, StageContext, Tool, Workflow, rule, tool
-from schemas import ReplayPolicy, Settings
+from producers import App, CallInfo, DictInputSource, ReplayPolicy, StageContext, Tool, Workflow, rule, tool
+from schemas import Settings
 
 __all__ = ["FACTS", "app", "app_for", "build", "charge_workflow", "source"]
 
