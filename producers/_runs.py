@@ -13,6 +13,13 @@ claim left ``pending`` by a crashed starter is settled by the next caller, which
 takes the run's lease and reads the log (see :meth:`producers.Runner.start_run`).
 Claims written before the ``state`` field existed read as ``started``.
 
+Claims live only in Redis, so a Redis that lost its data (a restart without persistence, a
+flush, a failover to an empty replica) would let a retried keyed start claim the key of a run
+that exists on the log and start it a second time (its events fenced by the fold, but its tool
+calls made again). A freshly made claim is therefore checked first (:meth:`RunKeys.known`): the
+run's projected state says it exists; a ready projection namespace without it says it does not;
+with no ready namespace (lost, being rebuilt, or no projector has run yet) the runner asks the log.
+
 ``aclaim`` / ``amark_started`` are the same calls for an event loop: with an asyncio
 client they await the same round trips on it, without one they are the sync calls.
 """
@@ -124,6 +131,29 @@ class RunKeys:
         """:meth:`mark_started` for an event loop."""
         await arun(self._started(idempotency_key, run_id, params_hash, workflow), self._ar, self._r)
 
+    def _known(self, run_id: str) -> Steps[bool | None]:
+        if (yield lambda c: c.exists(f"{self.prefix}:{{{run_id}}}:state")):
+            return True
+        marker = yield lambda c: c.hgetall(f"{self.prefix}:projection")
+        fields = {_text(k): _text(v) for k, v in (marker or {}).items()}
+        if "gen" in fields and fields.get("state", "ready") == "ready":
+            return False
+        return None
+
+    def known(self, run_id: str) -> bool | None:
+        """Whether ``run_id`` exists, as far as the projection tells: True (its state is projected),
+        False (the namespace is ready and holds no state for it), None (no ready namespace: Redis
+        lost its data, a rebuild is running, or no projector has written one; ask the log)."""
+        return run(self._known(run_id), self._r)
+
+    async def aknown(self, run_id: str) -> bool | None:
+        """:meth:`known`, awaited."""
+        return await arun(self._known(run_id), self._ar, self._r)
+
     def unclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
         """Drop a ``pending`` claim whose run certainly never appended anything (compare-and-delete)."""
         self._unclaim(keys=[self.key(idempotency_key)], args=[self._value(run_id, params_hash, workflow)])
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

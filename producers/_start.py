@@ -100,6 +100,13 @@ class _StartSteps:
                 return (yield from self._settle_start(workflow, params_bytes, pinned, attrs, idempotency_key,
                                                       run_id, params_hash, wf_name, parent_run_id,
                                                       forked_from_seq))
+            if (yield from self._existed(run_id)):
+                # the claim was lost with Redis's data, not the run: settle the key, resume the run
+                yield IO(self.run_keys, "mark_started", "amark_started",
+                         (idempotency_key, run_id, params_hash, wf_name))
+                yield IO(self.writer, "request_resume", "arequest_resume",
+                         (run_id, "a keyed start found the run on the log (its claim was lost)"))
+                return RunHandle(run_id, False, params_hash)
         lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
@@ -111,6 +118,16 @@ class _StartSteps:
             yield IO(self.run_keys, "mark_started", "amark_started",
                      (idempotency_key, run_id, params_hash, wf_name))
         return RunHandle(run_id, True, params_hash, session)
+
+    def _existed(self, run_id: str) -> Steps[bool]:
+        """Whether a keyed run whose claim this call just made is already on the log: the
+        projection says so cheaply; without a ready one, the log is read (see :mod:`producers._runs`)."""
+        assert self.run_keys is not None
+        known = yield IO(self.run_keys, "known", "aknown", (run_id,))
+        if known is not None or self.run_log is None:
+            return bool(known)
+        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        return first is not None
 
     def _activate(self, run_id: str, workflow: str) -> Steps[None]:
         if self.active is not None:

@@ -85,3 +85,71 @@ def test_without_an_asyncio_client_the_async_face_is_the_sync_one(
 
     asyncio.run(main())
     assert keys.claim("k", rid, "p", "wf@1") == Claim(rid, False, True)
+
+
+# -- Redis lost its data: a retried keyed start must not start the run again ------------------
+
+
+def _lose_redis(settings: Settings, client: redis.Redis) -> None:
+    """What a Redis restart without persistence leaves of this namespace: nothing."""
+    for k in list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000)):
+        client.delete(k)
+
+
+def test_known_reads_the_projection(settings: Settings, redis_client: redis.Redis) -> None:
+    keys = RunKeys(redis_client, settings.redis_prefix)
+    p = settings.redis_prefix
+    assert keys.known("run-a") is None  # no namespace: only the log can tell
+    redis_client.hset(f"{p}:projection", mapping={"gen": "g1", "state": "rebuilding"})
+    assert keys.known("run-a") is None  # a rebuild is under way
+    redis_client.hset(f"{p}:projection", "state", "ready")
+    assert keys.known("run-a") is False
+    redis_client.hset(f"{p}:{{run-a}}:state", "status", "COMPLETED")
+    assert keys.known("run-a") is True
+    loop = OnLoop(settings.redis_url)
+    async_keys = RunKeys(redis_client, p, aclient=loop.aclient)
+    seen: list[bool | None] = []
+
+    async def case() -> None:
+        seen.extend([await async_keys.aknown("run-a"), await async_keys.aknown("run-b")])
+
+    loop.run(case)
+    assert seen == [True, False]
+
+
+def test_a_keyed_retry_after_redis_lost_its_data_finds_the_run_on_the_log(topics: Settings) -> None:
+    from producers import ReplayPolicy, Runner, StageContext, Workflow, tool
+    from tests.integration.producers.helpers import events_of, read_events
+
+    calls: list[int] = []
+
+    @tool("charge", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="cards:charges",
+          delivery=lambda a, c: ("acct-loss", "cards", str(a["n"]), "1"))
+    def charge(call: object, n: int) -> dict[str, object]:
+        calls.append(n)
+        return {"charged": n, "external_id": f"ch-{n}"}
+
+    wf = Workflow("keyed-loss", "1")
+
+    @wf.stage("pay")
+    def pay(ctx: StageContext, inputs: dict[str, object]) -> dict[str, object]:
+        return ctx.call(charge, n=ctx.params["n"])
+
+    with Runner.from_settings(topics) as r:
+        first = r.run(wf, {"n": 7}, idempotency_key="order-7")
+    assert first.completed and calls == [7]
+    before = len(events_of(read_events(topics), first.run_id))
+
+    client = redis.Redis.from_url(topics.redis_url, **topics.redis_kwargs())
+    try:
+        _lose_redis(topics, client)
+        with Runner.from_settings(topics) as r:
+            again = r.start_run(wf, {"n": 7}, idempotency_key="order-7")
+        assert (again.run_id, again.created, again.session) == (first.run_id, False, None)
+        assert calls == [7]  # the effect was not made a second time
+        assert len(events_of(read_events(topics), first.run_id)) == before  # no second RUN_STARTED
+        settled = RunKeys(client, topics.redis_prefix).claim(
+            "order-7", first.run_id, again.params_hash, "keyed-loss@1")
+        assert (settled.created, settled.started) == (False, True)  # the key is settled for good
+    finally:
+        client.close()
