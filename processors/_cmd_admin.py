@@ -7,10 +7,9 @@ import json
 import sys
 from typing import Any
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from processors.admin import RedisModeMismatch, ServiceUnavailable, check_kafka, check_redis, ensure_topics
 from schemas.settings import Settings
-
-EXIT_OK, EXIT_FOUND, EXIT_UNAVAILABLE = 0, 1, 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

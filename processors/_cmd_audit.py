@@ -1,4 +1,4 @@
-"""``runlog audit`` (replay the events topic and check it) and ``runlog schemas register``."""
+"""``runlog audit``: replay the events topic and check it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 import sys
 from datetime import UTC, datetime
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from schemas import ConfigError, Settings
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
 def _time_ms(text: str) -> int:
@@ -54,18 +53,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="print one summary object {runs, events, rejected_events, findings}")
     p.set_defaults(func=_audit)
 
-    s = sub.add_parser("schemas", help="the Avro contract: publish it to a Schema Registry")
-    ssub = s.add_subparsers(dest="schemas_command", metavar="ACTION", required=True)
-    r = ssub.add_parser(
-        "register",
-        help="register every schema at RUNLOG_SCHEMA_REGISTRY_URL with compatibility BACKWARD",
-        description="Registers runlog.RunEvent, runlog.Checkpoint, runlog.Effect and "
-        "runlog.ResumeRequest (record name subjects) and sets each subject's compatibility.",
-    )
-    r.add_argument("--compatibility", default="BACKWARD")
-    r.add_argument("--json", action="store_true")
-    r.set_defaults(func=_register)
-
 
 def _audit(args: argparse.Namespace) -> int:
     from processors.audit import AuditOptions, audit, write_report
@@ -98,20 +85,3 @@ def _audit(args: argparse.Namespace) -> int:
             print(f"  {f.kind:<20} {f.run_id}{seq}: {f.detail}")
         print(f"report: {hp} ({jp})")
     return EXIT_FOUND if report.findings else EXIT_OK
-
-
-def _register(args: argparse.Namespace) -> int:
-    from schemas.registry import register_schemas, registry_client
-
-    settings = Settings.from_env()
-    if not settings.schema_registry_url:
-        print("runlog schemas register: RUNLOG_SCHEMA_REGISTRY_URL is not set", file=sys.stderr)
-        return EXIT_USAGE
-    done = register_schemas(registry_client(settings), compatibility=args.compatibility)
-    if args.json:
-        print(json.dumps([{"subject": d.subject, "schema_id": d.schema_id, "version": d.version,
-                           "compatibility": d.compatibility} for d in done]))
-    else:
-        for d in done:
-            print(f"{d.subject}: id {d.schema_id} version {d.version} compatibility {d.compatibility}")
-    return EXIT_OK

@@ -9,9 +9,10 @@ import math
 import sys
 from typing import Any
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_USAGE
 from schemas.settings import Settings
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+DEFAULT_PLOT = ".runlog/reports/bench.png"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,8 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--size", choices=["tiny", "quick", "full"], default="quick",
                    help="quick: a minute or two; full: the published figures (much longer)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", default=".runlog/reports/bench.png", metavar="PATH",
-                   help="where to write the PNG plot ('' for none)")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help=f"where to write the PNG plot of the resume section ('' for none; default "
+                        f"{DEFAULT_PLOT} when matplotlib, the plot extra, is installed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--only", metavar="SECTION[,SECTION...]", default=None,
                    help="run only these sections (append, intent, scale, projector, lag, resume, "
@@ -51,8 +53,25 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _plot_path(arg: str | None, sections: list[str]) -> str | None:
+    """Where the plot goes: ``--plot`` as given (``''``: none); by default :data:`DEFAULT_PLOT`, or
+    none, with one line saying why, when matplotlib is not installed."""
+    from processors.bench.harness import PlotUnavailable, require_plot
+
+    if arg is not None:
+        return arg or None
+    if "resume" not in sections:
+        return None  # only the resume section is plotted
+    try:
+        require_plot()
+    except PlotUnavailable as err:
+        print(f"runlog bench: no plot: {err}", file=sys.stderr)
+        return None
+    return DEFAULT_PLOT
+
+
 def _bench(args: argparse.Namespace) -> int:
-    from processors.bench import SIZES, run_bench
+    from processors.bench import SIZES, PlotUnavailable, run_bench
     from processors.bench.harness import SECTIONS
 
     if args.only is not None:
@@ -71,8 +90,13 @@ def _bench(args: argparse.Namespace) -> int:
             threaded_runs=size.threaded_runs if args.threaded_runs is None else args.threaded_runs)
         size = dataclasses.replace(size, name=f"{size.name}, {size.async_runs} async / {size.threaded_runs} "
                                               "threaded runs")
-    out = run_bench(Settings.from_env(), size, progress=None if args.quiet else sys.stderr,
-                    plot=args.plot or None, only=args.only)
+    sections = list(SECTIONS) if args.only is None else [x.strip() for x in args.only.split(",")]
+    try:
+        out = run_bench(Settings.from_env(), size, progress=None if args.quiet else sys.stderr,
+                        plot=_plot_path(args.plot, sections), only=args.only)
+    except PlotUnavailable as err:
+        print(f"runlog bench: {err}", file=sys.stderr)
+        return EXIT_USAGE
     doc = _clean(out)
     if args.json:
         print(json.dumps(doc, sort_keys=False))

@@ -10,9 +10,8 @@ import argparse
 import json
 import sys
 
+from processors._exit import EXIT_OK, EXIT_REFUSED
 from schemas import Settings
-
-EXIT_OK, EXIT_REFUSED = 0, 1
 
 _DEMO_APP = "processors.demo.pipeline:app"
 

@@ -7,10 +7,9 @@ import json
 import sys
 from collections.abc import Callable
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from schemas._redis import redis_client
 from schemas.settings import Settings
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -10,9 +10,8 @@ import time
 from datetime import UTC
 from typing import Any
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_USAGE
 from schemas import Settings, now_ms
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]
 """``projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""

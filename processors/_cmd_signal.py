@@ -7,9 +7,8 @@ import json
 import sys
 from typing import Any
 
+from processors._exit import EXIT_OK, EXIT_REFUSED
 from schemas import Settings
-
-EXIT_OK, EXIT_REFUSED = 0, 1
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,15 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from producers._crash import arm_from_env
 from schemas.errors import ConfigError, RunlogError
 
 __all__ = ["EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
-
-EXIT_OK = 0
-EXIT_FOUND = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
 
 # Each module exposes ``register(subparsers)`` adding its subcommands; a subcommand
 # sets ``func`` (args -> exit code) through ``set_defaults``.
@@ -30,6 +26,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors._cmd_runs",
     "processors._cmd_project",
     "processors._cmd_audit",
+    "processors._cmd_schemas",
     "processors._cmd_bench",
     "processors.console._cmd",
     "processors._cmd_signal",

@@ -20,7 +20,9 @@ __all__ = [
     "H_PARTITION",
     "H_REASON",
     "H_TOPIC",
+    "MAX_DETAIL",
     "DeadLetterRecord",
+    "headers",
     "parse_headers",
     "to_record",
 ]
@@ -42,16 +44,24 @@ class DeadLetterRecord:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def to_record(dl: DeadLetter) -> DeadLetterRecord:
-    r = dl.record
-    headers = (
-        (H_REASON, dl.reason.encode()),
-        (H_DETAIL, dl.detail[:MAX_DETAIL].encode("utf-8", "replace")),
-        (H_TOPIC, r.topic.encode()),
-        (H_PARTITION, str(r.partition).encode()),
-        (H_OFFSET, str(r.offset).encode()),
+def headers(reason: str, detail: str, topic: str, partition: int,
+            offset: int) -> tuple[tuple[str, bytes], ...]:
+    """The headers of a dead letter: why (``detail`` cut to :data:`MAX_DETAIL` characters) and
+    where the original record was. Every process that dead-letters a record builds them here."""
+    return (
+        (H_REASON, reason.encode()),
+        (H_DETAIL, detail[:MAX_DETAIL].encode("utf-8", "replace")),
+        (H_TOPIC, topic.encode()),
+        (H_PARTITION, str(partition).encode()),
+        (H_OFFSET, str(offset).encode()),
     )
-    return DeadLetterRecord(r.key, r.value or b"", headers)
+
+
+def to_record(dl: DeadLetter) -> DeadLetterRecord:
+    """A dead letter of the projector, as it goes on the dead-letter topic."""
+    r = dl.record
+    return DeadLetterRecord(r.key, r.value or b"",
+                            headers(dl.reason, dl.detail, r.topic, r.partition, r.offset))
 
 
 def parse_headers(headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes] | None) -> dict[str, str]:

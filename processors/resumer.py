@@ -59,6 +59,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
+from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
@@ -149,8 +150,9 @@ class ResumerService:
         self.topics = Topics.of(settings)
         self.codec = Codec.from_settings(settings)
         self.metrics = metrics if metrics is not None else ResumerMetrics()
-        self.resumer = Resumer(settings, app, metrics_registry=self.metrics.registry)
         self.projection = RedisStore.from_settings(settings)
+        self.resumer = Resumer(settings, app, projection=self.projection,
+                               metrics_registry=self.metrics.registry)
         self.redis = redis_client(settings)
         self.active = ActiveRuns(self.redis, settings.redis_prefix)
         self.producer = Producer(settings.producer_config())
@@ -321,14 +323,8 @@ class ResumerService:
         log.warning("resume request %s[%s]@%s (key %r) dead-lettered: %s: %s", msg.topic(),
                     msg.partition(), msg.offset(), msg.key(), reason, detail)
         self.metrics.dead_letters.labels(reason).inc()
-        headers = [
-            ("runlog.error.reason", reason.encode()),
-            ("runlog.error.detail", detail.encode()[:1000]),
-            ("runlog.original.topic", str(msg.topic()).encode()),
-            ("runlog.original.partition", str(msg.partition()).encode()),
-            ("runlog.original.offset", str(msg.offset()).encode()),
-        ]
-        self.producer.produce(self.topics.dlq, key=msg.key(), value=msg.value(), headers=headers)
+        headers = dead_letter_headers(reason, detail, str(msg.topic()), msg.partition(), msg.offset())
+        self.producer.produce(self.topics.dlq, key=msg.key(), value=msg.value(), headers=list(headers))
         if self.producer.flush(30) != 0:
             raise KafkaException(f"dead letter for {msg.topic()}[{msg.partition()}]@{msg.offset()} "
                                  "was not acknowledged")

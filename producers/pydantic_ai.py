@@ -72,18 +72,15 @@ except ImportError as _err:  # pragma: no cover - exercised without the extra in
     raise ImportError('producers.pydantic_ai needs Pydantic AI: pip install "runlog[pydantic-ai]"') from _err
 
 import dataclasses
-import json
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic
 
-from pydantic import TypeAdapter
 from pydantic_ai import (
     ApprovalRequired,
     CallDeferred,
     DeferredToolResults,
-    ModelMessagesTypeAdapter,
     ModelRetry,
     ToolFailed,
     WrapperToolset,
@@ -95,7 +92,7 @@ from pydantic_ai.exceptions import (
     ModelServerError,
     ModelUnavailableError,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturn, tool_return_content_ta
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestParameters, StreamedResponse, infer_model
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputDataT
@@ -103,9 +100,19 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.usage import UsageLimits
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
-from producers._keys import canonical_json
+from producers._pydantic_ai_json import (
+    decode_response,
+    decode_result,
+    dump_messages,
+    encode_response,
+    encode_result,
+    encode_signal,
+    jsonable,
+    load_messages,
+    request_args,
+)
 from producers._tools import CallInfo, RetryPolicy, Tool
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
@@ -115,13 +122,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
 
-_MARK = "$pydantic_ai"
-"""Key of the envelope a recorded tool result uses for what is not a plain JSON return value."""
-_GENERATED_ID = "pyd_ai_"
-"""Prefix of the tool call ids Pydantic AI generates (``pydantic_ai._utils.TOOL_CALL_ID_PREFIX``)."""
-_VOLATILE_MESSAGE_KEYS = ("timestamp", "run_id", "conversation_id")
 _RETRYABLE_MODEL_ERRORS = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError)
-_TOOL_RETURN = TypeAdapter(ToolReturn)
 
 _current: ContextVar[CallInfo | None] = ContextVar("runlog_pydantic_ai_call", default=None)
 
@@ -150,126 +151,6 @@ def _calling(call: CallInfo) -> Iterator[None]:
         _current.reset(token)
 
 
-# -- JSON forms ----------------------------------------------------------------------------------
-
-
-def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
-    """Messages as JSON data (``ModelMessagesTypeAdapter``): what a stage returns to pass an
-    agent's conversation on to a later stage."""
-    data: list[Any] = _jsonable(lambda: ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"),
-                                "messages")
-    return data
-
-
-def load_messages(data: Sequence[Any]) -> list[ModelMessage]:
-    """Messages back from :func:`dump_messages`' JSON data (``message_history=`` of a later run)."""
-    return ModelMessagesTypeAdapter.validate_python(list(data))
-
-
-def _jsonable(make: Any, what: str) -> Any:
-    """``make()``, checked to be plain JSON data; anything else is a WorkflowDefinitionError."""
-    try:
-        value = make()
-        canonical_json(value)
-    except (PydanticSerializationError, TypeError, ValueError, WorkflowDefinitionError) as err:
-        raise WorkflowDefinitionError(
-            f"Runlog records {what} as JSON, and this is not JSON data: {err}") from err
-    return value
-
-
-def _stable_messages(messages: Sequence[ModelMessage]) -> list[Any]:
-    """The messages of a request as recorded: without what changes on every run."""
-    data = dump_messages(messages)
-    for message in data:
-        for key in _VOLATILE_MESSAGE_KEYS:
-            message.pop(key, None)
-        for part in message.get("parts") or ():
-            if isinstance(part, dict):
-                part.pop("timestamp", None)
-                tcid = part.get("tool_call_id")
-                if isinstance(tcid, str) and tcid.startswith(_GENERATED_ID):
-                    part["tool_call_id"] = _GENERATED_ID + "*"
-    return data
-
-
-def _request_args(model: Model, messages: Sequence[ModelMessage], settings: ModelSettings | None,
-                  params: ModelRequestParameters) -> dict[str, Any]:
-    return {
-        "model": model.model_name,
-        "system": model.system,
-        "messages": _stable_messages(messages),
-        "model_settings": _jsonable(lambda: to_jsonable_python(settings), "model settings"),
-        "parameters": _jsonable(lambda: to_jsonable_python(params),
-                                "model request parameters (tool definitions, output schema)"),
-    }
-
-
-def _encode_response(response: ModelResponse) -> Any:
-    return _jsonable(lambda: ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
-                     "a model response")
-
-
-def _decode_response(data: Any) -> ModelResponse:
-    [message] = ModelMessagesTypeAdapter.validate_python([data])
-    if not isinstance(message, ModelResponse):
-        raise TerminalToolError(f"a recorded model response is a {type(message).__name__}",
-                                kind="InvalidModelResponse")
-    return message
-
-
-def _is_plain(value: Any) -> bool:
-    try:
-        return bool(json.loads(canonical_json(value)) == value)
-    except (WorkflowDefinitionError, TypeError, ValueError):
-        return False
-
-
-def _encode_result(result: Any, tool: str, *, effect: bool) -> Any:
-    """A tool's return value as recorded: plain JSON as it is, anything else in an envelope."""
-    what = f"the result of tool {tool!r}"
-    if effect:  # the record of the effect: a JSON object with "external_id", checked by the core
-        return _jsonable(lambda: to_jsonable_python(result), what)
-    if isinstance(result, ToolReturn):
-        return {_MARK: "tool_return",
-                "value": _jsonable(lambda: _TOOL_RETURN.dump_python(result, mode="json"), what)}
-    if _is_plain(result) and not (isinstance(result, dict) and _MARK in result):
-        return result
-    return {_MARK: "value", "value": _jsonable(lambda: to_jsonable_python(result), what)}
-
-
-def _encode_signal(err: Exception) -> dict[str, Any]:
-    """A control-flow exception of a tool as recorded data (raised again by ``_decode_result``)."""
-    if isinstance(err, ModelRetry):
-        return {_MARK: "model_retry", "message": err.message}
-    if isinstance(err, ToolFailed):
-        return {_MARK: "tool_failed", "message": err.message}
-    if isinstance(err, ApprovalRequired):
-        return {_MARK: "approval_required", "metadata": _jsonable(lambda: to_jsonable_python(err.metadata),
-                                                                  "ApprovalRequired metadata")}
-    assert isinstance(err, CallDeferred)
-    return {_MARK: "call_deferred", "kind": err.kind,
-            "metadata": _jsonable(lambda: to_jsonable_python(err.metadata), "CallDeferred metadata")}
-
-
-def _decode_result(data: Any) -> Any:
-    if not (isinstance(data, dict) and isinstance(data.get(_MARK), str)):
-        return data  # a plain return value, or an effect's record (as executed or reconciled)
-    kind = data[_MARK]
-    if kind == "value":  # multimodal content (BinaryContent, ImageUrl, ...) comes back as itself
-        return tool_return_content_ta.validate_python(data["value"])
-    if kind == "tool_return":
-        return _TOOL_RETURN.validate_python(data["value"])
-    if kind == "model_retry":
-        raise ModelRetry(data["message"])
-    if kind == "tool_failed":
-        raise ToolFailed(data["message"])
-    if kind == "approval_required":
-        raise ApprovalRequired(metadata=data.get("metadata"))
-    if kind == "call_deferred":
-        raise CallDeferred(metadata=data.get("metadata"), kind=data.get("kind", "external"))
-    raise TerminalToolError(f"a recorded tool result has an unknown kind {kind!r}", kind="InvalidToolResult")
-
-
 # -- the model and the toolsets -------------------------------------------------------------------
 
 
@@ -283,7 +164,7 @@ class _RunlogModel(WrapperModel):
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
-        args = _request_args(self.wrapped, messages, model_settings, model_request_parameters)
+        args = request_args(self.wrapped, messages, model_settings, model_request_parameters)
         wrapped = self.wrapped
 
         async def fn(call: CallInfo, **_: Any) -> Any:
@@ -292,10 +173,10 @@ class _RunlogModel(WrapperModel):
                     response = await wrapped.request(messages, model_settings, model_request_parameters)
                 except _RETRYABLE_MODEL_ERRORS as err:  # the tool's RetryPolicy may call it again
                     raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
-            return _encode_response(response)
+            return encode_response(response)
 
         recorded = await self._stage.call(dataclasses.replace(self._durable.model_tool, fn=fn), **args)
-        return _decode_response(recorded)
+        return decode_response(recorded)
 
     @asynccontextmanager
     async def request_stream(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
@@ -318,7 +199,7 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
                         tool: ToolsetTool[AgentDepsT]) -> Any:
         spec = self.durable.tool_for(name)
-        args = _jsonable(lambda: to_jsonable_python(tool_args), f"the arguments of tool {name!r}")
+        args = jsonable(lambda: to_jsonable_python(tool_args), f"the arguments of tool {name!r}")
         wrapped = self.wrapped
 
         async def fn(call: CallInfo, **_: Any) -> Any:
@@ -333,11 +214,11 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
                             "{'external_id': ...} or fails; check the model's arguments in the tool's "
                             "args_validator, which runs before the recorded call",
                             kind=type(signal).__name__) from signal
-                    return _encode_signal(signal)
-            return _encode_result(result, name, effect=spec.effect)
+                    return encode_signal(signal)
+            return encode_result(result, name, effect=spec.effect)
 
         recorded = await self.stage.call(dataclasses.replace(spec, fn=fn), **args)
-        return _decode_result(recorded)
+        return decode_result(recorded)
 
 
 # -- the durable agent -----------------------------------------------------------------------------
@@ -441,4 +322,3 @@ async def _unbound(call: CallInfo, **_: Any) -> Any:
     """The declared tools' function: each recorded call runs with the live request bound instead."""
     raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
                             kind="NotCallable")
-

@@ -1,4 +1,14 @@
-"""Redis read models of runs (state, checkpoints, effects ledger), the fold that computes them, rebuild."""
+"""Redis read models of runs (state, checkpoints, effects ledger), the fold that computes them, rebuild.
+
+The fold, the run state and the store port import no driver: ``import projections.fold`` loads
+neither confluent-kafka, redis nor fastavro. The names that need one (the batch projector, rebuild,
+the Redis store) are imported on first use (PEP 562).
+"""
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 from projections._state import (
     CallRecord,
@@ -12,7 +22,6 @@ from projections._state import (
     state_from_json,
     state_to_json,
 )
-from projections.batch import BatchProjector, BatchResult, DeadLetter, RawRecord, decode_records
 from projections.fold import (
     Outcome,
     OutcomeKind,
@@ -22,17 +31,56 @@ from projections.fold import (
     fold_all,
     fold_many,
 )
-from projections.rebuild import (
-    RebuildReport,
-    diff_namespaces,
-    dump_namespace,
-    read_run_tail,
-    rebuild,
-    run_events,
-    swap_namespaces,
-)
-from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore, apply_script
 from projections.store import ApplyResult, MemoryStore, ProjectionStore, RunUpdate
+
+if TYPE_CHECKING:
+    from projections.batch import BatchProjector, BatchResult, DeadLetter, RawRecord, decode_records
+    from projections.rebuild import (
+        RebuildReport,
+        diff_namespaces,
+        dump_namespace,
+        read_run_tail,
+        rebuild,
+        run_events,
+        swap_namespaces,
+    )
+    from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore, apply_script
+
+_LAZY = {
+    **dict.fromkeys(("BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "decode_records"),
+                    "projections.batch"),
+    **dict.fromkeys(("RebuildReport", "diff_namespaces", "dump_namespace", "read_run_tail", "rebuild",
+                     "run_events", "swap_namespaces"), "projections.rebuild"),
+    **dict.fromkeys(("ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"),
+                    "projections.redis_store"),
+}
+"""Exported names whose module imports a driver, by module."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """Keeps ``projections.rebuild`` the function: importing the submodule of the same name sets
+    the package's attribute to the module (the eager import used to rebind it to the function)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "rebuild" and isinstance(value, types.ModuleType):
+            value = value.rebuild
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ApplyResult",

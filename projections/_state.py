@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -255,6 +255,37 @@ class StoredCheckpoint:
     state: RunState
 
 
+# -- copies with changes ----------------------------------------------------------------------------
+
+_UNSET: Any = object()
+
+
+def _evolver(cls: type[Any]) -> Callable[..., Any]:
+    """``dataclasses.replace`` for one frozen slots dataclass (no ``__post_init__``, no init-only
+    fields), generated once with the field loop unrolled: a new object whose slots are set
+    directly, each from the keyword argument when given, else from the original. The same value as
+    ``replace`` gives (which calls ``__init__`` with every field), at about a third of its cost; an
+    unknown field name is a ``TypeError`` as with ``replace``."""
+    names = [f.name for f in fields(cls)]
+    if any(n.startswith("_") or not n.isidentifier() for n in names) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"no generated copy for {cls!r}")
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_U": _UNSET}
+    lines = [f"def _evolve(_o, *, {', '.join(f'{n}=_U' for n in names)}):", "    _n = _new(_cls)"]
+    for n in names:
+        ns[f"_set_{n}"] = cls.__dict__[n].__set__
+        lines.append(f"    _set_{n}(_n, _o.{n} if {n} is _U else {n})")
+    lines.append("    return _n")
+    exec("\n".join(lines), ns)  # generated from the class's own field names
+    fn: Callable[..., Any] = ns["_evolve"]
+    return fn
+
+
+evolve_state: Callable[..., RunState] = _evolver(RunState)
+"""``evolve_state(s, **changes)``: ``dataclasses.replace(s, **changes)`` for a :class:`RunState`, faster."""
+evolve_call: Callable[..., CallRecord] = _evolver(CallRecord)
+"""``evolve_call(c, **changes)``: ``dataclasses.replace(c, **changes)`` for a :class:`CallRecord`."""
+
+
 # -- JSON ------------------------------------------------------------------------------------------
 
 
@@ -400,6 +431,12 @@ def _call_from(d: Mapping[str, Any]) -> CallRecord:
 
 
 def state_to_dict(s: RunState) -> dict[str, Any]:
+    d = _state_dict_but_calls(s)
+    d["calls"] = [_call(c) for _, c in sorted(s.calls.items())]
+    return d
+
+
+def _state_dict_but_calls(s: RunState) -> dict[str, Any]:
     return {
         "v": JSON_VERSION,
         "run_id": s.run_id,
@@ -420,7 +457,6 @@ def state_to_dict(s: RunState) -> dict[str, Any]:
         "verified_artifacts": [_art(a) for a in s.verified_artifacts],
         "stage_outputs": {k: _art(v) for k, v in sorted(s.stage_outputs.items())},
         "completed_stages": list(s.completed_stages),
-        "calls": [_call(c) for _, c in sorted(s.calls.items())],
         "open_effects": [effect_to_dict(e) for _, e in sorted(s.open_effects.items())],
         "closed_effects": [effect_to_dict(e) for _, e in sorted(s.closed_effects.items())],
         "checkpoint": None if s.checkpoint is None else checkpoint_to_dict(s.checkpoint),
@@ -479,9 +515,44 @@ def state_from_dict(d: Mapping[str, Any]) -> RunState:
     )
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False).encode
+"""``json.dumps(v, separators=(",", ":"), sort_keys=True)``, built once; the values are built fresh
+from frozen records (no cycles), so the circular-reference check (it changes no text) is off."""
+
+_CALL_TEXTS: dict[int, tuple[CallRecord, str]] = {}
+_CALL_TEXTS_OLD: dict[int, tuple[CallRecord, str]] = {}
+CALL_TEXT_CACHE = 16_384
+"""Entries per generation of the call-text cache (two generations are kept)."""
+
+
+def _call_text(c: CallRecord) -> str:
+    """``_ENCODE(_call(c))``, cached by object identity: a call record is immutable and one record
+    is shared by every later state of its run until the call changes, so a run's snapshot encodes
+    only the calls that changed since the last one. An entry holds its record, so the id cannot be
+    reused while it is cached. Bounded: when a generation is full it becomes the old one (entries
+    used again are carried over) and the older one is dropped."""
+    global _CALL_TEXTS, _CALL_TEXTS_OLD
+    k = id(c)
+    hit = _CALL_TEXTS.get(k)
+    if hit is None or hit[0] is not c:
+        hit = _CALL_TEXTS_OLD.get(k)
+        if hit is None or hit[0] is not c:
+            hit = (c, _ENCODE(_call(c)))
+        if len(_CALL_TEXTS) >= CALL_TEXT_CACHE:
+            _CALL_TEXTS_OLD, _CALL_TEXTS = _CALL_TEXTS, {}
+        _CALL_TEXTS[k] = hit
+    return hit[1]
+
+
 def state_to_json(s: RunState) -> str:
-    """A canonical JSON text: equal states give equal texts (keys and maps sorted)."""
-    return json.dumps(state_to_dict(s), separators=(",", ":"), sort_keys=True)
+    """A canonical JSON text: equal states give equal texts (keys and maps sorted).
+
+    The text of ``json.dumps(state_to_dict(s), separators=(",", ":"), sort_keys=True)``, built as
+    ``{"calls":[...],`` (``calls`` sorts first among the keys) followed by the encoding of the
+    other keys, with each call's text from :func:`_call_text`."""
+    rest = _ENCODE(_state_dict_but_calls(s))
+    calls = ",".join([_call_text(c) for _, c in sorted(s.calls.items())])
+    return '{"calls":[' + calls + "]," + rest[1:]
 
 
 def state_from_json(text: str | bytes) -> RunState:

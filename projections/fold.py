@@ -13,7 +13,7 @@ stage are dropped once it is verified (its checkpoint snapshot keeps them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from projections._state import (
@@ -25,6 +25,8 @@ from projections._state import (
     RunState,
     RunStatus,
     WaitInfo,
+    evolve_call,
+    evolve_state,
 )
 from schemas._hash import event_hash
 from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, ReplayPolicy, RunEvent
@@ -94,7 +96,7 @@ def _reject(
     counts[reason] = counts.get(reason, 0) + 1
     off = position[1] if position is not None else -1
     recent = (*state.recent_rejected, RejectedEvent(event.seq, event.epoch, event.type.value, reason, off))
-    new = replace(
+    new = evolve_state(
         state,
         rejected=counts,
         recent_rejected=recent[-REJECTED_WINDOW:],
@@ -141,7 +143,7 @@ def fold(
     if event.seq != state.last_seq + 1:
         reason = "seq_gap" if event.seq > state.last_seq else "seq_replayed"
         return _reject(state, event, OutcomeKind.REJECTED_OUT_OF_ORDER, reason, position)
-    base = replace(
+    base = evolve_state(
         state,
         last_seq=event.seq,
         epoch=event.epoch,
@@ -163,7 +165,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return s, _ACCEPTED
     if t in (EventType.RUN_STARTED, EventType.RUN_BRANCHED):
         wf = e.workflow if e.workflow is not None else s.workflow
-        s = replace(
+        s = evolve_state(
             s,
             status=RunStatus.RUNNING,
             workflow=wf,
@@ -177,10 +179,10 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return s, _ACCEPTED
     if t is EventType.LEASE_ACQUIRED:
         if s.status is not RunStatus.COMPLETED:
-            s = replace(s, status=RunStatus.RUNNING)
+            s = evolve_state(s, status=RunStatus.RUNNING)
         return s, _ACCEPTED
     if t is EventType.STAGE_STARTED:
-        return replace(s, stage=e.stage, status=RunStatus.RUNNING), _ACCEPTED
+        return evolve_state(s, stage=e.stage, status=RunStatus.RUNNING), _ACCEPTED
     if t is EventType.TOOL_CALLED and e.call_id is not None:
         call = CallRecord(
             call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=CallStatus.CALLED,
@@ -188,7 +190,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             idempotency_key=e.idempotency_key, delivery_key=e.delivery_key,
             request_hash=e.request_hash,
         )
-        return replace(s, calls={**s.calls, e.call_id: call}), _ACCEPTED
+        return evolve_state(s, calls={**s.calls, e.call_id: call}), _ACCEPTED
     if t is EventType.TOOL_RESULT and e.call_id is not None:
         return _update_call(s, e, CallStatus.RESULT, e.payload_ref), _ACCEPTED
     if t is EventType.EFFECT_INTENT and e.delivery_key is not None:
@@ -205,28 +207,29 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         if e.call_id is not None:
             # a failed tool call fails its stage (the runner raises it even if stage code swallowed it)
             s = _update_call(s, e, CallStatus.FAILED, None)
-            s = replace(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage)
+            s = evolve_state(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage)
             if e.delivery_key is not None and e.delivery_key in s.open_effects:
                 return _effect(s, e, EffectStatus.FAILED)
             return s, _ACCEPTED
-        return replace(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage), _ACCEPTED
+        s = evolve_state(s, status=RunStatus.FAILED, last_error=e.error, stage=e.stage or s.stage)
+        return s, _ACCEPTED
     if t is EventType.RUN_BLOCKED:
-        return replace(s, status=RunStatus.BLOCKED, last_error=e.error), _ACCEPTED
+        return evolve_state(s, status=RunStatus.BLOCKED, last_error=e.error), _ACCEPTED
     if t is EventType.RUN_WAITING and e.call_id is not None:
         deadline = e.attributes.get("deadline_ms", "0")
         wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0)
-        return replace(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
+        return evolve_state(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
     if t is EventType.SIGNAL_RECEIVED and e.call_id is not None and e.payload_ref is not None:
         # the signal's data is the wait's recorded result; the run goes on when a resumer takes it
         s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
         status = RunStatus.RUNNING if s.status is RunStatus.WAITING else s.status
-        return replace(s, waiting=None, status=status), _ACCEPTED
+        return evolve_state(s, waiting=None, status=status), _ACCEPTED
     if t is EventType.RUN_COMPLETED:
-        return replace(s, status=RunStatus.COMPLETED, stage=None, next_stage=None), _ACCEPTED
+        return evolve_state(s, status=RunStatus.COMPLETED, stage=None, next_stage=None), _ACCEPTED
     if t is EventType.EFFECT_RESOLVED and e.delivery_key is not None:
         return _resolved(s, e)
     if t is EventType.RUN_CANCELLED and s.status is not RunStatus.COMPLETED:
-        return replace(s, status=RunStatus.CANCELLED, last_error=e.error or s.last_error), _ACCEPTED
+        return evolve_state(s, status=RunStatus.CANCELLED, last_error=e.error or s.last_error), _ACCEPTED
     # UNKNOWN (a newer schema's type) or a malformed event: it holds its seq, nothing more.
     return s, _ACCEPTED
 
@@ -249,9 +252,9 @@ def _resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
             s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
     blocking = any(x.replay_policy in (None, ReplayPolicy.NEVER) for x in s.open_effects.values())
     if blocking:
-        s = replace(s, status=RunStatus.BLOCKED)
+        s = evolve_state(s, status=RunStatus.BLOCKED)
     elif s.status is RunStatus.BLOCKED:
-        s = replace(s, status=RunStatus.RUNNING)
+        s = evolve_state(s, status=RunStatus.RUNNING)
     return s, out
 
 
@@ -261,8 +264,8 @@ def _update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactR
     if old is None:
         old = CallRecord(call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=status,
                          stage=e.stage or s.stage, seq=e.seq, delivery_key=e.delivery_key)
-    call = replace(old, status=status, result=result if result is not None else old.result)
-    return replace(s, calls={**s.calls, e.call_id: call})
+    call = evolve_call(old, status=status, result=result if result is not None else old.result)
+    return evolve_state(s, calls={**s.calls, e.call_id: call})
 
 
 def _effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, Outcome]:
@@ -296,8 +299,8 @@ def _effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, O
         closed[dk] = entry
     calls = s.calls
     if entry.call_id is not None and entry.call_id in calls and calls[entry.call_id].delivery_key != dk:
-        calls = {**calls, entry.call_id: replace(calls[entry.call_id], delivery_key=dk)}
-    s = replace(s, open_effects=opened, closed_effects=closed, calls=calls)
+        calls = {**calls, entry.call_id: evolve_call(calls[entry.call_id], delivery_key=dk)}
+    s = evolve_state(s, open_effects=opened, closed_effects=closed, calls=calls)
     return s, Outcome(OutcomeKind.ACCEPTED, effects=(entry,))
 
 
@@ -321,13 +324,13 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
     if not wants_cp:
         # No checkpoint: resume runs this stage again from the previous one, so its recorded
         # calls stay (reused on that re-run, and what the determinism guard compares with).
-        s = replace(s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
+        s = evolve_state(s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
                     stage_outputs=outputs, completed_stages=done)
         return s, _ACCEPTED
     # Finished calls of the stages this checkpoint covers are no longer needed by resume (the
     # snapshot keeps them).
     calls = {k: c for k, c in s.calls.items() if c.stage not in done or c.status is CallStatus.CALLED}
-    s = replace(
+    s = evolve_state(
         s, stage=None, next_stage=nxt, verified_artifacts=tuple(arts.values()),
         stage_outputs=outputs, completed_stages=done, calls=calls,
     )
@@ -347,7 +350,7 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
         workflow_version=s.workflow_version,
     )
     entry = CheckpointEntry(cp.checkpoint_id, stage, e.seq, part, off, s.last_hash)  # s: as of e
-    s = replace(s, checkpoint=cp, checkpoints=(*s.checkpoints, entry)[-CHECKPOINT_WINDOW:])
+    s = evolve_state(s, checkpoint=cp, checkpoints=(*s.checkpoints, entry)[-CHECKPOINT_WINDOW:])
     return s, Outcome(OutcomeKind.ACCEPTED, checkpoint=cp)
 
 

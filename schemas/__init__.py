@@ -1,13 +1,11 @@
-"""Runlog's contract: Avro schemas, the Python types they map to, the codec, topics, settings."""
+"""Runlog's contract: Avro schemas, the Python types they map to, the codec, topics, settings.
 
-from schemas._codec import (
-    SINGLE_OBJECT_MAGIC,
-    Codec,
-    SchemaRegistry,
-    crc64_avro,
-    load_past_schemas,
-    load_schema,
-)
+The codec's names are imported on first use (PEP 562), so the types alone load no fastavro.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from schemas._hash import event_hash
 from schemas._types import (
     ArtifactRef,
@@ -46,6 +44,28 @@ from schemas.errors import (
 )
 from schemas.settings import Settings
 from schemas.topics import Topics, TopicSpec, murmur2, partition_for
+
+if TYPE_CHECKING:
+    from schemas._codec import (
+        SINGLE_OBJECT_MAGIC,
+        Codec,
+        SchemaRegistry,
+        crc64_avro,
+        load_past_schemas,
+        load_schema,
+    )
+
+_CODEC = frozenset({"SINGLE_OBJECT_MAGIC", "Codec", "SchemaRegistry", "crc64_avro", "load_past_schemas",
+                    "load_schema"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CODEC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("schemas._codec"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SINGLE_OBJECT_MAGIC",

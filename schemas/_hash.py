@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields
 from enum import Enum
 from typing import Any
@@ -25,10 +25,15 @@ __all__ = ["event_hash"]
 
 _Spec = tuple[tuple[str, Any], ...]
 _SPECS: dict[type, _Spec] = {}
+_RECORDS: dict[type, Callable[[Any], dict[str, Any]]] = {}
 _PLAIN, _ENUM, _RECORD, _MAP, _LIST = range(5)
 _KINDS: dict[type, int] = {str: _PLAIN, int: _PLAIN, float: _PLAIN, bool: _PLAIN, type(None): _PLAIN}
-_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode
-"""``json.dumps`` with these options builds an encoder per call; this one is built once."""
+_ENCODE = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, check_circular=False
+).encode
+"""``json.dumps`` with these options builds an encoder per call; this one is built once. The values
+it encodes are built fresh from frozen records (no cycles), so the circular-reference check (which
+does not change the text) is off: it cost about a third of the encoding."""
 
 
 def _kind(cls: type) -> int:
@@ -66,24 +71,67 @@ def _spec(cls: type) -> _Spec:
     return spec
 
 
-def _record(v: Any) -> dict[str, Any]:
-    """A dataclass as an object of its fields that differ from their defaults (scalars inline, no call)."""
-    out = {}
-    for name, d in _spec(type(v)):
-        x = getattr(v, name)
-        if x is None:
-            if d is None:
-                continue
-            c = None
+def _value(x: Any) -> Any:
+    """``_canon(x)`` for a field's value that is not None, with the frequent kinds first."""
+    t = type(x)
+    fn = _RECORDS.get(t)
+    if fn is not None:
+        return fn(x)
+    k = _KINDS.get(t)
+    if k is None:
+        k = _kind(t)
+    if k == _PLAIN:
+        return x
+    if k == _ENUM:
+        return x.value
+    if k == _MAP:
+        return {str(a): v if type(v) is str else _canon(v) for a, v in sorted(x.items())}
+    if k == _LIST:
+        return [v if type(v) is str else _canon(v) for v in x]
+    return _record(x)
+
+
+def _record_fn(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """A function giving a record of ``cls`` as an object of its fields that differ from their
+    defaults, generated once per class with the field loop unrolled (keys inserted sorted).
+
+    Per field, exactly what a loop over :func:`_spec` would do: a None value is left out when the
+    default is None, else written as null; any other value is canonicalised (str and int inline)
+    and left out when it equals (``==``) the canonical default."""
+    fn = _RECORDS.get(cls)
+    if fn is not None:
+        return fn
+    ns: dict[str, Any] = {"_value": _value, "MISSING": MISSING}
+    lines = ["def _rec(v):", "    out = {}"]
+    for i, (name, d) in enumerate(sorted(_spec(cls), key=lambda nd: nd[0])):
+        if not name.isidentifier():
+            raise TypeError(f"field name {name!r} of {cls!r}")
+        ns[f"_d{i}"] = d
+        lines.append(f"    x = v.{name}")
+        if d is not None:  # MISSING or a non-None default: None is written as null
+            lines.append(f"    if x is None: out[{name!r}] = None")
+            lines.append("    else:")
         else:
-            k = _KINDS.get(type(x))
-            if k is None:
-                k = _kind(type(x))
-            c = x if k == _PLAIN else x.value if k == _ENUM else _canon(x)
-        if d is not MISSING and c == d:
-            continue
-        out[name] = c
-    return out
+            lines.append("    if x is not None:")
+        lines.append("        t = type(x)")
+        lines.append("        c = x if t is str or t is int else _value(x)")
+        if d is MISSING:
+            lines.append(f"        out[{name!r}] = c")
+        else:
+            lines.append(f"        if not c == _d{i}: out[{name!r}] = c")
+    lines.append("    return out")
+    exec("\n".join(lines), ns)  # generated from the class's own field names
+    made: Callable[[Any], dict[str, Any]] = ns["_rec"]
+    _RECORDS[cls] = made
+    return made
+
+
+def _record(v: Any) -> dict[str, Any]:
+    """A dataclass as an object of its fields that differ from their defaults."""
+    fn = _RECORDS.get(type(v))
+    if fn is None:
+        fn = _record_fn(type(v))
+    return fn(v)
 
 
 def _canon(v: Any) -> Any:
@@ -95,8 +143,8 @@ def _canon(v: Any) -> Any:
     if k == _RECORD:
         return _record(v)
     if k == _MAP:
-        return {str(a): _canon(x) for a, x in sorted(v.items())}
-    return [_canon(x) for x in v]
+        return {str(a): x if type(x) is str else _canon(x) for a, x in sorted(v.items())}
+    return [x if type(x) is str else _canon(x) for x in v]
 
 
 def event_hash(event: RunEvent) -> str:

@@ -1,4 +1,4 @@
-"""Topic names and the configuration Runlog needs of each (DESIGN.md, "Topics")."""
+"""Topic names and the configuration Runlog needs of each (the README's "Topics" section)."""
 
 from __future__ import annotations
 

@@ -8,22 +8,32 @@ Where they come from, in order:
    from Maven jars, Debian's redis-server).
 
 Every test that asks for ``settings`` gets its own topic prefix and Redis key
-prefix, so tests never see each other's data.
+prefix, so tests never see each other's data. Each such namespace is removed when the fixture that
+handed it out is torn down (its topics, every Redis key that starts with its Redis prefix: the
+namespace ``<prefix>:`` and the namespaces beside it such as the rebuild target ``<prefix>.rebuild:``,
+and the projector's ``<group>-data`` directories), and the session fails at its end if any of them
+still holds something (:func:`services`).
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from schemas._redis import is_cluster
 from schemas._redis import redis_client as _redis_client
 from schemas.settings import Settings
 
@@ -67,9 +77,8 @@ def _from_local_up() -> Services:
     return Services(found["KAFKA_BOOTSTRAP_SERVERS"], found["REDIS_URL"], "deploy/local")
 
 
-@pytest.fixture(scope="session")
-def services() -> Iterator[Services]:
-    """Kafka and Redis addresses for the session (see the module docstring)."""
+@contextmanager
+def _start_services() -> Iterator[Services]:
     env_kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     env_redis = os.environ.get("REDIS_URL")
     if env_kafka and env_redis:
@@ -85,6 +94,23 @@ def services() -> Iterator[Services]:
             yield Services(kafka.get_bootstrap_server(), url, "testcontainers")
         return
     yield _from_local_up()
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    """Kafka and Redis addresses for the session (see the module docstring).
+
+    Its teardown comes after every fixture that used them: the session fails there (an error at
+    the teardown of its last test) when a namespace it handed out still holds a topic, a Redis key
+    or a projector data directory (:func:`leftovers`)."""
+    with _start_services() as found:
+        yield found
+        left = leftovers(list(_HANDED_OUT.values()),
+                         must_answer={found.redis_url, found.kafka_bootstrap_servers})
+        if left:
+            pytest.fail(f"{len(left)} of the {len(_HANDED_OUT)} namespaces this session handed out "
+                        "were not removed at teardown:\n" + "\n".join(str(x) for x in left[:20]),
+                        pytrace=False)
 
 
 @pytest.fixture
@@ -106,25 +132,164 @@ def settings(services: Services, test_id: str, tmp_path: Path) -> Iterator[Setti
         lease_ttl_ms=3000,
         metrics_port=0,
     )
+    claim(s)
     yield s
     _cleanup(s)
 
 
+# -- namespaces: what a fixture hands out, it removes ---------------------------------------------
+
+_HANDED_OUT: dict[tuple[str, str, str, str], Settings] = {}
+"""Every namespace (broker, topic prefix, Redis URL, Redis prefix) fixtures handed out this session."""
+
+
+def _namespace(s: Settings) -> tuple[str, str, str, str]:
+    return (s.kafka_bootstrap_servers, s.topic_prefix, s.redis_url, s.redis_prefix)
+
+
+def claim(s: Settings) -> Settings:
+    """Record a namespace a fixture hands out: the end of the session checks it is empty."""
+    assert s.topic_prefix and s.redis_prefix, "a test namespace needs a topic and a Redis prefix"
+    _HANDED_OUT.setdefault(_namespace(s), s)
+    return s
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any],
+                         request: pytest.FixtureRequest) -> Generator[None, object, object]:
+    """A fixture that returns ``Settings`` inside a claimed namespace but on other services or
+    under a longer prefix (the Redis Cluster tests' ``settings``, say) gets the same cleanup."""
+    value = yield
+    if isinstance(value, Settings) and _namespace(value) not in _HANDED_OUT and any(
+            value.topic_prefix.startswith(c.topic_prefix) and value.redis_prefix.startswith(c.redis_prefix)
+            for c in list(_HANDED_OUT.values())):
+        claim(value)
+        fixturedef.addfinalizer(lambda: _cleanup(value))
+    return value
+
+
+def _key_pattern(prefix: str) -> str:
+    """The SCAN pattern of a test's Redis keys: ``<prefix>*``, so ``<prefix>:*`` and the namespaces
+    tests and tools derive from it (``<prefix>.rebuild:*``, ``<prefix>.ref:*``, ``<prefix>copy1:*``).
+    A prefix handed out here is ``t`` and 10 random hex digits: no other test's keys start with it."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+
+
+def _scan(client: Any, pattern: str) -> list[bytes]:
+    """Every key matching ``pattern``; on a Redis Cluster, on every master."""
+    kw: dict[str, Any] = {"target_nodes": client.PRIMARIES} if is_cluster(client) else {}
+    return list(client.scan_iter(match=pattern, count=1000, **kw))
+
+
+def _topics_under(admin: Any, prefix: str) -> list[str]:
+    return sorted(t for t in admin.list_topics(timeout=15).topics if t.startswith(prefix))
+
+
+def _data_dirs(s: Settings) -> list[Path]:
+    """The projector's Faust data directories (``<group id>-data``, in the working directory of the
+    processes the tests start, the repository root); every group id starts with the topic prefix."""
+    return [d for d in ROOT.glob(f"{glob.escape(s.topic_prefix)}*-data") if d.is_dir()]
+
+
 def _cleanup(s: Settings) -> None:
+    """Remove a namespace: its topics (waiting for the broker to confirm), every key of it and of
+    its sibling namespaces (the subprocess workers' keys too: they share the prefix), its projector
+    data directories."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
+    assert s.topic_prefix and s.redis_prefix, "refusing to clean a namespace without prefixes"
     admin = AdminClient(s.admin_config())
-    md = admin.list_topics(timeout=10)
-    mine = [t for t in md.topics if t.startswith(s.topic_prefix)]
+    mine = _topics_under(admin, s.topic_prefix)
     if mine:
-        admin.delete_topics(mine, operation_timeout=10)
+        for fut in admin.delete_topics(mine, operation_timeout=30).values():
+            try:
+                fut.result(60)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
     r = _redis_client(s)  # a RedisCluster for a redis+cluster:// URL
     try:
-        keys = list(r.scan_iter(match=f"{s.redis_prefix}:*", count=1000))
+        keys = _scan(r, _key_pattern(s.redis_prefix))
         for i in range(0, len(keys), 500):
-            r.delete(*keys[i:i + 500])
+            r.unlink(*keys[i:i + 500])
     finally:
         r.close()
+    for d in _data_dirs(s):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """What is still in one namespace."""
+
+    namespace: tuple[str, str, str, str]
+    topics: list[str]
+    keys: list[str]
+    dirs: list[str]
+
+    def __str__(self) -> str:
+        kafka, tprefix, url, rprefix = self.namespace
+        return (f"  topics {tprefix}* on {kafka}: {len(self.topics)} {self.topics[:5]}; "
+                f"keys {rprefix}* on {url}: {len(self.keys)} {self.keys[:5]}; "
+                f"data dirs: {len(self.dirs)} {self.dirs[:3]}")
+
+
+def leftovers(namespaces: list[Settings], *, must_answer: set[str] | frozenset[str] = frozenset(),
+              wait_s: float = 15.0) -> list[Leftover]:
+    """What is left in ``namespaces`` (only in them: other processes' data is not counted). A topic
+    deleted a moment ago can still be listed: topics are looked at again for up to ``wait_s``.
+    Services that no longer answer are skipped (a Redis Cluster or broker the session started and
+    already stopped), unless their URL or bootstrap servers are in ``must_answer``."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    keys: dict[tuple[str, str, str, str], list[str]] = {}
+    by_url: dict[str, list[Settings]] = {}
+    for s in namespaces:
+        by_url.setdefault(s.redis_url, []).append(s)
+    for group in by_url.values():
+        try:
+            r = _redis_client(group[0])
+            try:
+                found = [k.decode() for k in _scan(r, "*")]  # one pass, however many namespaces
+            finally:
+                r.close()
+        except (redis.ConnectionError, redis.exceptions.RedisClusterException):
+            if group[0].redis_url in must_answer:
+                raise
+            continue
+        for s in group:
+            keys[_namespace(s)] = sorted(k for k in found if k.startswith(s.redis_prefix))
+
+    def topics_left() -> dict[tuple[str, str, str, str], list[str]]:
+        out: dict[tuple[str, str, str, str], list[str]] = {}
+        names: dict[str, list[str]] = {}
+        for s in namespaces:
+            if s.kafka_bootstrap_servers not in names:
+                try:
+                    names[s.kafka_bootstrap_servers] = list(
+                        AdminClient(s.admin_config()).list_topics(timeout=15).topics)
+                except KafkaException:
+                    if s.kafka_bootstrap_servers in must_answer:
+                        raise
+                    names[s.kafka_bootstrap_servers] = []
+            out[_namespace(s)] = sorted(t for t in names[s.kafka_bootstrap_servers]
+                                        if t.startswith(s.topic_prefix))
+        return out
+
+    deadline = time.monotonic() + wait_s
+    topics = topics_left() if namespaces else {}
+    while any(topics.values()) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        topics = topics_left()
+    left = []
+    for s in namespaces:
+        ns = _namespace(s)
+        t, k, d = topics.get(ns, []), keys.get(ns, []), [str(x) for x in _data_dirs(s)]
+        if t or k or d:
+            left.append(Leftover(ns, t, k, d))
+    return left
 
 
 @pytest.fixture

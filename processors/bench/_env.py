@@ -17,20 +17,22 @@ import uuid
 from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
-import redis
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from processors.admin import ensure_topics
 from processors.projector import ProjectorOptions, run_projector
 from schemas._codec import Codec
+from schemas._redis import redis_client
 from schemas._types import RunEvent
-from schemas.errors import RunlogError
+from schemas.errors import ConfigError, RunlogError
 from schemas.settings import Settings
-from schemas.topics import Topics
+from schemas.topics import Topics, TopicSpec
 
-__all__ = ["BenchEnv", "peak_rss_kib", "rss_kib"]
+__all__ = ["BenchEnv", "kafka_replication", "peak_rss_kib", "raw_topic_spec", "replication_mismatch",
+           "rss_kib"]
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -53,6 +55,52 @@ def peak_rss_kib(pid: int | None = None) -> int:
     return _status_kib(pid or os.getpid(), "VmHWM")
 
 
+def raw_topic_spec(settings: Settings, suffix: str) -> TopicSpec:
+    """A baseline's topic ``<prefix><suffix>``: the events topic's spec (partitions, replication factor,
+    ``min.insync.replicas``, retention) under another name, so the raw client writes to a topic
+    replicated exactly like Runlog's."""
+    events = Topics.of(settings).events
+    spec = next(t for t in Topics.of(settings).specs(settings) if t.name == events)
+    return TopicSpec(f"{settings.topic_prefix}{suffix}", spec.partitions, spec.replication_factor,
+                     dict(spec.config))
+
+
+def kafka_replication(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
+    """How many brokers answer at ``settings``' bootstrap servers, the replication the bench's topics
+    get (from settings), and the brokers' own defaults (None when they cannot be described)."""
+    admin = AdminClient(settings.admin_config())
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except KafkaException as err:
+        raise RunlogError(f"bench: Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                          f"{err}") from err
+    out: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap_servers, "brokers": len(md.brokers),
+                           "replication_factor": settings.replication_factor,
+                           "min_insync_replicas": settings.min_insync_replicas,
+                           "broker_default_replication_factor": None, "broker_min_insync_replicas": None}
+    if md.brokers:
+        res = ConfigResource(ResourceType.BROKER, str(min(md.brokers)))
+        with contextlib.suppress(KafkaException, ValueError, KeyError):  # not allowed to describe: no check
+            cfg = admin.describe_configs([res])[res].result(timeout)
+            out["broker_default_replication_factor"] = int(cfg["default.replication.factor"].value)
+            out["broker_min_insync_replicas"] = int(cfg["min.insync.replicas"].value)
+    return out
+
+
+def replication_mismatch(info: dict[str, Any]) -> str | None:
+    """Why the configured replication is weaker than what the brokers give topics by default (a bench
+    on a replicated cluster with ``RUNLOG_REPLICATION_FACTOR=1`` would measure unreplicated writes),
+    or None."""
+    rf, isr = info["replication_factor"], info["min_insync_replicas"]
+    want_rf, want_isr = info["broker_default_replication_factor"], info["broker_min_insync_replicas"]
+    if want_rf is None or want_isr is None or (rf >= want_rf and isr >= want_isr):
+        return None
+    return (f"the brokers at {info['bootstrap_servers']} give topics replication factor {want_rf} and "
+            f"min.insync.replicas {want_isr}, but the bench would create its topics with {rf} and {isr}: "
+            f"set RUNLOG_REPLICATION_FACTOR={max(rf, want_rf)} "
+            f"RUNLOG_MIN_INSYNC_REPLICAS={max(isr, want_isr)}")
+
+
 def _projector_main(settings: Settings, opts: ProjectorOptions, workdir: str) -> None:
     os.chdir(workdir)  # faust keeps its (empty) data directory in the working directory
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -65,38 +113,56 @@ class BenchEnv:
     """Namespaces, clients and child processes of one bench run; :meth:`close` removes them all."""
 
     def __init__(self, base: Settings) -> None:
+        self.codec = Codec.from_settings(base)  # first: a registry that does not answer leaves nothing behind
         self.tag = uuid.uuid4().hex[:8]
         self.workdir = tempfile.mkdtemp(prefix=f"runlog-bench-{self.tag}-")
         self.base = base.with_(metrics_port=0, sweep_interval_ms=0,
                                artifact_root=os.path.join(self.workdir, "artifacts"))
-        self.redis = redis.Redis.from_url(base.redis_url, **base.redis_kwargs())
+        self.redis = redis_client(base)
         self._topics: list[str] = []
         self._children: list[BaseProcess] = []
         self._ctx = mp.get_context("spawn")
-        self.codec = Codec(max_record_bytes=base.max_record_bytes)
 
     def settings(self, name: str, *, topics: bool = True, partitions: int | None = None) -> Settings:
-        """Settings of a private namespace ``name`` (topics created unless ``topics`` is false)."""
+        """Settings of a private namespace ``name`` (topics created unless ``topics`` is false).
+
+        The topics are Runlog's own (:func:`processors.admin.ensure_topics`): replication factor and
+        ``min.insync.replicas`` from the base settings (``RUNLOG_REPLICATION_FACTOR``,
+        ``RUNLOG_MIN_INSYNC_REPLICAS``).
+
+        Raises:
+            ConfigError: the broker refused a topic (e.g. a replication factor above its broker count),
+                or a topic of that name exists with another configuration.
+        """
         s = self.base.with_(topic_prefix=f"bench-{self.tag}-{name}.", redis_prefix=f"bench-{self.tag}-{name}",
                             partitions=partitions or self.base.partitions)
         if topics:
-            ensure_topics(s)
             t = Topics.of(s)
             self._topics.extend([t.events, t.checkpoints, t.effects, t.resume, t.dlq])
+            bad = [r for r in ensure_topics(s) if r.action not in ("created", "ok")]
+            if bad:
+                raise ConfigError(f"bench: topic {bad[0].name} is {bad[0].action}: "
+                                  + "; ".join(str(c) for c in bad[0].conflicts))
         return s
 
     def raw_topic(self, settings: Settings, suffix: str) -> str:
-        """A second events-like topic (same partitions) for a baseline to write to."""
-        from confluent_kafka.admin import NewTopic
-
-        name = f"{settings.topic_prefix}{suffix}"
+        """A second events-like topic for a baseline to write to (:func:`raw_topic_spec`)."""
+        spec = raw_topic_spec(settings, suffix)
         admin = AdminClient(settings.admin_config())
-        fut = admin.create_topics(
-            [NewTopic(name, num_partitions=settings.partitions,
-                      replication_factor=settings.replication_factor)])
-        fut[name].result(30)
-        self._topics.append(name)
-        return name
+        fut = admin.create_topics([NewTopic(spec.name, num_partitions=spec.partitions,
+                                            replication_factor=spec.replication_factor,
+                                            config=dict(spec.config))], operation_timeout=30)
+        self._topics.append(spec.name)
+        try:
+            fut[spec.name].result(30)
+        except KafkaException as err:
+            kerr = err.args[0] if err.args else None
+            if isinstance(kerr, KafkaError) and kerr.code() in (KafkaError.INVALID_REPLICATION_FACTOR,
+                                                                KafkaError.POLICY_VIOLATION,
+                                                                KafkaError.INVALID_CONFIG):
+                raise ConfigError(f"bench: cannot create topic {spec.name!r}: {kerr.str()}") from err
+            raise
+        return spec.name
 
     def produce_events(self, settings: Settings, events: Sequence[RunEvent]) -> None:
         """Write events (already in the order wanted) to the events topic as fast as possible."""

@@ -27,7 +27,7 @@ from schemas._types import EventType, ReplayPolicy, RunEvent
 from schemas.settings import Settings
 from schemas.topics import Topics
 
-__all__ = ["bench_append", "bench_intent", "bench_writer_scale"]
+__all__ = ["avro_body", "bench_append", "bench_intent", "bench_writer_scale"]
 
 Tick = Callable[[str], None]
 
@@ -41,6 +41,13 @@ def _plain_schema(node: Any) -> Any:
             return node["type"]
         return {k: _plain_schema(v) for k, v in node.items() if k != "logicalType"}
     return node
+
+
+def avro_body(data: bytes) -> bytes:
+    """The Avro body of a record in either framing the codec writes: the Schema Registry wire format
+    (``0x00`` and a 4-byte schema id, with ``RUNLOG_SCHEMA_REGISTRY_URL``) or single-object (2-byte
+    magic and an 8-byte fingerprint)."""
+    return data[5:] if data[:1] == b"\x00" else data[10:]
 
 
 class RawWriter:

@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from processors.bench._concurrency import bench_async_runs, bench_threaded_runs
-from processors.bench._env import BenchEnv
-from processors.bench._png import Panel, line_chart
+from processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
 from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
 from processors.bench._resume import bench_resume, bench_resumer_group
 from processors.bench._sizes import SIZES, BenchSize
 from processors.bench._write import bench_append, bench_intent, bench_writer_scale
 from processors.projector import ProjectorOptions
+from schemas.errors import ConfigError
 from schemas.settings import Settings
 
-__all__ = ["SECTIONS", "TARGETS", "Progress", "machine", "run_bench", "steps_of", "targets_met"]
+__all__ = ["SECTIONS", "TARGETS", "PlotUnavailable", "Progress", "machine", "plot_result", "require_plot",
+           "run_bench", "steps_of", "targets_met"]
 
 TARGETS: dict[str, tuple[str, float]] = {
     "append_ratio": (">=", 0.8),
@@ -78,27 +79,27 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
 
 
 class Progress:
-    """A one-line progress bar on a text stream (stderr), or nothing when ``out`` is None."""
+    """A one-line progress bar (tqdm) on a text stream (stderr), or nothing when ``out`` is None."""
 
     def __init__(self, total: int, out: TextIO | None) -> None:
         self.total, self.out, self.done = max(total, 1), out, 0
         self.started = time.monotonic()
+        self._bar: Any = None
+        if out is not None:
+            from tqdm import tqdm  # type: ignore[import-untyped]
+
+            self._bar = tqdm(desc="bench", total=self.total, unit=" steps", file=out, dynamic_ncols=True)
 
     def __call__(self, what: str) -> None:
         self.done += 1
-        if self.out is None:
-            return
-        width = 30
-        filled = min(width, self.done * width // self.total)
-        secs = time.monotonic() - self.started
-        self.out.write(f"\rbench [{'#' * filled:<{width}}] {min(self.done, self.total)}/{self.total} "
-                       f"{secs:5.0f}s {what[:40]:<40}")
-        self.out.flush()
+        if self._bar is not None:
+            self._bar.set_postfix_str(what[:40], refresh=False)
+            self._bar.update(1 if self.done <= self.total else 0)
 
     def finish(self) -> None:
-        if self.out is not None:
-            self.out.write("\n")
-            self.out.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def machine() -> dict[str, Any]:
@@ -117,18 +118,64 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "load_avg_at_start": list(os.getloadavg())}
 
 
-def _plot(result: dict[str, Any], path: str) -> str:
-    pts = result["resume"]["points"]
+class PlotUnavailable(ConfigError):
+    """``--plot`` asked for, but matplotlib (the ``plot`` extra) is not installed."""
+
+
+PLOT_HINT = "the plot needs matplotlib: pip install 'runlog[plot]' (or --plot '' for none)"
+
+
+def require_plot() -> None:
+    """Raise :class:`PlotUnavailable` unless matplotlib can be imported.
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed.
+    """
+    try:
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure  # noqa: F401
+    except ImportError as err:
+        raise PlotUnavailable(PLOT_HINT) from err
+
+
+def plot_result(result: dict[str, Any], path: str) -> str:
+    """Draw the resume section's points (rebuild throughput, resume plan and resume time against the
+    run length) into a PNG at ``path`` with matplotlib's Agg renderer; returns ``path``.
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed.
+    """
+    require_plot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    pts = sorted(result["resume"]["points"], key=lambda p: p["events"])
     xs = [max(p["events"], 1) for p in pts]
-    png = line_chart([
-        Panel("rebuild throughput vs history length",
-              {"rebuild": [(x, p["rebuild_events_per_s"]) for x, p in zip(xs, pts, strict=True)]}, "ev/s"),
-        Panel("resume time vs history length",
-              {"plan": [(x, p["plan_ms"]) for x, p in zip(xs, pts, strict=True)],
-               "resume": [(x, p["resume_ms"]) for x, p in zip(xs, pts, strict=True)]}, "ms"),
-    ])
+    fig = Figure(figsize=(11, 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.plot(xs, [p["rebuild_events_per_s"] for p in pts], "o-", color="tab:blue",
+              label="rebuild of a one-run topic")
+    left.set_title("Rebuild throughput against run length")
+    left.set_ylabel("events/s")
+    right.plot(xs, [p["plan_ms"] for p in pts], "o-", color="tab:blue", label="resume plan")
+    right.plot(xs, [p["resume_ms"] for p in pts], "s-", color="tab:red", label="full resume")
+    right.set_title("Resume time against run length")
+    right.set_ylabel("time (ms)")
+    thousands = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("run length (events, log scale)")
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(thousands)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="best")
+    m = result.get("machine", {})
+    fig.suptitle(f"runlog bench --size {result.get('size', '?')}: {m.get('cpus', '?')} CPUs, "
+                 f"Python {m.get('python', '?')}", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_bytes(png)
+    fig.savefig(path, format="png")
     return path
 
 
@@ -167,14 +214,26 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
 def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: TextIO | None = sys.stderr,
               plot: str | None = None, only: str | Collection[str] | None = None) -> dict[str, Any]:
     """Run the benchmarks (every section, or those named in ``only``) once at ``size`` and return one
-    JSON-ready dict of figures and ratios."""
+    JSON-ready dict of figures and ratios.
+
+    Raises:
+        PlotUnavailable: ``plot`` asked for (and the resume section runs) without matplotlib.
+        ConfigError: the settings replicate the bench's topics less than the brokers' own defaults
+            (:func:`processors.bench._env.replication_mismatch`), or a topic could not be created.
+    """
     sz = SIZES[size] if isinstance(size, str) else size
     sections = _sections(only)
+    if plot and "resume" in sections:
+        require_plot()  # before the run, not after it
+    kafka = kafka_replication(settings)
+    problem = replication_mismatch(kafka)
+    if problem is not None:
+        raise ConfigError(f"bench: {problem}")
     tick: Callable[[str], None] = Progress(steps_of(sz, sections), progress)
     started = time.monotonic()
     env = BenchEnv(settings)
     result: dict[str, Any] = {"size": sz.name, "tag": env.tag, "sections": list(sections),
-                              "machine": machine()}
+                              "machine": machine(), "kafka": kafka}
     try:
         if "append" in sections:
             result["append"] = bench_append(env, events=sz.append_events, runs=sz.append_runs,
@@ -226,5 +285,5 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
     out: dict[str, Any] = {**figures, **result, "targets": targets_met(figures, names),
                            "seconds": time.monotonic() - started}
     if plot and "resume" in result:
-        out["plot"] = _plot(out, plot)
+        out["plot"] = plot_result(out, plot)
     return out

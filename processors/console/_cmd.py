@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
+from processors._exit import EXIT_OK
 from schemas import Settings
-
-EXIT_OK = 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

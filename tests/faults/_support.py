@@ -11,8 +11,8 @@ from typing import Any
 
 from producers import CallInfo, StageContext, Workflow, rule, tool
 from producers._writer import DeliveryCallback, RunWriter
-from projections.rebuild import _consumer, _read, _watermarks
-from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings, Topics
+from projections.log_reader import read_topic
+from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,17 +83,7 @@ def topic_events(settings: Settings, attempts: int = 5) -> list[RunEvent]:
 
 def _topic_events(settings: Settings) -> list[RunEvent]:
     codec = Codec(max_record_bytes=settings.max_record_bytes)
-    topic = Topics.of(settings).events
-    c = _consumer(settings)
-    try:
-        marks = _watermarks(c, topic)
-        out: list[RunEvent] = []
-        for batch in _read(c, topic, {p: lo for p, (lo, _) in marks.items()},
-                           {p: hi for p, (_, hi) in marks.items()}):
-            out.extend(codec.decode(m.value(), RunEvent) for m in batch)
-        return out
-    finally:
-        c.close()
+    return [codec.decode(m.value(), RunEvent) for batch in read_topic(settings) for m in batch]
 
 
 def busy_workflow(calls: int, pause_s: float) -> Workflow:

@@ -36,10 +36,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from processors.dlq import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers, to_record
-from processors.faults import PointEntry, write_section
 from projections import BatchProjector, DeadLetter, RawRecord, RedisStore, RunStatus
 from schemas import Codec, DecodeError, EventType, RunEvent, Settings
 from tests.conftest import Services
+from tests.faults.machinery import PointEntry, write_section
 from tests.integration.processors.harness import read_topic
 from tests.unit.projections.runlogs import full_run
 from tests.unit.schemas.test_codec import base_dict, encode_with, v2_schema

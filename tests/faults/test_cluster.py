@@ -29,10 +29,10 @@ from processors.admin import ensure_topics
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import charge_workflow, source
 from processors.demo.world import serve
-from processors.faults.report import PointEntry, write_section
 from producers import Runner
 from schemas import EventType, Settings, Topics
 from tests.faults._support import AckLog, busy_workflow, link_jar_cache, local, topic_events
+from tests.faults.machinery.report import PointEntry, write_section
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

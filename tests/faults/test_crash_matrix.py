@@ -18,10 +18,16 @@ import redis
 
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import BRIEFS
-from processors.faults import CrashMatrix, PointEntry, crash_points, projection_mismatches, start_projector
-from processors.faults.matrix import describe
-from processors.faults.report import write_section
 from schemas import EventType, Settings
+from tests.faults.machinery import (
+    CrashMatrix,
+    PointEntry,
+    crash_points,
+    projection_mismatches,
+    start_projector,
+)
+from tests.faults.machinery.matrix import describe
+from tests.faults.machinery.report import write_section
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.faults import CrashMatrix, projection_mismatches, start_projector
-from processors.faults.matrix import describe
-from processors.faults.report import write_section
 from schemas import Settings
+from tests.faults.machinery import CrashMatrix, projection_mismatches, start_projector
+from tests.faults.machinery.matrix import describe
+from tests.faults.machinery.report import write_section
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

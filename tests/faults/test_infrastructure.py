@@ -23,14 +23,14 @@ from processors.demo.client import WorldClient
 from processors.demo.pipeline import app_for, source
 from processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
 from processors.demo.world import serve
-from processors.faults.matrix import projection_mismatches, start_projector
-from processors.faults.report import PointEntry, write_section
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import Resumer
 from producers import Runner
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
 from schemas import DeliveryError, EventType, Settings
 from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local
+from tests.faults.machinery.matrix import projection_mismatches, start_projector
+from tests.faults.machinery.report import PointEntry, write_section
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -23,13 +23,13 @@ import pytest
 from processors.demo.client import WorldClient
 from processors.demo.run import wait_lease_gone
 from processors.demo.world import serve
-from processors.faults import PointEntry
-from processors.faults.points import boundaries, crash_points, expected_prefix
-from processors.faults.report import write_section
 from processors.inspect import run_history
 from processors.resume import Resumer
 from producers._runs import run_id_for_key
 from schemas import EventType, Settings
+from tests.faults.machinery import PointEntry
+from tests.faults.machinery.points import boundaries, crash_points, expected_prefix
+from tests.faults.machinery.report import write_section
 from tests.integration.resume._orders import finish, orders_app, spawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

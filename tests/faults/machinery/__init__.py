@@ -1,6 +1,6 @@
 """The fault suite's machinery: crash points, the crash matrix runner, the JSON report."""
 
-from processors.faults.matrix import (
+from tests.faults.machinery.matrix import (
     CONTENT_EXPECT,
     CrashMatrix,
     Expectations,
@@ -11,8 +11,8 @@ from processors.faults.matrix import (
     start_projector,
     worker_env,
 )
-from processors.faults.points import Boundary, boundaries, crash_points, expected_prefix, subject_of
-from processors.faults.report import COUNTERS, PointEntry, write_section
+from tests.faults.machinery.points import Boundary, boundaries, crash_points, expected_prefix, subject_of
+from tests.faults.machinery.report import COUNTERS, PointEntry, write_section
 
 __all__ = [
     "CONTENT_EXPECT",

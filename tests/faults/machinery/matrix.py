@@ -35,14 +35,14 @@ import redis
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import build, charge_workflow, source
 from processors.demo.world import serve
-from processors.faults.points import Boundary, boundaries, expected_prefix
-from processors.faults.report import PointEntry
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import App, ResumeOutcome
 from processors.resumer import ResumerService, request_resume
 from projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from schemas import RunlogError, Settings
 from schemas._redis import redis_client
+from tests.faults.machinery.points import Boundary, boundaries, expected_prefix
+from tests.faults.machinery.report import PointEntry
 
 __all__ = [
     "CONTENT_EXPECT",
@@ -56,7 +56,7 @@ __all__ = [
     "worker_env",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class MatrixError(RunlogError):

@@ -16,7 +16,7 @@ from processors.demo.run import run_demo
 from processors.inspect import run_history
 from producers import CallInfo, Runner, StageContext, Workflow, rule, tool
 from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics, event_hash
-from tests.conftest import Services, _cleanup
+from tests.conftest import Services, _cleanup, claim
 
 
 @dataclass
@@ -79,6 +79,7 @@ def audit_world(services: Services, tmp_path_factory: pytest.TempPathFactory) ->
         topic_prefix=f"t{tid}.", redis_prefix=f"t{tid}", partitions=12,
         artifact_root=str(base / "artifacts"), lease_ttl_ms=3000, metrics_port=0,
     )
+    claim(s)  # the session's last check counts what is left in it
     try:
         ensure_topics(s)
         demo = run_demo(s, workdir=base / "demo", quiet=True)

@@ -147,7 +147,7 @@ def test_cli_json_summary_exit_status_and_reports(audit_world: AuditWorld, tmp_p
     assert summary["runs"] == 5 and summary["rejected_events"] == 2
     assert [f["kind"] for f in summary["findings"]] == ["rejected_event", "rejected_event"]
     assert all(set(f) >= {"run_id", "kind", "detail"} for f in summary["findings"])
-    assert "audit [" in captured.err  # progress on stderr
+    assert "audit:" in captured.err and "records/s" in captured.err  # the progress bar, on stderr
     doc = json.loads((out / "audit.json").read_text())
     assert doc["events"] == summary["events"] and len(doc["runs"]) == 5
     assert (out / "audit.html").read_text().startswith("<!DOCTYPE html>")

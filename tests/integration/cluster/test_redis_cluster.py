@@ -239,8 +239,10 @@ def test_a_runner_runs_a_workflow_end_to_end_on_the_cluster(topics: Settings, cl
 def test_an_async_runner_runs_a_workflow_end_to_end_on_the_cluster(topics: Settings) -> None:
     async def main() -> Any:
         async with AsyncRunner.from_settings(topics, source=SOURCE) as r:
-            clients = [x for x in r._owned if isinstance(x, redis.asyncio.RedisCluster)]
-            assert len(clients) == 2  # the runs' client and the lease heartbeat's own
+            aclients = [x for x in r._owned if isinstance(x, redis.asyncio.RedisCluster)]
+            clients = [x for x in r._owned if isinstance(x, redis.cluster.RedisCluster)]
+            assert len(aclients) == 1  # the runs' client
+            assert len(clients) == 2  # the sync client and the lease heartbeat thread's own
             return await r.run(content_workflow(), {"topic": "kafka"}, inputs={"facts": "v1"})
 
     result = asyncio.run(main())

@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from projections import diff_namespaces, rebuild
+from projections.log_reader import LogReader
 from schemas import Codec, EventType, RunEvent, Settings, Topics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -131,21 +132,5 @@ def converges(settings: Settings, client: redis.Redis, ref: str, timeout: float)
 
 def read_topic(settings: Settings, topic: str, timeout: float = 30.0) -> list[object]:
     """Every record of a topic (up to its high watermarks at call time)."""
-    c = Consumer(settings.consumer_config(f"read-{time.monotonic_ns()}"))
-    try:
-        md = c.list_topics(topic, timeout=10)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in md.topics[topic].partitions}
-        todo = {p for p, e in ends.items() if e > 0}
-        c.assign([TopicPartition(topic, p, 0) for p in todo])
-        out: list[object] = []
-        deadline = time.monotonic() + timeout
-        while todo and time.monotonic() < deadline:
-            for m in c.consume(500, timeout=1.0):
-                if m.error() is None:
-                    out.append(m)
-                    if m.offset() >= ends[m.partition()] - 1:
-                        todo.discard(m.partition())
-        return out
-    finally:
-        c.close()
+    with LogReader(settings, topic, name="t-read", stall_s=timeout) as r:
+        return list(r.records(r.topic_ranges()))

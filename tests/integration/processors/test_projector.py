@@ -132,7 +132,7 @@ def test_garbage_goes_to_dlq_zombies_are_rejected_and_flush_rebuild_restores(
         cwd=ROOT, env=env_of(topics), capture_output=True, text=True, timeout=120, check=False,
     )
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "rebuild [" in again.stderr and "0 keys differ" in again.stdout
+    assert "rebuild:" in again.stderr and "0 keys differ" in again.stdout
 
 
 def test_two_instances_split_partitions_and_equal_one(

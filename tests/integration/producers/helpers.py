@@ -1,15 +1,13 @@
-"""Shared helpers of the producer integration tests: read a run's events with a plain consumer."""
+"""Shared helpers of the producer integration tests: read a run's events with Runlog's log reader."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from schemas import Codec, RunEvent, Settings, Topics
+from projections.log_reader import LogReader
+from schemas import Codec, RunEvent, Settings
+from schemas._kafka import watermarks as _watermarks
 
 
 @dataclass(frozen=True)
@@ -22,46 +20,17 @@ class Read:
 
 def read_events(settings: Settings, *, timeout: float = 30.0) -> list[Read]:
     """Every record of the events topic up to its current high watermarks, decoded with the schemas only."""
-    topic = Topics.of(settings).events
-    conf = settings.consumer_config(f"t-read-{uuid.uuid4().hex[:8]}")
-    consumer = Consumer(conf)
     codec = Codec()
-    try:
-        md = consumer.list_topics(topic, timeout=10)
-        parts = sorted(md.topics[topic].partitions)
-        ends: dict[int, int] = {}
-        for p in parts:
-            lo, hi = watermarks(consumer, topic, p)
-            if hi > lo:
-                ends[p] = hi
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        out: list[Read] = []
-        pos: dict[int, int] = defaultdict(int)
-        deadline = time.monotonic() + timeout
-        while any(pos[p] < hi for p, hi in ends.items()):
-            assert time.monotonic() < deadline, f"read only {dict(pos)} of {ends}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            pos[msg.partition()] = msg.offset() + 1
-            out.append(Read(codec.decode(msg.value(), RunEvent), msg.partition(), msg.offset(), msg.key()))
-        return out
-    finally:
-        consumer.close()
+    with LogReader(settings, name="t-read", stall_s=timeout) as r:
+        return [Read(codec.decode(m.value(), RunEvent), m.partition(), m.offset(), m.key())
+                for m in r.records(r.topic_ranges())]
 
 
-def watermarks(consumer: Consumer, topic: str, partition: int, attempts: int = 20) -> tuple[int, int]:
-    """Low and high watermark, retrying while a new topic's partition leader is elected."""
-    for i in range(attempts):
-        try:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            return int(lo), int(hi)
-        except KafkaException:
-            if i == attempts - 1:
-                raise
-            time.sleep(0.5)
-    raise AssertionError("unreachable")
+def watermarks(consumer: Any, topic: str, partition: int, attempts: int = 20) -> tuple[int, int]:
+    """Low and high watermark, waiting out a new topic's partition leader election
+    (:func:`schemas._kafka.watermarks`, for about ``attempts`` half seconds)."""
+    lo, hi = _watermarks(consumer, topic, [partition], timeout=max(10.0, attempts * 0.5))[partition]
+    return int(lo), int(hi)
 
 
 def events_of(reads: list[Read], run_id: str) -> list[Read]:

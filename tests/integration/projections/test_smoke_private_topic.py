@@ -12,10 +12,10 @@ import time
 
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processors._cmd_admin import smoke_settings
+from projections.log_reader import LogReader
 from schemas import Settings, Topics
 from tests.integration.processors.harness import ROOT, env_of
 
@@ -23,26 +23,14 @@ pytestmark = pytest.mark.integration
 
 
 def _watermarks(settings: Settings) -> dict[str, dict[int, tuple[int, int]]]:
-    """Low and high watermarks of every partition of Runlog's topics (retried while fresh topics
-    elect their leaders)."""
+    """Low and high watermarks of every partition of Runlog's topics (a leader election of a fresh
+    topic is waited out)."""
     t = Topics.of(settings)
-    c = Consumer(settings.consumer_config("t-smoke-watermarks"))
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:
-                out = {}
-                for name in (t.events, t.checkpoints, t.effects, t.resume, t.dlq):
-                    parts = c.list_topics(name, timeout=10).topics[name].partitions
-                    out[name] = {p: c.get_watermark_offsets(TopicPartition(name, p), timeout=10)
-                                 for p in parts}
-                return out
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        c.close()
+    out = {}
+    for name in (t.events, t.checkpoints, t.effects, t.resume, t.dlq):
+        with LogReader(settings, name, name="t-smoke-watermarks", timeout=30) as r:
+            out[name] = r.watermarks()
+    return out
 
 
 def test_smoke_writes_no_record_to_the_events_topic_and_deletes_its_own(

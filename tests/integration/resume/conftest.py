@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -80,51 +78,16 @@ def log_of(settings: Settings, run_id: str) -> list[LoggedEvent]:
     return history
 
 
-def _high_watermark(consumer: Any, tp: Any, wait_s: float = 30.0) -> int:
-    """A partition's high watermark, retried while the broker answers that it has no leader yet
-    (a loaded single broker can be fenced by its controller for a moment)."""
-    from confluent_kafka import KafkaException
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def project(settings: Settings) -> int:
     """Fold the whole events topic into the live Redis prefix, as the projector does (its
     BatchProjector, at-least-once safe); returns the records read."""
-    import uuid
-
-    from confluent_kafka import Consumer, TopicPartition
-
     from projections import BatchProjector, RawRecord, RedisStore
-    from schemas import Codec, Topics
+    from projections.log_reader import read_topic
+    from schemas import Codec
 
-    topic = Topics.of(settings).events
     proj = BatchProjector(RedisStore.from_settings(settings), Codec())
-    consumer = Consumer(settings.consumer_config(f"t-project-{uuid.uuid4().hex[:8]}"))
     n = 0
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: _high_watermark(consumer, TopicPartition(topic, p)) for p in parts}
-        ends = {p: hi for p, hi in ends.items() if hi > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        pos = dict.fromkeys(ends, 0)
-        while any(pos[p] < hi for p, hi in ends.items()):
-            msgs = consumer.consume(500, timeout=1.0)
-            recs = []
-            for m in msgs:
-                assert m.error() is None, m.error()
-                pos[m.partition()] = m.offset() + 1
-                recs.append(RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()))
-            if recs:
-                proj.process(recs)
-                n += len(recs)
-    finally:
-        consumer.close()
+    for batch in read_topic(settings):
+        proj.process([RawRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value()) for m in batch])
+        n += len(batch)
     return n

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 
 from processors.demo.run import worker_env
 from projections import dump_namespace
-from schemas import Settings, Topics
+from projections.log_reader import LogReader
+from schemas import Settings
 from tests.integration.resume.conftest import DemoWorld, crash_run
 
 pytestmark = pytest.mark.integration
@@ -29,13 +29,8 @@ def _runlog(settings: Settings, *args: str, cwd: Path,
 
 
 def _high_watermarks(settings: Settings) -> dict[int, int]:
-    topic = Topics.of(settings).events
-    c = Consumer(settings.consumer_config("t-watermarks"))
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        c.close()
+    with LogReader(settings, name="t-watermarks") as r:
+        return {p: hi for p, (_, hi) in r.watermarks().items()}
 
 
 def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_timeline(

@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 
 from processors.audit import AuditOptions, audit
 from processors.branch import branch_run
@@ -21,6 +20,7 @@ from processors.demo.run import wait_lease_gone
 from processors.resume import Resumer
 from producers._ledger import RedisEffectLedger
 from producers._runs import run_id_for_key
+from projections.log_reader import LogReader
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
 from tests.integration.resume._orders import finish, orders_app, spawn
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of
@@ -41,22 +41,8 @@ def _crash(settings: Settings, world: DemoWorld, tmp: Path, point: str, *, key: 
 
 
 def _records(settings: Settings, topic: str) -> list[tuple[bytes, bytes]]:
-    c = Consumer(settings.consumer_config(f"t-read-{uuid.uuid4().hex[:8]}"))
-    out: list[tuple[bytes, bytes]] = []
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        ends = {p: hi for p, hi in ends.items() if hi > 0}
-        c.assign([TopicPartition(topic, p, 0) for p in ends])
-        pos = dict.fromkeys(ends, 0)
-        while any(pos[p] < hi for p, hi in ends.items()):
-            for m in c.consume(500, timeout=1.0):
-                assert m.error() is None, m.error()
-                pos[m.partition()] = m.offset() + 1
-                out.append((m.key(), m.value()))
-    finally:
-        c.close()
-    return out
+    with LogReader(settings, topic, name="t-read") as r:
+        return [(m.key(), m.value()) for m in r.records(r.topic_ranges())]
 
 
 # -- 2. the determinism guard -------------------------------------------------------------------

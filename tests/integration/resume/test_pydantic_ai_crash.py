@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from processors.demo.run import wait_lease_gone
-from processors.faults.points import boundaries, crash_points
 from processors.inspect import run_history
 from processors.resume import Resumer
 from producers import LocalArtifactStore
 from schemas import EventType, RunEvent, Settings
+from tests.faults.machinery.points import boundaries, crash_points
 from tests.integration.resume._pydantic_ai_agent import (
     LOOKUP_TOOL,
     MODEL_TOOL,

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import Schema
 
 from processors.audit import AuditOptions, audit
@@ -31,8 +30,9 @@ from processors.inspect import runs_from_log
 from processors.resume import Resumer
 from producers import DictInputSource, Runner
 from projections import RawRecord, RedisStore, RunStatus, decode_records
+from projections.log_reader import read_topic
 from projections.rebuild import rebuild
-from schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, Topics, load_schema
+from schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, load_schema
 from schemas.registry import registry_client
 from tests.conftest import ROOT
 from tests.integration.resume._toy import crash, toy
@@ -67,22 +67,8 @@ def registry_url() -> Iterator[str]:
 
 def _records(settings: Settings) -> list[RawRecord]:
     """Every record of the events topic, by partition and offset."""
-    topic = Topics.of(settings).events
-    c = Consumer(settings.consumer_config(f"t-read-{uuid.uuid4().hex[:8]}"))
-    out: list[RawRecord] = []
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        ends = {p: hi for p, hi in ends.items() if hi > 0}
-        c.assign([TopicPartition(topic, p, 0) for p in ends])
-        pos = dict.fromkeys(ends, 0)
-        while any(pos[p] < hi for p, hi in ends.items()):
-            for m in c.consume(500, timeout=1.0):
-                assert m.error() is None, m.error()
-                pos[m.partition()] = m.offset() + 1
-                out.append(RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()))
-    finally:
-        c.close()
+    out = [RawRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value())
+           for batch in read_topic(settings) for m in batch]
     return sorted(out, key=lambda r: (r.partition, r.offset))
 
 

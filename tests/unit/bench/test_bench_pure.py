@@ -1,16 +1,22 @@
-"""The bench's pure parts: synthetic histories fold cleanly, statistics, the PNG writer, the target check."""
+"""The bench's pure parts: synthetic histories fold cleanly, statistics, the target check, the topic
+specs, the plot."""
 
 from __future__ import annotations
 
 import math
 import struct
-import zlib
+import sys
+from pathlib import Path
 
-from processors.bench import SIZES, Panel, encode_png, line_chart, targets_met
+import pytest
+
+from processors.bench import SIZES, PlotUnavailable, plot_result, targets_met
+from processors.bench._env import raw_topic_spec, replication_mismatch
 from processors.bench._events import CYCLE, history, median, percentile, ratio
+from processors.cli import main
 from projections import OutcomeKind, fold
 from projections._state import RunStatus
-from schemas import Codec, EventType
+from schemas import Codec, EventType, Settings, Topics
 
 
 def test_history_is_a_valid_run_with_a_checkpoint_every_cycle() -> None:
@@ -49,38 +55,6 @@ def test_statistics() -> None:
     assert math.isnan(ratio(1.0, 0.0))
 
 
-def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    out, i = [], 8
-    while i < len(png):
-        (n,) = struct.unpack(">I", png[i:i + 4])
-        kind, data = png[i + 4:i + 8], png[i + 8:i + 8 + n]
-        (crc,) = struct.unpack(">I", png[i + 8 + n:i + 12 + n])
-        assert crc == zlib.crc32(kind + data)
-        out.append((kind, data))
-        i += 12 + n
-    return out
-
-
-def test_png_is_well_formed() -> None:
-    png = encode_png(2, 1, [b"\xff\x00\x00\x00\xff\x00"])
-    chunks = _chunks(png)
-    assert [k for k, _ in chunks] == [b"IHDR", b"IDAT", b"IEND"]
-    assert struct.unpack(">II", chunks[0][1][:8]) == (2, 1)
-    assert zlib.decompress(chunks[1][1]) == b"\x00\xff\x00\x00\x00\xff\x00"
-
-
-def test_line_chart_draws_its_series() -> None:
-    blank = line_chart([Panel("t", {}, "ms")], width=200, height=120)
-    series = {"a": [(20.0, 1.0), (1000.0, 3.0), (100_000.0, 2.0)]}
-    drawn = line_chart([Panel("t", series, "ms")], width=200, height=120)
-    raw = zlib.decompress(_chunks(drawn)[1][1])
-    assert struct.unpack(">II", _chunks(drawn)[0][1][:8]) == (200, 120)
-    assert len(raw) == 120 * (1 + 3 * 200)
-    assert bytes((31, 119, 180)) in raw  # the first series' colour
-    assert bytes((31, 119, 180)) not in zlib.decompress(_chunks(blank)[1][1])
-
-
 def test_targets_met_reports_the_miss_factor() -> None:
     t = targets_met({"append_ratio": 0.4, "intent_latency_ratio": 1.0, "projector_ratio": 0.6,
                      "lag_p99_ms": 100.0, "resume_tail_ratio": 1.5, "rebuild_ratio": math.nan})
@@ -96,3 +70,97 @@ def test_sizes_grow_from_tiny_to_full() -> None:
     assert SIZES["tiny"].append_events < SIZES["quick"].append_events < SIZES["full"].append_events
     assert SIZES["full"].scale_runs == 10_000
     assert SIZES["full"].projector_marks == (100_000, 1_000_000)
+
+
+def test_raw_baseline_topic_is_replicated_like_the_events_topic() -> None:
+    s = Settings(kafka_bootstrap_servers="unused:1", redis_url="redis://unused:1/0",
+                 topic_prefix="bench-t-a.", replication_factor=3, min_insync_replicas=2, partitions=6)
+    spec = raw_topic_spec(s, "raw.events")
+    events = next(t for t in Topics.of(s).specs(s) if t.name == Topics.of(s).events)
+    assert spec.name == "bench-t-a.raw.events"
+    assert (spec.partitions, spec.replication_factor) == (6, 3)
+    assert spec.config["min.insync.replicas"] == "2"
+    assert dict(spec.config) == dict(events.config)
+
+
+def _info(rf: int, isr: int, broker_rf: int | None, broker_isr: int | None) -> dict[str, object]:
+    return {"bootstrap_servers": "b:1", "brokers": 3, "replication_factor": rf, "min_insync_replicas": isr,
+            "broker_default_replication_factor": broker_rf, "broker_min_insync_replicas": broker_isr}
+
+
+def test_a_bench_weaker_than_the_brokers_defaults_is_refused() -> None:
+    msg = replication_mismatch(_info(1, 1, 3, 2))
+    assert msg is not None and "RUNLOG_REPLICATION_FACTOR=3 RUNLOG_MIN_INSYNC_REPLICAS=2" in msg
+    assert replication_mismatch(_info(3, 1, 3, 2)) is not None  # min.insync.replicas weaker
+    assert replication_mismatch(_info(3, 2, 3, 2)) is None
+    assert replication_mismatch(_info(1, 1, 1, 1)) is None  # the single broker
+    assert replication_mismatch(_info(1, 1, None, None)) is None  # broker configs not describable
+
+
+RESULT = {
+    "size": "tiny",
+    "machine": {"cpus": 2, "python": "3.11.7"},
+    "resume": {"points": [
+        {"events": 20, "rebuild_events_per_s": 900.0, "plan_ms": 8.1, "resume_ms": 30.0},
+        {"events": 1_000, "rebuild_events_per_s": 9_000.0, "plan_ms": 8.4, "resume_ms": 33.5},
+        {"events": 100_020, "rebuild_events_per_s": 14_000.0, "plan_ms": 8.9, "resume_ms": 36.0},
+    ]},
+}
+
+
+def test_plot_is_a_png_of_both_panels(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "sub" / "bench.png"
+    assert plot_result(RESULT, str(path)) == str(path)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])  # IHDR
+    assert (width, height) == (1210, 462)  # 11 x 4.2 inches at 110 dpi
+    assert len(data) > 30_000  # titles, labels, legends and three lines, not an empty frame
+
+
+def _without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+
+
+def test_plot_without_the_extra_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    _without_matplotlib(monkeypatch)
+    with pytest.raises(PlotUnavailable, match=r"runlog\[plot\]"):
+        plot_result(RESULT, str(tmp_path / "x.png"))
+    # the CLI says so in one line before measuring anything (no broker is reachable here)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    assert main(["bench", "--size", "tiny", "--only", "resume", "--quiet",
+                 "--plot", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'runlog[plot]'" in err and "Traceback" not in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_raw_baselines_read_the_avro_body_of_either_framing() -> None:
+    from processors.bench._write import avro_body
+
+    ev = next(history("run-x", 1, 1))
+    single = Codec().encode(ev)
+    body = single[10:]
+    registry = b"\x00" + (7).to_bytes(4, "big") + body  # the Schema Registry wire format, schema id 7
+    assert avro_body(single) == avro_body(registry) == body
+
+
+def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from processors._cmd_bench import DEFAULT_PLOT, _plot_path
+
+    assert _plot_path("", ["resume"]) is None
+    assert _plot_path("p.png", ["append"]) == "p.png"
+    assert _plot_path(None, ["append"]) is None  # nothing to plot: no note either
+    pytest.importorskip("matplotlib")
+    assert _plot_path(None, ["append", "resume"]) == DEFAULT_PLOT
+    assert capsys.readouterr().err == ""
+    _without_matplotlib(monkeypatch)
+    assert _plot_path(None, ["append", "resume"]) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runlog[plot]" in err

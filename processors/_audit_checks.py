@@ -1,0 +1,271 @@
+"""The audit's checks: :class:`Auditor`, fed the events topic's records in log order, folds every
+run with the one fold and records each finding (the kinds and what they mean are described in
+:mod:`processors.audit`); :meth:`Auditor.finish` runs the checks that need the whole range (open
+intents, effects executed twice, checkpoint artifacts, the projection's anchors). No I/O but the
+artifact store's reads in :meth:`~Auditor.finish`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from processors._audit_report import (
+    AuditOptions,
+    AuditReport,
+    Finding,
+    RunAnchors,
+    RunAudit,
+    effect_dict,
+)
+from producers import LocalArtifactStore
+from projections import OutcomeKind, RunState, RunStatus, fold
+from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent
+
+__all__ = ["Auditor"]
+
+_WHY = {
+    "stale_epoch": "fenced: written at an epoch below the run's current one (a writer whose lease "
+                   "was taken over)",
+    "lease_epoch_not_higher": "fenced: LEASE_ACQUIRED without a strictly higher epoch",
+    "seq_gap": "out of order: seq skips ahead of the run's last accepted seq (a gap in the log)",
+    "seq_replayed": "out of order: seq already taken by a different event",
+}
+
+
+class Auditor:
+    """The checks, as a plain object fed records in log order (no I/O until :meth:`finish`)."""
+
+    def __init__(self, topic: str, options: AuditOptions | None = None, *,
+                 codec: Codec | None = None, anchors: Mapping[str, RunAnchors] | None = None) -> None:
+        """``anchors``: the projection's, read before the records (:func:`load_anchors`); None: not
+        checked."""
+        self.options = options or AuditOptions()
+        self.codec = codec or Codec()
+        self.report = AuditReport(topic, self.options)
+        self.anchors = anchors
+        self.report.anchors_checked = anchors is not None
+        self._results: dict[str, list[tuple[str, int]]] = {}
+
+    def feed(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """One record of the events topic."""
+        rep = self.report
+        rep.records += 1
+        run_key = key.decode("utf-8", "replace") if key is not None else ""
+        if self.options.run_id is not None and run_key != self.options.run_id:
+            return
+        try:
+            ev = self.codec.decode(value or b"", RunEvent)
+        except DecodeError as err:
+            rep.undecodable += 1
+            rep.findings.append(Finding(run_key, "undecodable", f"offset {partition}:{offset}: "
+                                        f"{err.reason}: {err}", None, offset))
+            return
+        rep.events += 1
+        run = rep.runs.get(ev.run_id)
+        if run is None:
+            run = rep.runs[ev.run_id] = RunAudit(ev.run_id, partition)
+            if self.options.ranged and ev.seq > 1:
+                run.partial = True
+                epoch = ev.epoch - 1 if ev.type is EventType.LEASE_ACQUIRED else ev.epoch
+                run.state = RunState(run_id=ev.run_id, status=RunStatus.RUNNING, last_seq=ev.seq - 1,
+                                     epoch=epoch, last_hash=ev.prev_hash)
+        before = run.state
+        expected = before.last_hash if before is not None else None
+        state, out = fold(before, ev, (partition, offset))
+        run.state = state
+        entry = _entry(ev, partition, offset, out.kind.value, out.reason)
+        run.events.append(entry)
+        if out.kind is OutcomeKind.DUPLICATE:
+            rep.duplicates += 1
+            return
+        if out.rejected:
+            rep.rejected_events += 1
+            reason = out.reason or "rejected"
+            self._find(run, "rejected_event",
+                       f"seq {ev.seq} epoch {ev.epoch} {ev.type.value} at offset {partition}:{offset} "
+                       f"rejected ({reason}): {_WHY.get(reason, reason)}; the run was at seq "
+                       f"{before.last_seq if before else 0} epoch {before.epoch if before else 0}",
+                       ev.seq, offset)
+            return
+        entry["hash"] = state.last_hash
+        if ev.prev_hash != expected:
+            self._chain_break(run, ev, expected, offset)
+        if out.checkpoint is not None:
+            cp = out.checkpoint
+            run.checkpoints.append({"checkpoint_id": cp.checkpoint_id, "stage": cp.stage,
+                                    "last_seq": cp.last_seq, "offset": cp.offset,
+                                    "next_stage": cp.next_stage,
+                                    "artifacts": [{"uri": a.uri, "sha256": a.sha256, "size": a.size,
+                                                   "media_type": a.media_type} for a in cp.artifacts]})
+            for a in cp.artifacts:
+                run._artifacts.append((cp.checkpoint_id, cp.last_seq, a))
+        if ev.type is EventType.EFFECT_RESULT and ev.delivery_key is not None:
+            self._results.setdefault(ev.delivery_key, []).append((ev.run_id, ev.seq))
+        if ev.type is EventType.CALL_DIVERGED:
+            attrs = ev.attributes
+            was = _short(attrs.get("recorded_request_hash") or None)
+            cid = attrs.get("recorded_call_id") or ev.call_id
+            self._find(run, "diverged",
+                       f"call {cid} diverged at seq {ev.seq}: recorded "
+                       f"{attrs.get('recorded_tool') or '?'} request {was}, resumed code called {ev.tool} "
+                       f"request {_short(ev.request_hash)}", ev.seq, offset)
+
+    def _find(self, run: RunAudit, kind: str, detail: str, seq: int | None, offset: int | None) -> None:
+        f = Finding(run.run_id, kind, detail, seq, offset)
+        run.findings.append(f)
+        self.report.findings.append(f)
+
+    def _chain_break(self, run: RunAudit, ev: RunEvent, expected: str | None, offset: int) -> None:
+        k = ev.seq - 1
+        if ev.prev_hash is None:
+            detail = (f"chain cut after seq {k}: seq {ev.seq} carries no prev_hash, seq {k} hashes to "
+                      f"{_short(expected)}")
+        elif expected is None:
+            k = ev.seq
+            detail = (f"seq {ev.seq} records prev_hash {_short(ev.prev_hash)} but no earlier event is "
+                      "on the log: history before it was cut")
+        else:
+            detail = (f"chain broken at seq {k}: seq {ev.seq} records prev_hash {_short(ev.prev_hash)}, "
+                      f"seq {k} hashes to {_short(expected)} (seq {k} was rewritten after seq {ev.seq} "
+                      "was written)")
+        self._find(run, "hash_chain", detail, k, offset)
+
+    def finish(self, store: LocalArtifactStore | None = None) -> AuditReport:
+        """Checks that need the whole range: open intents, effects executed twice, artifacts."""
+        verified: dict[tuple[str, str], str | None] = {}
+        for run in self.report.runs.values():
+            s = run.state
+            if s is None:
+                continue
+            for eff in s.open_intents:
+                d = {**effect_dict(eff), "run_status": s.status.value}
+                run.open_intents.append(d)
+                if s.status is not RunStatus.RUNNING:
+                    self._find(run, "open_effect",
+                               f"effect intent at seq {eff.seq} ({eff.tool or '?'} {eff.call_id or ''} -> "
+                               f"{eff.target}, delivery key {eff.delivery_key[:16]}) has no result or "
+                               f"reconcile, and the run is {s.status.value}", eff.seq, None)
+            if store is not None and self.options.check_artifacts:
+                seen: set[tuple[str, str]] = set()
+                for cp_id, cp_seq, a in run._artifacts:
+                    k = (a.uri, a.sha256)
+                    if k in seen:
+                        continue
+                    seen.add(k)
+                    if k not in verified:
+                        verified[k] = _verify(store, a)
+                    problem = verified[k]
+                    if problem is not None:
+                        self._find(run, "checkpoint_artifact",
+                                   f"checkpoint {cp_id}: artifact {a.sha256[:16]} ({a.media_type}, "
+                                   f"{a.uri}) {problem}", cp_seq, None)
+        for dk, results in self._results.items():
+            runs = sorted({r for r, _ in results})
+            if len(runs) > 1:
+                self.report.shared_delivery_keys[dk] = runs
+            for i, (run_id, seq) in enumerate(results):
+                first = next(s for r, s in results[:i + 1] if r == run_id)
+                if first != seq:
+                    self._find(self.report.runs[run_id], "effect_twice",
+                               f"delivery key {dk[:16]} has another EFFECT_RESULT at seq {seq} (first at "
+                               f"seq {first}): the effect was executed twice", seq, None)
+        if self.anchors is not None:
+            self._check_anchors(self.anchors)
+        return self.report
+
+    def _check_anchors(self, anchors: Mapping[str, RunAnchors]) -> None:
+        o = self.options
+        for run in list(self.report.runs.values()):
+            run.anchor = self._anchor_of(run, anchors.get(run.run_id))
+        if o.ranged or not o.to_the_end:
+            return  # a run with no event in a range may have all of them outside it
+        for run_id, ra in anchors.items():
+            if (run_id in self.report.runs or (o.run_id is not None and run_id != o.run_id)
+                    or not ra.anchors):  # projected before hashes: nothing to hold the log to
+                continue
+            run = self.report.runs[run_id] = RunAudit(run_id, ra.partition)
+            top = max(ra.anchors, key=lambda a: a.seq)
+            run.anchor = {"status": "truncated", "seq": top.seq, "hash": top.hash, "source": top.source,
+                          "projected_seq": ra.last_seq, "log_last_seq": 0}
+            self._find(run, "truncated",
+                       f"no event of this run is on the log, but the projection accepted it up to seq "
+                       f"{top.seq} (hash {_short(top.hash)}, {top.source}): the run's events were lost "
+                       "from the log, or the projection was folded from another log", 1, None)
+
+    def _anchor_of(self, run: RunAudit, ra: RunAnchors | None) -> dict[str, Any]:
+        """Check one run's replayed chain against its anchors; the run's ``anchor`` entry."""
+        last = run.state.last_seq if run.state is not None else 0
+        if ra is None:
+            return {"status": "not_projected", "log_last_seq": last}
+        base: dict[str, Any] = {"projected_seq": ra.last_seq, "log_last_seq": last}
+        if not ra.anchors:
+            return {"status": "no_anchor", **base}
+        replayed = {e["seq"]: e["hash"] for e in run.events
+                    if e["outcome"] == OutcomeKind.ACCEPTED.value and "hash" in e}
+        beyond = sorted((a for a in ra.anchors if a.seq > last), key=lambda a: -a.seq)
+        wrong = sorted((a for a in ra.anchors if a.seq in replayed and replayed[a.seq] != a.hash),
+                       key=lambda a: a.seq)
+        checked = [a for a in ra.anchors if a.seq in replayed]
+        top = max(ra.anchors, key=lambda a: a.seq)
+        entry = {"seq": top.seq, "hash": top.hash, "source": top.source, "checked": len(checked), **base}
+        status = "ok" if checked else "unchecked"
+        if beyond and self.options.to_the_end:
+            status = "truncated"
+            a = beyond[0]
+            self._find(run, "truncated",
+                       f"the log ends at seq {last}, but the projection accepted seq {a.seq} (hash "
+                       f"{_short(a.hash)}, {a.source}): seq {last + 1}..{a.seq} are missing from the log "
+                       "(its tail was cut), or the projection was folded from another log", last + 1, None)
+        if wrong:
+            status = "mismatch" if status != "truncated" else status
+            a = wrong[0]
+            more = f"; {len(wrong) - 1} later anchor(s) differ too" if len(wrong) > 1 else ""
+            self._find(run, "anchor_mismatch",
+                       f"seq {a.seq} on the log hashes to {_short(replayed[a.seq])}, but the projection "
+                       f"accepted {_short(a.hash)} at that seq ({a.source}): the event was changed after "
+                       f"it was projected{more}", a.seq, None)
+        return {"status": status, **entry}
+
+
+def _verify(store: LocalArtifactStore, a: ArtifactRef) -> str | None:
+    try:
+        store.verify(a)
+    except ArtifactError as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _short(h: str | None) -> str:
+    return "null" if h is None else h[:16]
+
+
+def _entry(ev: RunEvent, partition: int, offset: int, outcome: str, reason: str | None) -> dict[str, Any]:
+    d: dict[str, Any] = {"seq": ev.seq, "epoch": ev.epoch, "type": ev.type.value, "stage": ev.stage,
+                         "partition": partition, "offset": offset, "outcome": outcome, "reason": reason,
+                         "occurred_at": ev.occurred_at}
+    for k in ("call_id", "tool", "delivery_key", "external_id", "target"):
+        v = getattr(ev, k)
+        if v is not None:
+            d[k] = v
+    if ev.replay_policy is not None:
+        d["policy"] = ev.replay_policy.value
+    if ev.type is EventType.VERIFIED:
+        d["passed"] = all(r.passed for r in ev.verification)
+        d["rules"] = [r.rule for r in ev.verification]
+        d["artifacts"] = len(ev.artifact_refs)
+    if ev.error is not None:
+        d["error"] = f"{ev.error.kind}: {ev.error.message}"
+    if ev.type is EventType.LEASE_ACQUIRED:
+        d["writer"] = ev.attributes.get("writer")
+    a = ev.attributes
+    who = a.get("by") or a.get("operator")
+    if who:  # an operator's event: who acted and why (``reason`` unless the fold gave one)
+        d["by"] = who
+        if a.get("reason"):
+            d["why"] = a["reason"]
+            if d["reason"] is None:
+                d["reason"] = a["reason"]
+        for k in ("decision", "action"):
+            if a.get(k):
+                d[k] = a[k]
+    return d

@@ -1,0 +1,165 @@
+"""Client configuration built from the settings, in one place: librdkafka's (producers, consumers,
+admin clients, with pass-through security and its log lines routed to Python logging), the Schema
+Registry client's, and redis-py's keyword arguments. :class:`ClientConfig` is a base of
+:class:`~schemas.settings.Settings`, which holds the values these methods read; the results hold
+credentials and are never logged."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from schemas.errors import ConfigError
+
+__all__ = ["KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig"]
+
+#: librdkafka's log lines (every client built from :meth:`ClientConfig.kafka_common`), as Python logging
+#: records: ``FAIL [rdkafka#consumer-1] [thrd:...]: ...`` at the matching level (3 ERROR, 4 WARNING,
+#: 5-6 INFO, 7 DEBUG). Configure this logger to see or silence them; it never prints a credential
+#: librdkafka would not print itself.
+KAFKA_LOG = logging.getLogger("librdkafka")
+
+
+def _close_time_noise(text: str) -> bool:
+    """A librdkafka line that reports no failure: a SASL exchange cut short because the client is
+    being destroyed, or answered after its connection was already down (a clean close of a client
+    against a SASL broker, librdkafka issues #5003 and confluent-kafka-python #1780). A real
+    authentication failure names the state it failed in (``AUTH_REQ``...), never ``DOWN``."""
+    return "SASL authentication error" in text and (
+        "Broker handle destroyed" in text or "in state DOWN)" in text)
+
+
+class _KafkaNoise(logging.Filter):
+    """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and _close_time_noise(record.getMessage()):
+            if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+if not any(isinstance(f, _KafkaNoise) for f in KAFKA_LOG.filters):
+    KAFKA_LOG.addFilter(_KafkaNoise())
+
+
+#: Schema Registry client settings (confluent-kafka's ``SchemaRegistryClient``) that
+#: ``RUNLOG_SCHEMA_REGISTRY_<KEY>`` passes through; the numeric ones are handed over as numbers.
+SCHEMA_REGISTRY_KEYS: frozenset[str] = frozenset({
+    "basic.auth.user.info", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "ssl.key.password", "proxy", "bearer.auth.credentials.source", "bearer.auth.token",
+    "bearer.auth.logical.cluster", "bearer.auth.identity.pool.id", "bearer.auth.client.id",
+    "bearer.auth.client.secret", "bearer.auth.scope", "bearer.auth.issuer.endpoint.url",
+    "bearer.auth.issuer.endpoint.query",
+    "timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
+    "cache.latest.ttl.sec",
+})
+SR_NUMERIC = frozenset({"timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
+                         "cache.latest.ttl.sec"})
+
+
+class ClientConfig:
+    """The client configuration methods of :class:`~schemas.settings.Settings` (the attributes
+    below are its fields)."""
+
+    kafka_bootstrap_servers: str
+    kafka_extra: Mapping[str, str]
+    topic_prefix: str
+    schema_registry_url: str | None
+    schema_registry_extra: Mapping[str, str]
+    redis_url: str
+    redis_username: str | None
+    redis_password: str | None
+    redis_ssl_ca_certs: str | None
+    redis_ssl_ca_pem: str | None
+    redis_ssl_certfile: str | None
+    redis_ssl_keyfile: str | None
+    redis_ssl_key_password: str | None
+    redis_ssl_check_hostname: bool
+
+    def group_id(self, name: str) -> str:
+        """The consumer group id for ``name``: ``<topic_prefix><name>``, so a tenant's ACLs can be
+        scoped to its prefix (group ids as well as topics). Every group Runlog joins or reads
+        offsets of is named through here (:meth:`consumer_config` applies it too); a name that
+        already starts with the prefix is kept as it is, and with no prefix every name is unchanged."""
+        p = self.topic_prefix
+        return name if not p or name.startswith(p) else p + name
+
+    def kafka_common(self) -> dict[str, Any]:
+        """librdkafka settings shared by every client: servers plus pass-through security.
+
+        librdkafka's own log lines go to the ``librdkafka`` Python logger (:data:`KAFKA_LOG`)
+        instead of straight to stderr, served by the client's poll calls; known close-time noise
+        is demoted to DEBUG there. With ``RUNLOG_KAFKA_DEBUG`` set, librdkafka prints to stderr
+        itself, as asked."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        if "debug" not in self.kafka_extra:
+            conf["logger"] = KAFKA_LOG
+        conf.update(self.kafka_extra)
+        return conf
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        """An idempotent, acks=all producer: no acknowledged event is lost or duplicated."""
+        conf = self.kafka_common()
+        conf.update(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "message.timeout.ms": 120_000,
+                "partitioner": "murmur2_random",
+            }
+        )
+        conf.update(overrides)
+        return conf
+
+    def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
+        """A consumer that commits only what it has processed (at-least-once), in the group
+        :meth:`group_id` (``group_id``) names."""
+        conf = self.kafka_common()
+        conf.update(
+            {
+                "group.id": self.group_id(group_id),
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        conf.update(overrides)
+        return conf
+
+    def admin_config(self) -> dict[str, Any]:
+        return self.kafka_common()
+
+    def schema_registry_config(self) -> dict[str, Any]:
+        """Configuration of confluent-kafka's ``SchemaRegistryClient``: the URL plus every
+        ``RUNLOG_SCHEMA_REGISTRY_<KEY>`` setting (numbers as numbers). Holds credentials: never log it.
+
+        Raises:
+            ConfigError: ``RUNLOG_SCHEMA_REGISTRY_URL`` is not set.
+        """
+        if not self.schema_registry_url:
+            raise ConfigError("RUNLOG_SCHEMA_REGISTRY_URL is not set")
+        conf: dict[str, Any] = {"url": self.schema_registry_url}
+        for k, v in self.schema_registry_extra.items():
+            conf[k] = (float(v) if "." in v else int(v)) if k in SR_NUMERIC else v
+        return conf
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``redis.Redis.from_url(self.redis_url, **kwargs)``."""
+        kw: dict[str, Any] = {"decode_responses": False}
+        if self.redis_username:
+            kw["username"] = self.redis_username
+        if self.redis_password:
+            kw["password"] = self.redis_password
+        if self.redis_url.startswith("rediss://"):
+            kw["ssl_check_hostname"] = self.redis_ssl_check_hostname
+            tls = {"ssl_ca_certs": self.redis_ssl_ca_certs, "ssl_ca_data": self.redis_ssl_ca_pem,
+                   "ssl_certfile": self.redis_ssl_certfile, "ssl_keyfile": self.redis_ssl_keyfile,
+                   "ssl_password": self.redis_ssl_key_password}
+            kw.update({k: v for k, v in tls.items() if v})
+        return kw

@@ -1,0 +1,172 @@
+"""The environment Runlog reads: every variable with its default and meaning (:data:`ENV_VARS`,
+the README's configuration table), parsed into the values of
+:class:`~schemas.settings.Settings`' fields (:func:`values_from_env`) and written back from them
+(:func:`env_from_values`, for a child process's environment)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schemas.errors import ConfigError
+
+__all__ = ["ENV_VARS", "env_from_values", "values_from_env"]
+
+#: (variable, default, meaning) for every environment variable Runlog reads.
+ENV_VARS: tuple[tuple[str, str, str], ...] = (
+    ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers (host:port,...)"),
+    ("REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL (redis:// or rediss://, may carry AUTH;"
+     " redis+cluster://host:port[,host:port...] or rediss+cluster://...: a Redis Cluster)"),
+    ("RUNLOG_TOPIC_PREFIX", "", "prefix put before every topic name, e.g. `prod.`"),
+    ("RUNLOG_REDIS_PREFIX", "runlog", "first segment of every Redis key"),
+    ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects and resume topics"),
+    ("RUNLOG_REPLICATION_FACTOR", "1", "replication factor of created topics"),
+    ("RUNLOG_MIN_INSYNC_REPLICAS", "1", "min.insync.replicas of created topics"),
+    ("RUNLOG_EVENTS_RETENTION_MS", "-1", "retention.ms of the events topic (-1: keep forever)"),
+    ("RUNLOG_SCHEMA_REGISTRY_URL", "", "Schema Registry URL (http(s)://..., several comma-separated; `mock://NAME`:"
+     " an in-process one); when set, records are written in its wire format and both framings are read"),
+    ("RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", "true", "writers register a record's schema on first use"
+     " (`false`: they only look its id up, so `runlog schemas register` must have run)"),
+    ("RUNLOG_SCHEMA_REGISTRY_<KEY>", "", "a Schema Registry client setting, e.g."
+     " RUNLOG_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:secret sets basic.auth.user.info;"
+     " ..._SSL_CA_LOCATION, ..._SSL_CERTIFICATE_LOCATION, ..._SSL_KEY_LOCATION, ..._SSL_KEY_PASSWORD,"
+     " ..._BEARER_AUTH_CREDENTIALS_SOURCE, ..._BEARER_AUTH_TOKEN, ..._TIMEOUT, ..._MAX_RETRIES, ..."),
+    ("RUNLOG_ARTIFACT_ROOT", ".runlog/artifacts", "root directory of the local artifact store"),
+    ("RUNLOG_LEASE_TTL_MS", "15000", "how long a writer's lease lives without a heartbeat"),
+    ("RUNLOG_MAX_RECORD_BYTES", "1000000", "largest encoded record accepted"),
+    ("RUNLOG_METRICS_PORT", "9464", "Prometheus metrics port of the projector (0: off)"),
+    ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
+     " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
+    ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
+    ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
+     " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),
+    ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
+    ("RUNLOG_REDIS_USERNAME", "", "Redis ACL user (instead of putting it in REDIS_URL)"),
+    ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
+    ("RUNLOG_REDIS_SSL_CA_CERTS", "", "rediss:// only: CA file (PEM) that verifies the Redis server"
+     " (unset: the system CAs)"),
+    ("RUNLOG_REDIS_SSL_CA_PEM", "", "rediss:// only: the CA certificate(s) inline, PEM text"),
+    ("RUNLOG_REDIS_SSL_CERTFILE", "", "rediss:// only: client certificate (PEM) for mutual TLS"),
+    ("RUNLOG_REDIS_SSL_KEYFILE", "", "rediss:// only: private key (PEM) of the client certificate"),
+    ("RUNLOG_REDIS_SSL_KEY_PASSWORD", "", "rediss:// only: passphrase of an encrypted client key"),
+    ("RUNLOG_REDIS_SSL_CHECK_HOSTNAME", "true", "rediss:// only: `false` skips matching the server"
+     " certificate to the host name (the chain is still verified)"),
+    ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
+     " where the process kills itself with SIGKILL (off when empty)"),
+    ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
+    ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
+     " pages still readable)"),
+)
+
+_SR_OWN = ("RUNLOG_SCHEMA_REGISTRY_URL", "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER")
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
+    """The settings' field values that the variables in ``e`` give (unset or empty: the default).
+
+    Raises:
+        ConfigError: a number or a flag that is not one.
+    """
+    extra = {
+        k[len("RUNLOG_KAFKA_"):].lower().replace("_", "."): v
+        for k, v in e.items()
+        if k.startswith("RUNLOG_KAFKA_") and v
+    }
+    sr_extra = {
+        k[len("RUNLOG_SCHEMA_REGISTRY_"):].lower().replace("_", "."): v
+        for k, v in e.items()
+        if k.startswith("RUNLOG_SCHEMA_REGISTRY_") and k not in _SR_OWN and v
+    }
+    return dict(
+        kafka_bootstrap_servers=e.get("KAFKA_BOOTSTRAP_SERVERS") or "127.0.0.1:19092",
+        redis_url=e.get("REDIS_URL") or "redis://127.0.0.1:16379/0",
+        topic_prefix=e.get("RUNLOG_TOPIC_PREFIX", ""),
+        redis_prefix=e.get("RUNLOG_REDIS_PREFIX") or "runlog",
+        partitions=_int(e, "RUNLOG_PARTITIONS", 12),
+        replication_factor=_int(e, "RUNLOG_REPLICATION_FACTOR", 1),
+        min_insync_replicas=_int(e, "RUNLOG_MIN_INSYNC_REPLICAS", 1),
+        events_retention_ms=_int(e, "RUNLOG_EVENTS_RETENTION_MS", -1),
+        schema_registry_url=e.get("RUNLOG_SCHEMA_REGISTRY_URL") or None,
+        schema_registry_auto_register=_bool(e, "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", True),
+        schema_registry_extra=sr_extra,
+        artifact_root=e.get("RUNLOG_ARTIFACT_ROOT") or ".runlog/artifacts",
+        lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
+        max_record_bytes=_int(e, "RUNLOG_MAX_RECORD_BYTES", 1_000_000),
+        metrics_port=_int(e, "RUNLOG_METRICS_PORT", 9464),
+        kafka_extra=extra,
+        redis_username=e.get("RUNLOG_REDIS_USERNAME") or None,
+        redis_password=e.get("RUNLOG_REDIS_PASSWORD") or None,
+        redis_ssl_ca_certs=e.get("RUNLOG_REDIS_SSL_CA_CERTS") or None,
+        redis_ssl_ca_pem=e.get("RUNLOG_REDIS_SSL_CA_PEM") or None,
+        redis_ssl_certfile=e.get("RUNLOG_REDIS_SSL_CERTFILE") or None,
+        redis_ssl_keyfile=e.get("RUNLOG_REDIS_SSL_KEYFILE") or None,
+        redis_ssl_key_password=e.get("RUNLOG_REDIS_SSL_KEY_PASSWORD") or None,
+        redis_ssl_check_hostname=_bool(e, "RUNLOG_REDIS_SSL_CHECK_HOSTNAME", True),
+        demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
+        resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
+        sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
+        fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
+        console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
+    )
+
+
+def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
+    """The variables that give the field values ``f`` back (:func:`values_from_env`'s inverse)."""
+    env: dict[str, str] = {
+        "KAFKA_BOOTSTRAP_SERVERS": f["kafka_bootstrap_servers"],
+        "REDIS_URL": f["redis_url"],
+        "RUNLOG_TOPIC_PREFIX": f["topic_prefix"],
+        "RUNLOG_REDIS_PREFIX": f["redis_prefix"],
+        "RUNLOG_PARTITIONS": str(f["partitions"]),
+        "RUNLOG_REPLICATION_FACTOR": str(f["replication_factor"]),
+        "RUNLOG_MIN_INSYNC_REPLICAS": str(f["min_insync_replicas"]),
+        "RUNLOG_EVENTS_RETENTION_MS": str(f["events_retention_ms"]),
+        "RUNLOG_ARTIFACT_ROOT": f["artifact_root"],
+        "RUNLOG_LEASE_TTL_MS": str(f["lease_ttl_ms"]),
+        "RUNLOG_MAX_RECORD_BYTES": str(f["max_record_bytes"]),
+        "RUNLOG_METRICS_PORT": str(f["metrics_port"]),
+        "RUNLOG_RESUMER_GROUP": f["resumer_group"],
+        "RUNLOG_SWEEP_INTERVAL_MS": str(f["sweep_interval_ms"]),
+        "RUNLOG_FAULT_REPORT": f["fault_report"],
+        "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if f["redis_ssl_check_hostname"] else "false",
+        "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if f["schema_registry_auto_register"] else "false",
+    }
+    optional = {
+        "RUNLOG_SCHEMA_REGISTRY_URL": f["schema_registry_url"],
+        "RUNLOG_DEMO_WORLD_URL": f["demo_world_url"],
+        "RUNLOG_REDIS_USERNAME": f["redis_username"],
+        "RUNLOG_REDIS_PASSWORD": f["redis_password"],
+        "RUNLOG_REDIS_SSL_CA_CERTS": f["redis_ssl_ca_certs"],
+        "RUNLOG_REDIS_SSL_CA_PEM": f["redis_ssl_ca_pem"],
+        "RUNLOG_REDIS_SSL_CERTFILE": f["redis_ssl_certfile"],
+        "RUNLOG_REDIS_SSL_KEYFILE": f["redis_ssl_keyfile"],
+        "RUNLOG_REDIS_SSL_KEY_PASSWORD": f["redis_ssl_key_password"],
+        "RUNLOG_CONSOLE_TOKEN": f["console_token"],
+    }
+    env.update({k: v for k, v in optional.items() if v})
+    for key, value in f["kafka_extra"].items():
+        env["RUNLOG_KAFKA_" + key.upper().replace(".", "_")] = value
+    for key, value in f["schema_registry_extra"].items():
+        env["RUNLOG_SCHEMA_REGISTRY_" + key.upper().replace(".", "_")] = value
+    return env

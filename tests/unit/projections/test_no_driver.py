@@ -1,0 +1,33 @@
+"""The fold, the run state and the store port load no driver (checked in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+DRIVERS = ("confluent_kafka", "redis", "fastavro", "faust")
+
+
+@pytest.mark.parametrize("module", ["projections.fold", "projections._state", "projections.store", "schemas"])
+def test_importing_loads_no_driver(module: str) -> None:
+    code = (f"import json, sys, {module}\n"
+            f"print(json.dumps([m for m in {DRIVERS!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(out.stdout) == [], f"import {module} loaded {out.stdout.strip()}"
+
+
+def test_the_lazy_names_still_resolve() -> None:
+    code = ("import projections, schemas\n"
+            "from projections import RedisStore, rebuild, read_run_tail, BatchProjector\n"
+            "from projections.rebuild import run_events\n"
+            "import projections as p\n"
+            "assert callable(rebuild) and p.rebuild is rebuild, p.rebuild\n"
+            "assert schemas.Codec.__name__ == 'Codec' and RedisStore.__name__ == 'RedisStore'\n"
+            "for n in projections.__all__ + schemas.__all__:\n"
+            "    assert hasattr(projections, n) or hasattr(schemas, n), n\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
