@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +76,8 @@ def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]
         **({"broker_credentials": creds} if creds is not None else {}),
         "broker": [f"kafka://{h.strip()}" for h in settings.kafka_bootstrap_servers.split(",")],
         "store": "memory://",
+        # no local tables: keep Faust's data directory out of the working directory
+        "datadir": os.path.join(tempfile.gettempdir(), "runlog-faust-{conf.name}"),
         "value_serializer": "raw",
         "key_serializer": "raw",
         "web_enabled": False,
