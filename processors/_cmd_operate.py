@@ -82,7 +82,7 @@ def _resolve(args: argparse.Namespace) -> int:
         return _refused("resolve", err)
     requested = False
     if not args.no_resume and res.status == "RUNNING":
-        from processors.resumer import request_resume
+        from processors.resume import request_resume
 
         request_resume(settings, res.run_id, f"effect resolved by {args.by.strip()}", requested_by="operator")
         requested = True
@@ -106,8 +106,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _retry(args: argparse.Namespace) -> int:
     from processors.operate import OperatorRefused, retry_run
-    from processors.resume import load_app
-    from processors.resumer import describe
+    from processors.resume import describe, load_app
 
     try:
         outcome = retry_run(Settings.from_env(), load_app(args.app), args.run_id, by=args.by,

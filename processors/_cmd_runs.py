@@ -248,7 +248,7 @@ def _unknown(run_id: str, what: str) -> int:
 def _resume(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if not args.dry_run:
-        from processors.resumer import request_resume
+        from processors.resume import request_resume
 
         if not _run_known(settings, args.run_id):
             return _unknown(args.run_id, "nothing requested")
@@ -292,8 +292,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _resumer(args: argparse.Namespace) -> int:
-    from processors.resume import load_app
-    from processors.resumer import ResumerService
+    from processors.resume import ResumerService, load_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     settings = Settings.from_env()

@@ -19,7 +19,7 @@ class App:
     An application module exposes one (``runlog resumer --app module:attribute``).
     ``name`` names the application's resumer group (``<RUNLOG_RESUMER_GROUP>.<name>``);
     without it the group is named by a hash of the registered workflow names
-    (:func:`processors.resumer.app_id`).
+    (:func:`processors.resume.app_id`).
     """
 
     registry: WorkflowRegistry

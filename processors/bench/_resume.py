@@ -3,7 +3,7 @@
 Delivery semantics: histories are written by an idempotent ``acks=all``
 producer; their checkpoint snapshots reach Redis through ``projections.rebuild``
 (as after a projector outage); resume requests are consumed at-least-once by
-:class:`processors.resumer.ResumerService` members.
+:class:`processors.resume.ResumerService` members.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 from processors.bench._app import app
 from processors.bench._env import BenchEnv
 from processors.bench._events import CYCLE, history, median, ratio
-from processors.resume import Resumer
-from processors.resumer import ResumerService
+from processors.resume import Resumer, ResumerService
 from projections import rebuild
 from schemas._types import ResumeRequest, now_ms
 from schemas.errors import RunlogError

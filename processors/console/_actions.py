@@ -94,7 +94,7 @@ async def _resolve(console: Console, run_id: str, form: MultiDictProxy[Any], by:
                              external_id=external_id, by=by, reason=reason)
     message = res.detail
     if form.get("resume") == "on":
-        from processors.resumer import request_resume
+        from processors.resume import request_resume
 
         await console.call(request_resume, console.settings, run_id, f"resolved by {by}: {reason}",
                            requested_by=f"console:{by}")

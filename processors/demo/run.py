@@ -23,8 +23,7 @@ from processors.demo.client import WorldClient
 from processors.demo.pipeline import app_for
 from processors.demo.world import serve
 from processors.inspect import render_timeline, run_history
-from processors.resume import ResumeOutcome
-from processors.resumer import ResumerService, request_resume
+from processors.resume import ResumeOutcome, ResumerService, request_resume
 from producers._crash import ENV as CRASH_ENV
 from schemas import ConfigError, EventType, RunlogError, Settings
 from schemas._redis import redis_client

@@ -23,8 +23,7 @@ import pytest
 
 from processors.demo.run import wait_lease_gone
 from processors.inspect import run_history
-from processors.resume import Resumer
-from processors.resumer import ResumerService
+from processors.resume import Resumer, ResumerService
 from projections import OutcomeKind
 from schemas import EventType, Settings
 from tests.integration.console._cdp import Browser, chromium_path

@@ -126,7 +126,7 @@ def test_resume_requests_carry_their_own_type(topics: Settings) -> None:
 
 
 def test_resume_requests_from_the_cli_path_carry_them_too(topics: Settings) -> None:
-    from processors.resumer import request_resume
+    from processors.resume import request_resume
 
     request_resume(topics, "run-cli", "operator asked", requested_by="cli")
     resume_topic = Topics.of(topics).resume

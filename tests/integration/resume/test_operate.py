@@ -22,8 +22,7 @@ import redis
 from processors.audit import AuditOptions, audit
 from processors.demo.run import wait_lease_gone, worker_env
 from processors.operate import OperatorRefused, cancel_run, load_run, resolve_effect, retry_run
-from processors.resume import App, Resumer
-from processors.resumer import ResumerService
+from processors.resume import App, Resumer, ResumerService
 from producers import (
     CallInfo,
     DictInputSource,

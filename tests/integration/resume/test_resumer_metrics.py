@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from processors.demo.run import wait_lease_gone
-from processors.resumer import ResumerService, request_resume
+from processors.resume import ResumerService, request_resume
 from schemas import EventType, Settings, Topics
 from tests.integration.resume._toy import crash, toy, wait_events_topic_ready
 from tests.integration.resume.conftest import log_of

@@ -12,8 +12,7 @@ import redis
 from confluent_kafka import Producer
 
 from processors.demo.run import wait_lease_gone
-from processors.resume import ResumeOutcome
-from processors.resumer import ResumerService, request_resume
+from processors.resume import ResumeOutcome, ResumerService, request_resume
 from producers._active import ActiveRuns
 from projections import RunStatus
 from schemas import EventType, Settings, Topics

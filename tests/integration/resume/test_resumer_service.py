@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from processors.resume import ResumeOutcome
-from processors.resumer import ResumerService, request_resume
+from processors.resume import ResumeOutcome, ResumerService, request_resume
 from projections import RunStatus
 from schemas import DecodeError, EventType, Settings, Topics
 from tests.integration.resume.conftest import DemoWorld, crash_runs, log_of, project, types_of

@@ -15,8 +15,7 @@ import redis
 
 from processors.inspect import run_history
 from processors.operate import OperatorRefused
-from processors.resume import App, Resumer
-from processors.resumer import ResumerService
+from processors.resume import App, Resumer, ResumerService
 from processors.signal import approve_run, signal_run
 from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, tool
 from schemas import EventType, ReplayPolicy, Settings

@@ -15,7 +15,7 @@ from processors.dlq import (
     parse_headers,
 )
 from processors.metrics import ResumerMetrics
-from processors.resumer import ResumerService
+from processors.resume import ResumerService
 from schemas import Settings, Topics
 
 

@@ -1,4 +1,4 @@
-"""Every decision of the resume plan, from facts alone (``processors._resume_plan``: no services).
+"""Every decision of the resume plan, from facts alone (``processors.resume.plan``: no services).
 
 One test (or parametrized case) per outcome the plan and the outcome functions can produce."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processors._resume_plan import (
+from processors.resume.plan import (
     NO_WORKFLOW,
     CheckpointCheck,
     PlanFacts,

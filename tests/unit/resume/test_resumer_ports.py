@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from processors._resume_ports import MemoryRunEvents
 from processors.resume import App, Resumer, UnknownRun
+from processors.resume.ports import MemoryRunEvents
 from producers import DictInputSource, StageContext, Tool, Workflow, tool
 from producers._ledger import InMemoryEffectLedger
 from producers._memory import (

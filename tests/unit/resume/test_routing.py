@@ -9,10 +9,18 @@ from typing import Any
 
 import pytest
 
-import processors.resumer as resumer_mod
+import processors.resume.service as resumer_mod
 from processors.metrics import ResumerMetrics
-from processors.resume import App, ResumeOutcome, ResumePlan, Resumer
-from processors.resumer import CONTENDED_RETRIES, ResumerService, app_id, group_id
+from processors.resume import (
+    CONTENDED_RETRIES,
+    App,
+    ResumeOutcome,
+    ResumePlan,
+    Resumer,
+    ResumerService,
+    app_id,
+    group_id,
+)
 from producers import DictInputSource, Workflow
 from projections import RunState, RunStatus
 from schemas import Settings, WorkflowSpec

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processors.resumer import group_id as resumer_group_id
+from processors.resume import group_id as resumer_group_id
 from projections.rebuild import default_target, prefixes_overlap
 from schemas import ConfigError, Settings
 from schemas.settings import KAFKA_LOG

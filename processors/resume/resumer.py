@@ -22,11 +22,11 @@ consumer, ``runlog resume``, the demo, the fault suite). In order:
 
 The model is never asked where the run was: everything comes from the log.
 
-The :class:`Resumer` takes its ports: the event log (:class:`~processors._resume_ports.RunEventReader`),
+The :class:`Resumer` takes its ports: the event log (:class:`~processors.resume.ports.RunEventReader`),
 the projection store (:class:`~projections.store.ProjectionStore`), the artifact store and the
 runner (its lease manager, effects ledger and writer). Steps 1 to 4 and the planning of 6 read
-facts through them (:meth:`Resumer.facts`, :mod:`processors._resume_facts`); what to do is then
-decided by pure functions of those facts (:mod:`processors._resume_plan`); this module acts.
+facts through them (:meth:`Resumer.facts`, :mod:`processors.resume.facts`); what to do is then
+decided by pure functions of those facts (:mod:`processors.resume.plan`); this module acts.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from processors._resume_facts import FactsReader, UnknownRun
-from processors._resume_plan import (
+from processors.resume.facts import FactsReader, UnknownRun
+from processors.resume.plan import (
     Early,
     EffectPlan,
     PlanFacts,
@@ -48,7 +48,7 @@ from processors._resume_plan import (
     outcome_before_lease,
     plan_effect,
 )
-from processors._resume_ports import KafkaRunEvents, RunEventReader
+from processors.resume.ports import KafkaRunEvents, RunEventReader
 from producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
 from producers._lease import LeaseHeld
 from producers._writer import RunWriter
@@ -76,6 +76,7 @@ __all__ = [
     "ResumePlan",
     "Resumer",
     "UnknownRun",
+    "describe",
     "load_app",
     "plan_effect",
 ]
@@ -325,3 +326,7 @@ class Resumer:
         return tool.reconcile(eff.delivery_key, args)
 
 
+def describe(outcome: ResumeOutcome) -> dict[str, Any]:
+    """An outcome as a JSON-ready dict."""
+    return {"run_id": outcome.run_id, "result": outcome.result, "epoch": outcome.epoch,
+            "detail": outcome.detail, "plan": outcome.plan.to_dict()}

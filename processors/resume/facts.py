@@ -1,8 +1,8 @@
 """What resume reads before it decides: a run's facts, through the resumer's ports.
 
-:class:`FactsReader` reads a run through the event log (:class:`~processors._resume_ports.RunEventReader`),
+:class:`FactsReader` reads a run through the event log (:class:`~processors.resume.ports.RunEventReader`),
 the projection store, the artifact store and the effects ledger, into the
-:class:`~processors._resume_plan.PlanFacts` that :func:`~processors._resume_plan.decide_plan`
+:class:`~processors.resume.plan.PlanFacts` that :func:`~processors.resume.plan.decide_plan`
 decides from. It reads only what the plan can use: the latest projected checkpoint and the tail
 after it in the usual case; the whole checkpoint history only when the latest fails verification;
 nothing past a refusal. It changes nothing.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from processors._resume_plan import (
+from processors.resume.plan import (
     CheckpointCheck,
     PlanFacts,
     calls_to_guard,
@@ -21,7 +21,7 @@ from processors._resume_plan import (
     needs_checkpoints,
     strict_refusal,
 )
-from processors._resume_ports import RunEventReader
+from processors.resume.ports import RunEventReader
 from producers import App, ArtifactStore
 from producers._ledger import EffectLedger, LedgerEntry
 from projections._state import CallRecord, CallStatus, RunState
@@ -41,7 +41,7 @@ class UnknownRun(RunlogError):
 
 
 class FactsReader:
-    """Reads a run's :class:`~processors._resume_plan.PlanFacts` through the ports.
+    """Reads a run's :class:`~processors.resume.plan.PlanFacts` through the ports.
 
     Args:
         app: the application (whether it may continue the run decides what else is read).

@@ -54,22 +54,20 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
-from processors.resume import App, ResumeOutcome, Resumer, UnknownRun
+from processors.resume.request import request_resume
+from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
-from producers._cloudevents import CloudEventHeaders
 from projections import RedisStore, RunStatus
-from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics, now_ms
+from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
 from schemas._redis import redis_client
 
-__all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
-           "group_id", "request_resume"]
+__all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id", "group_id"]
 
 log = logging.getLogger("runlog.resumer")
 
@@ -96,24 +94,6 @@ def group_id(settings: Settings, app: App) -> str:
     """The consumer group of ``app``'s resumers: ``<settings.resumer_group>.<app_id(app)>``, under
     the topic prefix (:meth:`Settings.group_id`)."""
     return settings.group_id(f"{settings.resumer_group}.{app_id(app)}")
-
-
-def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by: str = "cli",
-                   producer: Producer | None = None, codec: Codec | None = None) -> None:
-    """Append a ``ResumeRequest`` for a run to the resume topic (acknowledged before returning)."""
-    cdc = codec or Codec.from_settings(settings)
-    p = producer or Producer(settings.producer_config())
-    req = ResumeRequest(run_id, now_ms(), reason, requested_by)
-    value = cdc.encode(req)
-    errors: list[str] = []
-    topic = Topics.of(settings).resume
-    p.produce(topic, key=run_id.encode(), value=value,
-              headers=CloudEventHeaders(topic, requested_by).resume_request(req, value),
-              on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
-    if p.flush(30) != 0 or errors:
-        from schemas import DeliveryError
-
-        raise DeliveryError(Topics.of(settings).resume, run_id, errors[0] if errors else "flush timed out")
 
 
 @dataclass
@@ -402,9 +382,3 @@ class ResumerService:
                     and time.monotonic() - idle_since > idle_exit_s:
                 break
         return handled
-
-
-def describe(outcome: ResumeOutcome) -> dict[str, Any]:
-    """An outcome as a JSON-ready dict."""
-    return {"run_id": outcome.run_id, "result": outcome.result, "epoch": outcome.epoch,
-            "detail": outcome.detail, "plan": outcome.plan.to_dict()}
