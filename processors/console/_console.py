@@ -164,7 +164,7 @@ class Console:
         if name not in self._static:
             body = resources.files("processors.console").joinpath("static", name).read_bytes()
             if name == "console.css":  # the audit report's look first, then the console's own rules
-                from processors._audit_html import _CSS
+                from processors.audit.html import _CSS
 
                 body = _CSS.encode("utf-8") + body
             self._static[name] = body

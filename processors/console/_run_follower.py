@@ -1,5 +1,5 @@
 """A run's page in the console, from the log: a :class:`RunFollower` feeds the run's records to the
-audit's :class:`~processors._audit_checks.Auditor` (the one fold plus the audit's checks), so the
+audit's :class:`~processors.audit.checks.Auditor` (the one fold plus the audit's checks), so the
 console's timeline is ``runlog audit``'s view of the run, and it keeps following the partition
 from where it stopped (its own reader, assigned partitions, never committing);
 :func:`timeline_items` groups the events into stage blocks as the audit page does."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from processors._audit_html import KIND_CLASS, event_bits, event_classes
 from processors.audit import AuditOptions, Auditor, RunAudit
+from processors.audit.html import KIND_CLASS, event_bits, event_classes
 from projections import RunState
 from schemas import Codec, DecodeError, RunEvent, RunlogError, Settings, Topics
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from processors._audit_html import render_html
 from processors.audit import AuditOptions, Auditor
+from processors.audit.html import render_html
 from producers import LocalArtifactStore
 from schemas import Codec, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec, event_hash
 

@@ -69,8 +69,8 @@ the range from its first event in the range, trusting that event's seq, epoch
 and ``prev_hash`` (the run is marked ``partial``); the rest is checked as usual.
 
 The audit is three modules: this one reads the topic and runs an audit; the checks are
-:class:`~processors._audit_checks.Auditor`'s (:mod:`processors._audit_checks`); the report, its
-findings and the anchors are plain data (:mod:`processors._audit_report`). Every name stays
+:class:`~processors.audit.checks.Auditor`'s (:mod:`processors.audit.checks`); the report, its
+findings and the anchors are plain data (:mod:`processors.audit.report`). Every name stays
 importable from here.
 """
 
@@ -83,8 +83,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from processors._audit_checks import Auditor
-from processors._audit_report import (
+from processors.audit.checks import Auditor
+from processors.audit.report import (
     FINDING_KINDS,
     Anchor,
     AuditOptions,
@@ -193,7 +193,7 @@ def audit(settings: Settings, options: AuditOptions | None = None, *,
 
 def write_report(report: AuditReport, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``audit.json`` and ``audit.html`` (self-contained) into ``out_dir``; returns both paths."""
-    from processors._audit_html import render_html
+    from processors.audit.html import render_html
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 payloads shown safely (pretty, truncated, with anything that looks like a credential masked).
 
 This module holds what an operator asks about a run (why it is not moving, its summary line) and
-its terminal timeline; the log is read in :mod:`processors._inspect_log`, the calls are told in
-:mod:`processors._inspect_calls`, payloads are shown by :mod:`processors._inspect_payloads`. Every
+its terminal timeline; the log is read in :mod:`processors.inspect.log`, the calls are told in
+:mod:`processors.inspect.calls`, payloads are shown by :mod:`processors.inspect.payloads`. Every
 name stays importable from here.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from processors._inspect_calls import HOW, CallView, call_views
-from processors._inspect_log import LoggedEvent, partitions_of, run_history, runs_from_log
-from processors._inspect_payloads import payload_text, payload_value, redact, redact_text
+from processors.inspect.calls import HOW, CallView, call_views
+from processors.inspect.log import LoggedEvent, partitions_of, run_history, runs_from_log
+from processors.inspect.payloads import payload_text, payload_value, redact, redact_text
 from projections import OutcomeKind, RunState, RunStatus
 from schemas import EventType
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from processors._audit_report import (
+from processors.audit.report import (
     AuditOptions,
     AuditReport,
     Finding,

@@ -1,6 +1,6 @@
 """What ``runlog audit`` reports, as data: the options of an audit, its findings, each run's
 history and anchors, and the whole report with its JSON form (rendered to HTML by
-:mod:`processors._audit_html`). The checks that fill it are in :mod:`processors._audit_checks`;
+:mod:`processors.audit.html`). The checks that fill it are in :mod:`processors.audit.checks`;
 reading the topic and the finding kinds are described in :mod:`processors.audit`."""
 
 from __future__ import annotations

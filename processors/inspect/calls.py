@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors._inspect_log import LoggedEvent
-from processors._inspect_payloads import redact_text
+from processors.inspect.log import LoggedEvent
+from processors.inspect.payloads import redact_text
 from schemas import ArtifactRef, EventType, RunEvent
 
 __all__ = ["HOW", "CallView", "call_views"]
