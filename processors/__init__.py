@@ -6,7 +6,7 @@
 * the audit (:mod:`processors.audit`): replays the topic and checks every run's chain;
 * operators (:mod:`processors.operate`, :mod:`processors.signal`, :mod:`processors.inspect`,
   :mod:`processors.console`): act on and look at runs;
-* the ``runlog`` CLI (:mod:`processors.cli` and its ``_cmd_*`` modules) over all of them;
+* the ``runlog`` CLI (:mod:`processors.cli`, a module per group of commands) over all of them;
 * beside the processes: the benchmark (:mod:`processors.bench`, a command of its own), the
   crash-and-resume demo (:mod:`processors.demo`, on the public SDK), and an example consumer that
   uses nothing of Runlog (:mod:`processors.examples`).

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from processors._exit import EXIT_OK
+from processors.cli.codes import EXIT_OK
 from schemas import Settings
 
 

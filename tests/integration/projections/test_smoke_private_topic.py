@@ -14,7 +14,7 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
-from processors._cmd_admin import smoke_settings
+from processors.cli.admin import smoke_settings
 from projections.log_reader import LogReader
 from schemas import Settings, Topics
 from tests.integration.processors.harness import ROOT, env_of

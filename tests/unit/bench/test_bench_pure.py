@@ -152,7 +152,7 @@ def test_raw_baselines_read_the_avro_body_of_either_framing() -> None:
 
 def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from processors._cmd_bench import DEFAULT_PLOT, _plot_path
+    from processors.cli.bench import DEFAULT_PLOT, _plot_path
 
     assert _plot_path("", ["resume"]) is None
     assert _plot_path("p.png", ["append"]) == "p.png"

@@ -1,4 +1,4 @@
-"""Exit codes are defined once (``processors._exit``) and every command module uses those."""
+"""Exit codes are defined once (``processors.cli.codes``) and every command module uses those."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from processors import _exit, cli
+from processors import cli
+from processors.cli import codes as _exit
 
 COMMANDS = [*cli._COMMAND_MODULES, "processors.cli"]
 

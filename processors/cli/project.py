@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from schemas._redis import redis_client
 from schemas.settings import Settings
 

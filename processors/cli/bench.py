@@ -9,7 +9,7 @@ import math
 import sys
 from typing import Any
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_USAGE
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
 from schemas.settings import Settings
 
 DEFAULT_PLOT = ".runlog/reports/bench.png"

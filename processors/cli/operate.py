@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from processors._exit import EXIT_OK, EXIT_REFUSED
+from processors.cli.codes import EXIT_OK, EXIT_REFUSED
 from schemas import Settings
 
 _DEMO_APP = "processors.demo.pipeline:app"

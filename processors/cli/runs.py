@@ -10,7 +10,7 @@ import time
 from datetime import UTC
 from typing import Any
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_USAGE
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
 from schemas import Settings, now_ms
 
 _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]

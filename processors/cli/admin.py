@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from processors.admin import RedisModeMismatch, ServiceUnavailable, check_kafka, check_redis, ensure_topics
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from schemas.settings import Settings
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from schemas import ConfigError, Settings
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from processors._exit import EXIT_OK, EXIT_REFUSED
+from processors.cli.codes import EXIT_OK, EXIT_REFUSED
 from schemas import Settings
 
 

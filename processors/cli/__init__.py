@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from processors._exit import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from producers._crash import arm_from_env
 from schemas.errors import ConfigError, RunlogError
 
@@ -22,15 +22,15 @@ __all__ = ["EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 # Each module exposes ``register(subparsers)`` adding its subcommands; a subcommand
 # sets ``func`` (args -> exit code) through ``set_defaults``.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "processors._cmd_admin",
-    "processors._cmd_runs",
-    "processors._cmd_project",
-    "processors._cmd_audit",
-    "processors._cmd_schemas",
-    "processors._cmd_bench",
+    "processors.cli.admin",
+    "processors.cli.runs",
+    "processors.cli.project",
+    "processors.cli.audit",
+    "processors.cli.schemas",
+    "processors.cli.bench",
     "processors.console._cmd",
-    "processors._cmd_signal",
-    "processors._cmd_operate",
+    "processors.cli.signal",
+    "processors.cli.operate",
 )
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from processors._exit import EXIT_OK, EXIT_USAGE
+from processors.cli.codes import EXIT_OK, EXIT_USAGE
 from schemas import Settings
 
 
