@@ -15,8 +15,8 @@ from typing import Any
 
 from processors.demo.client import WorldClient
 from processors.demo.pipeline import app_for
-from producers import Runner
-from schemas import LeaseLost, Settings
+from schemas import Settings
+from tests.integration.resume._slow import run_and_report
 
 
 class SlowWorld(WorldClient):
@@ -45,18 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     settings = Settings.from_env()
     application = app_for(SlowWorld(settings.demo_world_url or "", a.delay))
-    wf = application.registry.get("content")
-    with Runner.from_settings(settings, source=application.source) as runner:
-        handle = runner.start_run(wf, {"seed": 7})
-        print(f"run_id={handle.run_id}", flush=True)
-        assert handle.session is not None
-        try:
-            result = runner.execute(handle.session)
-        except LeaseLost as err:
-            print(f"lease_lost={err}", flush=True)
-            return 3
-    print(f"completed={result.completed}", flush=True)
-    return 0 if result.completed else 1
+    return run_and_report(settings, application, "content", {"seed": 7})
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from schemas._redis import aredis_client, index_shard, redis_client
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 from tests.integration.producers.test_write_path import EXPECTED, content_workflow
-from tests.integration.resume.conftest import DemoWorld
+from tests.integration.resume.conftest import DemoWorld, served_world
 from tests.unit.producers.lease_contract import LeaseContract
 from tests.unit.producers.ledger_contract import LedgerContract
 from tests.unit.projections.runlogs import full_run
@@ -449,15 +449,8 @@ def test_the_demo_crashes_and_resumes_through_the_resumer_on_the_cluster(topics:
 
 @pytest.fixture
 def demo_world(tmp_path: Path) -> Iterator[DemoWorld]:
-    from processors.demo import WorldClient, serve
-
-    server = serve(tmp_path / "world")
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield DemoWorld(url, WorldClient(url))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served_world(tmp_path / "world") as w:
+        yield w
 
 
 @pytest.mark.slow

@@ -16,12 +16,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import Consumer, KafkaException
 
 from processors.console import ConsoleOptions, make_app
-from processors.demo import WorldClient, serve
 from processors.resume import App
 from schemas import Settings, Topics
 from tests.integration.producers.helpers import watermarks
 from tests.integration.resume import conftest as resume_conftest
-from tests.integration.resume.conftest import DemoWorld
+from tests.integration.resume.conftest import DemoWorld, served_world
 
 TOKEN = "console-token-" + "7f3a9c"
 """The console token of the tests' settings."""
@@ -38,13 +37,8 @@ def console_settings(topics: Settings) -> Settings:
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[DemoWorld]:
     """One demo world (payments, ...) served on 127.0.0.1, as the resume tests have it."""
-    server = serve(tmp_path / "world")
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield DemoWorld(url, WorldClient(url))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served_world(tmp_path / "world") as w:
+        yield w
 
 
 @asynccontextmanager

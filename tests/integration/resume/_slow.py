@@ -63,11 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=5)
     p.add_argument("--delay", type=float, default=3.0)
     a = p.parse_args(argv)
-    settings = Settings.from_env()
     app = slow_app()
+    return run_and_report(Settings.from_env(), app, "slow", {"path": a.path, "count": a.count,
+                                                              "delay": a.delay})
+
+
+def run_and_report(settings: Settings, app: App, workflow: str, params: dict[str, Any]) -> int:
+    """A worker process's life: start one run, print ``run_id=``, execute it, print how it ended
+    (``lease_lost=`` exits 3, ``completed=`` exits 0 when completed, else 1)."""
     with Runner.from_settings(settings, source=app.source) as runner:
-        params = {"path": a.path, "count": a.count, "delay": a.delay}
-        handle = runner.start_run(app.registry.get("slow"), params)
+        handle = runner.start_run(app.registry.get(workflow), params)
         print(f"run_id={handle.run_id}", flush=True)
         assert handle.session is not None
         try:

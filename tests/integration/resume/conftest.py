@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,15 +31,22 @@ class DemoWorld:
         return self.client.stats()
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[DemoWorld]:
-    server = serve(tmp_path / "world")
+@contextmanager
+def served_world(root: Path) -> Iterator[DemoWorld]:
+    """One demo world (payments, ...) with its storage under ``root``, served on 127.0.0.1."""
+    server = serve(root)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         yield DemoWorld(url, WorldClient(url))
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[DemoWorld]:
+    with served_world(tmp_path / "world") as w:
+        yield w
 
 
 def crash_runs(settings: Settings, world: DemoWorld, points: Sequence[str | tuple[str, str]],
