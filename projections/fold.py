@@ -1,6 +1,6 @@
 """The one fold: a run's state plus its next event gives its new state (pure, no I/O, no drivers).
 
-Acceptance (the README, "The model"): an event is accepted when
+Acceptance (the same rule wherever a run is folded): an event is accepted when
 ``seq == last_seq + 1`` and ``epoch >= epoch`` so far (``LEASE_ACQUIRED`` needs
 a strictly higher epoch); a repeat of an accepted ``(seq, content)`` still in
 the recent window is a duplicate; a record at or before the last folded log
