@@ -216,7 +216,7 @@ class RedisLeaseManager(LeaseManager):
     """The asyncio client the leases' async faces use (:class:`AsyncRedisLeaseManager`); None: sync."""
 
     def __init__(self, client: redis.Redis, settings: Settings, *, holder: str | None = None,
-                 margin_ms: int | None = None) -> None:
+                 margin_ms: int | None = None, heartbeat_client: redis.Redis | None = None) -> None:
         self.client = client
         self.prefix = settings.redis_prefix
         self.ttl_ms = settings.lease_ttl_ms
@@ -229,8 +229,9 @@ class RedisLeaseManager(LeaseManager):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.heartbeat_client = client
-        """The sync connection the heartbeat thread beats on."""
+        self.heartbeat_client = heartbeat_client or client
+        """The sync connection the heartbeat thread beats on: give it a small pool of its own, so
+        it never waits for a connection behind the run threads."""
 
     def epoch_key(self, run_id: str) -> str:
         return f"{self.prefix}:{{{run_id}}}:epoch"
@@ -324,10 +325,9 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
     def __init__(self, client: redis.Redis, aclient: redis.asyncio.Redis, settings: Settings, *,
                  holder: str | None = None, margin_ms: int | None = None,
                  heartbeat_client: redis.Redis | None = None) -> None:
-        super().__init__(client, settings, holder=holder, margin_ms=margin_ms)
+        super().__init__(client, settings, holder=holder, margin_ms=margin_ms,
+                         heartbeat_client=heartbeat_client)
         self.aclient = aclient
-        if heartbeat_client is not None:
-            self.heartbeat_client = heartbeat_client
 
     async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
         lease = await arun(self._acquired(run_id, force, min_epoch), self.aclient, self.client)

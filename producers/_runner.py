@@ -70,13 +70,14 @@ class Runner(_RunnerCore):
         client = redis_client(settings, max_connections=64, timeout=30)
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
-        leases = RedisLeaseManager(client, settings, holder=w.writer_id)
+        beat = redis_client(settings, max_connections=2, timeout=30)  # never behind the run threads
+        leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
                 run_keys=RunKeys(client, settings.redis_prefix),
                 ledger=RedisEffectLedger(client, settings.redis_prefix), run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix), tracer=tracer)
-        r._owned = [leases, client] + ([w] if own_writer else [])
+        r._owned = [beat, leases, client] + ([w] if own_writer else [])
         return r
 
     def close(self) -> None:
