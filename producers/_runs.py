@@ -34,6 +34,7 @@ import redis.asyncio
 
 from producers._keys import canonical_json, lp_sha256
 from producers._redis_io import Steps, arun, run
+from projections._marker import READY, marker_key, parse_marker, state_key
 from schemas.errors import RunConflict
 
 __all__ = ["Claim", "RunKeys", "run_id_for_key"]
@@ -132,13 +133,10 @@ class RunKeys:
         await arun(self._started(idempotency_key, run_id, params_hash, workflow), self._ar, self._r)
 
     def _known(self, run_id: str) -> Steps[bool | None]:
-        if (yield lambda c: c.exists(f"{self.prefix}:{{{run_id}}}:state")):
+        if (yield lambda c: c.exists(state_key(self.prefix, run_id))):
             return True
-        marker = yield lambda c: c.hgetall(f"{self.prefix}:projection")
-        fields = {_text(k): _text(v) for k, v in (marker or {}).items()}
-        if "gen" in fields and fields.get("state", "ready") == "ready":
-            return False
-        return None
+        marker = parse_marker((yield lambda c: c.hgetall(marker_key(self.prefix))))
+        return False if marker is not None and marker.state == READY else None
 
     def known(self, run_id: str) -> bool | None:
         """Whether ``run_id`` exists, as far as the projection tells: True (its state is projected),
@@ -153,7 +151,3 @@ class RunKeys:
     def unclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
         """Drop a ``pending`` claim whose run certainly never appended anything (compare-and-delete)."""
         self._unclaim(keys=[self.key(idempotency_key)], args=[self._value(run_id, params_hash, workflow)])
-
-
-def _text(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v

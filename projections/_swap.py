@@ -11,8 +11,9 @@ from typing import Any
 
 import redis
 
+from projections._marker import READY
 from projections._namespaces import NamespaceOverlap, delete_namespace, prefixes_overlap, projection_keys
-from projections.redis_store import READY, ProjectionStoreError, RedisStore
+from projections.redis_store import ProjectionStoreError, RedisStore
 from schemas._redis import is_cluster
 from schemas.errors import RunlogError
 

@@ -29,9 +29,10 @@ from typing import TextIO
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from projections._marker import READY
 from projections.batch import BatchProjector
 from projections.rebuild import RebuildReport, replay_into
-from projections.redis_store import READY, ProjectionLost, RedisStore
+from projections.redis_store import ProjectionLost, RedisStore
 from schemas.errors import RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics

@@ -56,12 +56,12 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import redis
 
+from projections._marker import READY, REBUILDING, Marker, _text, marker_key, parse_marker, state_key
 from projections._state import (
     EffectEntry,
     RunState,
@@ -86,7 +86,6 @@ __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "ap
 
 _RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
 _LOST = -2
-READY, REBUILDING = "ready", "rebuilding"
 
 
 class ProjectionStoreError(RunlogError):
@@ -97,14 +96,6 @@ class ProjectionLost(ProjectionStoreError):
     """The namespace this store was writing is gone or was replaced (the marker no longer holds the
     store's generation), or is being rebuilt: the writer's cached states are void. Nothing of the
     refused update was written; rebuild or adopt (:func:`projections.recovery.recover`) and retry."""
-
-
-@dataclass(frozen=True)
-class Marker:
-    """The namespace marker: which incarnation of the namespace this is, and whether it is whole."""
-
-    gen: str
-    state: str
 
 
 def apply_script() -> str:
@@ -118,10 +109,6 @@ def _sha1(source: str) -> str:
 
 def _lua(name: str) -> str:
     return resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _dumps(v: Any) -> str:
@@ -153,7 +140,7 @@ class RedisStore:
     # -- keys ---------------------------------------------------------------------------------
 
     def state_key(self, run_id: str) -> str:
-        return f"{self.prefix}:{{{run_id}}}:state"
+        return state_key(self.prefix, run_id)
 
     def checkpoints_key(self, run_id: str) -> str:
         return f"{self.prefix}:{{{run_id}}}:checkpoints"
@@ -208,7 +195,7 @@ class RedisStore:
 
     @property
     def marker_key(self) -> str:
-        return f"{self.prefix}:projection"
+        return marker_key(self.prefix)
 
     @property
     def rebuild_lock_key(self) -> str:
@@ -222,10 +209,7 @@ class RedisStore:
             raw = self.client.hgetall(self.marker_key)
         except redis.RedisError as err:
             raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
-        fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
-        if "gen" not in fields:
-            return None
-        return Marker(fields["gen"], fields.get("state", READY))
+        return parse_marker(raw)
 
     @property
     def generation(self) -> str:
