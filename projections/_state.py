@@ -6,8 +6,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
+from schemas._plain import PlainMapping
 from schemas._types import (
     ArtifactRef,
     Checkpoint,
@@ -76,20 +78,11 @@ class CallRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class EffectEntry:
-    """One entry of the effects ledger, with the call that caused it."""
+class EffectEntry(Effect):
+    """One entry of the effects ledger (an :class:`~schemas.Effect`, the record published on the
+    effects topic), with the call that caused it."""
 
-    delivery_key: str
-    run_id: str
-    target: str
-    status: EffectStatus
-    seq: int
-    """Seq of the event that last moved this effect."""
-    updated_at: int
     call_id: str | None = None
-    tool: str | None = None
-    stage: str | None = None
-    external_id: str | None = None
     replay_policy: ReplayPolicy | None = None
     request_hash: str | None = None
     opened_at: int | None = None
@@ -108,18 +101,8 @@ class EffectEntry:
         return f"{rank}:{min(max(opened, 0), 999_999_999_999_999):015d}:{self.run_id}"
 
     def to_effect(self) -> Effect:
-        """The ledger record published on the effects topic."""
-        return Effect(
-            delivery_key=self.delivery_key,
-            run_id=self.run_id,
-            target=self.target,
-            status=self.status,
-            seq=self.seq,
-            updated_at=self.updated_at,
-            external_id=self.external_id,
-            tool=self.tool,
-            stage=self.stage,
-        )
+        """The ledger record published on the effects topic (this entry without the call)."""
+        return _effect_part(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +263,14 @@ def _evolver(cls: type[Any]) -> Callable[..., Any]:
     return fn
 
 
+_effect_fields = attrgetter(*(f.name for f in fields(Effect)))
+
+
+def _effect_part(e: Effect) -> Effect:
+    """The :class:`~schemas.Effect` part of an entry (or of any Effect)."""
+    return Effect(*_effect_fields(e))
+
+
 evolve_state: Callable[..., RunState] = _evolver(RunState)
 """``evolve_state(s, **changes)``: ``dataclasses.replace(s, **changes)`` for a :class:`RunState`, faster."""
 evolve_call: Callable[..., CallRecord] = _evolver(CallRecord)
@@ -288,231 +279,23 @@ evolve_call: Callable[..., CallRecord] = _evolver(CallRecord)
 
 # -- JSON ------------------------------------------------------------------------------------------
 
+STATE_JSON = PlainMapping(
+    positional=(ArtifactRef, RuleResult, ErrorInfo, StageSpec, CheckpointEntry, RejectedEvent, WaitInfo),
+    keyed={(RunState, "calls"): "call_id", (RunState, "open_effects"): "delivery_key",
+           (RunState, "closed_effects"): "delivery_key"},
+)
+"""The run state's JSON style of the one record mapping (:class:`schemas._plain.PlainMapping`):
+small records as lists of their field values, calls and effects as lists sorted by key, fields
+added after a state was written read as their defaults (an old state stays readable)."""
 
-def _art(a: ArtifactRef | None) -> Any:
-    return None if a is None else [a.uri, a.sha256, a.size, a.media_type]
-
-
-def _art_from(v: Any) -> ArtifactRef | None:
-    return None if v is None else ArtifactRef(v[0], v[1], int(v[2]), v[3])
-
-
-def _arts(v: Any) -> tuple[ArtifactRef, ...]:
-    return tuple(ArtifactRef(a[0], a[1], int(a[2]), a[3]) for a in v)
-
-
-def _rule(r: RuleResult) -> Any:
-    return [r.rule, r.passed, r.detail]
-
-
-def _err(e: ErrorInfo | None) -> Any:
-    return None if e is None else [e.kind, e.message, e.retryable]
-
-
-def _workflow(w: WorkflowSpec | None) -> Any:
-    if w is None:
-        return None
-    return {
-        "name": w.name,
-        "version": w.version,
-        "stages": [[s.name, list(s.inputs), list(s.rules), s.checkpoint] for s in w.stages],
-    }
-
-
-def _workflow_from(d: Any) -> WorkflowSpec | None:
-    if d is None:
-        return None
-    stages = tuple(StageSpec(s[0], tuple(s[1]), tuple(s[2]), bool(s[3])) for s in d["stages"])
-    return WorkflowSpec(d["name"], d["version"], stages)
-
-
-def checkpoint_to_dict(c: Checkpoint) -> dict[str, Any]:
-    return {
-        "checkpoint_id": c.checkpoint_id,
-        "run_id": c.run_id,
-        "last_seq": c.last_seq,
-        "partition": c.partition,
-        "offset": c.offset,
-        "stage": c.stage,
-        "created_at": c.created_at,
-        "inputs": dict(sorted(c.inputs.items())),
-        "artifacts": [_art(a) for a in c.artifacts],
-        "verified_by": [_rule(r) for r in c.verified_by],
-        "next_stage": c.next_stage,
-        "workflow_version": c.workflow_version,
-    }
-
-
-def checkpoint_from_dict(d: Mapping[str, Any]) -> Checkpoint:
-    return Checkpoint(
-        checkpoint_id=d["checkpoint_id"],
-        run_id=d["run_id"],
-        last_seq=int(d["last_seq"]),
-        partition=int(d["partition"]),
-        offset=int(d["offset"]),
-        stage=d["stage"],
-        created_at=int(d["created_at"]),
-        inputs=dict(d["inputs"]),
-        artifacts=_arts(d["artifacts"]),
-        verified_by=tuple(RuleResult(r[0], bool(r[1]), r[2]) for r in d["verified_by"]),
-        next_stage=d["next_stage"],
-        workflow_version=d["workflow_version"],
-    )
-
-
-def effect_to_dict(e: EffectEntry) -> dict[str, Any]:
-    return {
-        "delivery_key": e.delivery_key,
-        "run_id": e.run_id,
-        "target": e.target,
-        "status": e.status.value,
-        "seq": e.seq,
-        "updated_at": e.updated_at,
-        "call_id": e.call_id,
-        "tool": e.tool,
-        "stage": e.stage,
-        "external_id": e.external_id,
-        "replay_policy": None if e.replay_policy is None else e.replay_policy.value,
-        "request_hash": e.request_hash,
-        "opened_at": e.opened_at,
-    }
-
-
-def effect_from_dict(d: Mapping[str, Any]) -> EffectEntry:
-    pol = d.get("replay_policy")
-    return EffectEntry(
-        delivery_key=d["delivery_key"],
-        run_id=d["run_id"],
-        target=d["target"],
-        status=EffectStatus(d["status"]),
-        seq=int(d["seq"]),
-        updated_at=int(d["updated_at"]),
-        call_id=d.get("call_id"),
-        tool=d.get("tool"),
-        stage=d.get("stage"),
-        external_id=d.get("external_id"),
-        replay_policy=None if pol is None else ReplayPolicy(pol),
-        request_hash=d.get("request_hash"),
-        opened_at=None if d.get("opened_at") is None else int(d["opened_at"]),
-    )
-
-
-def _call(c: CallRecord) -> dict[str, Any]:
-    return {
-        "call_id": c.call_id,
-        "tool": c.tool,
-        "policy": None if c.policy is None else c.policy.value,
-        "status": c.status.value,
-        "stage": c.stage,
-        "seq": c.seq,
-        "args": _art(c.args),
-        "result": _art(c.result),
-        "idempotency_key": c.idempotency_key,
-        "delivery_key": c.delivery_key,
-        "request_hash": c.request_hash,
-    }
-
-
-def _call_from(d: Mapping[str, Any]) -> CallRecord:
-    pol = d["policy"]
-    return CallRecord(
-        call_id=d["call_id"],
-        tool=d["tool"],
-        policy=None if pol is None else ReplayPolicy(pol),
-        status=CallStatus(d["status"]),
-        stage=d["stage"],
-        seq=int(d["seq"]),
-        args=_art_from(d["args"]),
-        result=_art_from(d["result"]),
-        idempotency_key=d["idempotency_key"],
-        delivery_key=d["delivery_key"],
-        request_hash=d["request_hash"],
-    )
-
-
-def state_to_dict(s: RunState) -> dict[str, Any]:
-    d = _state_dict_but_calls(s)
-    d["calls"] = [_call(c) for _, c in sorted(s.calls.items())]
-    return d
-
-
-def _state_dict_but_calls(s: RunState) -> dict[str, Any]:
-    return {
-        "v": JSON_VERSION,
-        "run_id": s.run_id,
-        "status": s.status.value,
-        "stage": s.stage,
-        "next_stage": s.next_stage,
-        "last_seq": s.last_seq,
-        "epoch": s.epoch,
-        "partition": s.partition,
-        "offset": s.offset,
-        "workflow": _workflow(s.workflow),
-        "input_versions": dict(sorted(s.input_versions.items())),
-        "parent_run_id": s.parent_run_id,
-        "forked_from_seq": s.forked_from_seq,
-        "started_at": s.started_at,
-        "params_ref": _art(s.params_ref),
-        "updated_at": s.updated_at,
-        "verified_artifacts": [_art(a) for a in s.verified_artifacts],
-        "stage_outputs": {k: _art(v) for k, v in sorted(s.stage_outputs.items())},
-        "completed_stages": list(s.completed_stages),
-        "open_effects": [effect_to_dict(e) for _, e in sorted(s.open_effects.items())],
-        "closed_effects": [effect_to_dict(e) for _, e in sorted(s.closed_effects.items())],
-        "checkpoint": None if s.checkpoint is None else checkpoint_to_dict(s.checkpoint),
-        "checkpoints": [
-            [c.checkpoint_id, c.stage, c.last_seq, c.partition, c.offset, c.last_hash] for c in s.checkpoints
-        ],
-        "last_error": _err(s.last_error),
-        "rejected": dict(sorted(s.rejected.items())),
-        "recent_rejected": [[r.seq, r.epoch, r.type, r.reason, r.offset] for r in s.recent_rejected],
-        "recent": [[q, d] for q, d in s.recent],
-        "last_hash": s.last_hash,
-        "waiting": None if s.waiting is None else [s.waiting.call_id, s.waiting.signal,
-                                                   s.waiting.deadline_ms],
-    }
-
-
-def state_from_dict(d: Mapping[str, Any]) -> RunState:
-    err = d["last_error"]
-    cp = d["checkpoint"]
-    return RunState(
-        run_id=d["run_id"],
-        status=RunStatus(d["status"]),
-        stage=d["stage"],
-        next_stage=d["next_stage"],
-        last_seq=int(d["last_seq"]),
-        epoch=int(d["epoch"]),
-        partition=int(d["partition"]),
-        offset=int(d["offset"]),
-        workflow=_workflow_from(d["workflow"]),
-        input_versions=dict(d["input_versions"]),
-        parent_run_id=d["parent_run_id"],
-        forked_from_seq=d["forked_from_seq"],
-        started_at=int(d["started_at"]),
-        params_ref=_art_from(d.get("params_ref")),
-        updated_at=int(d["updated_at"]),
-        verified_artifacts=_arts(d["verified_artifacts"]),
-        stage_outputs={k: ArtifactRef(v[0], v[1], int(v[2]), v[3]) for k, v in d["stage_outputs"].items()},
-        completed_stages=tuple(d["completed_stages"]),
-        calls={c["call_id"]: _call_from(c) for c in d["calls"]},
-        open_effects={e["delivery_key"]: effect_from_dict(e) for e in d["open_effects"]},
-        closed_effects={e["delivery_key"]: effect_from_dict(e) for e in d["closed_effects"]},
-        checkpoint=None if cp is None else checkpoint_from_dict(cp),
-        checkpoints=tuple(  # a sixth item (the hash) since the anchored chain; None before
-            CheckpointEntry(c[0], c[1], int(c[2]), int(c[3]), int(c[4]), c[5] if len(c) > 5 else None)
-            for c in d["checkpoints"]
-        ),
-        last_error=None if err is None else ErrorInfo(err[0], err[1], bool(err[2])),
-        rejected={k: int(v) for k, v in d["rejected"].items()},
-        recent_rejected=tuple(
-            RejectedEvent(int(r[0]), int(r[1]), r[2], r[3], int(r[4])) for r in d["recent_rejected"]
-        ),
-        recent=tuple((int(q), str(h)) for q, h in d["recent"]),
-        last_hash=d.get("last_hash"),
-        waiting=None if not d.get("waiting") else WaitInfo(str(d["waiting"][0]), str(d["waiting"][1]),
-                                                           int(d["waiting"][2])),
-    )
+checkpoint_to_dict: Callable[[Checkpoint], dict[str, Any]] = STATE_JSON.to_plain(Checkpoint)
+checkpoint_from_dict: Callable[[Mapping[str, Any]], Checkpoint] = STATE_JSON.from_plain(Checkpoint)
+effect_to_dict: Callable[[EffectEntry], dict[str, Any]] = STATE_JSON.to_plain(EffectEntry)
+effect_from_dict: Callable[[Mapping[str, Any]], EffectEntry] = STATE_JSON.from_plain(EffectEntry)
+state_to_dict: Callable[[RunState], dict[str, Any]] = STATE_JSON.to_plain(RunState, extra={"v": JSON_VERSION})
+state_from_dict: Callable[[Mapping[str, Any]], RunState] = STATE_JSON.from_plain(RunState)
+_call = STATE_JSON.to_plain(CallRecord)
+_state_dict_but_calls = STATE_JSON.to_plain(RunState, omit=("calls",), extra={"v": JSON_VERSION})
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False).encode

@@ -16,7 +16,6 @@ LIMIT = 400
 # grow while it waits. An entry goes once its module is under the limit; a module at or under the
 # limit needs none (its ceiling is the limit).
 ALLOWED: dict[str, int] = {
-    "projections/_state.py": 559,
     "projections/redis_store.py": 481,
 }
 
