@@ -155,59 +155,45 @@ class PlainMapping:
 
     def _to_expr(self, t: Any, x: str, ns: dict[str, Any]) -> str | None:
         """An expression writing ``x`` of type ``t``, or None when ``x`` is written as it is."""
-        if t is Any or t in _SCALARS:
-            return None
-        if isinstance(t, type) and issubclass(t, Enum):
-            return f"{x}.value"
-        if dataclasses.is_dataclass(t) and isinstance(t, type):
-            fn = _bind(ns, "_to_", self.to_plain(t))
-            return f"{fn}({x})"
-        inner = _optional(t)
-        if inner is not None:
-            e = self._to_expr(inner, x, ns)
-            return None if e is None else f"(None if {x} is None else {e})"
-        origin, args = typing.get_origin(t), typing.get_args(t)
-        if origin is tuple:
-            if len(args) == 2 and args[1] is Ellipsis:
-                v = _fresh(ns)
-                e = self._to_expr(args[0], v, ns)
-                return f"list({x})" if e is None else f"[{e} for {v} in {x}]"
-            es = [self._to_expr(a, f"{x}[{i}]", ns) for i, a in enumerate(args)]
-            if all(e is None for e in es):
-                return f"list({x})"
-            return "[" + ", ".join(e or f"{x}[{i}]" for i, e in enumerate(es)) + "]"
-        if origin in (Mapping, dict, typing.Mapping):
-            v = _fresh(ns)
-            e = self._to_expr(args[1], v, ns)
-            return f"dict({x})" if e is None else "{" + f"_k: {e} for _k, {v} in {x}.items()" + "}"
-        raise TypeError(f"no plain mapping for {t!r}")
+        return self._expr(t, x, ns, writing=True)
 
     def _from_expr(self, t: Any, x: str, ns: dict[str, Any]) -> str | None:
         """An expression reading ``x`` back as type ``t``, or None when ``x`` is taken as it is."""
+        return self._expr(t, x, ns, writing=False)
+
+    def _expr(self, t: Any, x: str, ns: dict[str, Any], *, writing: bool) -> str | None:
         if t is Any or t in _SCALARS:
             return None
         if isinstance(t, type) and issubclass(t, Enum):
-            return f"{_bind(ns, '_enum_', t)}({x})"
+            return f"{x}.value" if writing else f"{_bind(ns, '_enum_', t)}({x})"
         if dataclasses.is_dataclass(t) and isinstance(t, type):
-            return f"{_bind(ns, '_from_', self.from_plain(t))}({x})"
+            fn = self.to_plain(t) if writing else self.from_plain(t)
+            return f"{_bind(ns, '_rec_', fn)}({x})"
         inner = _optional(t)
         if inner is not None:
-            e = self._from_expr(inner, x, ns)
+            e = self._expr(inner, x, ns, writing=writing)
             return None if e is None else f"(None if {x} is None else {e})"
         origin, args = typing.get_origin(t), typing.get_args(t)
+        seq = "list" if writing else "tuple"
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            v = _fresh(ns)
+            e = self._expr(args[0], v, ns, writing=writing)
+            if e is None:
+                return f"{seq}({x})"
+            comp = f"[{e} for {v} in {x}]"
+            return comp if writing else f"tuple({comp})"
         if origin is tuple:
-            if len(args) == 2 and args[1] is Ellipsis:
-                v = _fresh(ns)
-                e = self._from_expr(args[0], v, ns)
-                return f"tuple({x})" if e is None else f"tuple([{e} for {v} in {x}])"
-            es = [self._from_expr(a, f"{x}[{i}]", ns) for i, a in enumerate(args)]
+            es = [self._expr(a, f"{x}[{i}]", ns, writing=writing) for i, a in enumerate(args)]
             if all(e is None for e in es):
-                return f"tuple({x})"
-            return "(" + ", ".join(e or f"{x}[{i}]" for i, e in enumerate(es)) + ",)"
+                return f"{seq}({x})"
+            items = "[" + ", ".join(e or f"{x}[{i}]" for i, e in enumerate(es)) + "]"
+            return items if writing else f"tuple({items})"
         if origin in (Mapping, dict, typing.Mapping):
             v = _fresh(ns)
-            e = self._from_expr(args[1], v, ns)
-            return None if e is None else "{" + f"_k: {e} for _k, {v} in {x}.items()" + "}"
+            e = self._expr(args[1], v, ns, writing=writing)
+            if e is None:  # written as a fresh dict; read as decoded (the reader owns it)
+                return f"dict({x})" if writing else None
+            return "{" + f"_k: {e} for _k, {v} in {x}.items()" + "}"
         raise TypeError(f"no plain mapping for {t!r}")
 
 
