@@ -1,5 +1,6 @@
-"""What a resume does, for the SDK's unit tests on the in-memory adapters: read the recorded calls off a
-run's events, take the run over at a new epoch and execute it again from its first stage."""
+"""The SDK's unit tests on the in-memory adapters: a world of them with a runner (:class:`MemoryWorld`),
+and what a resume does: read the recorded calls off a run's events, take the run over at a new epoch
+and execute it again from its first stage."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from typing import Any
 from producers._arunner import AsyncRunner
 from producers._calls import RecordedCall
 from producers._core import RunResult
+from producers._inputs import DictInputSource, InputSource
+from producers._ledger import InMemoryEffectLedger
+from producers._memory import (
+    InMemoryArtifactStore,
+    InMemoryEventLog,
+    InMemoryLeaseManager,
+    InMemoryLeaseTable,
+)
 from producers._runner import Runner
 from producers._session import RunSession
 from producers._workflow import Workflow
@@ -47,3 +56,31 @@ async def again_async(runner: AsyncRunner, events: Sequence[RunEvent], wf: Workf
     """:func:`again` through the AsyncRunner."""
     s = await runner.take_over(events[0].run_id, **_take_over_args(events, wf, params))
     return await runner.execute(s, from_stage=wf.stages[0].name, **kw)
+
+
+class MemoryWorld:
+    """The in-memory adapters (event log, leases, artifacts, ledger) and a :class:`Runner` on them;
+    :meth:`async_runner` gives an AsyncRunner sharing them."""
+
+    def __init__(self, source: InputSource | None = None, **runner_kw: Any) -> None:
+        self.source = source if source is not None else DictInputSource({})
+        self.log = InMemoryEventLog(writer_id="w-test")
+        self.table = InMemoryLeaseTable()
+        self.store = InMemoryArtifactStore()
+        self.ledger = InMemoryEffectLedger()
+        self.runner = Runner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store,
+                             source=self.source, ledger=self.ledger, run_log=self.log, **runner_kw)
+
+    def async_runner(self, **kw: Any) -> AsyncRunner:
+        return AsyncRunner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store,
+                           source=self.source, ledger=self.ledger, run_log=self.log, **kw)
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        return self.log.events(run_id)
+
+    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
+        return recorded_calls(self.events(run_id))
+
+    def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
+        """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
+        return again(self.runner, self.events(run_id), wf, params, **kw)

@@ -14,48 +14,35 @@ from typing import Any
 import pytest
 
 from producers import (
-    AsyncRunner,
     AsyncStageContext,
     CallInfo,
     Diverged,
-    Runner,
     StageContext,
     Workflow,
     rule,
     tool,
 )
-from producers._calls import RecordedCall
 from producers._inputs import DictInputSource
 from producers._ledger import InMemoryEffectLedger
-from producers._memory import (
-    InMemoryArtifactStore,
-    InMemoryEventLog,
-    InMemoryLeaseManager,
-    InMemoryLeaseTable,
-)
 from projections import RunStatus
 from projections.fold import fold_all
 from schemas import EventType, ReplayPolicy, RunEvent
-from tests.unit.producers._replay import again_async, recorded_calls
+from tests.unit.producers._replay import MemoryWorld, again_async
 
 T = EventType
 SOURCE = DictInputSource({"facts": {"v1": {"claims": ["a", "b"]}}})
 
 
-class World:
+class World(MemoryWorld):
     """In-memory adapters shared by a sync and an async runner, and what the tools really did."""
 
     def __init__(self) -> None:
-        self.log = InMemoryEventLog(writer_id="w-test")
-        self.table = InMemoryLeaseTable()
-        self.store = InMemoryArtifactStore()
-        self.ledger = InMemoryEffectLedger()
+        super().__init__(SOURCE)
         self.calls: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        kw: dict[str, Any] = {"source": SOURCE, "ledger": self.ledger, "run_log": self.log}
-        self.sync = Runner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store, **kw)
-        self.aio = AsyncRunner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store, **kw)
+        self.sync = self.runner
+        self.aio = self.async_runner()
 
         @tool("search", policy=ReplayPolicy.SAFE)
         async def search(call: CallInfo, q: str) -> dict[str, Any]:
@@ -100,12 +87,6 @@ class World:
             return {"asset": asset["external_id"], "at": await ctx.now()}
 
         return wf
-
-    def events(self, run_id: str) -> list[RunEvent]:
-        return self.log.events(run_id)
-
-    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        return recorded_calls(self.events(run_id))
 
 
 def arun(coro_fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:

@@ -15,23 +15,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from producers._arunner import AsyncRunner
-from producers._calls import RecordedCall
 from producers._context import AsyncStageContext, StageContext
 from producers._inputs import DictInputSource
-from producers._ledger import InMemoryEffectLedger
 from producers._memory import (
-    InMemoryArtifactStore,
-    InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers._runner import Runner
 from producers._tools import CallInfo, Tool, tool
 from producers._workflow import Workflow
 from producers.otel import OtelTracer
 from schemas import EventType, ReplayPolicy
 from schemas.errors import TerminalToolError
-from tests.unit.producers._replay import again, recorded_calls
+from tests.unit.producers._replay import MemoryWorld
 from tests.unit.producers.test_otel import assert_nowhere
 
 T = EventType
@@ -44,33 +39,21 @@ PAYLOADS = (TOPIC, NAME, HIT, EXTERNAL)
 SOURCE = DictInputSource({"facts": {"v1": {"claims": ["confidential-claim-xyz"]}}})
 
 
-class World:
+class World(MemoryWorld):
     """The in-memory adapters and a runner whose spans land in memory."""
 
     def __init__(self) -> None:
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider()
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.log = InMemoryEventLog(writer_id="w-test")
-        self.store = InMemoryArtifactStore()
-        self.ledger = InMemoryEffectLedger()
+        super().__init__(SOURCE, max_parallel=2, tracer=OtelTracer(self.provider))
         self.calls: list[str] = []
-        self.runner = Runner(self.log, InMemoryLeaseManager(InMemoryLeaseTable(), holder="w-test"),
-                             self.store, source=SOURCE, ledger=self.ledger, run_log=self.log,
-                             max_parallel=2, tracer=OtelTracer(self.provider))
 
     def spans(self, kind: str) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if s.name.startswith(f"runlog.{kind} ")]
 
     def all_spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
-
-    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        return recorded_calls(self.log.events(run_id))
-
-    def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
-        """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
-        return again(self.runner, self.log.events(run_id), wf, params, **kw)
 
     def tools(self) -> tuple[Tool, Tool]:
         @tool("search", policy=ReplayPolicy.SAFE)

@@ -31,22 +31,15 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, rule, tool
-from producers._calls import RecordedCall
-from producers._inputs import DictInputSource
-from producers._ledger import InMemoryEffectLedger
 from producers._memory import (
-    InMemoryArtifactStore,
-    InMemoryEventLog,
     InMemoryLeaseManager,
-    InMemoryLeaseTable,
 )
-from producers._runner import Runner
 from producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
 from projections import RunStatus
 from projections.fold import fold_all
-from schemas import Diverged, EventType, RunEvent
+from schemas import Diverged, EventType
 from schemas.errors import TerminalToolError, WorkflowDefinitionError
-from tests.unit.producers._replay import again, recorded_calls
+from tests.unit.producers._replay import MemoryWorld
 
 T = EventType
 MODEL = "pydantic_ai.model.shop"
@@ -108,29 +101,11 @@ class Shop:
         return RunlogAgent(agent, tools={"save": save_tool})
 
 
-class World:
-    """The in-memory adapters and a runner (as in test_runner_memory)."""
-
-    def __init__(self) -> None:
-        self.log = InMemoryEventLog(writer_id="w-test")
-        self.table = InMemoryLeaseTable()
-        self.store = InMemoryArtifactStore()
-        self.ledger = InMemoryEffectLedger()
-        self.runner = Runner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store,
-                             source=DictInputSource({}), ledger=self.ledger, run_log=self.log)
-
-    def events(self, run_id: str) -> list[RunEvent]:
-        return self.log.events(run_id)
+class World(MemoryWorld):
+    """The in-memory adapters and a runner (:class:`~tests.unit.producers._replay.MemoryWorld`)."""
 
     def called(self, run_id: str) -> list[str]:
         return [e.tool or "" for e in self.events(run_id) if e.type is T.TOOL_CALLED]
-
-    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        return recorded_calls(self.events(run_id))
-
-    def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
-        """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
-        return again(self.runner, self.events(run_id), wf, params, **kw)
 
 
 def one_stage(durable: RunlogAgent[None, str]) -> Workflow:

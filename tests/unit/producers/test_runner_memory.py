@@ -12,18 +12,10 @@ from typing import Any
 
 import pytest
 
-from producers._calls import RecordedCall
 from producers._context import StageContext
 from producers._inputs import DictInputSource
 from producers._keys import delivery_key
-from producers._ledger import InMemoryEffectLedger, LedgerEntry
-from producers._memory import (
-    InMemoryArtifactStore,
-    InMemoryEventLog,
-    InMemoryLeaseManager,
-    InMemoryLeaseTable,
-)
-from producers._runner import Runner
+from producers._ledger import LedgerEntry
 from producers._tools import CallInfo, Tool, tool
 from producers._workflow import Workflow, rule
 from projections import RunStatus
@@ -31,36 +23,21 @@ from projections.fold import fold_all
 from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy, RunEvent
 from schemas._hash import event_hash
 from schemas.errors import VerificationFailed
-from tests.unit.producers._replay import again, recorded_calls
+from tests.unit.producers._replay import MemoryWorld
 
 T = EventType
 SOURCE = DictInputSource({"facts": {"v1": {"claims": ["a", "b"]}}})
 
 
-class World:
+class World(MemoryWorld):
     """The in-memory adapters, and counts of what tools really did."""
 
     def __init__(self) -> None:
-        self.log = InMemoryEventLog(writer_id="w-test")
-        self.table = InMemoryLeaseTable()
-        self.store = InMemoryArtifactStore()
-        self.ledger = InMemoryEffectLedger()
+        super().__init__(SOURCE, max_parallel=2)
         self.calls: list[str] = []
-        self.runner = Runner(self.log, InMemoryLeaseManager(self.table, holder="w-test"), self.store,
-                             source=SOURCE, ledger=self.ledger, run_log=self.log, max_parallel=2)
-
-    def events(self, run_id: str) -> list[RunEvent]:
-        return self.log.events(run_id)
 
     def types(self, run_id: str) -> list[EventType]:
         return [e.type for e in self.events(run_id)]
-
-    def recorded(self, run_id: str) -> dict[str, RecordedCall]:
-        return recorded_calls(self.events(run_id))
-
-    def again(self, run_id: str, wf: Workflow, params: dict[str, Any], **kw: Any) -> Any:
-        """Take the run over at a new epoch (as resume does) and execute it from its first stage."""
-        return again(self.runner, self.events(run_id), wf, params, **kw)
 
     def tools(self) -> tuple[Tool, Tool]:
         @tool("search", policy=ReplayPolicy.SAFE)
