@@ -1,7 +1,9 @@
 """Swapping a rebuilt projection namespace into the live one (``runlog projections rebuild
---swap``): only projection keys move, in ``MULTI`` chunks, with the live projectors fenced by the
-rebuild lock; a failed swap is rolled back from what Redis holds, so the live projection is never
-left empty or half swapped."""
+--swap``): only projection keys move, with the live projectors fenced by the rebuild lock and the
+namespace marker saying ``rebuilding``; a failed swap is rolled back from what Redis holds, so the
+live projection is never left empty or half swapped. On standalone Redis the keys move in ``MULTI``
+chunks; on Redis Cluster one script per slot moves that slot's keys, all or nothing
+(:mod:`projections._cluster_swap`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import redis
 
+from projections._cluster_swap import SlotMoves, check_slots, move_slots, roll_back_slots, slot_moves
 from projections._marker import READY
 from projections._namespaces import NamespaceOverlap, delete_namespace, prefixes_overlap, projection_keys
 from projections.redis_store import ProjectionStoreError, RedisStore
@@ -21,8 +24,9 @@ __all__ = ["SWAP_CHUNK", "SwapFailed", "SwapRefused", "swap_namespaces"]
 
 
 class SwapRefused(RunlogError):
-    """A swap that was not started: the rebuilt namespace is not a finished rebuild, or the live
-    namespace is being rebuilt by someone else (its rebuild lock is held). Nothing was changed."""
+    """A swap that was not started: the rebuilt namespace is not a finished rebuild, the live
+    namespace is being rebuilt by someone else (its rebuild lock is held), or, on Redis Cluster, a
+    projection key has no hash tag (it cannot be moved within one slot). Nothing was changed."""
 
 
 class SwapFailed(ProjectionStoreError):
@@ -67,15 +71,17 @@ def swap_namespaces(
     5. mark the live namespace ``ready`` under the rebuilt generation, release the lock, and delete
        the backup and the rebuilt marker.
 
+    On Redis Cluster step 4 is one script per slot instead (:mod:`projections._cluster_swap`): each
+    slot's renames, of both kinds, happen together or not at all; slots are not atomic together.
+    A namespace with a projection key that is not one slot's under both prefixes (no hash tag) is
+    refused in step 1.
+
     When anything fails before step 5, every moved key is moved back (live and rebuilt are as they
     were) and the marker restored, then :class:`SwapFailed` is raised: the live projection is never
     left empty or half swapped by a failed swap. (When only step 5 fails, the new keys are live and
     whole; the namespace stays fenced until its lock expires and projectors rebuild it in place.)"""
     if prefixes_overlap(live, rebuilt):
         raise NamespaceOverlap(live, rebuilt, "swap")
-    if is_cluster(r):  # its MULTI chunks rename keys of many slots
-        raise SwapRefused("--swap is not supported on Redis Cluster yet (its renames span slots): nothing "
-                          "swapped; the projectors rebuild the live namespace in place when it is lost")
     src = RedisStore(r, rebuilt)
     dst = RedisStore(r, live)
     m = src.marker()
@@ -84,6 +90,13 @@ def swap_namespaces(
                           f"{'missing' if m is None else m.state}): nothing swapped")
     token = uuid.uuid4().hex[:12]
     holder, backup = f"swap:{token}", f"{rebuilt}:swap-{token}"
+    cluster = is_cluster(r)
+    if cluster:
+        split = check_slots(r, live, rebuilt, backup)
+        if split:
+            raise SwapRefused(f"{len(split)} projection keys of {live!r} or {rebuilt!r} cannot be moved "
+                              f"within one Redis Cluster slot, e.g. {split[0].decode()!r} (no hash tag): "
+                              "nothing swapped")
     try:
         old_marker: dict[Any, Any] = dict(r.hgetall(dst.marker_key))
     except redis.RedisError as err:
@@ -97,18 +110,25 @@ def swap_namespaces(
 
     new: list[bytes] = []
     old: list[bytes] = []
+    slots: list[SlotMoves] = []
     try:
         if catch_up is not None:
             catch_up(hold)
         cut_new, cut_old = len(rebuilt.encode()) + 1, len(live.encode()) + 1
         new = [k[cut_new:] for k in projection_keys(r, rebuilt)]
         old = [k[cut_old:] for k in projection_keys(r, live)]
-        have = set(old)
-        _move(r, [(n, n in have) for n in new], live, rebuilt, backup, chunk, hold)
-        incoming = set(new)
-        _move(r, [(n, True) for n in old if n not in incoming], live, None, backup, chunk, hold)
+        if cluster:
+            slots = slot_moves(live, rebuilt, backup, new, old)
+            move_slots(r, slots, live, rebuilt, backup, chunk, hold)
+        else:
+            have = set(old)
+            _move(r, [(n, n in have) for n in new], live, rebuilt, backup, chunk, hold)
+            incoming = set(new)
+            _move(r, [(n, True) for n in old if n not in incoming], live, None, backup, chunk, hold)
     except BaseException as err:
-        restored = _roll_back(r, live, rebuilt, backup, new, old, old_marker, dst, holder)
+        moved_back = (roll_back_slots(r, slots, live, rebuilt, backup, chunk) if cluster
+                      else _roll_back(r, live, rebuilt, backup, new, old))
+        restored = moved_back and _unfence(r, dst, holder, old_marker)
         if isinstance(err, RunlogError | redis.RedisError):
             raise SwapFailed(
                 f"swapping {rebuilt!r} into {live!r} failed: {err}; "
@@ -153,12 +173,11 @@ def _move(r: redis.Redis, names: list[tuple[bytes, bool]], live: str, rebuilt: s
         hold()
 
 
-def _roll_back(r: redis.Redis, live: str, rebuilt: str, backup: str, new: list[bytes], old: list[bytes],
-               old_marker: dict[Any, Any], dst: RedisStore, holder: str) -> bool:
-    """Undo a failed swap from what Redis holds (whatever step failed, even with a lost reply): a
-    rebuilt key that is live and no longer in ``rebuilt`` goes back, then every backed-up key
-    returns to the live namespace; the marker is restored and the lock released. True when all of
-    that succeeded."""
+def _roll_back(r: redis.Redis, live: str, rebuilt: str, backup: str, new: list[bytes],
+               old: list[bytes]) -> bool:
+    """Undo a failed swap's moves from what Redis holds (whatever step failed, even with a lost
+    reply): a rebuilt key that is live and no longer in ``rebuilt`` goes back, then every backed-up
+    key returns to the live namespace. True when all of that succeeded."""
     lp, rp, bp = live.encode() + b":", rebuilt.encode() + b":", backup.encode() + b":"
     try:
         for i in range(0, len(new), SWAP_CHUNK):
@@ -185,6 +204,15 @@ def _roll_back(r: redis.Redis, live: str, rebuilt: str, backup: str, new: list[b
                 if e:
                     pipe.rename(bp + n, lp + n)
             pipe.execute()
+    except (redis.RedisError, RunlogError):
+        return False
+    return True
+
+
+def _unfence(r: redis.Redis, dst: RedisStore, holder: str, old_marker: dict[Any, Any]) -> bool:
+    """After a rolled-back swap: the live marker as it was before the swap, the lock released. True
+    when both succeeded."""
+    try:
         pipe = r.pipeline(transaction=True)
         pipe.delete(dst.marker_key)
         if old_marker:

@@ -29,39 +29,31 @@ namespace from the log (:mod:`projections.recovery`).
 
 Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
-On Redis Cluster (a ``redis.cluster.RedisCluster`` client, ``REDIS_URL=redis+cluster://...``)
-a script touches one slot, so the layout of the global indexes differs (the run keys and the
-marker do not): they are split into :data:`~schemas._redis.INDEX_SHARDS` shards, each under its
-own hash tag ``{idx:<n>}`` (``n`` = :func:`~schemas._redis.index_shard` of the run id or the
-delivery key):
-
-* ``P:{idx:n}:runs:by_status:S``  sorted set of run ids, as above, for the runs of shard ``n``;
-* ``P:{idx:n}:runs:status``       hash run id -> ``"<offset> <STATUS>"``: which log offset
-  the shard indexed last, so an older or repeated write never moves a run back;
-* ``P:{idx:n}:effects:by_key``    hash delivery key -> effect JSON, same winner rule as above.
-
-An apply is then two pipelined steps: ``lua/cluster_apply.lua`` per update on the run's slot
-(the same offset guard; it also refuses, ``LOST``, an update computed from a stored state that
-is gone: the node owning the slot came back empty), then ``lua/cluster_index.lua`` per index
-write on its shard, for updates applied or already applied (so a redelivery after a crash
-between the two steps completes the indexes; both writes are idempotent and order-independent).
-The marker is read before each batch (one round trip) rather than inside the run's script: a
-rebuild that starts between that read and the batch's writes is still fenced by the offset
-guard, not by the generation. Listings fan out over the shards.
+On Redis Cluster the global indexes are sharded, one hash tag per shard, and an apply is two
+pipelined steps: that layout and its apply are :mod:`projections._sharded` (a mixin of the store).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from importlib import resources
 from typing import Any
 
 import redis
 
-from projections._marker import READY, REBUILDING, Marker, _text, marker_key, parse_marker, state_key
+from projections._marker import READY, REBUILDING, Marker, marker_key, parse_marker, state_key
+from projections._sharded import (
+    LOST,
+    RESULTS,
+    ProjectionLost,
+    ProjectionStoreError,
+    ShardedIndexes,
+    dumps,
+    index_entry,
+    lua,
+    raise_failed,
+)
 from projections._state import (
     EffectEntry,
     RunState,
@@ -70,7 +62,6 @@ from projections._state import (
     checkpoint_from_dict,
     checkpoint_to_dict,
     effect_from_dict,
-    effect_to_dict,
     state_from_dict,
     state_from_json,
     state_to_dict,
@@ -79,44 +70,20 @@ from projections._state import (
 from projections.store import ApplyResult, RunUpdate
 from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
-from schemas.errors import RunlogError
 from schemas.settings import Settings
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
 
-_RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
-_LOST = -2
-
-
-class ProjectionStoreError(RunlogError):
-    """Redis refused or failed a projection read or write."""
-
-
-class ProjectionLost(ProjectionStoreError):
-    """The namespace this store was writing is gone or was replaced (the marker no longer holds the
-    store's generation), or is being rebuilt: the writer's cached states are void. Nothing of the
-    refused update was written; rebuild or adopt (:func:`projections.recovery.recover`) and retry."""
 
 
 def apply_script() -> str:
     """The Lua source that applies one run update."""
-    return resources.files("projections").joinpath("lua", "apply.lua").read_text(encoding="utf-8")
+    return lua("apply.lua")
 
 
-def _sha1(source: str) -> str:
-    return hashlib.sha1(source.encode("utf-8")).hexdigest()
-
-
-def _lua(name: str) -> str:
-    return resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
-
-
-def _dumps(v: Any) -> str:
-    return json.dumps(v, separators=(",", ":"), sort_keys=True)
-
-
-class RedisStore:
-    """Projection store in Redis under ``prefix`` (see the module docstring)."""
+class RedisStore(ShardedIndexes):
+    """Projection store in Redis under ``prefix`` (see the module docstring; on Redis Cluster,
+    :mod:`projections._sharded`)."""
 
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
@@ -125,8 +92,8 @@ class RedisStore:
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
         self.cluster = is_cluster(client)
-        self._source = _lua("cluster_apply.lua") if self.cluster else apply_script()
-        self._index_source = _lua("cluster_index.lua") if self.cluster else ""
+        self._source = lua("cluster_apply.lua") if self.cluster else apply_script()
+        self._index_source = lua("cluster_index.lua") if self.cluster else ""
         try:
             self._sha: str = str(client.script_load(self._source))
         except redis.RedisError as err:
@@ -155,16 +122,7 @@ class RedisStore:
     def effects_index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
 
-    # on Redis Cluster: the sharded global indexes (see the module docstring)
-
-    def shard_status_key(self, shard: int, status: RunStatus) -> str:
-        return f"{self.prefix}:{{idx:{shard}}}:runs:by_status:{status.value}"
-
-    def shard_status_hash(self, shard: int) -> str:
-        return f"{self.prefix}:{{idx:{shard}}}:runs:status"
-
-    def shard_effects_key(self, shard: int) -> str:
-        return f"{self.prefix}:{{idx:{shard}}}:effects:by_key"
+    # on Redis Cluster: the sharded global indexes (projections._sharded)
 
     def status_keys(self, status: RunStatus) -> list[str]:
         """Every key holding the runs of ``status``: one, or one per shard on a cluster."""
@@ -360,12 +318,11 @@ class RedisStore:
         argv: list[str | int] = [u.base_offset, s.offset, s.run_id, s.updated_at, len(fields) // 2, *fields]
         argv.append(len(u.checkpoints))
         for c in u.checkpoints:
-            member = _dumps({"checkpoint": checkpoint_to_dict(c.checkpoint), "state": state_to_dict(c.state)})
+            member = dumps({"checkpoint": checkpoint_to_dict(c.checkpoint), "state": state_to_dict(c.state)})
             argv.extend([c.checkpoint.last_seq, member])
         argv.append(len(u.effects))
         for e in u.effects:
-            key = e.sort_key
-            argv.extend([e.delivery_key, _dumps({**effect_to_dict(e), "sort_key": key}), key])
+            argv.extend([e.delivery_key, index_entry(e), e.sort_key])
         argv.append(self.generation)
         return keys, argv
 
@@ -382,81 +339,13 @@ class RedisStore:
                 raw = self._run(args)
         except redis.RedisError as err:
             raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
-        for r in raw:
-            if isinstance(r, Exception):
-                raise ProjectionStoreError(f"apply script failed: {r}") from r
-        if any(int(r) == _LOST for r in raw):
+        raise_failed(raw, "apply script")
+        if any(int(r) == LOST for r in raw):
             gen, self._gen = self._gen, None
             raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
-                                 f"emptied or the namespace replaced; {sum(int(r) == _LOST for r in raw)} "
+                                 f"emptied or the namespace replaced; {sum(int(r) == LOST for r in raw)} "
                                  f"of {len(raw)} updates refused")
-        return [_RESULTS[int(r)] for r in raw]
-
-    def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
-        gen = self.generation
-        args = [self.script_args(u) for u in updates]
-        try:
-            held = self.client.hget(self.marker_key, "gen")
-            if held is None or _text(held) != gen:
-                self._gen = None
-                raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
-                                     f"emptied or the namespace replaced; {len(updates)} updates refused")
-            raw = self._run_eval(self._source, args)
-        except redis.RedisError as err:
-            raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
-        for r in raw:
-            if isinstance(r, Exception):
-                raise ProjectionStoreError(f"apply script failed: {r}") from r
-        if any(int(r) == _LOST for r in raw):
-            self._gen = None
-            lost = sum(int(r) == _LOST for r in raw)
-            raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a "
-                                 f"node came back empty; {lost} of {len(raw)} updates refused")
-        statuses = list(RunStatus)
-        index: list[tuple[list[str], list[str | int]]] = []
-        for u, r in zip(updates, raw, strict=True):
-            if _RESULTS[int(r)] is ApplyResult.CONFLICT:
-                continue
-            s = u.state
-            shard = index_shard(s.run_id)
-            keys = [self.shard_status_hash(shard), *(self.shard_status_key(shard, x) for x in statuses)]
-            index.append((keys, ["status", s.run_id, s.offset, s.status.value, s.updated_at,
-                                 *(x.value for x in statuses)]))
-            for e in u.effects:
-                key = e.sort_key
-                entry = _dumps({**effect_to_dict(e), "sort_key": key})
-                index.append(([self.shard_effects_key(index_shard(e.delivery_key))],
-                              ["effect", e.delivery_key, entry, key]))
-        if index:
-            try:
-                done = self._run_eval(self._index_source, index)
-            except redis.RedisError as err:
-                raise ProjectionStoreError(f"indexing {len(updates)} updates failed: {err}") from err
-            for r in done:
-                if isinstance(r, Exception):
-                    raise ProjectionStoreError(f"index script failed: {r}") from r
-        return [_RESULTS[int(r)] for r in raw]
-
-    def _run_eval(self, source: str, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
-        """EVALSHA each (keys, argv) in one pipeline; the ones a node answered NOSCRIPT (a new or
-        failed-over node) run again after the script is loaded on every primary. (redis-py's
-        cluster pipeline blocks its ``evalsha``/``eval`` methods; the raw command is routed by its
-        keys like any other.)"""
-        sha = _sha1(source)
-        pipe = self.client.pipeline(transaction=False)
-        for keys, argv in args:
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # type: ignore[no-untyped-call]
-        raw = list(pipe.execute(raise_on_error=False))
-        again = [i for i, r in enumerate(raw) if isinstance(r, redis.exceptions.NoScriptError)]
-        if again:
-            self.client.script_load(source)
-            pipe = self.client.pipeline(transaction=False)
-            for i in again:
-                keys, argv = args[i]
-                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # type: ignore[no-untyped-call]
-            for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
-                raw[i] = r
-        return raw
+        return [RESULTS[int(r)] for r in raw]
 
     def _run(self, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

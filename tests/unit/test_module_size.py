@@ -15,9 +15,7 @@ LIMIT = 400
 # Modules being split right now, each with a ceiling: its size when it was listed, so it cannot
 # grow while it waits. An entry goes once its module is under the limit; a module at or under the
 # limit needs none (its ceiling is the limit).
-ALLOWED: dict[str, int] = {
-    "projections/redis_store.py": 481,
-}
+ALLOWED: dict[str, int] = {}
 
 
 def _sizes() -> dict[str, int]:

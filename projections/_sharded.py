@@ -1,0 +1,173 @@
+"""The Redis Cluster side of :class:`~projections.redis_store.RedisStore`: the sharded global
+indexes and the two-step apply, and the runner of one script per slot that the apply and the
+cluster swap (:mod:`projections._cluster_swap`) share.
+
+On Redis Cluster (a ``redis.cluster.RedisCluster`` client, ``REDIS_URL=redis+cluster://...``)
+a script touches one slot, so the layout of the global indexes differs (the run keys and the
+marker do not): they are split into :data:`~schemas._redis.INDEX_SHARDS` shards, each under its
+own hash tag ``{idx:<n>}`` (``n`` = :func:`~schemas._redis.index_shard` of the run id or the
+delivery key):
+
+* ``P:{idx:n}:runs:by_status:S``  sorted set of run ids, as ``P:runs:by_status:S``, for the runs
+  of shard ``n``;
+* ``P:{idx:n}:runs:status``       hash run id -> ``"<offset> <STATUS>"``: which log offset
+  the shard indexed last, so an older or repeated write never moves a run back;
+* ``P:{idx:n}:effects:by_key``    hash delivery key -> effect JSON, same winner rule as
+  ``P:effects:by_key``.
+
+An apply is then two pipelined steps: ``lua/cluster_apply.lua`` per update on the run's slot
+(the same offset guard; it also refuses, ``LOST``, an update computed from a stored state that
+is gone: the node owning the slot came back empty), then ``lua/cluster_index.lua`` per index
+write on its shard, for updates applied or already applied (so a redelivery after a crash
+between the two steps completes the indexes; both writes are idempotent and order-independent).
+The marker is read before each batch (one round trip) rather than inside the run's script: a
+rebuild that starts between that read and the batch's writes is still fenced by the offset
+guard, not by the generation. Listings fan out over the shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from projections._marker import _text
+from projections._state import EffectEntry, RunStatus, effect_to_dict
+from projections.store import ApplyResult, RunUpdate
+from schemas._redis import index_shard
+from schemas.errors import RunlogError
+
+__all__ = ["LOST", "RESULTS", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes", "dumps",
+           "eval_each", "index_entry", "lua", "raise_failed"]
+
+RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
+LOST = -2
+
+ScriptCall = tuple[list[str], list[str | int]]
+"""The KEYS and ARGV of one script call."""
+
+
+class ProjectionStoreError(RunlogError):
+    """Redis refused or failed a projection read or write."""
+
+
+class ProjectionLost(ProjectionStoreError):
+    """The namespace this store was writing is gone or was replaced (the marker no longer holds the
+    store's generation), or is being rebuilt: the writer's cached states are void. Nothing of the
+    refused update was written; rebuild or adopt (:func:`projections.recovery.recover`) and retry."""
+
+
+def lua(name: str) -> str:
+    """The source of ``projections/lua/<name>``."""
+    return resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+def dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+def index_entry(e: EffectEntry) -> str:
+    """An effect as the global index holds it: its JSON with its ``sort_key`` (the winner rule)."""
+    return dumps({**effect_to_dict(e), "sort_key": e.sort_key})
+
+
+def raise_failed(raw: Sequence[Any], what: str) -> None:
+    """Raise the first error a pipeline answered in place (``raise_on_error=False``)."""
+    for r in raw:
+        if isinstance(r, Exception):
+            raise ProjectionStoreError(f"{what} failed: {r}") from r
+
+
+def eval_each(client: Any, source: str, args: Sequence[ScriptCall]) -> list[Any]:
+    """EVALSHA ``source`` for each (keys, argv) in one pipeline, each call routed to the node owning
+    its keys' slot; the ones a node answered NOSCRIPT (a new or failed-over node) run again after the
+    script is loaded on every primary. Errors are returned in place, not raised. (redis-py's cluster
+    pipeline blocks its ``evalsha``/``eval`` methods; the raw command is routed by its keys like any
+    other.)"""
+    sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+    pipe = client.pipeline(transaction=False)
+    for keys, argv in args:
+        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+    raw = list(pipe.execute(raise_on_error=False))
+    again = [i for i, r in enumerate(raw) if isinstance(r, redis.exceptions.NoScriptError)]
+    if again:
+        client.script_load(source)
+        pipe = client.pipeline(transaction=False)
+        for i in again:
+            keys, argv = args[i]
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+        for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+            raw[i] = r
+    return raw
+
+
+class ShardedIndexes:
+    """The cluster part of :class:`~projections.redis_store.RedisStore` (a mixin of it): the keys
+    of the index shards and the two-step apply (see the module docstring)."""
+
+    client: redis.Redis
+    prefix: str
+    _gen: str | None
+    _source: str
+    _index_source: str
+
+    if TYPE_CHECKING:
+        @property
+        def generation(self) -> str: ...
+
+        @property
+        def marker_key(self) -> str: ...
+
+        def script_args(self, u: RunUpdate) -> ScriptCall: ...
+
+    def shard_status_key(self, shard: int, status: RunStatus) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:runs:by_status:{status.value}"
+
+    def shard_status_hash(self, shard: int) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:runs:status"
+
+    def shard_effects_key(self, shard: int) -> str:
+        return f"{self.prefix}:{{idx:{shard}}}:effects:by_key"
+
+    def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
+        gen = self.generation
+        args = [self.script_args(u) for u in updates]
+        try:
+            held = self.client.hget(self.marker_key, "gen")
+            if held is None or _text(held) != gen:
+                self._gen = None
+                raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
+                                     f"emptied or the namespace replaced; {len(updates)} updates refused")
+            raw = eval_each(self.client, self._source, args)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
+        raise_failed(raw, "apply script")
+        if any(int(r) == LOST for r in raw):
+            self._gen = None
+            lost = sum(int(r) == LOST for r in raw)
+            raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a "
+                                 f"node came back empty; {lost} of {len(raw)} updates refused")
+        statuses = list(RunStatus)
+        index: list[ScriptCall] = []
+        for u, r in zip(updates, raw, strict=True):
+            if RESULTS[int(r)] is ApplyResult.CONFLICT:
+                continue
+            s = u.state
+            shard = index_shard(s.run_id)
+            keys = [self.shard_status_hash(shard), *(self.shard_status_key(shard, x) for x in statuses)]
+            index.append((keys, ["status", s.run_id, s.offset, s.status.value, s.updated_at,
+                                 *(x.value for x in statuses)]))
+            for e in u.effects:
+                index.append(([self.shard_effects_key(index_shard(e.delivery_key))],
+                              ["effect", e.delivery_key, index_entry(e), e.sort_key]))
+        if index:
+            try:
+                done = eval_each(self.client, self._index_source, index)
+            except redis.RedisError as err:
+                raise ProjectionStoreError(f"indexing {len(updates)} updates failed: {err}") from err
+            raise_failed(done, "index script")
+        return [RESULTS[int(r)] for r in raw]
