@@ -41,8 +41,15 @@ from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import LeaseLost, RunlogError
 from schemas.settings import Settings
 
-__all__ = ["AsyncRedisLeaseManager", "Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager"]
+__all__ = ["AsyncRedisLeaseManager", "Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager",
+           "lease_key"]
 
+
+
+def lease_key(prefix: str, run_id: str) -> str:
+    """The Redis key of a run's lease (``"<holder>|<epoch>"`` with a ttl): one definition for the
+    writer, the resumer and the tools that wait for a dead writer's lease to expire."""
+    return f"{prefix}:{{{run_id}}}:lease"
 
 class LeaseHeld(RunlogError):
     """Another writer holds the run's lease (acquire without ``force``)."""
@@ -237,7 +244,7 @@ class RedisLeaseManager(LeaseManager):
         return f"{self.prefix}:{{{run_id}}}:epoch"
 
     def lease_key(self, run_id: str) -> str:
-        return f"{self.prefix}:{{{run_id}}}:lease"
+        return lease_key(self.prefix, run_id)
 
     def extend_step(self, key: str, token: str) -> Step:
         return self._extend.step([key], [token, self.ttl_ms])

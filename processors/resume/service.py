@@ -63,6 +63,7 @@ from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume.request import request_resume
 from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
+from producers._lease import lease_key
 from projections import RedisStore, RunStatus
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
 from schemas._redis import redis_client
@@ -172,7 +173,7 @@ class ResumerService:
         self.close()
 
     def lease_key(self, run_id: str) -> str:
-        return f"{self.settings.redis_prefix}:{{{run_id}}}:lease"
+        return lease_key(self.settings.redis_prefix, run_id)
 
     def poll_once(self, timeout: float = 1.0) -> ResumeOutcome | None:
         """Handle at most one request; commit it once handled (a contended one: once its retry

@@ -37,6 +37,7 @@ from processors.demo.pipeline import build, charge_workflow, source
 from processors.demo.world import serve
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import App, ResumeOutcome, ResumerService, request_resume
+from producers._lease import lease_key
 from projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from schemas import RunlogError, Settings
 from schemas._redis import redis_client
@@ -216,7 +217,7 @@ class CrashMatrix:
         return run_id, proc.returncode
 
     def wait_lease_gone(self, run_id: str, timeout_s: float | None = None) -> float:
-        key = f"{self.settings.redis_prefix}:{{{run_id}}}:lease"
+        key = lease_key(self.settings.redis_prefix, run_id)
         limit = timeout_s if timeout_s is not None else self.settings.lease_ttl_ms / 1000 * 4 + 2
         t0 = time.monotonic()
         while self.redis.exists(key):
