@@ -62,8 +62,12 @@ class ProjectionLost(ProjectionStoreError):
 
 
 def lua(name: str) -> str:
-    """The source of ``projections/lua/<name>``."""
-    return resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
+    """The source of ``projections/lua/<name>``, each ``-- #include <file>`` line replaced by that
+    file's source (the shared parts of the scripts, whose names start with ``_``: Redis runs a
+    script as one text)."""
+    text = resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
+    return "".join(lua(line.split()[2]) if line.startswith("-- #include ") else line
+                   for line in text.splitlines(keepends=True))
 
 
 def dumps(v: Any) -> str:

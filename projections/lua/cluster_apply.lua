@@ -9,6 +9,7 @@
 -- Returns 1 applied, 0 already applied (stored offset >= new), -1 conflict (stored != base),
 -- -2 lost: the writer computed the update from a stored state (base_offset >= 0) that is gone
 -- (the node owning the run's slot came back empty), so nothing is written.
+-- #include _run_write.lua
 local stored = redis.call('HGET', KEYS[1], 'offset')
 local base = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])
@@ -16,20 +17,5 @@ if not stored and base >= 0 then return -2 end
 local cur = tonumber(stored or '-1')
 if cur >= new then return 0 end
 if cur ~= base then return -1 end
-local i = 6
-local n = tonumber(ARGV[5])
-local fields = {}
-for j = 1, 2 * n do fields[j] = ARGV[i + j - 1] end
-i = i + 2 * n
-redis.call('HSET', KEYS[1], unpack(fields))
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do
-  redis.call('ZADD', KEYS[2], tonumber(ARGV[i]), ARGV[i + 1])
-  i = i + 2
-end
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  i = i + 3
-end
+write_run(KEYS[1], KEYS[2], KEYS[3])
 return 1

@@ -9,14 +9,7 @@
 -- ARGV[1] = 'effect': KEYS 1 the shard's delivery key -> effect hash; ARGV 2 delivery key,
 --   3 effect JSON, 4 sort key. Keeps the entry with the smallest sort key, compared bytewise
 --   (as apply.lua does). Returns 1 written, 0 kept.
-local function not_after(a, b)
-  local n = math.min(#a, #b)
-  for j = 1, n do
-    local x, y = string.byte(a, j), string.byte(b, j)
-    if x ~= y then return x < y end
-  end
-  return #a <= #b
-end
+-- #include _effect_index.lua
 if ARGV[1] == 'status' then
   local key_of = {}
   for j = 6, #ARGV do key_of[ARGV[j]] = KEYS[j - 4] end
@@ -32,14 +25,4 @@ if ARGV[1] == 'status' then
   redis.call('ZADD', key_of[ARGV[4]], tonumber(ARGV[5]), ARGV[2])
   return 1
 end
-local raw = redis.call('HGET', KEYS[1], ARGV[2])
-local held = nil
-if raw then
-  local ok, d = pcall(cjson.decode, raw)
-  if ok and type(d) == 'table' and type(d['sort_key']) == 'string' then held = d['sort_key'] end
-end
-if held == nil or not_after(ARGV[4], held) then
-  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-  return 1
-end
-return 0
+return index_effect(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
