@@ -25,7 +25,7 @@ import redis.cluster
 from processors.admin import RedisModeMismatch, check_redis
 from producers import AsyncRunner, Runner
 from producers._active import ActiveRuns
-from producers._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from producers._lease import RedisLeaseManager
 from producers._ledger import RedisEffectLedger
 from producers._redis_io import run
 from producers._runs import RunKeys
@@ -34,9 +34,9 @@ from schemas import Settings
 from schemas._redis import aredis_client, index_shard, redis_client
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
+from tests.integration.producers.redis_lease_faces import AsyncRedisLeaseCase, RedisLeaseCase
 from tests.integration.producers.test_write_path import EXPECTED, content_workflow
 from tests.integration.resume.conftest import DemoWorld, served_world
-from tests.unit.producers.lease_contract import LeaseContract
 from tests.unit.producers.ledger_contract import LedgerContract
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import StoreContract, fold_updates
@@ -53,38 +53,16 @@ def _slot(c: Any, key: str | bytes) -> int:
 # -- leases, ledger: the shared contracts, on both faces ---------------------------------------
 
 
-class TestClusterLease(LeaseContract):
+class TestClusterLease(RedisLeaseCase):
     @pytest.fixture(autouse=True)
-    def _redis(self, settings: Settings, redis_client_: Any) -> Iterator[None]:
+    def _redis(self, settings: Settings, redis_client_: Any) -> None:
         self.settings, self.client = settings, redis_client_
-        self.managers: list[RedisLeaseManager] = []
-        yield
-        for m in self.managers:
-            m.close()
-
-    def manager(self, holder: str) -> RedisLeaseManager:
-        m = RedisLeaseManager(self.client, self.settings, holder=holder)
-        self.managers.append(m)
-        return m
-
-    def expire(self, run_id: str) -> None:
-        self.client.delete(RedisLeaseManager(self.client, self.settings).lease_key(run_id))
 
 
-class TestAsyncClusterLease(TestClusterLease):
+class TestAsyncClusterLease(AsyncRedisLeaseCase, TestClusterLease):
     @pytest.fixture(autouse=True)
     def _aclient(self, _redis: None) -> None:
         self.aclient = aredis_client(self.settings)
-
-    def manager(self, holder: str) -> AsyncRedisLeaseManager:
-        m = AsyncRedisLeaseManager(self.client, self.aclient, self.settings, holder=holder)
-        self.managers.append(m)
-        return m
-
-    async def aclean(self) -> None:
-        for m in self.managers:
-            await m.aclose()
-        await self.aclient.aclose()
 
 
 class TestClusterLedger(LedgerContract):
