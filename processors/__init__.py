@@ -1,7 +1,8 @@
 """Runlog's processes, by role; each states its delivery guarantee at its top.
 
-* the projector (:mod:`processors.projector`): the Faust app folding the events topic into Redis
-  and the compacted topics; dead letters (:mod:`processors.dlq`) for records it cannot read;
+* the projector (:mod:`processors.projector`, a package with its Kafka security): the Faust app
+  folding the events topic into Redis and the compacted topics; dead letters
+  (:mod:`processors.dlq`) for records it cannot read;
 * resume (:mod:`processors.resume`): the resumer service and the one resume protocol;
 * the audit (:mod:`processors.audit`): replays the topic and checks every run's chain;
 * operators (:mod:`processors.operate`, :mod:`processors.signal`, :mod:`processors.inspect`,

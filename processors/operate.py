@@ -224,7 +224,7 @@ def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, ext
                 if runner.ledger is not None:
                     runner.ledger.close(dk, run_id, eff.call_id,
                                         EffectStatus.DONE if done else EffectStatus.FAILED, ext)
-                after, _ = fold(confirmed, res.event)
+                after, _ = fold(confirmed, res.event, content_hash=res.hash)
                 if after.status is RunStatus.RUNNING and runner.active is not None:
                     runner.active.add(run_id, confirmed.workflow_name)  # the sweep continues it
                 session.flush()

@@ -4,8 +4,9 @@ Workflows and stages (``Workflow``, ``rule``), tools with replay and retry polic
 ``ReplayPolicy``, ``RetryPolicy``, ``CallInfo``), the runner and its result (``Runner``,
 ``RunResult``), the stage context (``StageContext``: ``call``, ``now``, ``random``, ``uuid``,
 ``wait_for``), the resumer's application object (``App``), input sources, the artifact store,
-settings, and the errors an author catches. Plumbing (the writer, sessions, leases, the
-ledger, key helpers) lives in the private modules and is not part of this surface.
+settings, and the errors an author catches. Crash points for testing one's own workflows'
+crash safety are the public module :mod:`producers.crash`. Plumbing (the writer, sessions,
+leases, the ledger, key helpers) lives in the private modules and is not part of this surface.
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
 per process, keyed by run id; effect intents are confirmed before the effect,

@@ -40,8 +40,13 @@ class EventLog(abc.ABC):
     """How long a record may take before its delivery is reported failed."""
 
     @abc.abstractmethod
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
-        """Append one event; ``on_delivery`` is called once, when it is stored or has failed."""
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+        """Append one event; ``on_delivery`` is called once, when it is stored or has failed.
+
+        Returns:
+            The event's hash, ``schemas.event_hash(event, body)`` with the Avro body of the very
+            bytes produced (:func:`schemas._codec.body_of`): the run's next ``prev_hash``.
+        """
 
     @abc.abstractmethod
     def send_now(self, done: threading.Event, timeout: float) -> bool:

@@ -20,7 +20,8 @@ from producers._artifacts import ArtifactStore
 from producers._lease import Lease, LeaseHeld, LeaseManager
 from producers._log import DeliveryCallback, EventLog
 from producers._runlog import RunLog
-from schemas._codec import Codec
+from schemas._codec import Codec, body_of
+from schemas._hash import event_hash
 from schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
 from schemas.settings import Settings
@@ -41,11 +42,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class LoggedEvent:
-    """An event as stored, with the position its delivery report gave."""
+    """An event as stored, with the position its delivery report gave and its hash from the bytes
+    stored (``schemas.event_hash(event, body)``)."""
 
     event: RunEvent
     partition: int
     offset: int
+    hash: str
 
 
 class InMemoryEventLog(EventLog, RunLog):
@@ -87,22 +90,25 @@ class InMemoryEventLog(EventLog, RunLog):
     def partition_of(self, run_id: str) -> int:
         return partition_for(run_id, self.settings.partitions)
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
         if self.closed:
             raise DeliveryError(self.topic, event.run_id, "the event log is closed")
-        stored = self.codec.decode(self.codec.encode(event), RunEvent)  # what the broker would carry
+        data = self.codec.encode(event)
+        stored = self.codec.decode(data, RunEvent)  # what the broker would carry
+        hashed = event_hash(event, body_of(data))
         p = self.partition_of(event.run_id)
         with self._lock:
             reason = self._failing.get(event.run_id)
             if reason is None:
                 part = self._partitions[p]
-                logged = LoggedEvent(stored, p, len(part))
+                logged = LoggedEvent(stored, p, len(part), hashed)
                 part.append(stored)
                 self._by_run[event.run_id].append(logged)
         if reason is not None:
             on_delivery(DeliveryError(self.topic, event.run_id, reason), -1, -1)
         else:
             on_delivery(None, logged.partition, logged.offset)
+        return hashed
 
     def send_now(self, done: threading.Event, timeout: float) -> bool:
         return done.wait(timeout)  # every report was given inside produce

@@ -56,11 +56,9 @@ class KafkaRunLog(RunLog):
 
     def partition_of(self, run_id: str) -> int:
         if self._partitions is None:
-            from confluent_kafka.admin import AdminClient
+            from schemas._kafka import partitions_of
 
-            md = AdminClient(self.settings.admin_config()).list_topics(self.topic, timeout=10)
-            tmd = md.topics.get(self.topic)
-            self._partitions = (len(tmd.partitions) if tmd is not None else 0) or self.settings.partitions
+            self._partitions = partitions_of(self.settings, fallback=True)
         return partition_for(run_id, self._partitions)
 
     def first_event(self, run_id: str) -> RunEvent | None:

@@ -17,12 +17,12 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from producers._crash import crash_point, event_subject, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._lease import Lease, LeaseManager
 from producers._log import EventLog
 from producers._protocol import IO, Steps, drive
-from schemas._hash import event_hash
+from producers.crash import crash_point, event_subject, kill_self
+from schemas._hash import HASH_VERSION
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
 
@@ -34,11 +34,13 @@ __all__ = ["AppendResult", "RunSession"]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AppendResult:
-    """An event as appended; ``partition``/``offset`` are known once confirmed (else -1)."""
+    """An event as appended; ``partition``/``offset`` are known once confirmed (else -1); ``hash``:
+    its hash from the bytes produced (the fold's ``content_hash``, the next event's ``prev_hash``)."""
 
     event: RunEvent
     partition: int = -1
     offset: int = -1
+    hash: str | None = None
 
 
 class _Ack:
@@ -79,7 +81,8 @@ class RunSession:
         self.inputs = inputs
         self.params: dict[str, Any] = dict(params)
         self.last_hash = last_hash
-        """``event_hash`` of the run's last event: the next one's ``prev_hash`` (None before seq 1)."""
+        """``event_hash`` of the run's last event, from the bytes the writer produced (version 2):
+        the next one's ``prev_hash`` (None before seq 1)."""
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._outstanding = 0
@@ -155,42 +158,43 @@ class RunSession:
             LeaseLost: before anything is produced, if the lease is gone.
             DeliveryError: a delivery of this run failed (now or earlier).
         """
-        ack, event, crash_after = self._produce(type, fields)
+        ack, event, hashed, crash_after = self._produce(type, fields)
         if confirm:
             self._wait(ack, event)
         if crash_after:
             self.crash()
-        return AppendResult(event, ack.partition, ack.offset)
+        return AppendResult(event, ack.partition, ack.offset, hashed)
 
     async def aappend(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
         """:meth:`append`, awaiting the acknowledgement of a confirmed append on the running loop."""
-        ack, event, crash_after = self._produce(type, fields)
+        ack, event, hashed, crash_after = self._produce(type, fields)
         if confirm:
             await self._await(ack, event)
         if crash_after:
             await self.acrash()
-        return AppendResult(event, ack.partition, ack.offset)
+        return AppendResult(event, ack.partition, ack.offset, hashed)
 
-    def _produce(self, type: EventType, fields: dict[str, Any]) -> tuple[_Ack, RunEvent, bool]:
+    def _produce(self, type: EventType, fields: dict[str, Any]) -> tuple[_Ack, RunEvent, str, bool]:
         ack = _Ack()
         with self._lock:
             self.check()
             event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
-                             occurred_at=now_ms(), prev_hash=self.last_hash, **fields)
+                             occurred_at=now_ms(), prev_hash=self.last_hash, hash_version=HASH_VERSION,
+                             **fields)
             subject = f"{type.value}:{event_subject(event.stage, event.call_id)}"
             if crash_point(f"before:{subject}"):
                 self.crash()
             with self._cond:
                 self._outstanding += 1
             try:
-                self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o))
+                hashed = self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o))
             except BaseException:
                 with self._cond:
                     self._outstanding -= 1
                 raise
             self.next_seq += 1
-            self.last_hash = event_hash(event)
-        return ack, event, crash_point(f"after:{subject}")
+            self.last_hash = hashed  # from the bytes produced: no second walk of the event
+        return ack, event, hashed, crash_point(f"after:{subject}")
 
     def crash_point(self, point: str) -> None:
         """Crash here if ``point`` (e.g. ``inside:STAGE:draft``) is the armed crash point."""

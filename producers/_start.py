@@ -27,7 +27,6 @@ import redis
 from producers._active import ActiveRuns
 from producers._artifacts import ArtifactStore
 from producers._calls import JSON
-from producers._crash import crash_point, kill_self
 from producers._inputs import InputSource, PinnedInputs
 from producers._keys import canonical_json, sha256_hex
 from producers._lease import Lease, LeaseHeld, LeaseManager
@@ -41,6 +40,7 @@ from producers._runlog import RunLog
 from producers._runs import Claim, RunKeys, run_id_for_key
 from producers._session import RunSession
 from producers._workflow import Workflow
+from producers.crash import crash_point, kill_self
 from schemas._hash import event_hash
 from schemas._types import EventType
 from schemas.errors import (
@@ -192,6 +192,8 @@ class _StartSteps:
             yield IO(lease, "release", "arelease")
             raise
         first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        # event_hash(first) encodes a version-2 event with the current schema: the question is only
+        # whether the log's first event is the one this writer (this code, this schema) just produced
         if first is None or event_hash(first) != session.last_hash:
             # another writer's first event is on the log before ours: ours is rejected by the fold
             session.closed = True

@@ -25,13 +25,15 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from producers._cloudevents import CloudEventHeaders
 from producers._log import DeliveryCallback, EventLog
-from schemas._codec import Codec
+from schemas._codec import Codec, body_of
+from schemas._hash import event_hash
 from schemas._types import ResumeRequest, RunEvent, now_ms
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
@@ -42,7 +44,35 @@ if TYPE_CHECKING:
 
     from producers._metrics import WriterMetrics
 
-__all__ = ["DeliveryCallback", "RunWriter"]
+__all__ = ["DeliveryCallback", "RunWriter", "send_resume_request"]
+
+
+def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: Codec, request: ResumeRequest,
+                        *, topic: str, timeout: float = 30.0,
+                        wait: Callable[[threading.Event, float], bool] | None = None) -> None:
+    """Produce ``request`` to the resume topic ``topic`` keyed by its run id, with the CloudEvents
+    headers of ``headers`` (the sender's), and wait for its acknowledgement.
+
+    ``wait(done, timeout)`` waits for the delivery report (``done`` is set by it) and says whether
+    it came; the default flushes the producer.
+
+    Raises:
+        DeliveryError: the request was not stored within ``timeout`` seconds.
+    """
+    data = codec.encode(request)
+    done = threading.Event()
+    errors: list[str] = []
+
+    def cb(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(f"{err.name()}: {err.str()}")
+        done.set()
+
+    producer.produce(topic, value=data, key=request.run_id.encode("utf-8"), on_delivery=cb,
+                     headers=headers.resume_request(request, data))
+    acked = wait(done, timeout) if wait is not None else producer.flush(timeout) == 0 and done.is_set()
+    if not acked or errors:
+        raise DeliveryError(topic, request.run_id, errors[0] if errors else "resume request not acknowledged")
 
 
 class RunWriter(EventLog):
@@ -103,9 +133,11 @@ class RunWriter(EventLog):
                 self._wake.wait(0.01)  # nothing in flight: sleep until an append comes
                 self._wake.clear()
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
-        """Encode and produce one event keyed by its run id (blocks while the local queue is full)."""
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+        """Encode and produce one event keyed by its run id (blocks while the local queue is full);
+        its hash from the bytes produced (:meth:`EventLog.produce`)."""
         data = self.codec.encode(event)
+        hashed = event_hash(event, body_of(data))
         topic, key, metrics = self.topic, event.run_id, self.metrics
         headers = self._ce.run_event(event, data)
 
@@ -124,27 +156,15 @@ class RunWriter(EventLog):
                 self._wake.set()
                 if metrics is not None:
                     metrics.appends.inc()
-                return
+                return hashed
             except BufferError:
                 time.sleep(0.01)  # the poll thread drains delivery reports
 
     def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
         """Append a ``ResumeRequest`` for ``run_id`` to the resume topic and wait for its acknowledgement."""
-        topic = Topics.of(self.settings).resume
-        request = ResumeRequest(run_id, now_ms(), reason, self.writer_id)
-        data = self.codec.encode(request)
-        done = threading.Event()
-        errors: list[str] = []
-
-        def cb(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                errors.append(f"{err.name()}: {err.str()}")
-            done.set()
-
-        self._producer.produce(topic, value=data, key=run_id.encode("utf-8"), on_delivery=cb,
-                               headers=self._ce_resume.resume_request(request, data))
-        if not self._flush_until(done, timeout) or errors:
-            raise DeliveryError(topic, run_id, errors[0] if errors else "resume request not acknowledged")
+        send_resume_request(self._producer, self._ce_resume, self.codec,
+                            ResumeRequest(run_id, now_ms(), reason, self.writer_id),
+                            topic=Topics.of(self.settings).resume, timeout=timeout, wait=self._flush_until)
 
     def send_now(self, done: threading.Event, timeout: float) -> bool:
         """Send what is queued without waiting out ``linger.ms``, until ``done`` is set.

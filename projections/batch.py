@@ -16,12 +16,18 @@ from projections._state import EffectEntry, RunState, StoredCheckpoint
 from projections.fold import Outcome, OutcomeKind, Position, fold
 from projections.store import ApplyResult, ProjectionStore, RunUpdate
 from schemas._codec import Codec
+from schemas._hash import event_hash
 from schemas._types import Checkpoint, RunEvent
 from schemas.errors import DecodeError, RunlogError
 
-__all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "decode_records"]
+__all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "Received", "decode_records"]
 
 MAX_ATTEMPTS = 5
+
+Received = tuple[RunEvent, Position, str]
+"""A decoded event, its record's position and its hash computed from the record's bytes as read
+(``schemas.event_hash(event, body)``: the body as received for a version-2 event, never a
+re-encoding), which the fold takes as the event's ``content_hash``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,23 +68,24 @@ class BatchResult:
 
 def decode_records(
     codec: Codec, records: Sequence[RawRecord]
-) -> tuple[list[tuple[RunEvent, Position]], list[DeadLetter]]:
-    """Decode records into events with their positions; the rest become dead letters."""
-    good: list[tuple[RunEvent, Position]] = []
+) -> tuple[list[Received], list[DeadLetter]]:
+    """Decode records into events with their positions and hashes (:data:`Received`); the rest
+    become dead letters."""
+    good: list[Received] = []
     dead: list[DeadLetter] = []
     for r in records:
         if r.value is None:
             dead.append(DeadLetter(r, "truncated", "record has no value"))
             continue
         try:
-            ev = codec.decode(r.value, RunEvent)
+            ev, body = codec.decode_with_body(r.value, RunEvent)
         except DecodeError as err:
             dead.append(DeadLetter(r, err.reason, err.detail))
             continue
         if r.key is not None and r.key != ev.run_id.encode("utf-8"):
             dead.append(DeadLetter(r, "key_mismatch", f"key {r.key[:64]!r} is not run id {ev.run_id!r}"))
             continue
-        good.append((ev, (r.partition, r.offset)))
+        good.append((ev, (r.partition, r.offset), event_hash(ev, body)))
     return good, dead
 
 
@@ -90,12 +97,12 @@ class _Folded:
     checkpoints: list[StoredCheckpoint]
 
 
-def _fold_run(base: RunState | None, items: list[tuple[RunEvent, Position]]) -> _Folded:
+def _fold_run(base: RunState | None, items: list[Received]) -> _Folded:
     state = base
     outcomes: list[Outcome] = []
     cps: list[StoredCheckpoint] = []
-    for ev, pos in items:
-        state, out = fold(state, ev, pos)
+    for ev, pos, h in items:
+        state, out = fold(state, ev, pos, content_hash=h)
         outcomes.append(out)
         if out.checkpoint is not None:
             cps.append(StoredCheckpoint(out.checkpoint, state))
@@ -131,9 +138,10 @@ class BatchProjector:
         result.dead_letters.extend(dead)
         return result
 
-    def process_events(self, events: Sequence[tuple[RunEvent, Position]]) -> BatchResult:
+    def process_events(self, events: Sequence[Received]) -> BatchResult:
+        """Fold decoded events (:func:`decode_records`) into the store."""
         result = BatchResult()
-        by_run: dict[str, list[tuple[RunEvent, Position]]] = {}
+        by_run: dict[str, list[Received]] = {}
         for item in events:
             by_run.setdefault(item[0].run_id, []).append(item)
         pending = list(by_run)

@@ -80,13 +80,14 @@ class Outcome:
 _ACCEPTED = Outcome(OutcomeKind.ACCEPTED)
 
 
-def event_digest(event: RunEvent) -> str:
+def event_digest(event: RunEvent, body: bytes | None = None) -> str:
     """The duplicate window's digest: the first 128 bits of ``event_hash``, so every field counts.
 
     A writer retry re-sends identical content, ``prev_hash`` included, so a retry has the same
     digest; the fold computes ``event_hash`` once per event and uses it both here and as ``last_hash``.
+    ``body``: the event's Avro body as received (see :func:`fold`'s ``content_hash``).
     """
-    return event_hash(event)[:32]
+    return event_hash(event, body)[:32]
 
 
 def _reject(
@@ -107,7 +108,8 @@ def _reject(
 
 
 def fold(
-    state: RunState | None, event: RunEvent, position: Position | None = None
+    state: RunState | None, event: RunEvent, position: Position | None = None, *,
+    content_hash: str | None = None,
 ) -> tuple[RunState, Outcome]:
     """Fold one event into a run's state.
 
@@ -116,6 +118,10 @@ def fold(
         event: the next event of this run, in log order.
         position: (partition, offset) of the event's record, when read from Kafka; makes
             redelivery of any record (rejected ones included) a no-op.
+        content_hash: the event's hash as its record was read, ``event_hash(event, body)`` with the
+            body from :meth:`schemas.Codec.decode_with_body`: every reader of the log passes it.
+            None: ``event_hash(event)``, which for a version-2 event encodes it with the current
+            schema (right for events written with it: in-memory paths, tests).
 
     Returns:
         The new state (the same object on a duplicate) and what happened.
@@ -130,7 +136,8 @@ def fold(
         and position[1] <= state.offset
     ):
         return state, Outcome(OutcomeKind.DUPLICATE, "redelivered")
-    content_hash = event_hash(event)
+    if content_hash is None:
+        content_hash = event_hash(event)
     digest = content_hash[:32]
     if event.seq <= state.last_seq:
         for seq, d in state.recent:
@@ -354,23 +361,32 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
     return s, Outcome(OutcomeKind.ACCEPTED, checkpoint=cp)
 
 
-def fold_all(
-    events: Iterable[RunEvent | tuple[RunEvent, Position | None]], state: RunState | None = None
-) -> RunState | None:
-    """Fold one run's events (optionally with positions) in order; None when there are none."""
+Item = RunEvent | tuple[RunEvent, Position | None] | tuple[RunEvent, Position | None, str | None]
+"""What :func:`fold_all` and :func:`fold_many` take: an event, ``(event, position)``, or
+``(event, position, content_hash)`` (as :func:`projections.batch.decode_records` gives)."""
+
+
+def _unpack(item: Item) -> tuple[RunEvent, Position | None, str | None]:
+    if not isinstance(item, tuple):
+        return item, None, None
+    if len(item) == 2:
+        return item[0], item[1], None
+    return item
+
+
+def fold_all(events: Iterable[Item], state: RunState | None = None) -> RunState | None:
+    """Fold one run's events (optionally with positions and hashes) in order; None when there are
+    none."""
     for item in events:
-        ev, pos = item if isinstance(item, tuple) else (item, None)
-        state, _ = fold(state, ev, pos)
+        ev, pos, h = _unpack(item)
+        state, _ = fold(state, ev, pos, content_hash=h)
     return state
 
 
-def fold_many(
-    events: Iterable[RunEvent | tuple[RunEvent, Position | None]],
-    states: Mapping[str, RunState] | None = None,
-) -> dict[str, RunState]:
+def fold_many(events: Iterable[Item], states: Mapping[str, RunState] | None = None) -> dict[str, RunState]:
     """Fold an interleaving of many runs' events; returns each run's state."""
     out: dict[str, RunState] = dict(states or {})
     for item in events:
-        ev, pos = item if isinstance(item, tuple) else (item, None)
-        out[ev.run_id], _ = fold(out.get(ev.run_id), ev, pos)
+        ev, pos, h = _unpack(item)
+        out[ev.run_id], _ = fold(out.get(ev.run_id), ev, pos, content_hash=h)
     return out

@@ -11,6 +11,8 @@ otherwise): records appended meanwhile are not read, so a read always ends.
 * :meth:`LogReader.run_events` (and :func:`read_run`): one run's events, decoded, with their
   offsets: the run's partition (:func:`schemas.topics.partition_for`), only records keyed by
   the run id, from an offset to the partition's high watermark at start;
+  :meth:`LogReader.run_records` (and :func:`read_run_records`) the same with each event's hash
+  computed from its record's bytes as read (``schemas.event_hash(event, body)``), for folding;
 * :meth:`LogReader.topic_ranges` and :func:`read_topic`: every partition from its low watermark
   (or a given offset) to its high watermark at start.
 
@@ -35,6 +37,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas._codec import Codec
+from schemas._hash import event_hash
 from schemas._kafka import watermarks
 from schemas._types import RunEvent
 from schemas.errors import DecodeError, RunlogError
@@ -50,6 +53,7 @@ __all__ = [
     "progress_bar",
     "read_range",
     "read_run",
+    "read_run_records",
     "read_topic",
 ]
 
@@ -211,6 +215,13 @@ class LogReader:
         watermark its partition (default: :meth:`partition_of`) had when the read began. Records
         of other runs are skipped undecoded; undecodable ones are the projector's dead letters,
         not the run's story."""
+        for offset, ev, _ in self.run_records(run_id, partition, from_offset, codec=codec):
+            yield offset, ev
+
+    def run_records(self, run_id: str, partition: int | None = None, from_offset: int = 0, *,
+                    codec: Codec | None = None) -> Iterator[tuple[int, RunEvent, str]]:
+        """:meth:`run_events` with each event's hash, from its record's bytes as read
+        (``schemas.event_hash(event, body)``): what the fold takes as ``content_hash``."""
         cdc = codec or Codec.from_settings(self.settings)
         p = self.partition_of(run_id) if partition is None else partition
         lo, hi = self.watermarks([p])[p]
@@ -219,11 +230,11 @@ class LogReader:
             if m.key() != key:
                 continue
             try:
-                ev = cdc.decode(m.value(), RunEvent)
+                ev, body = cdc.decode_with_body(m.value(), RunEvent)
             except DecodeError:
                 continue
             if ev.run_id == run_id:
-                yield m.offset(), ev
+                yield m.offset(), ev, event_hash(ev, body)
 
     def _drop_finished(self, todo: dict[int, int], pos: dict[int, int]) -> None:
         """Partitions whose position passed their end (transaction markers leave offset gaps)."""
@@ -251,6 +262,13 @@ def read_run(settings: Settings, run_id: str, partition: int | None = None, from
     """:meth:`LogReader.run_events`: ``(offset, event)`` of one run, in log order."""
     with LogReader(settings) as r:
         yield from r.run_events(run_id, partition, from_offset, codec=codec)
+
+
+def read_run_records(settings: Settings, run_id: str, partition: int | None = None, from_offset: int = 0, *,
+                     codec: Codec | None = None) -> Iterator[tuple[int, RunEvent, str]]:
+    """:meth:`LogReader.run_records`: ``(offset, event, hash)`` of one run, in log order."""
+    with LogReader(settings) as r:
+        yield from r.run_records(run_id, partition, from_offset, codec=codec)
 
 
 def read_topic(settings: Settings, *, topic: str | None = None, from_offsets: Mapping[int, int] | None = None,

@@ -33,7 +33,7 @@ from projections._state import RunState
 from projections._swap import SwapFailed, SwapRefused, swap_namespaces
 from projections.batch import BatchProjector, RawRecord
 from projections.fold import fold
-from projections.log_reader import LogReader, progress_bar, read_run
+from projections.log_reader import LogReader, progress_bar, read_run, read_run_records
 from projections.redis_store import RedisStore
 from schemas._codec import Codec
 from schemas._redis import redis_client
@@ -166,7 +166,7 @@ def read_run_tail(
         The run's state (``snapshot`` when nothing new) and how many of its events were read.
     """
     state, n = snapshot, 0
-    for offset, ev in run_events(settings, run_id, partition, from_offset, codec=codec):
-        state, _ = fold(state, ev, (partition, offset))
+    for offset, ev, h in read_run_records(settings, run_id, partition, from_offset, codec=codec):
+        state, _ = fold(state, ev, (partition, offset), content_hash=h)  # hashed from the bytes read
         n += 1
     return state, n

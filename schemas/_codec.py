@@ -51,6 +51,8 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "Codec",
     "SchemaRegistry",
+    "body_of",
+    "body_start",
     "crc64_avro",
     "load_past_schemas",
     "load_schema",
@@ -177,6 +179,21 @@ class Codec:
         Raises:
             DecodeError: with ``reason`` naming what is wrong with the bytes.
         """
+        return self._decode(data, kind)[0]
+
+    def decode_with_body(self, data: bytes, kind: type[T]) -> tuple[T, bytes]:
+        """:meth:`decode`, and the record's Avro body as received (``data`` after its framing):
+        what a version-2 event hash is computed over (``schemas.event_hash(event, body)``), taken
+        from the bytes read, never re-encoded, so a record written with another version of the
+        schema hashes as its writer hashed it.
+
+        Raises:
+            DecodeError: as :meth:`decode`.
+        """
+        record, start = self._decode(data, kind)
+        return record, data[start:]
+
+    def _decode(self, data: bytes, kind: type[T]) -> tuple[T, int]:
         k = KINDS.get(kind)
         if k is None:
             raise ConfigError(f"{kind!r} is not a Runlog record type")
@@ -215,31 +232,48 @@ class Codec:
         if not isinstance(record, dict):
             raise DecodeError("invalid_body", "body is not a record")
         try:
-            return cast(T, k.from_dict(record))
+            return cast(T, k.from_dict(record)), start
         except (ValueError, KeyError, TypeError) as err:
             raise DecodeError("invalid_body", f"{type(err).__name__}: {err}") from err
 
     def _writer_of(self, data: bytes) -> tuple[Writer, int]:
-        if data[:2] == SINGLE_OBJECT_MAGIC:
-            if len(data) < 10:
-                raise DecodeError("truncated", f"single-object header needs 10 bytes, got {len(data)}")
-            fp = data[2:10]
-            w = self._by_fp.get(fp)
+        start = body_start(data)
+        if start == 10:
+            w = self._by_fp.get(data[2:10])
             if w is None:
-                raise DecodeError("unknown_schema", f"no known schema has fingerprint {fp.hex()}")
+                raise DecodeError("unknown_schema", f"no known schema has fingerprint {data[2:10].hex()}")
             return w, 10
-        if data[:1] == b"\x00":
-            if len(data) < 5:
-                raise DecodeError("truncated", f"registry header needs 5 bytes, got {len(data)}")
-            sid = struct.unpack(">I", data[1:5])[0]
-            return self._sr_writer(sid), 5
-        head = data[:2].hex() or "empty"
-        raise DecodeError("unknown_framing", f"first bytes {head} are neither C301 nor 00")
+        return self._sr_writer(struct.unpack(">I", data[1:5])[0]), 5
 
     def _sr_writer(self, sid: int) -> Writer:
         if self._registry is None:
             raise DecodeError("unknown_schema", f"registry schema id {sid} but no registry configured")
         return self._registry.writer(sid, self._by_fp, self._readers)
+
+
+def body_start(data: bytes) -> int:
+    """Where a framed record's Avro body starts: 10 after ``C3 01`` + 8-byte fingerprint, 5 after
+    ``00`` + 4-byte schema id.
+
+    Raises:
+        DecodeError: ``unknown_framing`` or ``truncated`` (a header shorter than its framing's).
+    """
+    if data[:2] == SINGLE_OBJECT_MAGIC:
+        if len(data) < 10:
+            raise DecodeError("truncated", f"single-object header needs 10 bytes, got {len(data)}")
+        return 10
+    if data[:1] == b"\x00":
+        if len(data) < 5:
+            raise DecodeError("truncated", f"registry header needs 5 bytes, got {len(data)}")
+        return 5
+    head = data[:2].hex() or "empty"
+    raise DecodeError("unknown_framing", f"first bytes {head} are neither C301 nor 00")
+
+
+def body_of(data: bytes) -> bytes:
+    """A framed record's Avro body (the bytes after its framing, :func:`body_start`): what a writer
+    hashes for a version-2 event hash (``schemas.event_hash(event, body_of(data))``)."""
+    return data[body_start(data):]
 
 
 _REGISTRY_LOCK = threading.Lock()

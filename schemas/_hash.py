@@ -1,12 +1,30 @@
-"""The hash of an event's canonical content, which links each accepted event to the one before (pure).
+"""The hash of an event, which links each accepted event to the one before (pure but for the codec's
+schema on first use of version 2 without bytes).
 
-``event_hash`` is the sha256 (lowercase hex) of a canonical JSON text of the
-event: an object of every field whose value differs from the field's default
-(so a field added later, with a default, leaves the hash of older events
-unchanged), keys sorted, nested records as objects the same way, enums by
-name, maps sorted by key. The writer puts the hash of a run's previous accepted
-event into ``prev_hash``; the fold keeps the last one (``RunState.last_hash``);
-the audit recomputes the chain and names the seq where it breaks.
+Two versions, told apart by the event's own ``hash_version`` field (part of the record, so of the
+bytes the hash covers; Avro default 1, so every event written before the field existed reads as 1):
+
+* **version 1** (every event written before version 2): the sha256 (lowercase hex) of a canonical
+  JSON text of the event: an object of every field whose value differs from the field's default
+  (so a field added later, with a default, leaves the hash of older events unchanged), keys
+  sorted, nested records as objects the same way, enums by name, maps sorted by key.
+* **version 2** (what Runlog's writers write): the sha256 (lowercase hex) of the record's Avro
+  **body** as written: the bytes after the framing (``C3 01`` + 8-byte fingerprint, or ``00`` +
+  4-byte schema id; the body is the same under both). A reader hashes the bytes it received
+  (:meth:`schemas.Codec.decode_with_body`), never a re-encoding, so an event written with any
+  writer schema (older or newer than the reader's) hashes alike for every reader, and a service
+  in another language verifies the chain with one sha256 of the value's bytes after the header.
+  Given no body, :func:`event_hash` encodes the event with the *current bundled* schema: the
+  bytes a writer with this code writes, so it is right only for an event written with the current
+  schema (in-memory paths, tests, the writer's own events); a reader of the log passes the body.
+
+Why a field and not the schema version, a header or the position: the field is inside the hashed
+bytes (so changing it breaks the chain like any other edit), survives both framings and any copy of
+the value without its headers, and old records read it as 1 through the Avro default. A reader
+that meets a version above 2 hashes it as 2 (a chain break then says the reader is too old).
+
+The writer puts the hash of a run's previous accepted event into ``prev_hash``; the fold keeps the
+last one (``RunState.last_hash``); the audit recomputes the chain and names the seq where it breaks.
 """
 
 from __future__ import annotations
@@ -20,7 +38,10 @@ from typing import Any
 
 from schemas._types import RunEvent
 
-__all__ = ["event_hash"]
+__all__ = ["HASH_VERSION", "current_body", "event_hash"]
+
+HASH_VERSION = 2
+"""The hash version Runlog's writers write (``RunEvent.hash_version``)."""
 
 
 _Spec = tuple[tuple[str, Any], ...]
@@ -147,6 +168,41 @@ def _canon(v: Any) -> Any:
     return [x if type(x) is str else _canon(x) for x in v]
 
 
-def event_hash(event: RunEvent) -> str:
-    """sha256 hex of the event's canonical content (see the module docstring)."""
-    return hashlib.sha256(_ENCODE(_record(event)).encode("utf-8")).hexdigest()
+def event_hash(event: RunEvent, body: bytes | None = None) -> str:
+    """sha256 hex of the event by its ``hash_version`` (see the module docstring).
+
+    Args:
+        event: the event.
+        body: its Avro body as written or received (the value without its framing); used by
+            version 2 only. None: version 2 encodes the event with the current bundled schema,
+            right only for an event written with the current schema.
+    """
+    if event.hash_version < 2:
+        return hashlib.sha256(_ENCODE(_record(event)).encode("utf-8")).hexdigest()
+    return hashlib.sha256(body if body is not None else current_body(event)).hexdigest()
+
+
+_BODY: list[Callable[[RunEvent], bytes]] = []
+
+
+def current_body(event: RunEvent) -> bytes:
+    """The event's Avro body under the current bundled ``runlog.RunEvent`` schema (no framing): what a
+    writer with this code writes after the header. Loads the codec's schema on first use."""
+    if not _BODY:
+        import io
+
+        import fastavro
+
+        from schemas._avsc import load_schema, writer_for
+        from schemas._mapping import KINDS
+
+        parsed = writer_for(load_schema("runlog.RunEvent")).parsed
+        to_dict = KINDS[RunEvent].to_dict
+
+        def body(ev: RunEvent) -> bytes:
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, parsed, to_dict(ev))
+            return buf.getvalue()
+
+        _BODY.append(body)
+    return _BODY[0](event)

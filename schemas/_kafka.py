@@ -1,4 +1,5 @@
-"""Small confluent-kafka helpers every reader shares: watermarks that survive a leader moving."""
+"""Small confluent-kafka helpers every reader shares: watermarks that survive a leader moving, and
+the events topic's partition count."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from schemas.errors import RunlogError
+from schemas.errors import ConfigError, RunlogError
+from schemas.settings import Settings
+from schemas.topics import Topics
 
-__all__ = ["RETRIABLE_METADATA_ERRORS", "watermarks"]
+__all__ = ["RETRIABLE_METADATA_ERRORS", "partitions_of", "watermarks"]
 
 RETRIABLE_METADATA_ERRORS = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -65,3 +68,22 @@ def watermarks(
             raise RunlogError(f"reading watermarks of {topic!r} failed: {last}")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def partitions_of(settings: Settings, *, fallback: bool = False) -> int:
+    """The events topic's partition count, asked of the broker.
+
+    A topic the broker does not report raises :class:`ConfigError` naming it; with ``fallback``,
+    ``settings.partitions`` (the count Runlog creates it with) is returned instead.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    topic = Topics.of(settings).events
+    md = AdminClient(settings.admin_config()).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        if fallback:
+            return settings.partitions
+        raise ConfigError(f"the events topic {topic} does not exist on {settings.kafka_bootstrap_servers} "
+                          "(check RUNLOG_TOPIC_PREFIX, or create the topics with `runlog init`)")
+    return len(t.partitions)

@@ -178,6 +178,10 @@ class RunEvent:
     attributes: Mapping[str, str] = field(default_factory=dict)
     prev_hash: str | None = None
     """``event_hash`` of the run's previous accepted event (None at seq 1): the tamper-evident chain."""
+    hash_version: int = 1
+    """How this event's own hash is computed (:func:`schemas.event_hash`): 1, sha256 of its canonical
+    JSON (the default: every event written before the field existed reads as 1); 2, sha256 of its
+    Avro body as written. Runlog's writers set 2."""
 
 
 @dataclass(frozen=True, slots=True)

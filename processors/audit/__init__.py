@@ -17,7 +17,9 @@ Every run is folded with :func:`projections.fold` (the one fold) and checked:
   seq and rising epochs are exactly what the fold accepts, so a gap or a falling
   epoch always shows up here.
 * ``hash_chain`` — an accepted event whose ``prev_hash`` is not the
-  :func:`schemas.event_hash` of the accepted event before it; the finding names
+  :func:`schemas.event_hash` of the accepted event before it (by that event's
+  ``hash_version``: version 2 is the sha256 of its record's Avro body as read from
+  the topic, never a re-encoding; version 1 its canonical JSON); the finding names
   the seq whose content no longer matches what its successor recorded (the
   edited event), or the seq after which the chain was cut.
 * ``checkpoint_artifact`` — an artifact of a checkpoint missing from the

@@ -19,7 +19,7 @@ from processors.audit.report import (
 )
 from producers import LocalArtifactStore
 from projections import OutcomeKind, RunState, RunStatus, fold
-from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent
+from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
 
 __all__ = ["Auditor"]
 
@@ -54,7 +54,7 @@ class Auditor:
         if self.options.run_id is not None and run_key != self.options.run_id:
             return
         try:
-            ev = self.codec.decode(value or b"", RunEvent)
+            ev, body = self.codec.decode_with_body(value or b"", RunEvent)
         except DecodeError as err:
             rep.undecodable += 1
             rep.findings.append(Finding(run_key, "undecodable", f"offset {partition}:{offset}: "
@@ -71,7 +71,8 @@ class Auditor:
                                      epoch=epoch, last_hash=ev.prev_hash)
         before = run.state
         expected = before.last_hash if before is not None else None
-        state, out = fold(before, ev, (partition, offset))
+        # hashed from the bytes as read (a version-2 event's body), never a re-encoding
+        state, out = fold(before, ev, (partition, offset), content_hash=event_hash(ev, body))
         run.state = state
         entry = _entry(ev, partition, offset, out.kind.value, out.reason)
         run.events.append(entry)

@@ -61,7 +61,7 @@ class TimedWriter(RunWriter):
         self.queue_peak = 0
         self._count_lock = threading.Lock()
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
         t0 = time.perf_counter() if event.type is EventType.EFFECT_INTENT else None
         _INTENT_T0.set(t0)  # this task's (thread's) context: the effect tool reads it
 
@@ -75,7 +75,7 @@ class TimedWriter(RunWriter):
                     self.intent_ack_ms.append((time.perf_counter() - t0) * 1000)
             on_delivery(err, partition, offset)
 
-        super().produce(event, cb)
+        return super().produce(event, cb)
 
     def effect_entered(self) -> None:
         """The effect tool was entered: its run's intent is acknowledged (the protocol awaited it)."""

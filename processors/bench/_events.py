@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from schemas._hash import HASH_VERSION
 from schemas._types import ArtifactRef, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec
 
 __all__ = [
@@ -60,10 +61,12 @@ def event_fields(seq: int, *, cycle: int = CYCLE) -> tuple[EventType, dict[str, 
 
 def history(run_id: str, first: int, last: int, *, epoch: int = 1, at: int = 1_700_000_000_000,
             cycle: int = CYCLE) -> Iterator[RunEvent]:
-    """Events ``first..last`` (inclusive) of a bench run, as a writer would append them."""
+    """Events ``first..last`` (inclusive) of a bench run, as a writer would append them (the hash
+    version writers write; no ``prev_hash``, whose value does not change the costs measured)."""
     for seq in range(first, last + 1):
         t, f = event_fields(seq, cycle=cycle)
-        yield RunEvent(run_id=run_id, seq=seq, epoch=epoch, type=t, occurred_at=at + seq, **f)
+        yield RunEvent(run_id=run_id, seq=seq, epoch=epoch, type=t, occurred_at=at + seq,
+                       hash_version=HASH_VERSION, **f)
 
 
 def median(xs: Sequence[float]) -> float:

@@ -22,7 +22,8 @@ _DEMO_APP = "processors.demo.pipeline:app"
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects",
                        description="From the Redis projection; when no projector has written it (or it "
-                       "lists no runs), from the events topic, with a note on stderr.")
+                       "lists no runs), from the events topic, with a note on stderr. A projection not "
+                       "marked ready (a rebuild --swap moving it) is listed with a note on stderr.")
     p.add_argument("--status", type=str.upper, choices=_STATUSES)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_runs)
@@ -86,16 +87,22 @@ def _age(ms: int) -> str:
 def _runs(args: argparse.Namespace) -> int:
     from processors.inspect import run_summary, runs_from_log
     from projections import RedisStore, RunState
+    from projections._marker import READY
 
     settings = Settings.from_env()
     store = RedisStore.from_settings(settings)
     try:
-        projected = store.marker() is not None
+        marker = store.marker()
+        projected = marker is not None
         ids = store.runs() if projected else []
         states = store.load_states(ids) if ids else {}
     finally:
         store.client.close()
     rows: list[RunState] = [states[i] for i in ids if i in states]
+    if ids and marker is not None and marker.state != READY:
+        print(f"runlog runs: the projection is marked {marker.state!r} (prefix {settings.redis_prefix!r}: "
+              "a rebuild --swap is moving it, or one stopped midway): a run may be listed under an old "
+              "status; `runlog show RUN` reads its log", file=sys.stderr)
     if not ids:
         why = ("no projector has written the projection" if not projected
                else "the projection lists no runs")

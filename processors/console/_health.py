@@ -1,21 +1,24 @@
 """The console's health page: the lag of the projector group(s) on the events topic and of every
-resumer group on the resume topic (committed offsets against high watermarks, asked of the admin
-API: no group is joined or committed), the dead-letter topic's count and newest records (read
-with an assigned, never-committing reader), and the projection's marker and rebuild lock (Redis,
-only read)."""
+resumer group on the resume topic (committed offsets, asked of the admin API, against the
+watermarks of :func:`schemas._kafka.watermarks`: no group is joined or committed), the dead-letter
+topic's count and newest records (read with an assigned, never-committing reader), and the
+projection's marker and rebuild lock (Redis, only read)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from processors.dlq import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
 from projections import RedisStore
 from schemas import RunlogError, Settings, Topics
+
+if TYPE_CHECKING:
+    from projections.log_reader import LogReader
 
 __all__ = ["DeadLetterView", "GroupLag", "Health", "read_health"]
 
@@ -61,23 +64,6 @@ class Health:
     read_at: int = 0
 
 
-def _watermarks(admin: Any, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-    if md is None or md.error is not None:
-        raise RunlogError(f"topic {topic!r} not found")
-    parts = sorted(md.partitions)
-    lows = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest() for p in parts},
-                              request_timeout=timeout)
-    highs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
-                               request_timeout=timeout)
-    lo = {tp.partition: int(f.result().offset) for tp, f in lows.items()}
-    hi = {tp.partition: int(f.result().offset) for tp, f in highs.items()}
-    return {p: (lo[p], hi[p]) for p in parts}
-
-
 def _group_lag(admin: Any, group: str, role: str, topic: str, marks: Mapping[int, tuple[int, int]],
                timeout: float) -> GroupLag | None:
     """The group's lag on ``topic``; None when it has neither offsets nor members there."""
@@ -103,24 +89,47 @@ def _group_lag(admin: Any, group: str, role: str, topic: str, marks: Mapping[int
     return GroupLag(group, role, topic, state, len(members), lag, uncommitted)
 
 
-def _latest_dead_letters(settings: Settings, topic: str, marks: Mapping[int, tuple[int, int]], n: int,
+def _latest_dead_letters(reader: LogReader, marks: Mapping[int, tuple[int, int]], n: int,
                          timeout: float) -> list[DeadLetterView]:
-    """The newest ``n`` dead letters of every partition, newest first (read with an assigned,
-    never-committing consumer; no record for ``timeout`` seconds raises :class:`RunlogError`)."""
-    from projections.log_reader import LogReader
-
+    """The newest ``n`` dead letters of every partition, newest first (read with ``reader``, on the
+    dead-letter topic; no record for ``timeout`` seconds raises :class:`RunlogError`)."""
     todo = {p: (max(lo, hi - n), hi) for p, (lo, hi) in marks.items() if hi > lo}
     if not todo:
         return []
     out: list[DeadLetterView] = []
-    with LogReader(settings, topic, name="runlog-console", poll_timeout=0.5) as r:
-        for m in r.records(todo, stall_s=timeout):
-            h = parse_headers(m.headers())
-            origin = f"{h.get(H_TOPIC, '?')}[{h.get(H_PARTITION, '?')}]@{h.get(H_OFFSET, '?')}"
-            out.append(DeadLetterView(m.partition(), m.offset(), m.timestamp()[1], h.get(H_REASON, "?"),
-                                      h.get(H_DETAIL, ""), origin))
+    for m in reader.records(todo, stall_s=timeout):
+        h = parse_headers(m.headers())
+        origin = f"{h.get(H_TOPIC, '?')}[{h.get(H_PARTITION, '?')}]@{h.get(H_OFFSET, '?')}"
+        out.append(DeadLetterView(m.partition(), m.offset(), m.timestamp()[1], h.get(H_REASON, "?"),
+                                  h.get(H_DETAIL, ""), origin))
     out.sort(key=lambda d: (d.timestamp_ms, d.offset), reverse=True)
     return out[:n]
+
+
+def _kafka_health(h: Health, settings: Settings, admin: Any, reader: LogReader,
+                  projector_groups: Iterable[str], timeout: float, dead_letters_shown: int) -> None:
+    """The groups' lag and the dead letters into ``h``; ``reader`` reads the dead-letter topic, and its
+    consumer every watermark (a leader election is waited out, :func:`schemas._kafka.watermarks`)."""
+    from schemas._kafka import watermarks
+
+    names = Topics.of(settings)
+    events = watermarks(reader.consumer, names.events, timeout=timeout)
+    for g in (settings.group_id(g) for g in projector_groups):  # the ids under the topic prefix
+        lag = _group_lag(admin, g, "projector", names.events, events, timeout)
+        h.groups.append(lag or GroupLag(g, "projector", names.events, "absent", 0,
+                                        sum(hi - lo for lo, hi in events.values()),
+                                        sum(hi > lo for lo, hi in events.values()),
+                                        "no offsets and no members on this topic"))
+    resume = watermarks(reader.consumer, names.resume, timeout=timeout)
+    listed = admin.list_consumer_groups(request_timeout=timeout).result()
+    prefix = settings.group_id(settings.resumer_group + ".")
+    for gid in sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix)):
+        lag = _group_lag(admin, gid, "resumer", names.resume, resume, timeout)
+        if lag is not None:
+            h.groups.append(lag)
+    dlq = reader.watermarks()
+    h.dead_letters = sum(hi - lo for lo, hi in dlq.values())
+    h.latest_dead_letters = _latest_dead_letters(reader, dlq, dead_letters_shown, timeout)
 
 
 def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_groups: Iterable[str],
@@ -132,7 +141,8 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
     """
     from confluent_kafka import KafkaException
 
-    names = Topics.of(settings)
+    from projections.log_reader import LogReader
+
     h = Health(read_at=int(time.time() * 1000))
     try:
         marker = store.marker()
@@ -142,23 +152,10 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
     except (RunlogError, redis.RedisError) as err:
         h.errors.append(f"redis: {err}")
     try:
-        events = _watermarks(admin, names.events, timeout)
-        for g in (settings.group_id(g) for g in projector_groups):  # the ids under the topic prefix
-            lag = _group_lag(admin, g, "projector", names.events, events, timeout)
-            h.groups.append(lag or GroupLag(g, "projector", names.events, "absent", 0,
-                                            sum(hi - lo for lo, hi in events.values()),
-                                            sum(hi > lo for lo, hi in events.values()),
-                                            "no offsets and no members on this topic"))
-        resume = _watermarks(admin, names.resume, timeout)
-        listed = admin.list_consumer_groups(request_timeout=timeout).result()
-        prefix = settings.group_id(settings.resumer_group + ".")
-        for gid in sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix)):
-            lag = _group_lag(admin, gid, "resumer", names.resume, resume, timeout)
-            if lag is not None:
-                h.groups.append(lag)
-        dlq = _watermarks(admin, names.dlq, timeout)
-        h.dead_letters = sum(hi - lo for lo, hi in dlq.values())
-        h.latest_dead_letters = _latest_dead_letters(settings, names.dlq, dlq, dead_letters_shown, timeout)
+        # one assigned, never-committing consumer for every watermark and the newest dead letters
+        with LogReader(settings, Topics.of(settings).dlq, name="runlog-console", poll_timeout=0.5,
+                       timeout=timeout) as r:
+            _kafka_health(h, settings, admin, r, projector_groups, timeout, dead_letters_shown)
     except (KafkaException, RunlogError) as err:
         h.errors.append(f"kafka: {err}")
     return h

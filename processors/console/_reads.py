@@ -8,9 +8,9 @@
 * health comes from Kafka (consumer group offsets against high watermarks, the dead-letter
   topic) and from Redis (the namespace marker, the rebuild lock).
 
-Nothing here writes: no group is joined or committed (the health's watermarks and offsets are
-asked of the admin API; records are read with :class:`projections.log_reader.LogReader`, which
-assigns partitions), Redis is only read.
+Nothing here writes: no group is joined or committed (the health's group offsets are asked of
+the admin API; records and watermarks are read with :class:`projections.log_reader.LogReader`,
+which assigns partitions), Redis is only read.
 
 The run list is :mod:`processors.console._run_list`, a run's page
 :mod:`processors.console._run_follower`, the health :mod:`processors.console._health`; their

@@ -24,7 +24,8 @@ from processors.demo.pipeline import app_for
 from processors.demo.world import serve
 from processors.inspect import render_timeline, run_history
 from processors.resume import ResumeOutcome, ResumerService, request_resume
-from producers._crash import ENV as CRASH_ENV
+from producers._lease import lease_key
+from producers.crash import ENV as CRASH_ENV
 from schemas import ConfigError, EventType, RunlogError, Settings
 from schemas._redis import redis_client
 
@@ -95,7 +96,7 @@ def wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
 
 def _wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
     client = redis_client(settings)
-    key = f"{settings.redis_prefix}:{{{run_id}}}:lease"
+    key = lease_key(settings.redis_prefix, run_id)
     t0 = time.monotonic()
     try:
         while client.exists(key):

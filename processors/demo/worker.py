@@ -1,7 +1,7 @@
 """A demo worker process: starts one run of a demo workflow and executes it.
 
 It prints ``run_id=<id>`` on its first line, then works. With ``RUNLOG_CRASH_AT``
-set it SIGKILLs itself at that point (the fault hook in :mod:`producers._crash`),
+set it SIGKILLs itself at that point (the crash points of :mod:`producers.crash`),
 leaving the log exactly where a real crash would.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from processors.demo.pipeline import app
 from producers import AsyncRunner, InputSource, Runner, Workflow
-from producers._crash import arm_from_env
+from producers.crash import arm_from_env
 from schemas import Settings
 
 

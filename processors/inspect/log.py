@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from projections import Outcome, OutcomeKind, RunState, fold
-from schemas import ConfigError, RunEvent, Settings, Topics, partition_for
+from schemas import RunEvent, Settings, partition_for
+from schemas._kafka import partitions_of
 
 __all__ = ["LoggedEvent", "partitions_of", "run_history", "runs_from_log"]
 
@@ -22,31 +23,18 @@ class LoggedEvent:
     state: RunState
 
 
-def partitions_of(settings: Settings) -> int:
-    """The events topic's partition count (a ConfigError naming the topic when it is missing)."""
-    from confluent_kafka.admin import AdminClient
-
-    topic = Topics.of(settings).events
-    md = AdminClient(settings.admin_config()).list_topics(topic, timeout=10)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        raise ConfigError(f"the events topic {topic} does not exist on {settings.kafka_bootstrap_servers} "
-                          "(check RUNLOG_TOPIC_PREFIX, or create the topics with `runlog init`)")
-    return len(t.partitions)
-
-
 def run_history(settings: Settings, run_id: str, *, upto_seq: int | None = None,
                 upto_time_ms: int | None = None) -> list[LoggedEvent]:
     """Every event of a run in log order, folded; optionally only up to a seq or a time."""
-    from projections.log_reader import read_run
+    from projections.log_reader import read_run_records
 
     partition = partition_for(run_id, partitions_of(settings))
     state: RunState | None = None
     out: list[LoggedEvent] = []
-    for offset, ev in read_run(settings, run_id, partition):
+    for offset, ev, h in read_run_records(settings, run_id, partition):
         if upto_time_ms is not None and ev.occurred_at > upto_time_ms:
             break
-        state, outcome = fold(state, ev, (partition, offset))
+        state, outcome = fold(state, ev, (partition, offset), content_hash=h)
         assert state is not None
         out.append(LoggedEvent(offset, ev, outcome, state))
         if upto_seq is not None and outcome.kind is OutcomeKind.ACCEPTED and ev.seq >= upto_seq:
@@ -60,7 +48,7 @@ def runs_from_log(settings: Settings) -> dict[str, RunState]:
     (:func:`projections.log_reader.read_topic`); undecodable and mis-keyed records are the
     projector's dead letters, skipped."""
     from projections.log_reader import read_topic
-    from schemas import Codec, DecodeError
+    from schemas import Codec, DecodeError, event_hash
 
     codec = Codec.from_settings(settings)
     states: dict[str, RunState] = {}
@@ -70,10 +58,11 @@ def runs_from_log(settings: Settings) -> dict[str, RunState]:
             if value is None:
                 continue
             try:
-                ev = codec.decode(value, RunEvent)
+                ev, body = codec.decode_with_body(value, RunEvent)
             except DecodeError:
                 continue
             if key is not None and key != ev.run_id.encode("utf-8"):
                 continue
-            states[ev.run_id], _ = fold(states.get(ev.run_id), ev, (m.partition(), m.offset()))
+            states[ev.run_id], _ = fold(states.get(ev.run_id), ev, (m.partition(), m.offset()),
+                                        content_hash=event_hash(ev, body))
     return states

@@ -68,8 +68,8 @@ class FactsReader:
               snapshot: RunState | None) -> tuple[RunState | None, int]:
         """Fold the run's events from ``from_offset`` on ``partition`` onto ``snapshot``."""
         state, n = snapshot, 0
-        for offset, ev in self.events.run_events(run_id, partition, from_offset):
-            state, _ = fold(state, ev, (partition, offset))
+        for offset, ev, h in self.events.run_records(run_id, partition, from_offset):
+            state, _ = fold(state, ev, (partition, offset), content_hash=h)
             n += 1
         return state, n
 
@@ -100,8 +100,8 @@ class FactsReader:
     def _history_from_log(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
         out: list[tuple[Checkpoint, RunState]] = []
         cur: RunState | None = None
-        for offset, ev in self.events.run_events(state.run_id, state.partition, 0):
-            cur, outcome = fold(cur, ev, (state.partition, offset))
+        for offset, ev, h in self.events.run_records(state.run_id, state.partition, 0):
+            cur, outcome = fold(cur, ev, (state.partition, offset), content_hash=h)
             if outcome.checkpoint is not None:
                 out.append((outcome.checkpoint, cur))
         return out
@@ -118,9 +118,9 @@ class FactsReader:
         if cp.partition < 0:
             return out, n
         cur = snap
-        for offset, ev in self.events.run_events(cp.run_id, cp.partition, cp.offset + 1):
+        for offset, ev, h in self.events.run_records(cp.run_id, cp.partition, cp.offset + 1):
             n += 1
-            cur, outcome = fold(cur, ev, (cp.partition, offset))
+            cur, outcome = fold(cur, ev, (cp.partition, offset), content_hash=h)
             if outcome.accepted and ev.type is EventType.TOOL_CALLED and ev.call_id:
                 hashes[ev.call_id] = ev.request_hash
             if outcome.accepted and ev.type is EventType.TOOL_RESULT and ev.call_id \

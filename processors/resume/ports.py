@@ -29,23 +29,26 @@ class RunEventReader(Protocol):
         """The partition the run's events are on."""
         ...
 
-    def run_events(self, run_id: str, partition: int, from_offset: int) -> Iterable[tuple[int, RunEvent]]:
-        """The run's decodable events with their offsets, from ``from_offset`` to the end of the
-        partition as it was when the read began."""
+    def run_records(self, run_id: str, partition: int,
+                    from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
+        """The run's decodable events with their offsets and hashes (``schemas.event_hash`` of each
+        from its record's bytes as stored: the fold's ``content_hash``), from ``from_offset`` to the
+        end of the partition as it was when the read began."""
         ...
 
 
 class KafkaRunEvents(KafkaRunLog):
-    """The events topic on Kafka (:func:`projections.rebuild.run_events`)."""
+    """The events topic on Kafka (:func:`projections.log_reader.read_run_records`)."""
 
     def __init__(self, settings: Settings, *, codec: Codec | None = None) -> None:
         super().__init__(settings)
         self.codec = codec
 
-    def run_events(self, run_id: str, partition: int, from_offset: int) -> Iterable[tuple[int, RunEvent]]:
-        from projections.rebuild import run_events
+    def run_records(self, run_id: str, partition: int,
+                    from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
+        from projections.log_reader import read_run_records
 
-        return run_events(self.settings, run_id, partition, from_offset, codec=self.codec)
+        return read_run_records(self.settings, run_id, partition, from_offset, codec=self.codec)
 
 
 class MemoryRunEvents:
@@ -57,6 +60,7 @@ class MemoryRunEvents:
     def partition_of(self, run_id: str) -> int:
         return self.log.partition_of(run_id)
 
-    def run_events(self, run_id: str, partition: int, from_offset: int) -> Iterable[tuple[int, RunEvent]]:
-        return [(r.offset, r.event) for r in self.log.records(run_id)
+    def run_records(self, run_id: str, partition: int,
+                    from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
+        return [(r.offset, r.event, r.hash) for r in self.log.records(run_id)
                 if r.partition == partition and r.offset >= from_offset]

@@ -6,22 +6,20 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from producers._cloudevents import CloudEventHeaders
-from schemas import Codec, DeliveryError, ResumeRequest, Settings, Topics, now_ms
+from producers._writer import send_resume_request
+from schemas import Codec, ResumeRequest, Settings, Topics, now_ms
 
 __all__ = ["request_resume"]
 
 
 def request_resume(settings: Settings, run_id: str, reason: str, *, requested_by: str = "cli",
                    producer: Producer | None = None, codec: Codec | None = None) -> None:
-    """Append a ``ResumeRequest`` for a run to the resume topic (acknowledged before returning)."""
-    cdc = codec or Codec.from_settings(settings)
-    p = producer or Producer(settings.producer_config())
-    req = ResumeRequest(run_id, now_ms(), reason, requested_by)
-    value = cdc.encode(req)
-    errors: list[str] = []
+    """Append a ``ResumeRequest`` for a run to the resume topic (acknowledged before returning).
+
+    Raises:
+        DeliveryError: the request was not stored within 30 seconds.
+    """
     topic = Topics.of(settings).resume
-    p.produce(topic, key=run_id.encode(), value=value,
-              headers=CloudEventHeaders(topic, requested_by).resume_request(req, value),
-              on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
-    if p.flush(30) != 0 or errors:
-        raise DeliveryError(Topics.of(settings).resume, run_id, errors[0] if errors else "flush timed out")
+    p = producer or Producer(settings.producer_config())
+    send_resume_request(p, CloudEventHeaders(topic, requested_by), codec or Codec.from_settings(settings),
+                        ResumeRequest(run_id, now_ms(), reason, requested_by), topic=topic)

@@ -48,7 +48,7 @@ class AckLog(RunWriter):
         self.acked: dict[tuple[str, int], float] = {}
         self.errors: list[tuple[str, int, str]] = []
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> None:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
         key = (event.run_id, event.seq)
 
         def cb(err: DeliveryError | None, partition: int, offset: int) -> None:
@@ -61,7 +61,7 @@ class AckLog(RunWriter):
 
         with self.lock:
             self.produced[key] = time.monotonic()
-        super().produce(event, cb)
+        return super().produce(event, cb)
 
     def acked_seqs(self, run_id: str) -> list[int]:
         with self.lock:

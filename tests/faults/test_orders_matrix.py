@@ -30,7 +30,8 @@ from schemas import EventType, Settings
 from tests.faults.machinery import PointEntry
 from tests.faults.machinery.points import boundaries, crash_points, expected_prefix
 from tests.faults.machinery.report import write_section
-from tests.integration.resume._orders import finish, orders_app, spawn
+from tests.integration.resume._orders import orders_app, spawn
+from tests.integration.resume._workers import finish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -361,7 +361,7 @@ _CRASH_CHILD = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from schemas import Settings
     from producers import Runner
-    from producers._crash import arm_from_env
+    from producers.crash import arm_from_env
     arm_from_env()
     from tests.integration.producers.conftest import SOURCE
     from tests.integration.producers.test_write_path import content_workflow

@@ -27,23 +27,21 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import random
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from processors.demo.client import WorldClient
 from processors.resume import App
 from producers import AsyncRunner, AsyncStageContext, CallInfo, DictInputSource, Runner, Workflow, rule, tool
-from producers._crash import arm_from_env
+from producers.crash import arm_from_env
 from schemas import ReplayPolicy, Settings
+from tests.integration.resume._workers import spawn_worker
 
 ACCOUNT = "acct-orders"
 PRICING = {"v1": {"cents": 1200}, "v2": {"cents": 990}}
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def orders_app(world: WorldClient) -> App:
@@ -109,26 +107,9 @@ def orders_app(world: WorldClient) -> App:
 def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "o-1", mode: str = "ctx",
           crash_at: str | None = None, sdk: str = "sync") -> subprocess.Popen[str]:
     """A worker process running one orders run (crashing at ``crash_at`` when given)."""
-    env = {**os.environ, **settings.to_env(), "RUNLOG_DEMO_WORLD_URL": world_url}
-    env.pop("RUNLOG_CRASH_AT", None)
-    if crash_at:
-        env["RUNLOG_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "tests.integration.resume._orders", "--order", order, "--mode", mode,
-           "--sdk", sdk]
-    if key is not None:
-        cmd += ["--key", key]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen[str], log: Path, timeout_s: float = 120) -> tuple[int, str]:
-    """Wait for a worker (killed after ``timeout_s``); its exit code and stdout, all output in ``log``."""
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    log.write_text(out + err)
-    return proc.returncode, out
+    args = ["--order", order, "--mode", mode, "--sdk", sdk] + ([] if key is None else ["--key", key])
+    return spawn_worker("tests.integration.resume._orders", args, settings, crash_at=crash_at,
+                        env={"RUNLOG_DEMO_WORLD_URL": world_url})
 
 
 def main(argv: list[str] | None = None) -> int:

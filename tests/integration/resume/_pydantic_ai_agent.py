@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sqlite3
 import subprocess
 import sys
@@ -43,12 +42,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from processors.resume import App
 from producers import AsyncRunner, AsyncStageContext, DictInputSource, Runner, Workflow, rule, tool
-from producers._crash import arm_from_env
+from producers.crash import arm_from_env
 from producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
 from schemas import ReplayPolicy, Settings
+from tests.integration.resume._workers import spawn_worker
 
 ACCOUNT = "acct-agent"
-ROOT = Path(__file__).resolve().parents[3]
 MODEL_TOOL = "pydantic_ai.model.shop"
 LOOKUP_TOOL = "pydantic_ai.tool.shop.lookup"
 SAVE_TOOL = "orders.save_row"
@@ -153,24 +152,8 @@ def agent_app(root: Path) -> App:
 def spawn(settings: Settings, root: Path, *, order: str = "o-1", sdk: str = "sync",
           crash_at: str | None = None) -> subprocess.Popen[str]:
     """A worker process running one agent-shop run (crashing at ``crash_at`` when given)."""
-    env = {**os.environ, **settings.to_env()}
-    env.pop("RUNLOG_CRASH_AT", None)
-    if crash_at:
-        env["RUNLOG_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "tests.integration.resume._pydantic_ai_agent", "--dir", str(root),
-           "--order", order, "--sdk", sdk]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen[str], log: Path, timeout_s: float = 120) -> tuple[int, str]:
-    """Wait for a worker (killed after ``timeout_s``); its exit code and stdout, all output in ``log``."""
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    log.write_text(out + err)
-    return proc.returncode, out
+    return spawn_worker("tests.integration.resume._pydantic_ai_agent",
+                        ["--dir", str(root), "--order", order, "--sdk", sdk], settings, crash_at=crash_at)
 
 
 def main(argv: list[str] | None = None) -> int:

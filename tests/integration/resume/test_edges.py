@@ -22,7 +22,8 @@ from producers._ledger import RedisEffectLedger
 from producers._runs import run_id_for_key
 from projections.log_reader import LogReader
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
-from tests.integration.resume._orders import finish, orders_app, spawn
+from tests.integration.resume._orders import orders_app, spawn
+from tests.integration.resume._workers import finish
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of
 
 pytestmark = pytest.mark.integration

@@ -34,9 +34,9 @@ from tests.integration.resume._pydantic_ai_agent import (
     SAVE_TOOL,
     ShopWorld,
     agent_app,
-    finish,
     spawn,
 )
+from tests.integration.resume._workers import finish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """The projector receives every Kafka security setting the other clients get, or refuses to start
-naming the one it cannot honour (``processors._kafka_security``).
+naming the one it cannot honour (``processors.projector._security``).
 
 TLS mappings are checked by a real handshake against an in-process TLS server on loopback (the
 only way to see which CA, client certificate and host name check a context really uses).
@@ -32,7 +32,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-from processors._kafka_security import (
+from processors.projector import ProjectorOptions, faust_credentials, faust_settings
+from processors.projector._security import (
     HONOURED,
     NOT_SECURITY,
     REFUSED,
@@ -40,7 +41,6 @@ from processors._kafka_security import (
     broker_credentials,
     ssl_context,
 )
-from processors.projector import ProjectorOptions, faust_credentials, faust_settings
 from schemas import ConfigError, Settings
 
 # -- a small PKI: CA, server certificate for 127.0.0.1, client certificate --------------------------

@@ -12,7 +12,7 @@ from producers._log import EventLog
 from producers._memory import InMemoryLeaseManager
 from producers._session import AppendResult, RunSession
 from producers._workflow import Workflow
-from schemas import EventType, RunEvent
+from schemas import EventType, RunEvent, event_hash
 from schemas._types import now_ms
 from schemas.errors import DeliveryError
 from schemas.topics import partition_for
@@ -95,8 +95,8 @@ class EventLogContract:
                        inputs=PinnedInputs(DictInputSource({}), {}), params={})
         first = s.append(EventType.RUN_STARTED, confirm=True, workflow=wf.spec(), input_versions={})
         assert first.partition >= 0 and first.offset >= 0
-        s.append(EventType.STAGE_STARTED, stage="s")
-        s.append(EventType.VERIFIED, stage="s")
+        second = s.append(EventType.STAGE_STARTED, stage="s")
+        third = s.append(EventType.VERIFIED, stage="s")
         last = s.append(EventType.RUN_COMPLETED, confirm=True)
         s.close()
         got = self.read(run, first.partition)
@@ -106,6 +106,11 @@ class EventLogContract:
         assert (got[0][0], got[0][1]) == (first.partition, first.offset)
         assert (got[-1][0], got[-1][1]) == (last.partition, last.offset)
         assert got[1][2].prev_hash is not None and got[0][2].prev_hash is None  # the hash chain
+        # version 2: each prev_hash is the hash the port computed from the bytes it produced
+        appended = [first, second, third, last]
+        assert {e.hash_version for _, _, e in got} == {2}
+        assert [e.prev_hash for _, _, e in got] == [None, *(r.hash for r in appended[:-1])]
+        assert all(r.hash == event_hash(r.event) for r in appended)  # this writer's schema: the same
 
     def test_awaited_appends_are_acknowledged_on_the_loop_in_seq_order(self) -> None:
         wf = Workflow("w", "1")

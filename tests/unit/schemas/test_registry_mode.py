@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -108,12 +109,28 @@ def test_the_projector_batch_decode_reads_both_framings_from_one_topic() -> None
         recs.append(RawRecord("t.runlog.events", 0, off, b"run-a", value))
     good, dead = decode_records(codec, recs)
     assert dead == []
-    assert [ev.seq for ev, _ in good] == [1, 2, 3, 4, 5, 6]
+    assert [ev.seq for ev, _, _ in good] == [1, 2, 3, 4, 5, 6]
     assert {r.value[:1] for r in recs} == {b"\x00", b"\xc3"}
     # a reader without the registry: the registry-framed ones are unknown to it (as before)
     good, dead = decode_records(Codec(), recs)
-    assert [ev.seq for ev, _ in good] == [2, 4, 6]
+    assert [ev.seq for ev, _, _ in good] == [2, 4, 6]
     assert {d.reason for d in dead} == {"unknown_schema"}
+
+
+def test_a_version_2_hash_is_the_same_under_both_framings() -> None:
+    """The body after ``00`` + schema id is the body after ``C3 01`` + fingerprint: one hash."""
+    from schemas._codec import body_of
+    from schemas._hash import event_hash
+
+    codec = Codec.from_settings(_mock())
+    ev = replace(_event("run-a", 2), hash_version=2, prev_hash="ab" * 32)
+    framed, single = codec.encode(ev), Codec().encode(ev)
+    assert framed[:1] == b"\x00" and single[:2] == SINGLE_OBJECT_MAGIC and framed != single
+    assert body_of(framed) == body_of(single) == framed[5:] == single[10:]
+    recs = [RawRecord("t.runlog.events", 0, i, b"run-a", v) for i, v in enumerate((framed, single))]
+    good, dead = decode_records(codec, recs)
+    assert dead == [] and good[0][0] == good[1][0] == ev
+    assert good[0][2] == good[1][2] == event_hash(ev, body_of(single)) == event_hash(ev)
 
 
 def test_without_auto_register_an_unregistered_schema_names_the_command() -> None:

@@ -12,7 +12,7 @@ from schemas.errors import ConfigError
 __all__ = ["GSSAPI", "HONOURED", "KEYSTORE_PEM", "NOT_SECURITY", "REFUSED", "check_keys", "env_name",
            "failed", "flag", "refuse"]
 
-#: Keys translated for aiokafka (see :func:`processors._kafka_security.broker_credentials` for how
+#: Keys translated for aiokafka (see :func:`processors.projector._security.broker_credentials` for how
 #: each one is applied).
 HONOURED = frozenset({
     "security.protocol",
@@ -119,7 +119,7 @@ def check_keys(extra: Mapping[str, str]) -> None:
             continue
         raise refuse(key, REFUSED.get(key, "not a setting the projector knows how to apply (only the "
                                             "security settings its Kafka client supports, and the "
-                                            "tunables listed in processors._kafka_keys, are accepted)"))
+                                            "tunables listed in processors.projector._keys, are accepted)"))
 
 
 def flag(extra: Mapping[str, str], key: str, default: bool) -> bool:

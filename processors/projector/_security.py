@@ -12,8 +12,8 @@ cannot honour. Nothing is dropped silently:
   so they are deliberately not passed;
 * anything else is refused, with the reason when it is known (:data:`REFUSED`).
 
-The lists are in :mod:`processors._kafka_keys`, the TLS context in :mod:`processors._kafka_tls`,
-the OAUTHBEARER token provider in :mod:`processors._kafka_oidc`; their public names stay
+The lists are in :mod:`processors.projector._keys`, the TLS context in :mod:`processors.projector._tls`,
+the OAUTHBEARER token provider in :mod:`processors.projector._oidc`; their public names stay
 importable from here.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import faust
 
-from processors._kafka_keys import GSSAPI, HONOURED, NOT_SECURITY, REFUSED, check_keys, refuse
-from processors._kafka_oidc import OidcTokenProvider, oidc_provider
-from processors._kafka_tls import ssl_context
+from processors.projector._keys import GSSAPI, HONOURED, NOT_SECURITY, REFUSED, check_keys, refuse
+from processors.projector._oidc import OidcTokenProvider, oidc_provider
+from processors.projector._tls import ssl_context
 
 __all__ = ["HONOURED", "NOT_SECURITY", "REFUSED", "OidcTokenProvider", "broker_credentials",
            "check_keys", "ssl_context"]

@@ -11,6 +11,10 @@ namespace (emptied while the projector runs, or while it was down with offsets
 committed) is rebuilt from the log before the projector goes on
 (:mod:`projections.recovery`). Instances sharing the app id
 form one consumer group and split the partitions.
+
+The app is this module. Faust's Kafka client is aiokafka, not librdkafka, so the security
+settings (``RUNLOG_KAFKA_*``) are translated for it in :mod:`processors.projector._security`,
+with the setting lists in ``_keys``, the TLS context in ``_tls`` and OAUTHBEARER in ``_oidc``.
 """
 
 from __future__ import annotations
@@ -62,9 +66,9 @@ def faust_credentials(settings: Settings) -> Any:
     file, a directory or inline PEM, CRLs, client certificates and key passwords, host name
     verification, SASL PLAIN / SCRAM / OAUTHBEARER-OIDC); None for PLAINTEXT. A setting it
     cannot honour raises :class:`~schemas.errors.ConfigError` naming it, so the projector never
-    connects differently from the other clients (:mod:`processors._kafka_security`).
+    connects differently from the other clients (:mod:`processors.projector._security`).
     """
-    from processors._kafka_security import broker_credentials
+    from processors.projector._security import broker_credentials
 
     return broker_credentials(settings.kafka_extra)
 

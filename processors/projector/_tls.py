@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from processors._kafka_keys import KEYSTORE_PEM, failed, flag, refuse
+from processors.projector._keys import KEYSTORE_PEM, failed, flag, refuse
 from schemas.errors import ConfigError
 
 __all__ = ["ssl_context"]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from aiokafka.abc import AbstractTokenProvider  # type: ignore[import-untyped]
 
-from processors._kafka_keys import env_name, refuse
+from processors.projector._keys import env_name, refuse
 from schemas.errors import ConfigError
 
 __all__ = ["OidcTokenProvider", "oidc_provider"]

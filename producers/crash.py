@@ -1,9 +1,10 @@
-"""Crash injection for fault tests: the process SIGKILLs itself at a named point.
+"""Crash points: the process SIGKILLs itself at a named point of its run's write path.
 
-Off unless armed from outside the write path: a worker's entry point calls
-:func:`arm_from_env` (``RUNLOG_CRASH_AT``) or a test calls :func:`arm`. The write
-path only compares the point it is at with the armed one (one global read). Points are
-``<when>:<what>:<subject>``:
+The way to test one's own workflows' crash safety: run a worker in a child process with a
+point armed, let it die there, resume the run, and check every effect happened once. Off
+unless armed from outside the write path: a worker's entry point calls :func:`arm_from_env`
+(``RUNLOG_CRASH_AT``) or a test calls :func:`arm`. The write path only compares the point it
+is at with the armed one (one global read). Points are ``<when>:<what>:<subject>``:
 
 * ``before:<EVENT_TYPE>:<subject>`` just before that event is produced;
 * ``after:<EVENT_TYPE>:<subject>`` once that event is produced;
@@ -41,7 +42,7 @@ def arm(point: str | None) -> None:
 
 
 def arm_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """Arm from ``RUNLOG_CRASH_AT`` (fault-test worker entry points); returns the point."""
+    """Arm from ``RUNLOG_CRASH_AT`` (a worker's entry point); returns the point."""
     arm((os.environ if environ is None else environ).get(ENV))
     return _armed
 
@@ -52,6 +53,7 @@ def armed() -> str | None:
 
 
 def event_subject(stage: str | None, call_id: str | None) -> str:
+    """The subject an event's points name: its call id, else its stage, else ``run``."""
     return call_id or stage or "run"
 
 

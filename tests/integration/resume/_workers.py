@@ -1,0 +1,37 @@
+"""Worker processes of the test workflows (``_orders``, ``_pydantic_ai_agent``): one run each in a
+child process, with the settings in its environment and, when asked, a crash point armed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from schemas.settings import Settings
+from tests.conftest import ROOT
+
+__all__ = ["finish", "spawn_worker"]
+
+
+def spawn_worker(module: str, args: list[str], settings: Settings, *, crash_at: str | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``python -m module args`` from the repository root, with ``settings`` (and ``env``) in its
+    environment and ``RUNLOG_CRASH_AT`` set to ``crash_at`` (removed when None)."""
+    full = {**os.environ, **settings.to_env(), **(env or {})}
+    full.pop("RUNLOG_CRASH_AT", None)
+    if crash_at:
+        full["RUNLOG_CRASH_AT"] = crash_at
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=full, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], log: Path, timeout_s: float = 120) -> tuple[int, str]:
+    """Wait for a worker (killed after ``timeout_s``); its exit code and stdout, all output in ``log``."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    log.write_text(out + err)
+    return proc.returncode, out
