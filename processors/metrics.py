@@ -19,9 +19,10 @@ from projections.batch import BatchResult
 
 __all__ = ["RECOVERY_REASONS", "RESUME_OUTCOMES", "MetricsServer", "ProjectorMetrics", "ResumerMetrics"]
 
-RECOVERY_REASONS = ("lost_at_start", "lost")
+RECOVERY_REASONS = ("lost_at_start", "lost", "went_back")
 """``runlog_projector_recoveries_total`` reasons: Redis lost the namespace before the projector
-started (with offsets committed), or while it ran."""
+started (with offsets committed), or while it ran, or went back (a run's stored state older than
+one applied: a failover lost acknowledged writes)."""
 
 RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
                    "not_mine", "unknown_run", "error")

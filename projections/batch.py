@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from projections._state import EffectEntry, RunState, StoredCheckpoint
 from projections.fold import Outcome, OutcomeKind, Position, fold
-from projections.store import ApplyResult, ProjectionStore, RunUpdate
+from projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
 from schemas._codec import Codec
 from schemas._hash import event_hash
 from schemas._types import Checkpoint, RunEvent
@@ -180,9 +180,20 @@ class BatchProjector:
             result.conflicts += len(retry)
             self.forget(retry)
             fresh = self.store.load_states(retry)
+            behind = [r for r in retry if _went_back(bases.get(r), fresh.get(r))]
+            if behind:
+                raise StoreWentBack(behind)
             bases = {r: fresh.get(r) for r in retry}
             pending = retry
         raise RunlogError(f"runs {pending[:5]} kept conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _went_back(base: RunState | None, stored: RunState | None) -> bool:
+    """Whether the store now holds an older state of the run than ``base``, a state that was
+    applied there (by this writer, or read from the store): writers only move runs forward."""
+    if base is None or base.offset < 0:
+        return False
+    return stored is None or stored.offset < base.offset
 
 
 def _last_per_key(outcomes: list[Outcome]) -> tuple[EffectEntry, ...]:

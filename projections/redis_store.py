@@ -91,6 +91,9 @@ class RedisStore(ShardedIndexes):
         self._gen: str | None = None
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
+        self._drop_marker = client.register_script(
+            "if redis.call('HGET', KEYS[1], 'gen') == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+            "return 0")
         self.cluster = is_cluster(client)
         self._source = lua("cluster_apply.lua") if self.cluster else apply_script()
         self._index_source = lua("cluster_index.lua") if self.cluster else ""
@@ -225,6 +228,21 @@ class RedisStore(ShardedIndexes):
         except redis.RedisError as err:
             raise ProjectionStoreError(f"releasing the rebuild lock failed: {err}") from err
         self._gen = None
+
+    def invalidate(self) -> bool:
+        """Remove the namespace marker if it still holds this store's generation, so the namespace
+        reads as lost and the next :func:`~projections.recovery.recover` rebuilds it from the log
+        (every other writer's applies are refused from then on). False when the marker had moved
+        on (another instance already invalidated, rebuilt or swapped it)."""
+        gen = self._gen
+        if gen is None:
+            return False
+        try:
+            done = int(self._drop_marker(keys=[self.marker_key], args=[gen])) == 1
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"invalidating namespace {self.prefix!r} failed: {err}") from err
+        self._gen = None
+        return done
 
     def finish_rebuild(self, holder: str, gen: str) -> None:
         """Mark the namespace whole (``ready``) under ``gen`` and release the lock."""

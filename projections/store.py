@@ -16,8 +16,21 @@ from enum import StrEnum
 from typing import Protocol
 
 from projections._state import EffectEntry, RunState, RunStatus, StoredCheckpoint
+from schemas.errors import RunlogError
 
-__all__ = ["ApplyResult", "MemoryStore", "ProjectionStore", "RunUpdate"]
+__all__ = ["ApplyResult", "MemoryStore", "ProjectionStore", "RunUpdate", "StoreWentBack"]
+
+
+class StoreWentBack(RunlogError):
+    """The store holds an older state of a run than one this writer applied there: writes the store
+    acknowledged are gone (a Redis failover to a replica that had not received them, a restore
+    from an older snapshot). No writer moves a run back, so the namespace cannot be trusted: it
+    must be rebuilt from the log (the projector drops the namespace marker and recovers)."""
+
+    def __init__(self, run_ids: Sequence[str]) -> None:
+        super().__init__(f"the projection went back for runs {list(run_ids)[:5]}: acknowledged writes "
+                         "are gone from Redis; the namespace is rebuilt from the log")
+        self.run_ids = tuple(run_ids)
 
 
 class ApplyResult(StrEnum):

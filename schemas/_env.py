@@ -123,6 +123,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         redis_ssl_keyfile=e.get("RUNLOG_REDIS_SSL_KEYFILE") or None,
         redis_ssl_key_password=e.get("RUNLOG_REDIS_SSL_KEY_PASSWORD") or None,
         redis_ssl_check_hostname=_bool(e, "RUNLOG_REDIS_SSL_CHECK_HOSTNAME", True),
+        redis_failover_ms=_int(e, "RUNLOG_REDIS_FAILOVER_MS", 20_000),
         demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
         resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
         sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
@@ -150,6 +151,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_SWEEP_INTERVAL_MS": str(f["sweep_interval_ms"]),
         "RUNLOG_FAULT_REPORT": f["fault_report"],
         "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if f["redis_ssl_check_hostname"] else "false",
+        "RUNLOG_REDIS_FAILOVER_MS": str(f["redis_failover_ms"]),
         "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if f["schema_registry_auto_register"] else "false",
     }
     optional = {

@@ -13,6 +13,8 @@ cluster (:func:`index_shard`), so every script and transaction touches one slot.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import zlib
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -96,6 +98,62 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | No
     return nodes, username, password, tls
 
 
+_RETRY_ERRORS: tuple[type[Exception], ...] = tuple(redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY)
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(0.05 * 2 ** attempt, 0.5))
+
+
+class FailoverCluster(redis.cluster.RedisCluster):
+    """redis-py's cluster client, whose commands also wait out a master's failover: redis-py
+    retries a command on a connection error at once, a few times within milliseconds, while a
+    replica takes seconds to be promoted. This client retries the errors redis-py itself retries
+    (connection lost, timeout, cluster down, slot not covered) with backoff until
+    ``failover_s`` has passed since the first one, then raises it. Pipelines are not retried here:
+    their callers retry a whole batch."""
+
+    def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failover_s = failover_s
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        deadline: float | None = None
+        attempt = 0
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except _RETRY_ERRORS:
+                now = time.monotonic()
+                deadline = now + self.failover_s if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                time.sleep(min(_backoff(attempt), deadline - now))
+                attempt += 1
+
+
+class AsyncFailoverCluster(redis.asyncio.cluster.RedisCluster):
+    """:class:`FailoverCluster` for asyncio: the same retry window, awaiting the backoff."""
+
+    def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failover_s = failover_s
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        deadline: float | None = None
+        attempt = 0
+        while True:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except _RETRY_ERRORS:
+                now = time.monotonic()
+                deadline = now + self.failover_s if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                await asyncio.sleep(min(_backoff(attempt), deadline - now))
+                attempt += 1
+
+
 def _cluster_kwargs(settings: Any, aio: bool) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     nodes, username, password, tls = cluster_nodes(settings.redis_url)
     kw: dict[str, Any] = {"decode_responses": False}
@@ -114,6 +172,10 @@ def _cluster_kwargs(settings: Any, aio: bool) -> tuple[list[tuple[str, int]], di
     return nodes, kw
 
 
+def _failover_s(settings: Any) -> float:
+    return max(int(getattr(settings, "redis_failover_ms", 20_000)), 0) / 1000
+
+
 def redis_client(settings: Any, *, max_connections: int | None = None, timeout: float = 30,
                  **extra: Any) -> Any:
     """A sync client for ``settings.redis_url``: ``redis.Redis`` or ``redis.cluster.RedisCluster``.
@@ -129,8 +191,9 @@ def redis_client(settings: Any, *, max_connections: int | None = None, timeout: 
             # per node; a caller waits for a free connection (BlockingConnectionPool's own 20 s: the
             # cluster client passes no pool timeout through)
             kw.update(connection_pool_class=redis.BlockingConnectionPool, max_connections=max_connections)
-        return redis.cluster.RedisCluster(
-            startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes], **kw)  # type: ignore[no-untyped-call]
+        return FailoverCluster(startup_nodes=[redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                                              for h, p in nodes],
+                               failover_s=_failover_s(settings), **kw)
     if max_connections is None:
         return redis.Redis.from_url(settings.redis_url, **settings.redis_kwargs(), **extra)
     pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=max_connections,
@@ -144,9 +207,8 @@ def aredis_client(settings: Any, *, max_connections: int = 256, timeout: float |
     ``redis.asyncio.cluster.RedisCluster`` (``max_connections`` per node)."""
     if is_cluster_url(settings.redis_url):
         nodes, kw = _cluster_kwargs(settings, aio=True)
-        return redis.asyncio.cluster.RedisCluster(
-            startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
-            max_connections=max_connections, **kw)
+        return AsyncFailoverCluster(startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
+                                    max_connections=max_connections, failover_s=_failover_s(settings), **kw)
     pool = redis.asyncio.BlockingConnectionPool.from_url(settings.redis_url, max_connections=max_connections,
                                                          timeout=timeout, **settings.redis_kwargs())
     return redis.asyncio.Redis(connection_pool=pool)

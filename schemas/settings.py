@@ -69,6 +69,9 @@ class Settings(ClientConfig):
     """rediss:// only: passphrase of an encrypted client key; a secret."""
     redis_ssl_check_hostname: bool = True
     """rediss:// only: match the server certificate to the host name."""
+    redis_failover_ms: int = 20_000
+    """Redis Cluster only: how long a command keeps retrying (with backoff) while its slot's
+    master is unreachable, so a replica's promotion is waited out instead of failing the run."""
     demo_world_url: str | None = None
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"

@@ -35,7 +35,8 @@ from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
 from projections.batch import BatchProjector, BatchResult, RawRecord
 from projections.recovery import lost_at_start, recover
-from projections.redis_store import ProjectionLost, RedisStore
+from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
+from projections.store import StoreWentBack
 from schemas._codec import Codec
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -130,15 +131,30 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
     def process(recs: list[RawRecord]) -> BatchResult:
         # A lost namespace is rebuilt from the log, then the batch is applied again (a no-op
-        # where the replay already wrote it): its offsets are committed only after that.
-        for _ in range(RECOVERY_ATTEMPTS):
+        # where the replay already wrote it): its offsets are committed only after that. Redis
+        # unreachable (a cluster master failing over) is waited out for the failover window.
+        recoveries = 0
+        unreachable_since: float | None = None
+        while True:
             try:
                 return core.process(recs)
-            except ProjectionLost as err:
+            except (ProjectionLost, StoreWentBack) as err:
+                recoveries += 1
+                if recoveries > RECOVERY_ATTEMPTS:
+                    raise
                 log.warning("%s", err)
-                m.recoveries.labels("lost").inc()
+                if isinstance(err, StoreWentBack):
+                    store.invalidate()  # the namespace reads as lost: recover rebuilds it
+                m.recoveries.labels("went_back" if isinstance(err, StoreWentBack) else "lost").inc()
                 recover(settings, store, core)
-        return core.process(recs)
+            except ProjectionStoreError as err:
+                now = time.monotonic()
+                unreachable_since = now if unreachable_since is None else unreachable_since
+                if now - unreachable_since > settings.redis_failover_ms / 1000:
+                    raise
+                log.warning("Redis unreachable, retrying the batch: %s", err)
+                core.forget()
+                time.sleep(0.5)
 
     async def project(stream: Any) -> None:
         loop = asyncio.get_running_loop()

@@ -217,7 +217,8 @@ class Resumer:
         if early is not None:
             return self._early(run_id, early, plan, state.epoch)
         wf = state.workflow
-        assert wf is not None
+        if wf is None:  # no accepted RUN_STARTED: nothing was started that could be resumed
+            raise UnknownRun(f"run {run_id} has no accepted RUN_STARTED (status {state.status.value})")
         try:
             workflow: Workflow = self.app.registry.get(wf.name)
         except WorkflowDefinitionError:

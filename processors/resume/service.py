@@ -64,7 +64,7 @@ from processors.resume.request import request_resume
 from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
 from producers._lease import lease_key
-from projections import RedisStore, RunStatus
+from projections import ProjectionStoreError, RedisStore, RunStatus
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
 from schemas._redis import redis_client
 
@@ -211,6 +211,13 @@ class ResumerService:
             else:
                 log.warning("retry of %s: %s", run_id, err)
             self.active.remove(run_id)
+            return None
+        except (redis.RedisError, ProjectionStoreError) as err:
+            # Redis unreachable past the client's failover window: the request is handled (its
+            # offset committed) and the run retried later, as a contended one is
+            self._count("error", t0)
+            log.warning("resume %s: Redis failed (%s); retrying later", run_id, err)
+            self._schedule_retry(run_id)
             return None
         except BaseException:
             self._count("error", t0)
@@ -368,7 +375,10 @@ class ResumerService:
             now = time.monotonic()
             if interval > 0 and now - self._last_sweep >= interval:
                 self._last_sweep = now
-                self.sweep()
+                try:
+                    self.sweep()
+                except (redis.RedisError, ProjectionStoreError) as err:  # the next sweep asks again
+                    log.warning("sweep skipped: Redis failed (%s)", err)
             retried = self.run_due_retries()
             if retried:
                 handled += len(retried)

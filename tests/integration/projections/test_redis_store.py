@@ -81,3 +81,20 @@ class TestRedisStore(StoreContract):
         assert not rebuilder.rebuild_locked()
         m = self.store.marker()
         assert m is not None and m.gen == gen and m.state == "ready"
+
+    def test_invalidate_drops_only_its_own_generation_and_refuses_later_applies(self) -> None:
+        updates = fold_updates(full_run("run-inv", stages=2))
+        self.store.apply(updates[:3])
+        other = RedisStore(self.redis, self.prefix)
+        gen = other.generation  # the same namespace, adopted
+        assert self.store.invalidate()
+        assert self.store.marker() is None
+        with pytest.raises(ProjectionLost):  # every writer of the old generation is refused
+            other.apply(updates[3:])
+        late = RedisStore(self.redis, self.prefix)
+        new_gen = late.generation  # a new namespace generation (what a rebuild does)
+        assert new_gen != gen
+        other.adopt(gen)
+        assert not other.invalidate()  # a stale invalidation leaves the new generation alone
+        marker = late.marker()
+        assert marker is not None and marker.gen == new_gen

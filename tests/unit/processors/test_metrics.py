@@ -116,5 +116,5 @@ def test_the_console_reads_the_projector_endpoint() -> None:
     finally:
         server.close()
     assert doc["error"] == ""
-    assert doc["recoveries"] == {"lost_at_start": 0.0, "lost": 1.0}
+    assert doc["recoveries"] == {"lost_at_start": 0.0, "lost": 1.0, "went_back": 0.0}
     assert (doc["dead_letters"], doc["lag"]) == (2.0, 7.0)
