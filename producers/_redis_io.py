@@ -28,6 +28,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
+from schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
+
 __all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "run"]
 
 T = TypeVar("T")
@@ -47,10 +49,19 @@ def one(step: Step) -> Steps[Any]:
 def pipelined(fill: Callable[[Any], object]) -> Step:
     """One round trip of several commands: ``fill`` queues them on a pipeline (no transaction)."""
 
-    def step(c: Any) -> Any:
+    def once(c: Any) -> Any:
         pipe = c.pipeline(transaction=False)
         fill(pipe)
         return pipe.execute()
+
+    def step(c: Any) -> Any:
+        # on a cluster client, a failover is waited out (its commands are retried the same way)
+        window = getattr(c, "failover_s", 0.0)
+        if not window:
+            return once(c)
+        if isinstance(c, AsyncFailoverCluster):
+            return aretry_failover(window, lambda: once(c))
+        return retry_failover(window, lambda: once(c))
 
     return step
 

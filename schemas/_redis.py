@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -29,12 +30,16 @@ from schemas.errors import ConfigError
 __all__ = [
     "CLUSTER_SCHEMES",
     "INDEX_SHARDS",
+    "AsyncFailoverCluster",
+    "FailoverCluster",
     "aredis_client",
+    "aretry_failover",
     "cluster_nodes",
     "index_shard",
     "is_cluster",
     "is_cluster_url",
     "redis_client",
+    "retry_failover",
 ]
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -98,6 +103,8 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | No
     return nodes, username, password, tls
 
 
+T = TypeVar("T")
+
 _RETRY_ERRORS: tuple[type[Exception], ...] = tuple(redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY)
 
 
@@ -105,31 +112,54 @@ def _backoff(attempt: int) -> float:
     return float(min(0.05 * 2 ** attempt, 0.5))
 
 
+def retry_failover(window_s: float, once: Callable[[], T]) -> T:
+    """``once()``, again with backoff while it raises an error redis-py retries on a cluster
+    (connection lost, timeout, cluster down, slot not covered), until ``window_s`` has passed since
+    the first such error; then that error is raised."""
+    deadline: float | None = None
+    attempt = 0
+    while True:
+        try:
+            return once()
+        except _RETRY_ERRORS:
+            now = time.monotonic()
+            deadline = now + window_s if deadline is None else deadline
+            if now >= deadline:
+                raise
+            time.sleep(min(_backoff(attempt), deadline - now))
+            attempt += 1
+
+
+async def aretry_failover(window_s: float, once: Callable[[], Awaitable[T]]) -> T:
+    """:func:`retry_failover` for a coroutine function, awaiting the backoff."""
+    deadline: float | None = None
+    attempt = 0
+    while True:
+        try:
+            return await once()
+        except _RETRY_ERRORS:
+            now = time.monotonic()
+            deadline = now + window_s if deadline is None else deadline
+            if now >= deadline:
+                raise
+            await asyncio.sleep(min(_backoff(attempt), deadline - now))
+            attempt += 1
+
+
 class FailoverCluster(redis.cluster.RedisCluster):
     """redis-py's cluster client, whose commands also wait out a master's failover: redis-py
     retries a command on a connection error at once, a few times within milliseconds, while a
     replica takes seconds to be promoted. This client retries the errors redis-py itself retries
-    (connection lost, timeout, cluster down, slot not covered) with backoff until
-    ``failover_s`` has passed since the first one, then raises it. Pipelines are not retried here:
-    their callers retry a whole batch."""
+    with backoff until ``failover_s`` has passed (:func:`retry_failover`). Pipelines are retried
+    by their callers (:func:`producers._redis_io.pipelined`, the projector's batch)."""
 
     def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failover_s = failover_s
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        deadline: float | None = None
-        attempt = 0
-        while True:
-            try:
-                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-            except _RETRY_ERRORS:
-                now = time.monotonic()
-                deadline = now + self.failover_s if deadline is None else deadline
-                if now >= deadline:
-                    raise
-                time.sleep(min(_backoff(attempt), deadline - now))
-                attempt += 1
+        base = super().execute_command
+        return retry_failover(self.failover_s, lambda: base(*args, **kwargs))  # type: ignore[no-untyped-call]
 
 
 class AsyncFailoverCluster(redis.asyncio.cluster.RedisCluster):
@@ -140,18 +170,8 @@ class AsyncFailoverCluster(redis.asyncio.cluster.RedisCluster):
         self.failover_s = failover_s
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        deadline: float | None = None
-        attempt = 0
-        while True:
-            try:
-                return await super().execute_command(*args, **kwargs)
-            except _RETRY_ERRORS:
-                now = time.monotonic()
-                deadline = now + self.failover_s if deadline is None else deadline
-                if now >= deadline:
-                    raise
-                await asyncio.sleep(min(_backoff(attempt), deadline - now))
-                attempt += 1
+        base = super().execute_command
+        return await aretry_failover(self.failover_s, lambda: base(*args, **kwargs))
 
 
 def _cluster_kwargs(settings: Any, aio: bool) -> tuple[list[tuple[str, int]], dict[str, Any]]:

@@ -76,3 +76,31 @@ def test_the_window_comes_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> 
     c = redis_client(s)
     assert isinstance(c, FailoverCluster) and c.failover_s == 7.5 and "startup_nodes" in made
     assert Settings.from_env({"RUNLOG_REDIS_FAILOVER_MS": "1200"}).redis_failover_ms == 1200
+
+
+def test_a_pipelined_step_waits_out_a_failover_on_a_cluster_client() -> None:
+    from producers._redis_io import pipelined
+
+    class Pipe:
+        def __init__(self, flaky: Flaky) -> None:
+            self.flaky, self.queued = flaky, 0
+
+        def incr(self, key: str) -> None:
+            self.queued += 1
+
+        def execute(self) -> list[int]:
+            self.flaky()
+            return [self.queued]
+
+    class Client:
+        def __init__(self, failover_s: float) -> None:
+            self.failover_s, self.flaky = failover_s, Flaky(3, redis.ConnectionError("node down"))
+
+        def pipeline(self, transaction: bool) -> Pipe:
+            return Pipe(self.flaky)
+
+    step = pipelined(lambda p: p.incr("k"))
+    c = Client(5.0)
+    assert step(c) == [1] and c.flaky.calls == 4  # a fresh pipeline each attempt
+    with pytest.raises(redis.ConnectionError):
+        step(Client(0.0))  # not a cluster client: no window, redis-py's own behaviour
