@@ -9,7 +9,7 @@ record are produced at least once and identical each time.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from projections._state import EffectEntry, RunState, StoredCheckpoint
@@ -28,6 +28,10 @@ Received = tuple[RunEvent, Position, str]
 """A decoded event, its record's position and its hash computed from the record's bytes as read
 (``schemas.event_hash(event, body)``: the body as received for a version-2 event, never a
 re-encoding), which the fold takes as the event's ``content_hash``."""
+
+
+Publish = Callable[[list[Checkpoint], list[EffectEntry]], None]
+"""Publishes a batch's checkpoints and effects and returns once they are acknowledged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +136,20 @@ class BatchProjector:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
 
-    def process(self, records: Sequence[RawRecord]) -> BatchResult:
+    def process(self, records: Sequence[RawRecord], publish: Publish | None = None) -> BatchResult:
         events, dead = decode_records(self.codec, records)
-        result = self.process_events(events)
+        result = self.process_events(events, publish)
         result.dead_letters.extend(dead)
         return result
 
-    def process_events(self, events: Sequence[Received]) -> BatchResult:
-        """Fold decoded events (:func:`decode_records`) into the store."""
+    def process_events(self, events: Sequence[Received], publish: Publish | None = None) -> BatchResult:
+        """Fold decoded events (:func:`decode_records`) into the store.
+
+        ``publish``, when given, receives the checkpoints and effects of every update before the
+        store applies it, and must have them acknowledged when it returns: a crash after the apply
+        then finds them published already (a redelivered batch folds to duplicates and publishes
+        nothing), and a crash before it publishes them again, identical (they are a function of
+        the log). They are also in the result, as without ``publish``."""
         result = BatchResult()
         by_run: dict[str, list[Received]] = {}
         for item in events:
@@ -161,6 +171,11 @@ class BatchProjector:
                 for _, f in writes
                 if f.state is not None
             ]
+            if publish is not None and updates:
+                cps = [c.checkpoint for _, f in writes for c in f.checkpoints]
+                effs = [e for _, f in writes for out in f.outcomes for e in out.effects]
+                if cps or effs:
+                    publish(cps, effs)
             results = dict(zip([r for r, _ in writes], self.store.apply(updates), strict=True))
             retry = [r for r, res in results.items() if res is not ApplyResult.APPLIED]
             for r, f in folded.items():

@@ -2,11 +2,12 @@
 
 Delivery semantics: at-least-once in, idempotent apply. The agent takes a batch,
 folds it (:class:`projections.BatchProjector`, a plain function of the batch),
-writes Redis through the offset-guarded Lua script, then produces checkpoints
-(key run id), effects (key delivery key) and dead letters and waits for their
-acknowledgements before the batch's offsets can be committed. A crash anywhere
-replays from the last commit: Redis ignores what it already holds, the
-compacted topics receive identical records again. A Redis that lost the
+produces the checkpoints (key run id) and effects (key delivery key) of each
+update and waits for their acknowledgements, then writes Redis through the
+offset-guarded Lua script, then produces dead letters; only then can the batch's
+offsets be committed. A crash anywhere replays from the last commit: Redis ignores
+what it already holds, and what Redis holds was published before it was written
+(a crash between the two publishes identical records again). A Redis that lost the
 namespace (emptied while the projector runs, or while it was down with offsets
 committed) is rebuilt from the log before the projector goes on
 (:mod:`projections.recovery`). Instances sharing the app id
@@ -33,11 +34,13 @@ import faust
 
 from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
+from projections._state import EffectEntry
 from projections.batch import BatchProjector, BatchResult, RawRecord
 from projections.recovery import lost_at_start, recover
 from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
 from projections.store import StoreWentBack
 from schemas._codec import Codec
+from schemas._types import Checkpoint
 from schemas.settings import Settings
 from schemas.topics import Topics
 
@@ -46,6 +49,7 @@ __all__ = ["ProjectorOptions", "build_app", "faust_credentials", "faust_settings
 log = logging.getLogger(__name__)
 
 RECOVERY_ATTEMPTS = 3
+PUBLISH_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,11 +127,26 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     core = BatchProjector(store, codec, cache_size=o.cache_size)
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")
     done: dict[int, int] = {}
+    app_loop: list[asyncio.AbstractEventLoop] = []
 
     def rebuild_if_lost_at_start() -> None:
         if lost_at_start(settings, store, o.app_id):
             m.recoveries.labels("lost_at_start").inc()
             recover(settings, store, core)
+
+    async def send_outputs(cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
+        sent: list[Awaitable[Any]] = []
+        for cp in cps:
+            sent.append(await checkpoints.send(key=cp.run_id.encode(), value=codec.encode(cp)))
+        for eff in effs:
+            value = codec.encode(eff.to_effect())
+            sent.append(await effects.send(key=eff.delivery_key.encode(), value=value))
+        await asyncio.gather(*sent)
+
+    def publish(cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
+        # from the worker thread, on Faust's loop; the apply waits for the acknowledgements, so a
+        # crash after it cannot lose them (a redelivered batch folds to duplicates)
+        asyncio.run_coroutine_threadsafe(send_outputs(cps, effs), app_loop[0]).result(PUBLISH_TIMEOUT_S)
 
     def process(recs: list[RawRecord]) -> BatchResult:
         # A lost namespace is rebuilt from the log, then the batch is applied again (a no-op
@@ -137,7 +156,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         unreachable_since: float | None = None
         while True:
             try:
-                return core.process(recs)
+                return core.process(recs, publish)
             except (ProjectionLost, StoreWentBack) as err:
                 recoveries += 1
                 if recoveries > RECOVERY_ATTEMPTS:
@@ -158,6 +177,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
     async def project(stream: Any) -> None:
         loop = asyncio.get_running_loop()
+        app_loop[:] = [loop]
         await loop.run_in_executor(worker, rebuild_if_lost_at_start)
         async for batch in stream.take_events(o.batch_size, within=o.within):
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
@@ -169,12 +189,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
             for dl in res.dead_letters:
                 rec = to_record(dl)
                 sent.append(await dlq.send(key=rec.key, value=rec.value, headers=list(rec.headers)))
-            for cp in res.checkpoints:
-                sent.append(await checkpoints.send(key=cp.run_id.encode(), value=codec.encode(cp)))
-            for eff in res.effects:
-                sent.append(await effects.send(key=eff.delivery_key.encode(),
-                                               value=codec.encode(eff.to_effect())))
-            await asyncio.gather(*sent)
+            await asyncio.gather(*sent)  # checkpoints and effects were published before the apply
             observe(m, res, len(recs), took)
             for r in recs:
                 done[r.partition] = max(done.get(r.partition, -1), r.offset)
