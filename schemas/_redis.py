@@ -154,8 +154,8 @@ class FailoverCluster(redis.cluster.RedisCluster):
     by their callers (:func:`producers._redis_io.pipelined`, the projector's batch)."""
 
     def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
+        self.failover_s = failover_s  # before the client's start: it sends commands already
         super().__init__(*args, **kwargs)
-        self.failover_s = failover_s
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         base = super().execute_command
@@ -166,8 +166,8 @@ class AsyncFailoverCluster(redis.asyncio.cluster.RedisCluster):
     """:class:`FailoverCluster` for asyncio: the same retry window, awaiting the backoff."""
 
     def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
+        self.failover_s = failover_s  # before the client's start: it sends commands already
         super().__init__(*args, **kwargs)
-        self.failover_s = failover_s
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         base = super().execute_command
