@@ -276,8 +276,12 @@ def stream_of_runs(topics: Settings, world: DemoWorld, tmp_path: Path, *, kill: 
             assert wait_until(lambda: len(stream.completed) >= KILL_AFTER or len(stream.errors) > 3, 120,
                               every=0.05)
             assert len(stream.completed) >= KILL_AFTER, stream.errors
-            in_flight = [r for r, _ in active.list() if r not in stream.completed]
-            assert len(in_flight) >= 3, f"only {len(in_flight)} runs in flight"
+            def flying() -> list[str]:
+                return [r for r, _ in active.list() if r not in stream.completed]
+
+            wait_until(lambda: len(flying()) >= 3, 30, every=0.05)  # most of the ten, as a rule
+            in_flight = flying()
+            assert in_flight, "no run in flight to kill a master under"
             if kill:
                 victim = lease_key(s.redis_prefix, in_flight[0])
                 node = c.get_node_from_key(victim)
