@@ -30,6 +30,7 @@ Avro dicts in :mod:`schemas._mapping`, the registry's ids and writer schemas in
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -40,6 +41,7 @@ from typing import Any, TypeVar, cast
 import fastavro
 from fastavro.read import SchemaResolutionError
 
+from schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
 from schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
 from schemas._mapping import KINDS
 from schemas._registry_framing import RegistryFraming, SchemaRegistry
@@ -120,11 +122,14 @@ class Codec:
         self._schemas: dict[str, dict[str, Any]] = {}
         self._by_fp: dict[bytes, Writer] = {}
         self._own_fp: dict[str, bytes] = {}
+        self._fast: dict[str, tuple[Encoder, Decoder]] = {}
         for name in RECORD_FILES:
             schema = load_schema(name)
             self._schemas[name] = schema
             w = writer_for(schema)
             self._readers[name] = w.parsed
+            with contextlib.suppress(Unsupported):  # the generated writer and reader (schemas._avro_gen)
+                self._fast[name] = compile_schema(w.parsed)
             self._by_fp[w.fingerprint] = w
             self._own_fp[name] = w.fingerprint
             for past in load_past_schemas(name):
@@ -156,19 +161,25 @@ class Codec:
         kind = KINDS.get(type(value))
         if kind is None:
             raise ConfigError(f"cannot encode {type(value).__name__}: not a Runlog record")
-        buf = io.BytesIO()
+        name = kind.record_name
         if self._registry is None:
-            buf.write(SINGLE_OBJECT_MAGIC)
-            buf.write(self._own_fp[kind.record_name])
+            header = SINGLE_OBJECT_MAGIC + self._own_fp[name]
         else:
-            sid = self._registry.schema_id(kind.record_name, self._schemas[kind.record_name])
-            buf.write(struct.pack(">bI", _SR_MAGIC, sid))
-        fastavro.schemaless_writer(buf, self._readers[kind.record_name], kind.to_dict(value))
-        data = buf.getvalue()
+            header = struct.pack(">bI", _SR_MAGIC, self._registry.schema_id(name, self._schemas[name]))
+        record = kind.to_dict(value)
+        fast = self._fast.get(name)
+        try:
+            if fast is None:
+                raise TypeError(name)
+            data = header + fast[0](record)
+        except (TypeError, AttributeError, KeyError, OverflowError, struct.error):
+            # not what the generated writer takes: fastavro writes it, or names what is wrong
+            buf = io.BytesIO()
+            buf.write(header)
+            fastavro.schemaless_writer(buf, self._readers[name], record)
+            data = buf.getvalue()
         if len(data) > self._max:
-            raise DecodeError(
-                "oversized", f"{kind.record_name} of {len(data)} bytes exceeds {self._max}"
-            )
+            raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
         return data
 
     # -- decoding --------------------------------------------------------------------------
@@ -205,13 +216,35 @@ class Codec:
                 "wrong_type", f"bytes hold a {writer.record_name}, expected {k.record_name}"
             )
         reader = self._readers[k.record_name]
+        fast = self._fast.get(k.record_name) if writer.parsed is reader else None
+        if fast is not None:
+            record, end = self._read_fast(fast[1], data, start)
+        else:
+            record, end = self._read_fastavro(data, start, writer.parsed, reader)
+        if end != len(data):
+            raise DecodeError("invalid_body", f"{len(data) - end} trailing bytes after the record")
+        if not isinstance(record, dict):
+            raise DecodeError("invalid_body", "body is not a record")
+        try:
+            return cast(T, k.from_dict(record)), start
+        except (ValueError, KeyError, TypeError) as err:
+            raise DecodeError("invalid_body", f"{type(err).__name__}: {err}") from err
+
+    @staticmethod
+    def _read_fast(decode: Decoder, data: bytes, start: int) -> tuple[Any, int]:
+        try:
+            return decode(data, start)
+        except IndexError as err:
+            raise DecodeError("truncated", f"body ends early ({len(data)} bytes)") from err
+        except (ValueError, UnicodeDecodeError) as err:
+            raise DecodeError("invalid_body", f"{type(err).__name__}: {err}") from err
+
+    @staticmethod
+    def _read_fastavro(data: bytes, start: int, writer: Any, reader: Any) -> tuple[Any, int]:
         bio = io.BytesIO(data)
         bio.seek(start)
         try:
-            if writer.parsed is reader:
-                record = fastavro.schemaless_reader(bio, reader, None)
-            else:
-                record = fastavro.schemaless_reader(bio, writer.parsed, reader)
+            record = fastavro.schemaless_reader(bio, writer, None if writer is reader else reader)
         except (EOFError, StopIteration, struct.error) as err:
             raise DecodeError("truncated", f"body ends early ({len(data)} bytes)") from err
         except (
@@ -225,16 +258,7 @@ class Codec:
             UnicodeDecodeError,
         ) as err:
             raise DecodeError("invalid_body", f"{type(err).__name__}: {err}") from err
-        if bio.tell() != len(data):
-            raise DecodeError(
-                "invalid_body", f"{len(data) - bio.tell()} trailing bytes after the record"
-            )
-        if not isinstance(record, dict):
-            raise DecodeError("invalid_body", "body is not a record")
-        try:
-            return cast(T, k.from_dict(record)), start
-        except (ValueError, KeyError, TypeError) as err:
-            raise DecodeError("invalid_body", f"{type(err).__name__}: {err}") from err
+        return record, bio.tell()
 
     def _writer_of(self, data: bytes) -> tuple[Writer, int]:
         start = body_start(data)

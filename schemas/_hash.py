@@ -189,20 +189,12 @@ def current_body(event: RunEvent) -> bytes:
     """The event's Avro body under the current bundled ``runlog.RunEvent`` schema (no framing): what a
     writer with this code writes after the header. Loads the codec's schema on first use."""
     if not _BODY:
-        import io
+        from schemas._codec import Codec, body_of
 
-        import fastavro
-
-        from schemas._avsc import load_schema, writer_for
-        from schemas._mapping import KINDS
-
-        parsed = writer_for(load_schema("runlog.RunEvent")).parsed
-        to_dict = KINDS[RunEvent].to_dict
+        codec = Codec()
 
         def body(ev: RunEvent) -> bytes:
-            buf = io.BytesIO()
-            fastavro.schemaless_writer(buf, parsed, to_dict(ev))
-            return buf.getvalue()
+            return body_of(codec.encode(ev))
 
         _BODY.append(body)
     return _BODY[0](event)

@@ -2,8 +2,10 @@
 
 It shares no code with ``schemas._codec`` or fastavro: it walks the schema JSON and the bytes
 itself, so a successful decode by the codec can be checked against what the bytes actually say.
-It follows the specification, with exactly two tolerances that mirror fastavro's reader (named,
-so nothing else is tolerated by accident):
+It follows the specification. Two tolerances that mirror fastavro's reader can be switched on
+(named, so nothing else is tolerated by accident); both are off, because the codec reads bodies
+written with its own schema with the generated reader of :mod:`schemas._avro_gen`, which follows
+the specification:
 
 * ``WRAPS_NEGATIVE_INDEX``: a negative union branch or enum index counts from the end (fastavro
   indexes a Python list with it). The specification makes such bytes invalid.
@@ -22,8 +24,8 @@ from typing import Any
 
 __all__ = ["BOOL_NONZERO_IS_TRUE", "WRAPS_NEGATIVE_INDEX", "Reading", "Refused", "read_body"]
 
-WRAPS_NEGATIVE_INDEX = True
-BOOL_NONZERO_IS_TRUE = True
+WRAPS_NEGATIVE_INDEX = False
+BOOL_NONZERO_IS_TRUE = False
 
 _INT_RANGE = (-(1 << 31), (1 << 31) - 1)
 _LONG_RANGE = (-(1 << 63), (1 << 63) - 1)

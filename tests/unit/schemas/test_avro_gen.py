@@ -1,0 +1,119 @@
+"""The generated Avro writer and reader (``schemas._avro_gen``) against fastavro: same bytes, same
+values, for records of every shape the bundled schemas allow; and the codec's fallbacks."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas._avro_gen import Unsupported, compile_schema, read_long, write_long
+from schemas._avsc import RECORD_FILES, load_past_schemas, load_schema, writer_for
+from schemas._codec import Codec
+from schemas._types import EventType, RunEvent
+from schemas.errors import DecodeError
+
+PARSED = {name: writer_for(load_schema(name)).parsed for name in RECORD_FILES}
+PAST = [writer_for(s).parsed for name in RECORD_FILES for s in load_past_schemas(name)]
+
+LONGS = st.one_of(st.integers(-300, 300), st.integers(-(1 << 63), (1 << 63) - 1))
+INTS = st.one_of(st.integers(-300, 300), st.integers(-(1 << 31), (1 << 31) - 1))
+TEXT = st.text(max_size=12)
+
+
+def values(t: Any, names: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Any value of Avro type ``t`` (as fastavro's parsed schema spells it)."""
+    if isinstance(t, str):
+        prim = {"null": st.none(), "boolean": st.booleans(), "int": INTS, "long": LONGS,
+                "string": TEXT, "bytes": st.binary(max_size=8), "double": st.floats(allow_nan=False)}
+        return prim[t] if t in prim else values(names[t], names)
+    if isinstance(t, list):
+        return st.one_of(*(values(b, names) for b in t))
+    kind = t["type"]
+    if "name" in t:
+        names[t["name"]] = t
+    if kind == "record":
+        return st.fixed_dictionaries({f["name"]: values(f["type"], names) for f in t["fields"]})
+    if kind == "enum":
+        return st.sampled_from(t["symbols"])
+    if kind == "array":
+        return st.lists(values(t["items"], names), max_size=3)
+    if kind == "map":
+        return st.dictionaries(TEXT, values(t["values"], names), max_size=3)
+    return values(kind, names)
+
+
+def fastavro_bytes(schema: Any, record: Any) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("schema", [*PARSED.values(), *PAST], ids=lambda s: s["name"])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_generated_code_writes_and_reads_what_fastavro_does(schema: Any, data: st.DataObject) -> None:
+    record = data.draw(values(schema, {}))
+    encode, decode = compile_schema(schema)
+    expected = fastavro_bytes(schema, record)
+    assert encode(record) == expected
+    framed = b"head" + expected
+    value, end = decode(framed, 4)
+    assert end == len(framed)
+    assert value == fastavro.schemaless_reader(io.BytesIO(expected), schema, None)
+
+
+@given(LONGS)
+def test_varints_round_trip(n: int) -> None:
+    data = write_long(n)
+    assert data == fastavro_bytes("long", n)
+    first = data[0]
+    value, end = (((first >> 1) ^ -(first & 1)), 1) if first < 0x80 else read_long(data, 1, first)
+    assert (value, end) == (n, len(data))
+
+
+def test_an_eleven_byte_varint_and_a_long_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="longer than 10"):
+        read_long(b"\xff" * 11, 1, 0xFF)
+    with pytest.raises(ValueError, match="outside a long"):
+        read_long(b"\xff" * 9 + b"\x7f", 1, 0xFF)  # 70 bits of value
+
+
+def test_unions_beyond_null_and_one_type_are_unsupported() -> None:
+    schema = fastavro.parse_schema({"type": "record", "name": "X", "fields": [
+        {"name": "v", "type": ["null", "string", "long"]}]}, named_schemas={})
+    with pytest.raises(Unsupported, match="only null and one other type"):
+        compile_schema(schema)
+
+
+def test_the_codec_lets_fastavro_name_a_value_the_generated_writer_does_not_take() -> None:
+    codec = Codec()
+    bad = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, stage=7)  # type: ignore[arg-type]
+    with pytest.raises((TypeError, ValueError)) as fast_err:
+        codec.encode(bad)
+    with pytest.raises(type(fast_err.value)):
+        fastavro_bytes(PARSED["runlog.RunEvent"], {**codec_dict(bad)})
+
+
+def codec_dict(event: RunEvent) -> dict[str, Any]:
+    from schemas._mapping import KINDS
+
+    return KINDS[RunEvent].to_dict(event)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"\x02r\x02\x02\x0c", "truncated"),                 # ends after the type enum
+    (b"\x02r\x02\x02\x01\x0a", "invalid_body"),          # enum index -1
+    (b"\x02r\x02\x02" + b"\xff" * 11, "invalid_body"),  # an eleven-byte varint
+])
+def test_the_codec_reports_malformed_bodies_of_its_own_schema_with_their_reason(body: bytes,
+                                                                               reason: str) -> None:
+    codec = Codec()
+    data = codec.encode(RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5))[:10] + body
+    with pytest.raises(DecodeError) as err:
+        codec.decode(data, RunEvent)
+    assert err.value.reason == reason
