@@ -23,13 +23,19 @@ between the two steps completes the indexes; both writes are idempotent and orde
 The marker is read before each batch (one round trip) rather than inside the run's script: a
 rebuild that starts between that read and the batch's writes is still fenced by the offset
 guard, not by the generation. Listings fan out over the shards.
+
+Before an apply returns, its writes are on replicas: each pipeline ends with a ``WAIT`` per primary
+it wrote to (:mod:`projections._replicas`). Until a batch is whole (both steps, and their waits),
+its updates are kept (:meth:`ShardedIndexes.apply_whole`) and sent again, ahead of the next
+apply's: a retried batch is folded from states the failed attempt may have stored already, which
+the fold then finds duplicate, so it would write (and wait for) nothing itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -41,14 +47,20 @@ from projections.store import ApplyResult, RunUpdate
 from schemas._redis import index_shard
 from schemas.errors import RunlogError
 
-__all__ = ["LOST", "RESULTS", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes", "dumps",
-           "eval_each", "index_entry", "lua", "raise_failed"]
+__all__ = ["LOST", "RESULTS", "AfterWrites", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes",
+           "dumps", "eval_each", "index_entry", "lua", "raise_failed"]
 
 RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
 LOST = -2
 
 ScriptCall = tuple[list[str], list[str | int]]
 """The KEYS and ARGV of one script call."""
+
+AfterWrites = Callable[[Any, Sequence[str]], Callable[[list[Any]], list[Any]]]
+"""Queues on a pipeline, after its writes, the replica waits that writes to some keys (the first of
+each call) need, and returns the check of the pipeline's answers, which raises when a wait fell
+short and gives back the writes' answers
+(:meth:`projections._replicas.ReplicaWaits.after`)."""
 
 
 class ProjectionStoreError(RunlogError):
@@ -86,27 +98,31 @@ def raise_failed(raw: Sequence[Any], what: str) -> None:
             raise ProjectionStoreError(f"{what} failed: {r}") from r
 
 
-def eval_each(client: Any, source: str, args: Sequence[ScriptCall]) -> list[Any]:
+def eval_each(client: Any, source: str, args: Sequence[ScriptCall],
+              after: AfterWrites | None = None) -> list[Any]:
     """EVALSHA ``source`` for each (keys, argv) in one pipeline, each call routed to the node owning
     its keys' slot; the ones a node answered NOSCRIPT (a new or failed-over node) run again after the
-    script is loaded on every primary. Errors are returned in place, not raised. (redis-py's cluster
-    pipeline blocks its ``evalsha``/``eval`` methods; the raw command is routed by its keys like any
-    other.)"""
+    script is loaded on every primary. Script errors are returned in place, not raised. (redis-py's
+    cluster pipeline blocks its ``evalsha``/``eval`` methods; the raw command is routed by its keys
+    like any other.) ``after``: each pipeline also waits for replicas of the nodes it wrote to,
+    which raises when they fall short."""
     sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-    pipe = client.pipeline(transaction=False)
-    for keys, argv in args:
-        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
-    raw = list(pipe.execute(raise_on_error=False))
+    raw = _eval_pipeline(client, sha, args, after)
     again = [i for i, r in enumerate(raw) if isinstance(r, redis.exceptions.NoScriptError)]
     if again:
         client.script_load(source)
-        pipe = client.pipeline(transaction=False)
-        for i in again:
-            keys, argv = args[i]
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
-        for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+        for i, r in zip(again, _eval_pipeline(client, sha, [args[i] for i in again], after), strict=True):
             raw[i] = r
     return raw
+
+
+def _eval_pipeline(client: Any, sha: str, args: Sequence[ScriptCall], after: AfterWrites | None) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for keys, argv in args:
+        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)
+    check = after(pipe, [keys[0] for keys, _ in args]) if after is not None else None
+    raw = list(pipe.execute(raise_on_error=False))
+    return check(raw) if check is not None else raw
 
 
 class ShardedIndexes:
@@ -118,6 +134,10 @@ class ShardedIndexes:
     _gen: str | None
     _source: str
     _index_source: str
+    _after_writes: AfterWrites | None
+    """Queues the replica waits of a pipeline's writes; None: no waits."""
+    _unconfirmed: list[RunUpdate]
+    """The updates of a batch not yet whole (see :meth:`apply_whole`)."""
 
     if TYPE_CHECKING:
         @property
@@ -137,6 +157,30 @@ class ShardedIndexes:
     def shard_effects_key(self, shard: int) -> str:
         return f"{self.prefix}:{{idx:{shard}}}:effects:by_key"
 
+    def apply_whole(self, updates: Sequence[RunUpdate],
+                    once: Callable[[Sequence[RunUpdate]], list[ApplyResult]]) -> list[ApplyResult]:
+        """``once`` on the updates of the last batch that did not complete (raised anything but
+        :class:`ProjectionLost`), then ``updates``, in one go; the results of ``updates``.
+
+        A batch that raised may have written part of itself (the run's step and not its indexes,
+        or all of it without the replicas' acknowledgement); the projector then folds the batch
+        again from the store, where those runs already hold it: duplicates, no update, nothing
+        written or waited for. Sending the kept updates again completes them: their run scripts
+        answer ALREADY (nothing written) or APPLIED (the write was lost), their index writes are
+        idempotent and run for both, and the pipelines wait for replicas again. A lost namespace
+        drops them: it is rebuilt from the log."""
+        batch = [*self._unconfirmed, *updates]
+        if not batch:
+            return []
+        self._unconfirmed = batch
+        try:
+            results = once(batch)
+        except ProjectionLost:
+            self._unconfirmed = []
+            raise
+        self._unconfirmed = []
+        return results[len(batch) - len(updates):]
+
     def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         gen = self.generation
         args = [self.script_args(u) for u in updates]
@@ -146,8 +190,8 @@ class ShardedIndexes:
                 self._gen = None
                 raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
                                      f"emptied or the namespace replaced; {len(updates)} updates refused")
-            raw = eval_each(self.client, self._source, args)
-        except redis.RedisError as err:
+            raw = eval_each(self.client, self._source, args, self._after_writes)
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as err:
             raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
         raise_failed(raw, "apply script")
         if any(int(r) == LOST for r in raw):
@@ -170,8 +214,8 @@ class ShardedIndexes:
                               ["effect", e.delivery_key, index_entry(e), e.sort_key]))
         if index:
             try:
-                done = eval_each(self.client, self._index_source, index)
-            except redis.RedisError as err:
+                done = eval_each(self.client, self._index_source, index, self._after_writes)
+            except (redis.RedisError, redis.exceptions.RedisClusterException) as err:
                 raise ProjectionStoreError(f"indexing {len(updates)} updates failed: {err}") from err
             raise_failed(done, "index script")
         return [RESULTS[int(r)] for r in raw]

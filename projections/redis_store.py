@@ -31,6 +31,8 @@ Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
 On Redis Cluster the global indexes are sharded, one hash tag per shard, and an apply is two
 pipelined steps: that layout and its apply are :mod:`projections._sharded` (a mixin of the store).
+An apply returns once its writes are on replicas (``RUNLOG_REDIS_WAIT_REPLICAS``: on a cluster by
+default, on a standalone server when set to a number; :mod:`projections._replicas`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 import redis
 
 from projections._marker import READY, REBUILDING, Marker, marker_key, parse_marker, state_key
+from projections._replicas import ReplicaWaits
 from projections._sharded import (
     LOST,
     RESULTS,
@@ -85,10 +88,14 @@ class RedisStore(ShardedIndexes):
     """Projection store in Redis under ``prefix`` (see the module docstring; on Redis Cluster,
     :mod:`projections._sharded`)."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, *, wait_replicas: int | None = None,
+                 wait_ms: int = 2000) -> None:
+        """``wait_replicas`` and ``wait_ms``: how many replicas must hold an apply's writes before
+        it returns (None: auto) and how long to wait for them (:mod:`projections._replicas`)."""
         self.client = client
         self.prefix = prefix
         self._gen: str | None = None
+        self._unconfirmed = []
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
         self._drop_marker = client.register_script(
@@ -97,6 +104,8 @@ class RedisStore(ShardedIndexes):
         self.cluster = is_cluster(client)
         self._source = lua("cluster_apply.lua") if self.cluster else apply_script()
         self._index_source = lua("cluster_index.lua") if self.cluster else ""
+        self.waits = ReplicaWaits(client, cluster=self.cluster, replicas=wait_replicas, timeout_ms=wait_ms)
+        self._after_writes = self.waits.after if self.waits.enabled else None
         try:
             self._sha: str = str(client.script_load(self._source))
         except redis.RedisError as err:
@@ -105,7 +114,8 @@ class RedisStore(ShardedIndexes):
     @classmethod
     def from_settings(cls, settings: Settings, prefix: str | None = None) -> RedisStore:
         client = redis_client(settings)
-        return cls(client, settings.redis_prefix if prefix is None else prefix)
+        return cls(client, settings.redis_prefix if prefix is None else prefix,
+                   wait_replicas=settings.redis_wait_replicas, wait_ms=settings.redis_wait_ms)
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -345,10 +355,13 @@ class RedisStore(ShardedIndexes):
         return keys, argv
 
     def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
-        if not updates:
-            return []
         if self.cluster:
-            return self._apply_cluster(updates)
+            return self.apply_whole(updates, self._apply_cluster)
+        if self._after_writes is not None:
+            return self.apply_whole(updates, self._apply_standalone)
+        return self._apply_standalone(updates) if updates else []
+
+    def _apply_standalone(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         args = [self.script_args(u) for u in updates]
         try:
             raw = self._run(args)
@@ -369,4 +382,6 @@ class RedisStore(ShardedIndexes):
         pipe = self.client.pipeline(transaction=False)
         for keys, argv in args:
             pipe.evalsha(self._sha, len(keys), *keys, *argv)
-        return list(pipe.execute(raise_on_error=False))
+        check = self._after_writes(pipe, [k[0] for k, _ in args]) if self._after_writes else None
+        raw = list(pipe.execute(raise_on_error=False))
+        return check(raw) if check is not None else raw

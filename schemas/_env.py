@@ -51,6 +51,14 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_REDIS_SSL_KEY_PASSWORD", "", "rediss:// only: passphrase of an encrypted client key"),
     ("RUNLOG_REDIS_SSL_CHECK_HOSTNAME", "true", "rediss:// only: `false` skips matching the server"
      " certificate to the host name (the chain is still verified)"),
+    ("RUNLOG_REDIS_FAILOVER_MS", "20000", "Redis Cluster only: how long a command keeps retrying while its"
+     " slot's master is unreachable (a replica's promotion is waited out)"),
+    ("RUNLOG_REDIS_WAIT_REPLICAS", "auto", "replicas that must acknowledge the projector's writes"
+     " (Redis WAIT) on every primary written to before a batch is committed; `auto`: on Redis Cluster"
+     " one on each primary that has one online (none on a standalone server); `0`: never wait;"
+     " N: N, cluster or standalone"),
+    ("RUNLOG_REDIS_WAIT_MS", "2000", "how long the projector waits for those replicas; too few by then fails"
+     " the batch's apply, which is retried"),
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
      " where the process kills itself with SIGKILL (off when empty)"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
@@ -80,6 +88,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _replicas(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    return _int(env, name, 0)
 
 
 def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
@@ -124,6 +139,8 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         redis_ssl_key_password=e.get("RUNLOG_REDIS_SSL_KEY_PASSWORD") or None,
         redis_ssl_check_hostname=_bool(e, "RUNLOG_REDIS_SSL_CHECK_HOSTNAME", True),
         redis_failover_ms=_int(e, "RUNLOG_REDIS_FAILOVER_MS", 20_000),
+        redis_wait_replicas=_replicas(e, "RUNLOG_REDIS_WAIT_REPLICAS"),
+        redis_wait_ms=_int(e, "RUNLOG_REDIS_WAIT_MS", 2000),
         demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
         resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
         sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
@@ -152,6 +169,9 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_FAULT_REPORT": f["fault_report"],
         "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if f["redis_ssl_check_hostname"] else "false",
         "RUNLOG_REDIS_FAILOVER_MS": str(f["redis_failover_ms"]),
+        "RUNLOG_REDIS_WAIT_REPLICAS": "auto" if f["redis_wait_replicas"] is None
+        else str(f["redis_wait_replicas"]),
+        "RUNLOG_REDIS_WAIT_MS": str(f["redis_wait_ms"]),
         "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if f["schema_registry_auto_register"] else "false",
     }
     optional = {

@@ -72,6 +72,14 @@ class Settings(ClientConfig):
     redis_failover_ms: int = 20_000
     """Redis Cluster only: how long a command keeps retrying (with backoff) while its slot's
     master is unreachable, so a replica's promotion is waited out instead of failing the run."""
+    redis_wait_replicas: int | None = None
+    """How many replicas must acknowledge a projection apply's writes (Redis ``WAIT``) on every
+    primary it wrote to before the projector commits the batch, so a failover cannot lose them.
+    None ("auto"): on Redis Cluster, one on each primary that has one online (none on a standalone
+    server); 0: never wait; N: N, on a cluster or a standalone server."""
+    redis_wait_ms: int = 2000
+    """How long an apply waits for those replicas; too few by then fails the apply, which the
+    projector retries. Under the client's socket timeout (redis-py's 5 s), which WAIT answers within."""
     demo_world_url: str | None = None
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
@@ -110,6 +118,10 @@ class Settings(ClientConfig):
             raise ConfigError(
                 "RUNLOG_MIN_INSYNC_REPLICAS must be between 1 and RUNLOG_REPLICATION_FACTOR"
             )
+        if self.redis_wait_replicas is not None and self.redis_wait_replicas < 0:
+            raise ConfigError("RUNLOG_REDIS_WAIT_REPLICAS must be auto or a number >= 0")
+        if self.redis_wait_ms < 1:
+            raise ConfigError("RUNLOG_REDIS_WAIT_MS must be >= 1")
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
