@@ -18,8 +18,11 @@ delivery key):
 An apply is then two pipelined steps: ``lua/cluster_apply.lua`` per update on the run's slot
 (the same offset guard; it also refuses, ``LOST``, an update computed from a stored state that
 is gone: the node owning the slot came back empty), then ``lua/cluster_index.lua`` per index
-write on its shard, for updates applied or already applied (so a redelivery after a crash
-between the two steps completes the indexes; both writes are idempotent and order-independent).
+write on its shard, for updates applied or already applied; both writes are idempotent and
+order-independent. A projector that died between the two steps left the run stored and its index
+entries not: the next projector folds the redelivered batch to duplicates and sends the stored
+state again as an index-only update (``projections.batch._refreshes``), which the run's script
+answers ALREADY and the index step writes.
 The marker is read before each batch (one round trip) rather than inside the run's script: a
 rebuild that starts between that read and the batch's writes is still fenced by the offset
 guard, not by the generation. Listings fan out over the shards.

@@ -156,10 +156,12 @@ class BatchProjector:
             by_run.setdefault(item[0].run_id, []).append(item)
         pending = list(by_run)
         bases: dict[str, RunState | None] = {r: self._cache.get(r) for r in pending}
-        bases.update(self.store.load_states([r for r in pending if bases[r] is None]))
+        stored = self.store.load_states([r for r in pending if bases[r] is None])
+        bases.update(stored)
         for _ in range(MAX_ATTEMPTS):
             folded = {r: _fold_run(bases.get(r), by_run[r]) for r in pending}
             writes = [(r, f) for r, f in folded.items() if f.state is not None and f.state is not f.base]
+            refresh = _refreshes(folded, stored)
             updates = [
                 RunUpdate(
                     state=f.state,
@@ -176,7 +178,8 @@ class BatchProjector:
                 effs = [e for _, f in writes for out in f.outcomes for e in out.effects]
                 if cps or effs:
                     publish(cps, effs)
-            results = dict(zip([r for r, _ in writes], self.store.apply(updates), strict=True))
+            applied = self.store.apply([*updates, *refresh])
+            results = dict(zip([r for r, _ in writes], applied[:len(updates)], strict=True))
             retry = [r for r, res in results.items() if res is not ApplyResult.APPLIED]
             for r, f in folded.items():
                 if r in retry:
@@ -199,8 +202,27 @@ class BatchProjector:
             if behind:
                 raise StoreWentBack(behind)
             bases = {r: fresh.get(r) for r in retry}
+            stored = fresh
             pending = retry
         raise RunlogError(f"runs {pending[:5]} kept conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _refreshes(folded: dict[str, _Folded], stored: dict[str, RunState]) -> list[RunUpdate]:
+    """Updates that rewrite nothing but the indexes, for the runs whose stored state already held
+    every event of the batch (a redelivery): on Redis Cluster an apply is two steps (the run's
+    slot, then the index shards, :mod:`projections._sharded`), and a projector that died between
+    them left the run's state stored and its index entries not; the fold of the redelivered batch
+    finds only duplicates, so without these nothing would ever write them. The store answers
+    ALREADY to the run's own write (its offset is the stored one) and rewrites the run's status
+    and effects in the indexes, which are idempotent; a single-step store writes nothing."""
+    out = []
+    for r, f in folded.items():
+        base = stored.get(r)
+        if base is not None and f.base is base and f.state is base:
+            effects = {**base.closed_effects, **base.open_effects}
+            out.append(RunUpdate(state=base, base_offset=base.offset, base_status=base.status,
+                                 effects=tuple(effects.values())))
+    return out
 
 
 def _went_back(base: RunState | None, stored: RunState | None) -> bool:
