@@ -197,7 +197,11 @@ class BenchEnv:
         o = ProjectorOptions(app_id=f"bench-{self.tag}-{app_id}",
                              batch_size=d.batch_size if batch_size is None else batch_size,
                              within=d.within if within is None else within)
-        child = self._ctx.Process(target=_projector_main, args=(settings, o, self.workdir), daemon=True)
+        return self.start_child(_projector_main, (settings, o, self.workdir))
+
+    def start_child(self, target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
+        """Start ``target(*args)`` in a spawned child process, stopped by :meth:`close` at the latest."""
+        child = self._ctx.Process(target=target, args=args, daemon=True)
         child.start()
         self._children.append(child)
         return child

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from processors.bench._env import BenchEnv, peak_rss_kib
 from processors.bench._events import history, median, percentile, ratio
+from processors.bench._stream import bench_stream_ceiling
 from processors.bench._write import _plain_schema, avro_body
 from producers._writer import RunWriter
 from projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
@@ -174,9 +175,12 @@ def bench_projector(env: BenchEnv, *, events: int, runs: int, rounds: int, marks
         theirs.append(len(by_part) / (time.perf_counter() - t0))
         env.delete_keys(prefix + ":")
         tick(f"projector baseline round {rnd + 1}")
+    stream = bench_stream_ceiling(env, settings, events, rounds=rounds, tick=tick)
     a = median([o["events_per_s"] for o in ours])
     b = median(theirs)
     return ({"projector_ratio": ratio(a, b), "runlog_events_per_s": a, "raw_events_per_s": b,
+             "faust_stream_events_per_s": median(stream), "faust_stream_rounds": stream,
+             "projector_of_faust_stream": ratio(a, median(stream)),
              "runlog_rounds": [o["events_per_s"] for o in ours], "raw_rounds": theirs, "events": events,
              "runs": runs, "peak_rss_kib_at_events": ours[0]["peak_rss_kib_at"]}, settings, ids)
 

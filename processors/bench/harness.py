@@ -73,7 +73,7 @@ def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None)
 def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> int:
     """How many progress ticks a run of this size makes."""
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
-           "projector": 2 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
+           "projector": 3 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
            "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8}
     return sum(per[s] for s in sections) + 1
 

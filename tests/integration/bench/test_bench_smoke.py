@@ -63,6 +63,9 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     assert doc["append"]["runlog_events_per_s"] > 0 and doc["append"]["raw_events_per_s"] > 0
     assert doc["intent_latency"]["runlog_p99_ms"] >= doc["intent_latency"]["runlog_p50_ms"] > 0
     assert doc["projector"]["runlog_events_per_s"] > 0 and doc["projector"]["raw_events_per_s"] > 0
+    assert doc["projector"]["faust_stream_events_per_s"] > 0
+    assert doc["projector"]["projector_of_faust_stream"] == pytest.approx(
+        doc["projector"]["runlog_events_per_s"] / doc["projector"]["faust_stream_events_per_s"], rel=1e-3)
     assert doc["lag"]["lag_max_ms"] >= doc["lag"]["lag_p99_ms"] >= doc["lag"]["lag_p50_ms"] >= 0
     assert all(p["plan_ms"] > 0 for p in doc["resume"]["points"])
     assert doc["resumer_group"]["completed"] == doc["resumer_group"]["runs"]
