@@ -32,8 +32,11 @@ __all__ = [
     "RunStatus",
     "StoredCheckpoint",
     "WaitInfo",
+    "call_from_json",
+    "call_to_json",
     "state_from_json",
     "state_to_json",
+    "state_to_json_but_calls",
 ]
 
 JSON_VERSION = 1
@@ -340,3 +343,21 @@ def state_to_json(s: RunState) -> str:
 
 def state_from_json(text: str | bytes) -> RunState:
     return state_from_dict(json.loads(text))
+
+
+def state_to_json_but_calls(s: RunState) -> str:
+    """:func:`state_to_json` of ``s`` with no calls: the snapshot a store keeps beside its calls
+    when it keeps each call apart (:func:`call_to_json`)."""
+    return '{"calls":[],' + _ENCODE(_state_dict_but_calls(s))[1:]
+
+
+def call_to_json(c: CallRecord) -> str:
+    """One call's canonical JSON text, as it appears in :func:`state_to_json` (cached by identity)."""
+    return _call_text(c)
+
+
+_call_from: Callable[[Mapping[str, Any]], CallRecord] = STATE_JSON.from_plain(CallRecord)
+
+
+def call_from_json(text: str | bytes) -> CallRecord:
+    return _call_from(json.loads(text))

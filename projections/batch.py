@@ -169,6 +169,7 @@ class BatchProjector:
                     base_status=f.base.status if f.base is not None else None,
                     checkpoints=tuple(f.checkpoints),
                     effects=_last_per_key(f.outcomes),
+                    base_calls=f.base.calls if f.base is not None else None,
                 )
                 for _, f in writes
                 if f.state is not None
@@ -221,7 +222,7 @@ def _refreshes(folded: dict[str, _Folded], stored: dict[str, RunState]) -> list[
         if base is not None and f.base is base and f.state is base:
             effects = {**base.closed_effects, **base.open_effects}
             out.append(RunUpdate(state=base, base_offset=base.offset, base_status=base.status,
-                                 effects=tuple(effects.values())))
+                                 effects=tuple(effects.values()), base_calls=base.calls))
     return out
 
 

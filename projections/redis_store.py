@@ -5,7 +5,8 @@ one run's keys share a Redis Cluster slot):
 
 * ``P:{run}:state``        hash: status, stage, next_stage, last_seq, last_hash, epoch,
   partition, offset, workflow, workflow_version, updated_at, rejected, checkpoint,
-  open_effects, and ``snapshot`` (the full RunState as JSON);
+  open_effects, ``snapshot`` (the RunState as JSON but its calls) and ``call:<call id>`` per
+  call (``calls`` = ``apart``; :mod:`projections._layout`);
 * ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
 * ``P:{run}:effects``      hash delivery_key -> effect JSON;
 * ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
@@ -44,6 +45,7 @@ from typing import Any
 
 import redis
 
+from projections._layout import apply_argv, state_from_hash
 from projections._marker import READY, REBUILDING, Marker, marker_key, parse_marker, state_key
 from projections._replicas import ReplicaWaits
 from projections._sharded import (
@@ -52,8 +54,6 @@ from projections._sharded import (
     ProjectionLost,
     ProjectionStoreError,
     ShardedIndexes,
-    dumps,
-    index_entry,
     lua,
     raise_failed,
 )
@@ -63,12 +63,8 @@ from projections._state import (
     RunStatus,
     StoredCheckpoint,
     checkpoint_from_dict,
-    checkpoint_to_dict,
     effect_from_dict,
     state_from_dict,
-    state_from_json,
-    state_to_dict,
-    state_to_json,
 )
 from projections.store import ApplyResult, RunUpdate
 from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
@@ -96,6 +92,9 @@ class RedisStore(ShardedIndexes):
         self.prefix = prefix
         self._gen: str | None = None
         self._unconfirmed = []
+        self._calls_inline: set[str] = set()
+        """Runs loaded from a snapshot that holds their calls (the layout before calls were kept
+        apart): their next write is a whole one."""
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
         self._drop_marker = client.register_script(
@@ -274,11 +273,21 @@ class RedisStore(ShardedIndexes):
         try:
             pipe = self.client.pipeline(transaction=False)
             for r in ids:
-                pipe.hget(self.state_key(r), "snapshot")
+                pipe.hgetall(self.state_key(r))
             raw = pipe.execute()
         except redis.RedisError as err:
             raise ProjectionStoreError(f"loading {len(ids)} run states failed: {err}") from err
-        return {r: state_from_json(v) for r, v in zip(ids, raw, strict=True) if v is not None}
+        out = {}
+        for r, h in zip(ids, raw, strict=True):
+            loaded = state_from_hash(h)
+            if loaded is None:
+                continue
+            out[r], inline = loaded
+            if inline:  # written before calls were kept apart: its next write writes them all
+                self._calls_inline.add(r)
+            else:
+                self._calls_inline.discard(r)
+        return out
 
     def checkpoints(self, run_id: str, *, last: int | None = None) -> list[StoredCheckpoint]:
         start = 0 if last is None else -max(last, 1)
@@ -333,33 +342,22 @@ class RedisStore(ShardedIndexes):
         if not self.cluster:  # on a cluster the indexes and the marker are other slots' keys
             keys += [self.status_key(base_status), self.status_key(s.status), self.effects_index_key,
                      self.marker_key]
-        cp = s.checkpoint
-        fields: list[str | int] = [
-            "run_id", s.run_id, "status", s.status.value, "stage", s.stage or "",
-            "next_stage", s.next_stage or "", "last_seq", s.last_seq, "last_hash", s.last_hash or "",
-            "epoch", s.epoch,
-            "partition", s.partition, "offset", s.offset, "workflow", s.workflow_name,
-            "workflow_version", s.workflow_version, "updated_at", s.updated_at,
-            "rejected", s.rejected_total, "checkpoint", cp.checkpoint_id if cp else "",
-            "open_effects", len(s.open_effects), "snapshot", state_to_json(s),
-        ]
-        argv: list[str | int] = [u.base_offset, s.offset, s.run_id, s.updated_at, len(fields) // 2, *fields]
-        argv.append(len(u.checkpoints))
-        for c in u.checkpoints:
-            member = dumps({"checkpoint": checkpoint_to_dict(c.checkpoint), "state": state_to_dict(c.state)})
-            argv.extend([c.checkpoint.last_seq, member])
-        argv.append(len(u.effects))
-        for e in u.effects:
-            argv.extend([e.delivery_key, index_entry(e), e.sort_key])
+        argv = apply_argv(u, None if s.run_id in self._calls_inline else u.base_calls)
         argv.append(self.generation)
         return keys, argv
 
     def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         if self.cluster:
-            return self.apply_whole(updates, self._apply_cluster)
-        if self._after_writes is not None:
-            return self.apply_whole(updates, self._apply_standalone)
-        return self._apply_standalone(updates) if updates else []
+            results = self.apply_whole(updates, self._apply_cluster)
+        elif self._after_writes is not None:
+            results = self.apply_whole(updates, self._apply_standalone)
+        else:
+            results = self._apply_standalone(updates) if updates else []
+        if self._calls_inline:
+            for u, r in zip(updates, results, strict=True):
+                if r is ApplyResult.APPLIED:
+                    self._calls_inline.discard(u.run_id)
+        return results
 
     def _apply_standalone(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         args = [self.script_args(u) for u in updates]

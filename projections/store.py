@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from projections._state import EffectEntry, RunState, RunStatus, StoredCheckpoint
+from projections._state import CallRecord, EffectEntry, RunState, RunStatus, StoredCheckpoint
 from schemas.errors import RunlogError
 
 __all__ = ["ApplyResult", "MemoryStore", "ProjectionStore", "RunUpdate", "StoreWentBack"]
@@ -50,6 +50,10 @@ class RunUpdate:
     base_status: RunStatus | None = None
     checkpoints: tuple[StoredCheckpoint, ...] = ()
     effects: tuple[EffectEntry, ...] = ()
+    base_calls: Mapping[str, CallRecord] | None = None
+    """The calls of the state at ``base_offset`` (the fold's base), when the writer knows them: a
+    store that keeps each call apart (Redis: one hash field per call) then writes only the calls
+    that changed and drops the ones gone. None: every call is written, and any other dropped."""
 
     @property
     def run_id(self) -> str:

@@ -135,7 +135,8 @@ class RawProjector:
         updates = []
         for run, (p, o, seq) in last.items():
             st = replace(self.templates[run], last_seq=seq, partition=p, offset=o)
-            updates.append(RunUpdate(st, self.offsets.get(run, -1), RunStatus.RUNNING))
+            base = self.offsets.get(run, -1)  # the calls written already are the template's: none changed
+            updates.append(RunUpdate(st, base, RunStatus.RUNNING, base_calls=st.calls if base >= 0 else None))
             self.offsets[run] = o
         if self.store.cluster:
             self.store.apply(updates)

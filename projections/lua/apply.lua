@@ -1,7 +1,8 @@
 -- Apply one run update atomically, guarded by the run's last folded log offset (compare-and-set).
 -- KEYS: 1 state hash, 2 checkpoints zset, 3 effects hash, 4 index of the base status,
 --       5 index of the new status, 6 global effects-by-delivery-key hash, 7 the namespace marker
--- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs...,
+-- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs..., call fields
+--       to drop (n and names, or -1: every call field not set),
 --       n_checkpoints, score/member pairs..., n_effects, delivery_key/json/sort_key triples...,
 --       generation
 -- The run's effects hash takes every effect; the global index (KEYS[6]) keeps, per delivery key,

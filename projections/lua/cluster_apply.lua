@@ -3,7 +3,8 @@
 -- The global indexes (runs by status, effects by delivery key) are written afterwards, shard by
 -- shard, by cluster_index.lua; the namespace marker is checked by the store before the batch.
 -- KEYS: 1 state hash, 2 checkpoints zset, 3 effects hash
--- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs...,
+-- ARGV: base_offset, new_offset, run_id, updated_at, n_fields, field/value pairs..., call fields
+--       to drop (n and names, or -1: every call field not set),
 --       n_checkpoints, score/member pairs..., n_effects, delivery_key/json/sort_key triples...,
 --       generation
 -- Returns 1 applied, 0 already applied (stored offset >= new), -1 conflict (stored != base),

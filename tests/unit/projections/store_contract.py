@@ -37,7 +37,8 @@ def fold_updates(events: list, partition: int = 2) -> list[RunUpdate]:
         state, o = fold(state, ev, (partition, i))
         cps = (StoredCheckpoint(o.checkpoint, state),) if o.checkpoint else ()
         base_off, base_status = (base.offset, base.status) if base else (-1, None)
-        out.append(RunUpdate(state, base_off, base_status, cps, o.effects))
+        out.append(RunUpdate(state, base_off, base_status, cps, o.effects,
+                             base_calls=base.calls if base else None))
     return out
 
 
