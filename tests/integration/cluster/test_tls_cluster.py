@@ -78,14 +78,6 @@ def settings(settings: Settings, tls_cluster: dict[str, str]) -> Settings:
     return _on_tls(settings, tls_cluster)
 
 
-@pytest.fixture
-def redis_client_(settings: Settings) -> Iterator[Any]:
-    c = redis_client(settings)
-    assert isinstance(c, redis.cluster.RedisCluster)
-    yield c
-    c.close()
-
-
 # -- the contracts, as on the plain cluster (the same classes, these fixtures) ----------------------
 
 
