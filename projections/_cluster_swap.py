@@ -22,7 +22,7 @@ import redis
 from redis.crc import key_slot
 
 from projections._namespaces import projection_keys
-from projections._sharded import ProjectionStoreError, ScriptCall, eval_each, lua
+from projections._sharded import AfterWrites, ProjectionStoreError, ScriptCall, eval_each, lua
 from schemas.errors import RunlogError
 
 __all__ = [
@@ -101,12 +101,13 @@ def check_slots(r: redis.Redis, live: str, rebuilt: str, backup: str) -> list[by
 
 
 def move_slots(r: redis.Redis, groups: list[SlotMoves], live: str, rebuilt: str, backup: str, chunk: int,
-               hold: Callable[[], None]) -> None:
+               hold: Callable[[], None], after: AfterWrites | None = None) -> None:
     """Run the ``in`` form of the swap script on every slot of ``groups``, ``chunk`` slots per
     pipeline, calling ``hold`` after each; any slot refused or failed raises (the others of its
-    pipeline ran)."""
+    pipeline ran). ``after``: each pipeline waits for replicas of the nodes it moved keys on
+    (:mod:`projections._replicas`), so a failover cannot undo an acknowledged move."""
     for i in range(0, len(groups), chunk):
-        raw = eval_each(r, SOURCE, [g.call("in", live, rebuilt, backup) for g in groups[i:i + chunk]])
+        raw = eval_each(r, SOURCE, [g.call("in", live, rebuilt, backup) for g in groups[i:i + chunk]], after)
         bad = [x for x in raw if isinstance(x, Exception)]
         if bad:
             raise ProjectionStoreError(f"{len(bad)} of {len(raw)} slots refused or failed their moves: "
@@ -115,14 +116,15 @@ def move_slots(r: redis.Redis, groups: list[SlotMoves], live: str, rebuilt: str,
 
 
 def roll_back_slots(r: redis.Redis, groups: list[SlotMoves], live: str, rebuilt: str, backup: str,
-                    chunk: int) -> bool:
+                    chunk: int, after: AfterWrites | None = None) -> bool:
     """Undo every slot the swap moved (the ``back`` form of the script: only where the slot's
-    journal is set). True when every slot answered."""
+    journal is set). True when every slot answered (and, with ``after``, its replicas)."""
     try:
         for i in range(0, len(groups), chunk):
-            raw = eval_each(r, SOURCE, [g.call("back", live, rebuilt, backup) for g in groups[i:i + chunk]])
+            raw = eval_each(r, SOURCE, [g.call("back", live, rebuilt, backup) for g in groups[i:i + chunk]],
+                            after)
             if any(isinstance(x, Exception) for x in raw):
                 return False
-    except redis.RedisError:
+    except (redis.RedisError, ProjectionStoreError):
         return False
     return True

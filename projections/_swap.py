@@ -119,14 +119,14 @@ def swap_namespaces(
         old = [k[cut_old:] for k in projection_keys(r, live)]
         if cluster:
             slots = slot_moves(live, rebuilt, backup, new, old)
-            move_slots(r, slots, live, rebuilt, backup, chunk, hold)
+            move_slots(r, slots, live, rebuilt, backup, chunk, hold, dst.after_writes)
         else:
             have = set(old)
             _move(r, [(n, n in have) for n in new], live, rebuilt, backup, chunk, hold)
             incoming = set(new)
             _move(r, [(n, True) for n in old if n not in incoming], live, None, backup, chunk, hold)
     except BaseException as err:
-        moved_back = (roll_back_slots(r, slots, live, rebuilt, backup, chunk) if cluster
+        moved_back = (roll_back_slots(r, slots, live, rebuilt, backup, chunk, dst.after_writes) if cluster
                       else _roll_back(r, live, rebuilt, backup, new, old))
         restored = moved_back and _unfence(r, dst, holder, old_marker)
         if isinstance(err, RunlogError | redis.RedisError):

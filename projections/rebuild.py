@@ -103,7 +103,9 @@ def rebuild(
         raise NamespaceOverlap(live, target_prefix, "rebuild")
     r = client or redis_client(settings)
     delete_namespace(r, target_prefix)
-    return replay_into(settings, RedisStore(r, target_prefix), progress=progress)
+    store = RedisStore(r, target_prefix, wait_replicas=settings.redis_wait_replicas,
+                       wait_ms=settings.redis_wait_ms)
+    return replay_into(settings, store, progress=progress)
 
 
 def replay_into(

@@ -51,6 +51,7 @@ from projections._replicas import ReplicaWaits
 from projections._sharded import (
     LOST,
     RESULTS,
+    AfterWrites,
     ProjectionLost,
     ProjectionStoreError,
     ShardedIndexes,
@@ -109,6 +110,11 @@ class RedisStore(ShardedIndexes):
             self._sha: str = str(client.script_load(self._source))
         except redis.RedisError as err:
             raise ProjectionStoreError(f"cannot load the apply script: {err}") from err
+
+    @property
+    def after_writes(self) -> AfterWrites | None:
+        """What queues the replica waits of a pipeline's writes (None: this store does not wait)."""
+        return self._after_writes
 
     @classmethod
     def from_settings(cls, settings: Settings, prefix: str | None = None) -> RedisStore:

@@ -75,7 +75,7 @@ class SlotFailures:
             pipe._pipe.reset()
             raise redis.ConnectionError("connection lost before the pipeline was sent")
         if self.mode == "vanished":
-            call = pipe.calls[-1]
+            call = [c for c in pipe.calls if _forward(c)][-1]  # the pipeline ends with its replica WAITs
             n_keys = int(call[2])
             keys, flags = call[3:3 + n_keys], call[4 + n_keys:]
             incoming = [keys[2 + 3 * j] for j, f in enumerate(flags) if f == "1"]

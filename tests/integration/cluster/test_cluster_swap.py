@@ -28,10 +28,12 @@ import pytest
 from producers._runs import RunKeys
 from projections import RedisStore, diff_namespaces, dump_namespace, rebuild
 from projections._cluster_swap import SlotMoves, slot_moves
+from projections._replicas import online_replicas
 from projections.rebuild import SwapFailed, SwapRefused, replay_into, swap_namespaces
 from projections.recovery import recover
 from schemas import RunEvent, Settings
 from schemas._redis import redis_client
+from tests.integration.cluster._swap_hooks import SHA as SWAP_SHA
 from tests.integration.cluster._swap_hooks import fail_slot_moves
 from tests.integration.processors.harness import ROOT, env_of, produce, wait_until
 from tests.integration.projections.test_rebuild_diff_swap import (
@@ -279,3 +281,41 @@ def test_a_cluster_swap_under_a_running_projector_is_adopted_and_the_projection_
 
     assert topics.redis_url.startswith("redis+cluster://")
     standalone_case(topics, cluster_client, tmp_path)
+
+
+def test_a_cluster_swap_waits_for_replicas_on_every_pipeline_of_slot_moves(
+    settings: Settings, cluster_client: Any, two: tuple[str, str]
+) -> None:
+    """Each pipeline of slot moves ends with a ``WAIT`` per primary it moved keys on (the live
+    store's replica waits, :mod:`projections._replicas`), so a failover cannot undo an
+    acknowledged move."""
+    live, rebuilt = two
+    seen: list[list[tuple[Any, ...]]] = []
+    real = cluster_client.pipeline
+
+    class Recording:
+        def __init__(self, pipe: Any) -> None:
+            self._pipe, self.calls = pipe, []
+
+        def execute_command(self, *args: Any, **kw: Any) -> Any:
+            self.calls.append(args)
+            return self._pipe.execute_command(*args, **kw)
+
+        def execute(self, raise_on_error: bool = True) -> Any:
+            seen.append(self.calls)
+            return self._pipe.execute(raise_on_error=raise_on_error)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._pipe, name)
+
+    cluster_client.pipeline = lambda transaction=None, shard_hint=None: Recording(
+        real(transaction=transaction, shard_hint=shard_hint))
+    primaries = cluster_client.get_primaries()
+    assert wait_until(lambda: all(online_replicas(cluster_client.get_redis_connection(n).info("replication"))
+                                  for n in primaries), 60, every=0.5), "the primaries have no online replica"
+    swap_namespaces(cluster_client, live, rebuilt, chunk=3)
+    moves = [calls for calls in seen if any(c[0] == "EVALSHA" and c[1] == SWAP_SHA for c in calls)]
+    assert moves
+    for calls in moves:
+        waits = [c for c in calls if c[0] == "WAIT"]
+        assert waits and calls[-len(waits):] == waits, calls  # after the moves, one per primary
