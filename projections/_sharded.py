@@ -172,7 +172,13 @@ class ShardedIndexes:
         answer ALREADY (nothing written) or APPLIED (the write was lost), their index writes are
         idempotent and run for both, and the pipelines wait for replicas again. A lost namespace
         drops them: it is rebuilt from the log."""
-        batch = [*self._unconfirmed, *updates]
+        batch: list[RunUpdate] = []
+        at: dict[tuple[str, int, int], int] = {}
+        for u in [*self._unconfirmed, *updates]:  # a retry re-folds the same updates: send each once
+            k = (u.run_id, u.base_offset, u.state.offset)
+            if k not in at:
+                at[k] = len(batch)
+                batch.append(u)
         if not batch:
             return []
         self._unconfirmed = batch
@@ -182,7 +188,7 @@ class ShardedIndexes:
             self._unconfirmed = []
             raise
         self._unconfirmed = []
-        return results[len(batch) - len(updates):]
+        return [results[at[(u.run_id, u.base_offset, u.state.offset)]] for u in updates]
 
     def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         gen = self.generation

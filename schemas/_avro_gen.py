@@ -18,11 +18,12 @@ other writer schemas are resolved by fastavro (:mod:`schemas._codec`).
 
 Errors: the generated writer raises whatever Python raises on a value of the wrong type (the
 codec then lets fastavro write it, or name the problem, so behaviour on bad input is
-fastavro's); the generated reader raises ``IndexError`` on a body that ends early, and
-``ValueError`` (or ``UnicodeDecodeError``) on a malformed one, and reports where it stopped so
-the caller can refuse trailing bytes. The reader follows the specification where fastavro is
-lenient: a negative union or enum index, a boolean byte other than 0 and 1, an ``int`` outside 32
-bits are refused, not read.
+fastavro's), and :class:`OutOfRange` for an ``int`` outside 32 bits (fastavro writes it; nothing
+that follows the specification reads it back); the generated reader raises ``IndexError`` on a
+body that ends early, and ``ValueError`` (or ``UnicodeDecodeError``) on a malformed one, and
+reports where it stopped so the caller can refuse trailing bytes. The reader follows the
+specification where fastavro is lenient: a negative union or enum index, a boolean byte other
+than 0 and 1, an ``int`` outside 32 bits are refused, not read.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Decoder", "Encoder", "Unsupported", "compile_schema"]
+__all__ = ["Decoder", "Encoder", "OutOfRange", "Unsupported", "compile_schema"]
 
 Encoder = Callable[[Any], bytes]
 """A record's Avro dict -> its Avro binary body."""
@@ -141,6 +142,8 @@ class _EncodeGen(_Gen):
             if t in ("int", "long"):
                 v = self.var("n")
                 out(f"{pad}{v} = {expr}")
+                if t == "int":  # fastavro writes any integer; a reader (this one) refuses it
+                    out(f"{pad}if not {-(1 << 31)} <= {v} < {1 << 31}: OUT({v})")
                 out(f"{pad}a(S[{v}] if 0 <= {v} < 256 else L({v}))")
             elif t in ("string", "bytes"):
                 s, n = self.var("s"), self.var("n")
@@ -279,6 +282,15 @@ def _bad(value: Any) -> bytes:
     raise TypeError(f"{value!r} does not match the schema")
 
 
+class OutOfRange(ValueError):
+    """An ``int`` field's value does not fit 32 bits: fastavro would write it, no reader of the
+    specification (the generated one included) reads it back, so it is refused."""
+
+
+def _out_of_range(value: int) -> None:
+    raise OutOfRange(f"{value} does not fit an Avro int (32 bits)")
+
+
 def compile_schema(parsed: Any) -> tuple[Encoder, Decoder]:
     """The generated writer and reader of ``parsed`` (a schema as ``fastavro.parse_schema`` returns
     it, logical types stripped).
@@ -295,7 +307,7 @@ def compile_schema(parsed: Any) -> tuple[Encoder, Decoder]:
     dec.emit(parsed, "out", 1)
     dec.lines.append("    return out, p")
     ns_enc: dict[str, Any] = {"L": write_long, "S": _SMALL, "D": struct.Struct("<d").pack, "T": b"\x01",
-                              "F": b"\x00", "Z": b"\x00", "BAD": _bad, **enc.consts}
+                              "F": b"\x00", "Z": b"\x00", "BAD": _bad, "OUT": _out_of_range, **enc.consts}
     ns_dec: dict[str, Any] = {"RL": read_long, "SKIP": _skip_block_size,
                               "UD": struct.Struct("<d").unpack_from, **dec.consts}
     exec(compile("\n".join(enc.lines), f"<avro encoder {parsed.get('name')}>", "exec"), ns_enc)

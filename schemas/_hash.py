@@ -189,9 +189,11 @@ def current_body(event: RunEvent) -> bytes:
     """The event's Avro body under the current bundled ``runlog.RunEvent`` schema (no framing): what a
     writer with this code writes after the header. Loads the codec's schema on first use."""
     if not _BODY:
+        import sys
+
         from schemas._codec import Codec, body_of
 
-        codec = Codec()
+        codec = Codec(max_record_bytes=sys.maxsize)  # hashing is not writing: no size limit here
 
         def body(ev: RunEvent) -> bytes:
             return body_of(codec.encode(ev))

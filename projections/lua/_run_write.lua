@@ -4,6 +4,16 @@
 -- then n_checkpoints, score/member pairs..., n_effects, delivery_key/json/sort_key triples...
 -- Returns the ARGV index of n_effects (the caller's index writes read the effect triples from
 -- there).
+-- Whether an update that sends only its changed calls (n_dropped >= 0) meets a stored run whose
+-- calls are not kept apart (the earlier layout, calls inside the snapshot; or a hash a failover
+-- took back to it): writing it would lose every unchanged call, so the caller answers CONFLICT and
+-- the writer reloads the run and writes it whole.
+local function calls_base_unknown(state, cur)
+  if cur < 0 then return false end
+  local d = tonumber(ARGV[6 + 2 * tonumber(ARGV[5])])
+  return d >= 0 and redis.call('HGET', state, 'calls') ~= 'apart'
+end
+
 local function write_run(state, checkpoints, effects)
   local i = 6
   local n = tonumber(ARGV[5])

@@ -18,6 +18,7 @@ local base = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])
 if cur >= new then return 0 end
 if cur ~= base then return -1 end
+if calls_base_unknown(KEYS[1], cur) then return -1 end
 local i = write_run(KEYS[1], KEYS[2], KEYS[3])
 if KEYS[4] ~= KEYS[5] then redis.call('ZREM', KEYS[4], ARGV[3]) end
 redis.call('ZADD', KEYS[5], tonumber(ARGV[4]), ARGV[3])

@@ -18,5 +18,6 @@ if not stored and base >= 0 then return -2 end
 local cur = tonumber(stored or '-1')
 if cur >= new then return 0 end
 if cur ~= base then return -1 end
+if calls_base_unknown(KEYS[1], cur) then return -1 end
 write_run(KEYS[1], KEYS[2], KEYS[3])
 return 1

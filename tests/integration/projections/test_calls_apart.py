@@ -12,7 +12,7 @@ import redis
 from projections import RedisStore
 from projections._layout import CALL_FIELD, apply_argv
 from projections._state import state_to_json
-from projections.store import RunUpdate
+from projections.store import ApplyResult, RunUpdate
 from schemas import Settings
 from tests.unit.projections.runlogs import RunBuilder, full_run
 from tests.unit.projections.store_contract import fold_updates
@@ -80,3 +80,23 @@ def test_a_hash_with_calls_inline_reads_and_is_written_whole_next(settings: Sett
     assert _call_fields(redis_client, key) == set(ups[-1].state.calls)
     assert json.loads(redis_client.hget(key, "snapshot"))["calls"] == []  # type: ignore[arg-type]
     assert RedisStore(redis_client, settings.redis_prefix).load_state("run-old") == ups[-1].state
+
+
+def test_a_calls_only_write_onto_a_hash_in_the_earlier_layout_is_a_conflict(
+        settings: Settings, redis_client: redis.Redis) -> None:
+    """A writer that did not load the run (its base from a cache, or a hash a failover took back to
+    the earlier layout) must not send only its changed calls there: the unchanged ones would be
+    lost. The script answers CONFLICT; the writer reloads the run and writes it whole."""
+    store = RedisStore(redis_client, settings.redis_prefix)
+    ups = fold_updates(RunBuilder("run-back").start().stage("draft", 3, verify=False).events)
+    store.apply(ups[:-1])
+    key = store.state_key("run-back")
+    before = ups[-2].state
+    redis_client.hdel(key, "calls", *(CALL_FIELD + c for c in before.calls))
+    redis_client.hset(key, "snapshot", state_to_json(before))
+    assert ups[-1].base_calls is not None
+    assert store.apply([ups[-1]]) == [ApplyResult.CONFLICT]  # this store never loaded it
+    assert RedisStore(redis_client, settings.redis_prefix).load_state("run-back") == before  # untouched
+    assert store.load_state("run-back") == before  # reloaded: now known to need a whole write
+    assert store.apply([ups[-1]]) == [ApplyResult.APPLIED]
+    assert RedisStore(redis_client, settings.redis_prefix).load_state("run-back") == ups[-1].state

@@ -218,6 +218,19 @@ def test_a_batch_that_failed_twice_is_kept_once_and_with_the_updates_of_the_fail
     assert s.sent[-1] == ["old1", "old2", "new"]
 
 
+def test_an_update_the_retry_folds_again_is_sent_once_and_both_get_its_result() -> None:
+    s = Store()
+    s.fail = ProjectionStoreError("unreachable")
+    for _ in range(3):  # each retry re-folds the same update (an index-only refresh, say)
+        with pytest.raises(ProjectionStoreError):
+            s.apply_whole([update("old1")], s.once)
+    assert s.sent == [["old1"], ["old1"], ["old1"]]  # kept once, not once per retry
+    s.fail = None
+    got = s.apply_whole([update("old1"), update("new")], s.once)
+    assert got == [ApplyResult.ALREADY, ApplyResult.APPLIED]
+    assert s.sent[-1] == ["old1", "new"]
+
+
 def test_a_lost_namespace_drops_the_kept_batch() -> None:
     s = Store()
     s.fail = ProjectionLost("gone")

@@ -117,3 +117,20 @@ def test_the_codec_reports_malformed_bodies_of_its_own_schema_with_their_reason(
     with pytest.raises(DecodeError) as err:
         codec.decode(data, RunEvent)
     assert err.value.reason == reason
+
+
+def test_an_int_outside_32_bits_is_refused_rather_than_written_unreadable() -> None:
+    from schemas._avro_gen import OutOfRange
+
+    event = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, hash_version=2**31)
+    with pytest.raises(OutOfRange, match="32 bits"):
+        Codec().encode(event)
+    top = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, hash_version=2**31 - 1)
+    assert Codec().decode(Codec().encode(top), RunEvent).hash_version == 2**31 - 1
+
+
+def test_the_hash_of_an_event_over_the_default_record_size_needs_no_codec_limit() -> None:
+    from schemas._hash import event_hash
+
+    big = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, attributes={"blob": "x" * 1_200_000})
+    assert len(event_hash(big)) == 64  # a v2 hash encodes the event without a size limit
