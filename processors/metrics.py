@@ -62,6 +62,12 @@ class ProjectorMetrics:
         self.lag = Gauge("runlog_projector_consumer_lag",
                          "Records of an assigned events partition not processed yet (high watermark "
                          "minus next offset to process).", ["partition"], registry=r)
+        self.gap_records = Counter("runlog_projector_gap_records_total",
+                                   "Records the consumer skipped (across a rebalance) that the projector "
+                                   "read from the log and applied before the batch after them.", registry=r)
+        self.run_heals = Counter("runlog_projector_run_heals_total",
+                                 "Runs whose projected state had a seq gap and were re-folded from "
+                                 "their partition.", registry=r)
         self.recoveries = Counter("runlog_projector_recoveries_total",
                                   "Rebuilds of the Redis namespace from the log, by reason.",
                                   ["reason"], registry=r)

@@ -30,6 +30,14 @@ Received = tuple[RunEvent, Position, str]
 re-encoding), which the fold takes as the event's ``content_hash``."""
 
 
+Heal = Callable[[str, int, int], list[Received]]
+"""(run id, partition, from offset) -> the run's events in its partition from that offset on, in log
+order: what a run whose projected state has a seq gap is re-folded from (:class:`BatchProjector`)."""
+
+HEALED_MEMORY = 10_000
+"""How many (run, offset) heals a projector remembers, so a run whose log really has a gap is read
+once per state, not once per batch."""
+
 Publish = Callable[[list[Checkpoint], list[EffectEntry]], None]
 """Publishes a batch's checkpoints and effects and returns once they are acknowledged."""
 
@@ -114,13 +122,27 @@ def _fold_run(base: RunState | None, items: list[Received]) -> _Folded:
 
 
 class BatchProjector:
-    """Folds batches of records into a :class:`ProjectionStore`, caching run states (LRU)."""
+    """Folds batches of records into a :class:`ProjectionStore`, caching run states (LRU).
 
-    def __init__(self, store: ProjectionStore, codec: Codec, *, cache_size: int = 10_000) -> None:
+    ``heal``, when given, is the second line of defence against events skipped on the way in
+    (the first is the projector's offset guard): a run with a projected state whose batch brings
+    an event beyond its next seq (``seq_gap``) is re-read from its partition, from just after its
+    state's offset, and folded again from that state before anything is written, so the events
+    the run missed are applied instead of every later one being rejected for good. A run with no
+    projected state is not healed (its start is unknown without reading the whole partition), and
+    a gap that is really in the log is read once per state and rejected as before.
+    """
+
+    def __init__(self, store: ProjectionStore, codec: Codec, *, cache_size: int = 10_000,
+                 heal: Heal | None = None) -> None:
         self.store = store
         self.codec = codec
         self.cache_size = cache_size
+        self.heal = heal
+        self.heals = 0
+        """Runs re-folded from their partition because of a seq gap."""
         self._cache: OrderedDict[str, RunState] = OrderedDict()
+        self._healed: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def forget(self, run_ids: Sequence[str] | None = None) -> None:
         """Drop cached states (all when ``run_ids`` is None), e.g. after a rebalance."""
@@ -158,8 +180,10 @@ class BatchProjector:
         bases: dict[str, RunState | None] = {r: self._cache.get(r) for r in pending}
         stored = self.store.load_states([r for r in pending if bases[r] is None])
         bases.update(stored)
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
             folded = {r: _fold_run(bases.get(r), by_run[r]) for r in pending}
+            if self.heal is not None and attempt == 0:
+                self._heal_gaps(folded, by_run)
             writes = [(r, f) for r, f in folded.items() if f.state is not None and f.state is not f.base]
             refresh = _refreshes(folded, stored)
             updates = [
@@ -206,6 +230,28 @@ class BatchProjector:
             stored = fresh
             pending = retry
         raise RunlogError(f"runs {pending[:5]} kept conflicting after {MAX_ATTEMPTS} attempts")
+
+
+    def _heal_gaps(self, folded: dict[str, _Folded], by_run: dict[str, list[Received]]) -> None:
+        assert self.heal is not None
+        for r, f in folded.items():
+            base = f.base
+            if base is None or base.offset < 0 or base.partition < 0:
+                continue
+            if not any(o.reason == "seq_gap" for o in f.outcomes):
+                continue
+            key = (r, base.offset)
+            if key in self._healed:
+                continue
+            self._healed[key] = None
+            while len(self._healed) > HEALED_MEMORY:
+                self._healed.popitem(last=False)
+            items = self.heal(r, base.partition, base.offset + 1)
+            if not items:
+                continue
+            self.heals += 1
+            by_run[r] = items
+            folded[r] = _fold_run(base, items)
 
 
 def _refreshes(folded: dict[str, _Folded], stored: dict[str, RunState]) -> list[RunUpdate]:

@@ -27,6 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--within", type=float, default=0.02, help="seconds to wait for a batch to fill")
     p.add_argument("--cache-size", type=int, default=10_000, help="run states cached in memory")
+    p.add_argument("--session-timeout-ms", type=int, default=30_000,
+                   help="the group's session timeout: a member silent this long (dead, paused) loses its "
+                        "partitions to the others (heartbeats every third of it)")
+    p.add_argument("--instance-id", default=None,
+                   help="static group membership (group.instance.id): a member restarted with the same id "
+                        "within the session timeout gets its partitions back without a rebalance; unique "
+                        "per member (e.g. the pod name). Default: RUNLOG_GROUP_INSTANCE_ID, else dynamic")
     p.set_defaults(func=_project)
 
     pr = sub.add_parser("projections", help="rebuild and compare the Redis projections")
@@ -54,10 +61,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
+    import os
+
     from processors.projector import ProjectorOptions, run_projector
 
+    instance = args.instance_id or os.environ.get("RUNLOG_GROUP_INSTANCE_ID") or None
     opts = ProjectorOptions(app_id=args.app_id, batch_size=args.batch_size, within=args.within,
-                            cache_size=args.cache_size)
+                            cache_size=args.cache_size, session_timeout_ms=args.session_timeout_ms,
+                            instance_id=instance)
     return run_projector(Settings.from_env(), opts)
 
 

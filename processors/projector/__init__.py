@@ -34,6 +34,7 @@ import faust
 
 from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
+from processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
 from projections._state import EffectEntry
 from projections.batch import BatchProjector, BatchResult, RawRecord
 from projections.recovery import lost_at_start, recover
@@ -62,6 +63,12 @@ class ProjectorOptions:
     cache_size: int = 10_000
     """Run states kept in memory (LRU); misses load from Redis."""
     lag_every: float = 5.0
+    session_timeout_ms: int = 30_000
+    """The group's session timeout: a member silent this long loses its partitions; heartbeats are
+    sent every third of it."""
+    instance_id: str | None = None
+    """Static membership (``group.instance.id``): a member restarted with the same id within the
+    session timeout keeps its partitions without a rebalance. None: dynamic membership."""
 
 
 def faust_credentials(settings: Settings) -> Any:
@@ -101,6 +108,9 @@ def faust_settings(settings: Settings, opts: ProjectorOptions) -> dict[str, Any]
         # aiokafka then fills a poll from one partition before the next, so a batch touches few
         # runs (one apply per run touched): 1.4x the events/s of the default round-robin mix.
         "broker_max_poll_records": 5000,
+        "broker_session_timeout": opts.session_timeout_ms / 1000,
+        "broker_heartbeat_interval": opts.session_timeout_ms / 3000,
+        **({"consumer_group_instance_id": opts.instance_id} if opts.instance_id else {}),
     }
 
 
@@ -128,6 +138,32 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")
     done: dict[int, int] = {}
     app_loop: list[asyncio.AbstractEventLoop] = []
+    committed, close_committed = kafka_committed(settings, settings.group_id(o.app_id), names.events)
+    gaps = LogGaps(settings, names.events)
+    guard = OffsetGuard(committed, gaps.range)
+    core.heal = gaps.run  # a run whose state has a seq gap is re-folded from its partition
+    rebalanced = [False]  # set on the loop, read by the worker: drop the cached run states
+
+    def on_rebalance(partitions: Any) -> None:
+        mine = [tp.partition for tp in partitions if tp.topic == names.events]
+        guard.forget(mine)
+        rebalanced[0] = True
+
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        on_rebalance(revoked)
+
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        on_rebalance(assigned)
+
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
+
+    async def close_clients(sender: Any, **kwargs: Any) -> None:
+        # on the worker thread, after the batch in hand (if any)
+        await asyncio.get_running_loop().run_in_executor(worker, close_committed)
+        await asyncio.get_running_loop().run_in_executor(worker, gaps.close)
+
+    app.on_before_shutdown.connect(close_clients)
 
     def rebuild_if_lost_at_start() -> None:
         if lost_at_start(settings, store, o.app_id):
@@ -175,6 +211,31 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
                 core.forget()
                 time.sleep(0.5)
 
+    def guarded(recs: list[RawRecord]) -> tuple[BatchResult, list[RawRecord]]:
+        # Records the consumer skipped before this batch are read from the log and applied first;
+        # the guard moves past the batch only once it is in Redis.
+        if rebalanced[0]:
+            rebalanced[0] = False
+            core.forget()  # another member may have moved these runs meanwhile
+        full, filled = guard.complete(recs)
+        heals = core.heals
+        res = process(full)
+        guard.applied(full)
+        if filled:
+            m.gap_records.inc(len(filled))
+        if core.heals > heals:
+            m.run_heals.inc(core.heals - heals)
+        return res, filled
+
+    def ack_filled(filled: list[RawRecord]) -> None:
+        # Faust never delivered these, so it would hold its commits below them forever: they are
+        # applied, tell it so (its own ack bookkeeping, as for a delivered record).
+        from faust.types import TP, Message
+
+        for r in filled:
+            app.consumer.ack(Message(r.topic, r.partition, r.offset, time.time(), 0, [], r.key, r.value,
+                                     None, tp=TP(r.topic, r.partition)))
+
     async def project(stream: Any) -> None:
         loop = asyncio.get_running_loop()
         app_loop[:] = [loop]
@@ -183,7 +244,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
                               e.message.key, e.message.value) for e in batch]
             t0 = time.perf_counter()
-            res = await loop.run_in_executor(worker, process, recs)
+            res, filled = await loop.run_in_executor(worker, guarded, recs)
             took = time.perf_counter() - t0
             sent: list[Awaitable[Any]] = []
             for dl in res.dead_letters:
@@ -191,6 +252,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
                 sent.append(await dlq.send(key=rec.key, value=rec.value, headers=list(rec.headers)))
             await asyncio.gather(*sent)  # checkpoints and effects were published before the apply
             observe(m, res, len(recs), took)
+            ack_filled(filled)
             for r in recs:
                 done[r.partition] = max(done.get(r.partition, -1), r.offset)
 
