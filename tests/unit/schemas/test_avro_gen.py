@@ -134,3 +134,47 @@ def test_the_hash_of_an_event_over_the_default_record_size_needs_no_codec_limit(
 
     big = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, attributes={"blob": "x" * 1_200_000})
     assert len(event_hash(big)) == 64  # a v2 hash encodes the event without a size limit
+
+
+def _event_body(**fields: Any) -> tuple[bytes, bytes]:
+    """(single-object header, Avro body) of a ``STAGE_STARTED`` event written by the codec."""
+    data = Codec().encode(RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, **fields))
+    return data[:10], data[10:]
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40, -(2**62)])
+def test_an_int_outside_32_bits_on_the_wire_is_refused_by_the_generated_reader(value: int) -> None:
+    """``hash_version`` is an Avro ``int`` (the last field of a ``RunEvent``): a body whose varint
+    there holds more than 32 bits is refused, not read as a Python int (fastavro would read it)."""
+    head, body = _event_body(hash_version=2)
+    assert body.endswith(write_long(2))
+    decode = compile_schema(PARSED["runlog.RunEvent"])[1]
+    for edge in (2**31 - 1, -(2**31)):  # the last values that fit are read
+        ok = body[:-1] + write_long(edge)
+        assert decode(ok, 0) == ({**decode(body, 0)[0], "hash_version": edge}, len(ok))
+    bad = body[:-1] + write_long(value)
+
+    with pytest.raises(ValueError, match="int range"):
+        decode(bad, 0)
+    with pytest.raises(DecodeError) as err:
+        Codec().decode(head + bad, RunEvent)
+    assert err.value.reason == "invalid_body" and "int range" in err.value.detail
+
+
+@pytest.mark.parametrize("index_byte", [0x01, 0x03, 0x7F])  # zig-zag -1, -2, -64
+def test_a_negative_union_index_is_refused_by_the_generated_reader(index_byte: int) -> None:
+    """``stage`` is ``["null", "string"]``: its branch index 1 (byte 0x02) replaced by a negative
+    one (Python would index the branch list from its end) is refused, the rest of the body intact."""
+    head, body = _event_body(stage="s")
+    at = body.index(b"\x02\x02s")  # branch 1, then the string "s" (length 1)
+    symbols = PARSED["runlog.RunEvent"]["fields"][3]["type"]["symbols"]
+    assert body[:at] == b"\x02r\x02\x02" + write_long(symbols.index("STAGE_STARTED")) + b"\x0a"
+    assert Codec().decode(head + body, RunEvent).stage == "s"
+    bad = body[:at] + bytes([index_byte]) + body[at + 1:]
+    decode = compile_schema(PARSED["runlog.RunEvent"])[1]
+
+    with pytest.raises(ValueError, match="union branch"):
+        decode(bad, 0)
+    with pytest.raises(DecodeError) as err:
+        Codec().decode(head + bad, RunEvent)
+    assert err.value.reason == "invalid_body" and "union branch" in err.value.detail
