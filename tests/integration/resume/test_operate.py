@@ -250,6 +250,34 @@ def test_refused_resolutions_append_nothing_and_take_no_lease(
     assert len(log_of(topics, done)) == m
 
 
+def test_resolve_refuses_a_running_run_with_an_open_effect_and_appends_nothing(
+        topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
+    """A worker killed inside its charge leaves the run ``RUNNING`` with the charge's intent open and no
+    lease (no resume has yet found the effect in doubt): resolving that effect is refused because the
+    run is not ``BLOCKED``, though the effect exists and its lease is free to take."""
+    run_id = _crash(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
+    state = load_run(topics, run_id)
+    assert state is not None and state.status is RunStatus.RUNNING
+    [eff] = state.open_intents
+    assert eff.call_id == "pay/charge/0"
+    dk = eff.delivery_key
+    n, epoch, ledger = len(log_of(topics, run_id)), _epoch(topics, run_id), _ledger(topics, dk)
+
+    for done, ext in ((True, "ch-7"), (False, None)):
+        with pytest.raises(OperatorRefused, match=f"run {run_id} is RUNNING, not BLOCKED"):
+            resolve_effect(topics, run_id, dk, done=done, external_id=ext, by="alice", reason=WHY)
+    cli = _runlog(topics, "resolve", run_id, "--effect", dk[:12], "--done", "--external-id", "ch-7",
+                  "--by", "alice", "--reason", WHY, cwd=tmp_path)
+    assert cli.returncode == 1 and "RUNNING, not BLOCKED" in cli.stderr, cli
+
+    assert len(log_of(topics, run_id)) == n and _epoch(topics, run_id) == epoch
+    assert _ledger(topics, dk) == ledger
+    after = load_run(topics, run_id)
+    assert after is not None and after.status is RunStatus.RUNNING
+    assert [e.delivery_key for e in after.open_intents] == [dk]
+    assert world.stats()["charges"] == 0
+
+
 class Crash(BaseException):
     """The worker dies inside the tool (what a SIGKILL leaves on the log: an intent, no result)."""
 
