@@ -59,6 +59,21 @@ class ArtifactStore(abc.ABC):
         return await asyncio.to_thread(self.get, ref)
 
 
+def _private_dirs(root: Path, leaf: Path) -> None:
+    """Make ``leaf`` (under ``root``) and the directories between them readable by their owner only:
+    payloads hold prompts, model answers and tool results."""
+    if not root.exists():
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    todo = []
+    p = leaf
+    while p != root and not p.exists():
+        todo.append(p)
+        p = p.parent
+    for d in reversed(todo):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+
+
 class LocalArtifactStore(ArtifactStore):
     """Files under ``<root>/sha256/<hex[0:2]>/<hex[2:4]>/<hex>``, URIs ``file://<abs path>``."""
 
@@ -78,8 +93,8 @@ class LocalArtifactStore(ArtifactStore):
         final = self.path_for(sha)
         if final.exists() and _hash_file(final) == sha:
             return self._ref(sha, len(data), media_type)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
+        _private_dirs(self.root, final.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)  # mode 0600: the owner's only
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -23,6 +23,7 @@ from producers._protocol import (
     ThreadMode,
     adrive,
 )
+from producers._redis_io import replica_waits
 from producers._runlog import KafkaRunLog, RunLog
 from producers._runs import RunKeys
 from producers._session import RunSession
@@ -86,10 +87,12 @@ class AsyncRunner(_RunnerCore):
         beat = redis_client(settings, max_connections=2, timeout=30)  # the heartbeat thread's own
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
-        leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat)
+        waits = replica_waits(client, settings)  # durable claims wait for a replica where there is one
+        leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat,
+                                        waits=waits)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
-                run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient),
-                ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient),
+                run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient, waits=waits),
+                ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient, waits=waits),
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer)
         r._owned = [beat, leases, client, aclient] + ([w] if own_writer else [])

@@ -39,6 +39,7 @@ idempotency key, ``SAFE`` executes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import threading
@@ -67,12 +68,14 @@ from producers._protocol import IO, SYNC, Invoke, Mode, Steps
 from producers._session import AppendResult, RunSession
 from producers._tools import CallInfo, Tool, retry_steps
 from producers._trace import NO_TRACE, Span, Tracer
+from projections._replicas import ReplicasBehind
 from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from schemas.errors import (
     DeliveryError,
     Diverged,
     EffectInDoubt,
     LeaseLost,
+    RunlogError,
     TerminalToolError,
     WorkflowDefinitionError,
 )
@@ -342,7 +345,17 @@ class _ContextCore:
             return None
         entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
                             info.idempotency_key, tool.name)
-        found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+        try:
+            found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+        except ReplicasBehind:
+            # The claim is on the primary, not known to be on a replica: the effect is not executed.
+            # Release it (FAILED: did not happen), so another run is not left in doubt by a claim
+            # nothing acted on; if a failover takes this release back, the claim reads in doubt
+            # again, which is the safe side.
+            with contextlib.suppress(RunlogError):
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, info.run_id, info.call_id, EffectStatus.FAILED, None))
+            raise
         return found
 
     def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],

@@ -223,8 +223,12 @@ class RedisLeaseManager(LeaseManager):
     """The asyncio client the leases' async faces use (:class:`AsyncRedisLeaseManager`); None: sync."""
 
     def __init__(self, client: redis.Redis, settings: Settings, *, holder: str | None = None,
-                 margin_ms: int | None = None, heartbeat_client: redis.Redis | None = None) -> None:
+                 margin_ms: int | None = None, heartbeat_client: redis.Redis | None = None,
+                 waits: Any = None) -> None:
         self.client = client
+        self.waits = waits
+        """:func:`~producers._redis_io.replica_waits`: an acquired epoch is answered once a replica holds
+        it (None: never waits), so a failover cannot hand the same epoch out twice."""
         self.prefix = settings.redis_prefix
         self.ttl_ms = settings.lease_ttl_ms
         self.margin_ms = margin_ms if margin_ms is not None else max(self.ttl_ms // 4, 50)
@@ -254,8 +258,9 @@ class RedisLeaseManager(LeaseManager):
 
     def _acquired(self, run_id: str, force: bool, min_epoch: int) -> Steps[RedisLease]:
         try:
-            res = yield self._acquire.step([self.epoch_key(run_id), self.lease_key(run_id)],
-                                           [self.holder, self.ttl_ms, "1" if force else "0", min_epoch])
+            res = yield self._acquire.replicated_step(
+                [self.epoch_key(run_id), self.lease_key(run_id)],
+                [self.holder, self.ttl_ms, "1" if force else "0", min_epoch], self.waits, self.client)
         except redis.RedisError as err:
             raise LeaseLost(run_id, 0, f"could not acquire: {err}") from err
         epoch, cur = int(res[0]), res[1]
@@ -331,9 +336,9 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
 
     def __init__(self, client: redis.Redis, aclient: redis.asyncio.Redis, settings: Settings, *,
                  holder: str | None = None, margin_ms: int | None = None,
-                 heartbeat_client: redis.Redis | None = None) -> None:
+                 heartbeat_client: redis.Redis | None = None, waits: Any = None) -> None:
         super().__init__(client, settings, holder=holder, margin_ms=margin_ms,
-                         heartbeat_client=heartbeat_client)
+                         heartbeat_client=heartbeat_client, waits=waits)
         self.aclient = aclient
 
     async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:

@@ -199,10 +199,13 @@ class RedisEffectLedger(EffectLedger):
     """
 
     def __init__(self, client: redis.Redis, prefix: str, *,
-                 aclient: redis.asyncio.Redis | None = None) -> None:
+                 aclient: redis.asyncio.Redis | None = None, waits: Any = None) -> None:
         self._r = client
         self._ar = aclient
         self.prefix = prefix
+        self.waits = waits
+        """:func:`~producers._redis_io.replica_waits`: a claim is answered once a replica holds it (None:
+        never waits). A claim a failover could take back would let another run execute the effect."""
         self._open = Lua(_OPEN, client)
         self._close = Lua(_CLOSE, client)
         self._cluster = is_cluster(client)
@@ -241,8 +244,9 @@ class RedisEffectLedger(EffectLedger):
         if proj is not None and not _decide(proj, entry) \
                 and (yield lambda c: c.get(self.claim_key(dk))) is None:
             return proj  # known to the log (projected), not to the claims, and it holds the key by their rule
-        raw = yield self._open.step([self.claim_key(dk)],
-                                    [entry.to_json(), entry.run_id, entry.call_id or ""])
+        raw = yield self._open.replicated_step([self.claim_key(dk)],
+                                               [entry.to_json(), entry.run_id, entry.call_id or ""],
+                                               self.waits, self._r)
         return None if raw is None else LedgerEntry.from_json(dk, raw)
 
     def _closed(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,

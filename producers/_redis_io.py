@@ -30,7 +30,7 @@ import redis.asyncio.cluster
 
 from schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
 
-__all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "run"]
+__all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "replica_waits", "replicated", "run"]
 
 T = TypeVar("T")
 
@@ -62,6 +62,56 @@ def pipelined(fill: Callable[[Any], object]) -> Step:
         if isinstance(c, AsyncFailoverCluster):
             return aretry_failover(window, lambda: once(c))
         return retry_failover(window, lambda: once(c))
+
+    return step
+
+
+def replica_waits(client: Any, settings: Any) -> Any:
+    """The :class:`~projections._replicas.ReplicaWaits` of the SDK's durable claims on ``client`` (the
+    sync one), from ``RUNLOG_REDIS_WAIT_REPLICAS`` / ``_MS``: on a cluster ("auto") one replica of
+    each primary written to that has one online, none on a standalone server unless a number is set."""
+    from projections._replicas import ReplicaWaits
+    from schemas._redis import is_cluster
+
+    return ReplicaWaits(client, cluster=is_cluster(client), replicas=settings.redis_wait_replicas,
+                        timeout_ms=settings.redis_wait_ms)
+
+
+def replicated(plain: Step, fill: Callable[[Any], object], keys: list[str], waits: Any,
+               sync_client: Any) -> Step:
+    """A write that a replica must hold before it answers, where Redis has replicas to wait for.
+
+    ``plain`` is the write as one step (used when ``waits`` is None or not enabled: a standalone
+    server, ``RUNLOG_REDIS_WAIT_REPLICAS=0``). Otherwise ``fill`` queues the same writes (to ``keys``)
+    on a pipeline that ends with a ``WAIT`` on the connection that wrote, per primary written to
+    (:class:`~projections._replicas.ReplicaWaits`), and the step answers the first write's answer,
+    or raises :class:`~projections._replicas.ReplicasBehind` (a ``RunlogError``) when the replicas
+    did not acknowledge in time: the write is not known to survive a failover, so nothing that
+    depends on it may act. An asyncio client runs that round trip on ``sync_client`` in a thread
+    (the waits are planned with the sync cluster client's nodes)."""
+
+    def sync(c: Any) -> Any:
+        pipe = c.pipeline(transaction=False)
+        fill(pipe)
+        check = waits.after(pipe, keys)
+        results = check(pipe.execute(raise_on_error=False))
+        first = results[0]
+        if isinstance(first, Exception):
+            raise first
+        return first
+
+    def once(c: Any) -> Any:
+        window = getattr(c, "failover_s", 0.0)
+        return retry_failover(window, lambda: sync(c)) if window else sync(c)
+
+    def step(c: Any) -> Any:
+        if waits is None or not waits.enabled:
+            return plain(c)
+        if isinstance(c, redis.asyncio.Redis | redis.asyncio.RedisCluster):
+            import asyncio
+
+            return asyncio.to_thread(once, sync_client)
+        return once(c)
 
     return step
 
@@ -125,6 +175,12 @@ class Lua:
     def step(self, keys: list[str], args: list[Any]) -> Step:
         """Run the script (one round trip) on the client the step is given."""
         return lambda c: self._on(c)(keys=keys, args=args, client=c)
+
+    def replicated_step(self, keys: list[str], args: list[Any], waits: Any, sync_client: Any) -> Step:
+        """:meth:`step`, answered once a replica holds its writes where there are replicas to wait
+        for (:func:`replicated`)."""
+        return replicated(self.step(keys, args), lambda pipe: self.queue(pipe, keys, args), keys, waits,
+                          sync_client)
 
     def queue(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
         """Queue the script on a pipeline, sync or asyncio (queueing is no round trip on either).

@@ -16,6 +16,7 @@ from producers._log import EventLog
 from producers._protocol import (
     drive,
 )
+from producers._redis_io import replica_waits
 from producers._runlog import KafkaRunLog, RunLog
 from producers._runs import RunKeys
 from producers._session import RunSession
@@ -71,10 +72,12 @@ class Runner(_RunnerCore):
         own_writer = writer is None
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         beat = redis_client(settings, max_connections=2, timeout=30)  # never behind the run threads
-        leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat)
+        waits = replica_waits(client, settings)  # durable claims wait for a replica where there is one
+        leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat, waits=waits)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
-                run_keys=RunKeys(client, settings.redis_prefix),
-                ledger=RedisEffectLedger(client, settings.redis_prefix), run_log=KafkaRunLog(settings),
+                run_keys=RunKeys(client, settings.redis_prefix, waits=waits),
+                ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits),
+                run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix), tracer=tracer)
         r._owned = [beat, leases, client] + ([w] if own_writer else [])

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import redis.asyncio
 
 from producers._keys import canonical_json, lp_sha256
-from producers._redis_io import Steps, arun, run
+from producers._redis_io import Steps, arun, replicated, run
 from projections._marker import READY, marker_key, parse_marker, state_key
 from schemas.errors import RunConflict
 
@@ -74,10 +75,12 @@ class RunKeys:
     """
 
     def __init__(self, client: redis.Redis, prefix: str, *,
-                 aclient: redis.asyncio.Redis | None = None) -> None:
+                 aclient: redis.asyncio.Redis | None = None, waits: Any = None) -> None:
         self._r = client
         self._ar = aclient
         self.prefix = prefix
+        self.waits = waits
+        """:func:`~producers._redis_io.replica_waits`: a claim is answered once a replica holds it."""
         self._unclaim = client.register_script(_UNCLAIM)
 
     def key(self, idempotency_key: str) -> str:
@@ -93,7 +96,8 @@ class RunKeys:
     def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)
         while True:
-            if (yield lambda c: c.set(k, value, nx=True)):
+            if (yield replicated(lambda c: c.set(k, value, nx=True), lambda p: p.set(k, value, nx=True), [k],
+                                 self.waits, self._r)):
                 return Claim(run_id, True, False)
             raw = yield lambda c: c.get(k)
             if raw is not None:  # else deleted in between: try again

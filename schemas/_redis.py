@@ -40,6 +40,7 @@ __all__ = [
     "is_cluster_url",
     "redis_client",
     "retry_failover",
+    "url_options_refused",
 ]
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -58,6 +59,24 @@ def index_shard(member: str) -> int:
     """The shard (0..INDEX_SHARDS-1) a global index entry lives in: CRC-32 of the member (a run
     id, a delivery key)."""
     return zlib.crc32(member.encode("utf-8")) % INDEX_SHARDS
+
+
+def url_options_refused(url: str) -> list[str]:
+    """The query options of a ``redis://``, ``rediss://`` or ``unix://`` URL that redis-py's connection
+    does not take (it would fail with a ``TypeError`` at the first connection), sorted."""
+    import inspect
+    from urllib.parse import parse_qs, urlsplit
+
+    import redis.connection
+
+    names = set(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
+    for cls in (redis.connection.AbstractConnection, redis.connection.Connection,
+                redis.connection.SSLConnection, redis.connection.UnixDomainSocketConnection,
+                redis.connection.ConnectionPool):
+        names.update(inspect.signature(cls.__init__).parameters)
+    names.update({"db", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"})
+    query = parse_qs(urlsplit(url).query, keep_blank_values=True)
+    return sorted(k for k in query if k not in names)
 
 
 def is_cluster(client: Any) -> bool:

@@ -131,6 +131,17 @@ class Settings(ClientConfig):
         if self.redis_url.startswith(("redis+cluster://", "rediss+cluster://")):
             from schemas._redis import cluster_nodes
             cluster_nodes(self.redis_url)  # a ConfigError when malformed
+        else:
+            from schemas._redis import url_options_refused
+            refused = url_options_refused(self.redis_url)
+            if "cluster" in refused:
+                raise ConfigError("REDIS_URL: ?cluster= is not an option of a redis:// URL; for Redis "
+                                  "Cluster use redis+cluster://host:port[,host:port...] (rediss+cluster:// "
+                                  "for TLS)")
+            if refused:
+                raise ConfigError(f"REDIS_URL: unknown query option(s) {', '.join(refused)} (the Redis "
+                                  "client takes connection settings such as socket_timeout, "
+                                  "health_check_interval)")
         if not self.redis_url.startswith(("rediss://", "rediss+cluster://")):
             # a TLS setting with a plain-text URL would be dropped silently: refuse it instead
             tls = [name for name, on in (

@@ -110,3 +110,18 @@ def test_pinned_version_survives_a_newer_latest(tmp_path: Path) -> None:
     assert src.latest("facts") == "2024-01"
     with pytest.raises(InputNotFound):
         src.get("facts", "1999")
+
+
+def test_the_local_artifact_store_keeps_payloads_readable_by_their_owner_only(tmp_path: Path) -> None:
+    import stat
+
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    ref = store.put(b'{"prompt": "secret"}', "application/json")
+    path = store.path_for(ref.sha256)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    d = path.parent
+    while True:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+        if d == store.root:
+            break
+        d = d.parent

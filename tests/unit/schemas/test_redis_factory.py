@@ -47,3 +47,16 @@ def test_a_standalone_url_still_makes_a_standalone_client() -> None:
 def test_the_index_shard_function_is_pinned() -> None:
     assert INDEX_SHARDS == 16
     assert [index_shard(x) for x in ("run-1", "run-42", "a" * 64)] == [3, 2, 5]
+
+
+def test_a_redis_url_with_an_option_the_client_does_not_take_is_refused_by_name() -> None:
+    from schemas import ConfigError, Settings
+    from schemas._redis import url_options_refused
+
+    assert url_options_refused("redis://h:1/0?socket_timeout=3&health_check_interval=5&db=2") == []
+    assert url_options_refused("redis://h:1/0?cluster=true&zz=1") == ["cluster", "zz"]
+    with pytest.raises(ConfigError, match=r"\?cluster= .*redis\+cluster://"):
+        Settings.from_env({"REDIS_URL": "redis://127.0.0.1:6379/0?cluster=true"})
+    with pytest.raises(ConfigError, match=r"unknown query option.*bogus"):
+        Settings.from_env({"REDIS_URL": "rediss://127.0.0.1:6379/0?bogus=1"})
+    assert Settings.from_env({"REDIS_URL": "redis://127.0.0.1:6379/0?socket_timeout=3"}).redis_url.endswith("=3")
