@@ -32,7 +32,7 @@ import abc
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ import redis.asyncio
 
 from producers._keys import canonical_json
 from producers._redis_io import Lua, Steps, arun, run
+from projections._marker import READY, marker_key, parse_marker
 from schemas._redis import index_shard, is_cluster
 from schemas._types import EffectStatus, now_ms
 from schemas.errors import RunlogError
@@ -199,10 +200,14 @@ class RedisEffectLedger(EffectLedger):
     """
 
     def __init__(self, client: redis.Redis, prefix: str, *,
-                 aclient: redis.asyncio.Redis | None = None, waits: Any = None) -> None:
+                 aclient: redis.asyncio.Redis | None = None, waits: Any = None,
+                 effects_topic: Callable[[str], LedgerEntry | None] | None = None) -> None:
         self._r = client
         self._ar = aclient
         self.prefix = prefix
+        self.effects_topic = effects_topic
+        """Looks a key up in the compacted effects topic (:class:`~producers._ledger_topic.EffectsTopic`)
+        when Redis has neither its claim nor a ready projection; None: Redis is the only source."""
         self.waits = waits
         """:func:`~producers._redis_io.replica_waits`: a claim is answered once a replica holds it (None:
         never waits). A claim a failover could take back would let another run execute the effect."""
@@ -241,6 +246,8 @@ class RedisEffectLedger(EffectLedger):
     def _opened(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
         dk = entry.delivery_key
         proj = yield from self._projected(dk)
+        if proj is None and self.effects_topic is not None:
+            proj = yield from self._from_topic(entry)
         if proj is not None and not _decide(proj, entry) \
                 and (yield lambda c: c.get(self.claim_key(dk))) is None:
             return proj  # known to the log (projected), not to the claims, and it holds the key by their rule
@@ -248,6 +255,21 @@ class RedisEffectLedger(EffectLedger):
                                                [entry.to_json(), entry.run_id, entry.call_id or ""],
                                                self.waits, self._r)
         return None if raw is None else LedgerEntry.from_json(dk, raw)
+
+    def _from_topic(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
+        """Neither claim nor projection knows the key: when no ready projection says it is unknown
+        (Redis lost its data, or is being rebuilt), the compacted effects topic is asked."""
+        assert self.effects_topic is not None
+        dk = entry.delivery_key
+        if (yield lambda c: c.exists(self.claim_key(dk))):
+            return None  # the claim decides
+        marker = parse_marker((yield lambda c: c.hgetall(marker_key(self.prefix))))
+        if marker is not None and marker.state == READY:
+            return None  # a whole projection that lacks the key: the log has no such effect
+        found = self.effects_topic(dk)
+        if found is None or (found.run_id == entry.run_id and not found.done):
+            return None  # unknown, or this run's own open effect (a resume): the claim is taken
+        return found
 
     def _closed(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
                 external_id: str | None) -> Steps[None]:

@@ -12,6 +12,7 @@ from producers._core import _EXECUTE_DOC, RunResult, _RunnerCore
 from producers._inputs import InputSource
 from producers._lease import LeaseManager, RedisLeaseManager
 from producers._ledger import EffectLedger, RedisEffectLedger
+from producers._ledger_topic import EffectsTopic
 from producers._log import EventLog
 from producers._protocol import (
     drive,
@@ -73,14 +74,15 @@ class Runner(_RunnerCore):
         w = writer or RunWriter(settings, metrics_registry=metrics_registry)
         beat = redis_client(settings, max_connections=2, timeout=30)  # never behind the run threads
         waits = replica_waits(client, settings)  # durable claims wait for a replica where there is one
+        topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat, waits=waits)
         r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, waits=waits),
-                ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits),
+                ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits, effects_topic=topic),
                 run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix), tracer=tracer)
-        r._owned = [beat, leases, client] + ([w] if own_writer else [])
+        r._owned = [topic, beat, leases, client] + ([w] if own_writer else [])
         return r
 
     def close(self) -> None:

@@ -126,3 +126,65 @@ def test_the_async_face_makes_no_sync_round_trip(settings: Settings, redis_clien
 def test_claims_live_in_the_delivery_keys_slot(settings: Settings, redis_client: redis.Redis) -> None:
     ledger = RedisEffectLedger(redis_client, settings.redis_prefix)
     assert ledger.claim_key(DK) == f"{settings.redis_prefix}:{{{DK}}}:effect"
+
+
+# -- Redis lost its claims and projection: the compacted effects topic answers (issue 24, item 5) ----
+
+
+def _entry(dk: str, run: str, call: str) -> LedgerEntry:
+    return LedgerEntry(dk, run, call, EffectStatus.INTENT, None, None, "charge")
+
+
+def _publish_effect(settings: Settings, dk: str, run_id: str, status: EffectStatus,
+                    external_id: str | None) -> None:
+    """One effects-topic record, as the projector publishes it (key: the delivery key)."""
+    from confluent_kafka import Producer
+
+    from schemas import Codec, Topics
+    from schemas._types import Effect
+
+    p = Producer(settings.producer_config())
+    eff = Effect(dk, run_id, "cards:charges", status, 3, 1_700_000_000_000, external_id, "charge", "pay")
+    p.produce(Topics.of(settings).effects, key=dk.encode(), value=Codec.from_settings(settings).encode(eff))
+    assert p.flush(30) == 0
+
+
+def test_a_key_redis_lost_is_found_done_in_the_effects_topic(topics: Settings,
+                                                             redis_client: redis.Redis) -> None:
+    from producers._ledger_topic import EffectsTopic
+    from projections._marker import marker_key
+
+    dk = "e" * 64
+    _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")
+    _publish_effect(topics, "f" * 64, "run-a", EffectStatus.INTENT, None)
+    topic = EffectsTopic(topics)
+    try:
+        ledger = RedisEffectLedger(redis_client, topics.redis_prefix, effects_topic=topic)
+        # no claim, no projection, no marker (Redis lost everything): the topic says done in run-a
+        found = ledger.open(_entry(dk, "run-b", "c1"))
+        assert found is not None and found.done and found.run_id == "run-a" and found.external_id == "ch-1"
+        assert found.source == "effects_topic"
+        assert redis_client.get(ledger.claim_key(dk)) is None  # nothing claimed
+        # open in run-a per the topic: in doubt for another run, the run's own for run-a (a resume)
+        other = ledger.open(_entry("f" * 64, "run-b", "c1"))
+        assert other is not None and other.status is EffectStatus.INTENT and other.run_id == "run-a"
+        assert ledger.open(_entry("f" * 64, "run-a", "c9")) is None
+        # a key the topic does not hold is claimed as before; the topic's partition was read once
+        read = topic.records_read
+        assert ledger.open(_entry("a" * 64, "run-b", "c2")) is None
+        assert topic.records_read - read <= 2
+        # a ready projection is whole: a key it lacks is unknown, the topic is not asked
+        redis_client.hset(marker_key(topics.redis_prefix), mapping={"gen": "g1", "state": "ready"})
+        read = topic.records_read
+        assert ledger.open(_entry("b" * 64, "run-b", "c3")) is None
+        assert topic.records_read == read
+    finally:
+        topic.close()
+
+
+def test_without_the_topic_the_same_loss_lets_a_second_run_claim_a_done_effect(
+        topics: Settings, redis_client: redis.Redis) -> None:
+    """The control: Redis alone cannot tell, and hands the key to the second run."""
+    dk = "e" * 64
+    _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")
+    assert RedisEffectLedger(redis_client, topics.redis_prefix).open(_entry(dk, "run-b", "c1")) is None
