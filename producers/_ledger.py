@@ -40,7 +40,7 @@ import redis
 import redis.asyncio
 
 from producers._keys import canonical_json
-from producers._redis_io import Lua, Steps, arun, run
+from producers._redis_io import Lua, Steps, arun, pipelined, run
 from projections._marker import READY, marker_key, parse_marker
 from schemas._redis import index_shard, is_cluster
 from schemas._types import EffectStatus, now_ms
@@ -245,9 +245,10 @@ class RedisEffectLedger(EffectLedger):
 
     def _opened(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
         dk = entry.delivery_key
-        proj = yield from self._projected(dk)
-        if proj is None and self.effects_topic is not None:
-            proj = yield from self._from_topic(entry)
+        if self.effects_topic is None:
+            proj = yield from self._projected(dk)
+        else:
+            proj = yield from self._projected_or_topic(entry)
         if proj is not None and not _decide(proj, entry) \
                 and (yield lambda c: c.get(self.claim_key(dk))) is None:
             return proj  # known to the log (projected), not to the claims, and it holds the key by their rule
@@ -256,14 +257,20 @@ class RedisEffectLedger(EffectLedger):
                                                self.waits, self._r)
         return None if raw is None else LedgerEntry.from_json(dk, raw)
 
-    def _from_topic(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
-        """Neither claim nor projection knows the key: when no ready projection says it is unknown
-        (Redis lost its data, or is being rebuilt), the compacted effects topic is asked."""
+    def _projected_or_topic(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
+        """The projected entry, in the same round trip as the claim's existence and the namespace
+        marker. Neither claim nor projection knows the key and no ready projection says it is
+        unknown (Redis lost its data, or is being rebuilt): the compacted effects topic is asked."""
         assert self.effects_topic is not None
         dk = entry.delivery_key
-        if (yield lambda c: c.exists(self.claim_key(dk))):
+        ikey, ckey, mkey = self.index_key_of(dk), self.claim_key(dk), marker_key(self.prefix)
+        raw, claimed, marker_raw = yield pipelined(
+            lambda p: (p.hget(ikey, dk), p.exists(ckey), p.hgetall(mkey)))
+        if raw is not None:
+            return LedgerEntry.from_json(dk, raw, "projection")
+        if claimed:
             return None  # the claim decides
-        marker = parse_marker((yield lambda c: c.hgetall(marker_key(self.prefix))))
+        marker = parse_marker(marker_raw)
         if marker is not None and marker.state == READY:
             return None  # a whole projection that lacks the key: the log has no such effect
         found = self.effects_topic(dk)
