@@ -165,14 +165,17 @@ def _open_effect(state: RunState, key: str) -> EffectEntry:
 def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, external_id: str | None,
                    by: str, reason: str) -> OperatorResult:
     """Decide an in-doubt effect of a ``BLOCKED`` run: it happened (``done``, with the external
-    system's ``external_id``) or it did not (the next resume runs the tool once).
+    system's ``external_id``) or it did not (the next resume runs the tool once). A ``CANCELLED``
+    run's in-doubt effect is resolved the same way (the run stays cancelled): until then its delivery
+    key is in doubt for every other run that asks for it.
 
     Args:
         key: the effect's delivery key, or a prefix matching exactly one open effect of the run.
 
     Raises:
         OperatorRefused: empty ``by`` or ``reason``; ``done`` without ``external_id`` (or
-            ``external_id`` without ``done``); no such run; the run is not ``BLOCKED``; ``key``
+            ``external_id`` without ``done``); no such run; the run is not ``BLOCKED`` or
+            ``CANCELLED``; ``key``
             matches no open effect or several; the effects ledger records the key done with
             another external id (or done when ``done`` is false); another writer holds the lease.
     """
@@ -189,9 +192,9 @@ def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, ext
     with _runner(settings) as runner:
         for _ in range(ATTEMPTS):
             state = _load(settings, run_id)
-            if state.status is not RunStatus.BLOCKED:
+            if state.status not in (RunStatus.BLOCKED, RunStatus.CANCELLED):
                 raise OperatorRefused(f"run {run_id} is {state.status.value}, not BLOCKED: only a blocked "
-                                      "run's in-doubt effects are resolved")
+                                      "(or cancelled) run's in-doubt effects are resolved")
             eff = _open_effect(state, key)
             dk = eff.delivery_key
             known = runner.ledger.lookup(dk) if runner.ledger is not None else None
@@ -231,11 +234,14 @@ def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, ext
             finally:
                 session.close(release=True)
             still = [e.delivery_key for e in after.open_intents]
+            if after.status is RunStatus.CANCELLED:
+                then = "the run stays CANCELLED; other runs may now use the delivery key"
+            elif after.status is RunStatus.BLOCKED:
+                then = f"the run stays BLOCKED on {len(still)} other open effect(s)"
+            else:
+                then = "a resume continues the run"
             detail = (f"effect {_short(dk)} ({eff.tool} {eff.call_id}) resolved {decision}"
-                      + (f" with external id {ext}" if ext else "") + f" by {who}; "
-                      + (f"the run stays BLOCKED on {len(still)} other open effect(s)"
-                         if after.status is RunStatus.BLOCKED
-                         else "a resume continues the run"))
+                      + (f" with external id {ext}" if ext else "") + f" by {who}; " + then)
             return OperatorResult(run_id, "resolve", session.epoch, res.event.seq, detail, after.status.value)
     raise OperatorRefused(f"run {run_id} kept moving while resolving (tried {ATTEMPTS} times); try again")
 

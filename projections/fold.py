@@ -168,7 +168,11 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
     t = e.type
     if s.status is RunStatus.CANCELLED:
         # Terminal: an event accepted after RUN_CANCELLED (a later epoch's LEASE_ACQUIRED, say)
-        # holds its seq and changes nothing else; older epochs' events are fenced anyway.
+        # holds its seq and changes nothing else; older epochs' events are fenced anyway. Except an
+        # operator's decision of an effect it left in doubt, which closes the effect (the run stays
+        # cancelled), so the delivery key is no longer in doubt for every other run.
+        if t is EventType.EFFECT_RESOLVED and e.delivery_key is not None:
+            return _resolved(s, e)
         return s, _ACCEPTED
     if t in (EventType.RUN_STARTED, EventType.RUN_BRANCHED):
         wf = e.workflow if e.workflow is not None else s.workflow
@@ -249,7 +253,7 @@ def _resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
     ``decision=not_done``: the effect is closed ``FAILED`` (it did not happen) and the call is marked
     failed, so resume makes the call again, once. The run stays ``BLOCKED`` while another open
     effect would block it again (``NEVER`` or unknown policy), else it is ``RUNNING`` (no writer:
-    resumers continue it)."""
+    resumers continue it). A ``CANCELLED`` run stays cancelled."""
     done = e.attributes.get("decision") == "done"
     s, out = _effect(s, e, EffectStatus.DONE if done else EffectStatus.FAILED)
     if e.call_id is not None:
@@ -257,6 +261,8 @@ def _resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
             s = _update_call(s, e, CallStatus.FAILED, None)
         elif e.payload_ref is not None:
             s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+    if s.status is RunStatus.CANCELLED:
+        return s, out  # a cancelled run's in-doubt effect decided: it stays cancelled
     blocking = any(x.replay_policy in (None, ReplayPolicy.NEVER) for x in s.open_effects.values())
     if blocking:
         s = evolve_state(s, status=RunStatus.BLOCKED)

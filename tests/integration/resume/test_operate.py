@@ -492,3 +492,38 @@ def test_resolve_then_the_cli_requests_a_resume(topics: Settings, world: DemoWor
         svc.serve(stop=lambda: bool(svc.outcomes), idle_exit_s=60)
     assert [o.result for o in svc.outcomes] == ["completed"]
     assert world.stats()["charges"] == 0
+
+
+def test_a_cancelled_runs_in_doubt_charge_is_resolved_and_frees_the_key_for_another_run(
+        topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
+    """Issue 24, item 5: an in-doubt effect of a cancelled run could never be resolved, so every later
+    run asking for its delivery key stayed in doubt for good."""
+    from schemas.errors import EffectInDoubt
+
+    run_id, dk = _blocked_on_charge(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
+    cancel_run(topics, run_id, by="ann", reason="the customer gave up")
+    app = orders_app(world.client)
+    wf = app.registry.get("orders")
+    with Runner.from_settings(topics, source=app.source) as runner, pytest.raises(EffectInDoubt):
+        runner.run(wf, {"order": "o-1", "mode": "fixed"})  # same order: same delivery key, held in doubt
+    assert world.stats()["charges"] == 0
+
+    cli = _runlog(topics, "resolve", run_id, "--effect", dk[:20], "--not-done", "--by", "bob", "--reason",
+                  "the provider has no such charge", "--json", cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    doc = json.loads(cli.stdout)
+    assert (doc["status"], doc["resume_requested"]) == ("CANCELLED", False)
+    assert "stays CANCELLED" in doc["detail"]
+    history = accepted(log_of(topics, run_id))
+    assert history[-1].event.type is EventType.EFFECT_RESOLVED
+    assert history[-1].state.status is RunStatus.CANCELLED and not history[-1].state.open_intents
+    assert _ledger(topics, dk).status is EffectStatus.FAILED
+    entries, _ = _audit_entries(topics, run_id, EventType.EFFECT_RESOLVED)
+    assert [(e["by"], e["decision"]) for e in entries] == [("bob", "not_done")]
+
+    with Runner.from_settings(topics, source=app.source) as runner:
+        assert runner.run(wf, {"order": "o-1", "mode": "fixed"}).completed
+    assert world.stats()["charges"] == 1
+    # once decided it is no longer open: a second resolution is refused
+    with pytest.raises(OperatorRefused, match="no open effect"):
+        resolve_effect(topics, run_id, dk, done=False, external_id=None, by="bob", reason=WHY)
