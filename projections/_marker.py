@@ -8,9 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["READY", "REBUILDING", "Marker", "marker_key", "parse_marker", "state_key"]
+__all__ = ["READY", "REBUILDING", "REPLAYING", "WRITABLE", "Marker", "marker_key", "parse_marker",
+           "state_key"]
 
-READY, REBUILDING = "ready", "rebuilding"
+READY, REBUILDING, REPLAYING = "ready", "rebuilding", "replaying"
+"""``ready``: the namespace holds every event up to what the projector consumed. ``rebuilding``: a
+rebuild from the log runs (applies are refused). ``replaying``: a projector group with no committed
+offsets started on a topic that already held events and is consuming it from the start; it writes,
+but the namespace is not whole until the group's commits reach the high watermarks it started at
+(the marker's ``until`` field), so readers must not take a missing run for an unknown one."""
+
+WRITABLE = (READY, REPLAYING)
+"""The marker states a projector writes under."""
 
 
 @dataclass(frozen=True)

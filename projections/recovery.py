@@ -29,7 +29,7 @@ from typing import TextIO
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from projections._marker import READY
+from projections._marker import WRITABLE
 from projections.batch import BatchProjector
 from projections.rebuild import RebuildReport, replay_into
 from projections.redis_store import ProjectionLost, RedisStore
@@ -83,7 +83,7 @@ def recover(
     deadline = time.monotonic() + timeout_s
     while True:
         marker = store.marker()
-        if marker is not None and marker.state == READY:
+        if marker is not None and marker.state in WRITABLE:  # whole, or a replay that goes on
             store.adopt(marker.gen)
             if core is not None:
                 core.forget()

@@ -40,13 +40,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from projections._layout import apply_argv, state_from_hash
-from projections._marker import READY, REBUILDING, Marker, marker_key, parse_marker, state_key
+from projections._marker import (
+    READY,
+    REBUILDING,
+    REPLAYING,
+    WRITABLE,
+    Marker,
+    marker_key,
+    parse_marker,
+    state_key,
+)
 from projections._replicas import ReplicaWaits
 from projections._sharded import (
     LOST,
@@ -100,6 +109,14 @@ class RedisStore(ShardedIndexes):
         self._release = client.register_script(TOKEN_RELEASE)
         self._drop_marker = client.register_script(
             "if redis.call('HGET', KEYS[1], 'gen') == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+            "return 0")
+        self._begin_replay = client.register_script(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+            "redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'state', ARGV[2], 'until', ARGV[3]) return 1")
+        self._finish_replay = client.register_script(
+            "if redis.call('HGET', KEYS[1], 'gen') == ARGV[1] "
+            "and redis.call('HGET', KEYS[1], 'state') == ARGV[2] then "
+            "redis.call('HSET', KEYS[1], 'state', ARGV[3]) redis.call('HDEL', KEYS[1], 'until') return 1 end "
             "return 0")
         self.cluster = is_cluster(client)
         self._source = lua("cluster_apply.lua") if self.cluster else apply_script()
@@ -200,10 +217,45 @@ class RedisStore(ShardedIndexes):
             except redis.RedisError as err:
                 raise ProjectionStoreError(f"creating the namespace marker failed: {err}") from err
             m = self.marker()
-            if m is None or m.state != READY:
+            if m is None or m.state not in WRITABLE:
                 raise ProjectionLost(f"namespace {self.prefix!r} is being rebuilt")
             self._gen = m.gen
         return self._gen
+
+    def begin_replay(self, until: Mapping[int, int]) -> str | None:
+        """Create the namespace's marker as ``replaying`` until the group's commits reach ``until``
+        (partition -> offset), under a new generation this store adopts; None when a marker exists
+        already (another member made it, or the namespace is not new)."""
+        gen = uuid.uuid4().hex
+        doc = json.dumps({str(p): o for p, o in sorted(until.items())})
+        try:
+            made = int(self._begin_replay(keys=[self.marker_key], args=[gen, REPLAYING, doc]))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"creating the namespace marker failed: {err}") from err
+        if not made:
+            return None
+        self._gen = gen
+        return gen
+
+    def replay_until(self) -> tuple[str, dict[int, int]] | None:
+        """``(generation, until)`` of a ``replaying`` marker; None for any other state."""
+        try:
+            raw = self.client.hgetall(self.marker_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
+        m = parse_marker(raw)
+        if m is None or m.state != REPLAYING:
+            return None
+        until = raw.get(b"until") or raw.get("until") or b"{}"
+        doc = json.loads(until)
+        return m.gen, {int(p): int(o) for p, o in doc.items()}
+
+    def finish_replay(self, gen: str) -> bool:
+        """Mark the namespace ``ready`` if it is still replaying under ``gen``."""
+        try:
+            return int(self._finish_replay(keys=[self.marker_key], args=[gen, REPLAYING, READY])) == 1
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"marking namespace {self.prefix!r} ready failed: {err}") from err
 
     def adopt(self, gen: str | None) -> None:
         """Write under ``gen`` from now on (None: look the marker up again on next use)."""

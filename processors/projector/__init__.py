@@ -169,6 +169,33 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         if lost_at_start(settings, store, o.app_id):
             m.recoveries.labels("lost_at_start").inc()
             recover(settings, store, core)
+            return
+        if store.marker() is None:
+            replay_if_topic_holds_events()
+
+    def replay_if_topic_holds_events() -> None:
+        # A new namespace, and a group with no commits, on a topic that holds events already: the
+        # namespace is not whole until the group has consumed up to where the topic was now, so
+        # it is marked replaying (readers ask the log) instead of ready at the first write.
+        from projections.log_reader import LogReader
+
+        with LogReader(settings, names.events, name="runlog-projector-start") as reader:
+            marks = reader.watermarks()
+        until = {p: high for p, (low, high) in marks.items() if high > low}
+        if until and store.begin_replay(until) is not None:
+            log.warning("projection namespace %r is new and the events topic holds %d records: replaying "
+                        "them; the namespace reads as not ready until the group's commits reach them",
+                        store.prefix, sum(marks[p][1] - marks[p][0] for p in until))
+
+    def check_replay() -> None:
+        pending = store.replay_until()
+        if pending is None:
+            return
+        gen, until = pending
+        got = committed(sorted(until))
+        if all(got.get(p, -1) >= off for p, off in until.items()) and store.finish_replay(gen):
+            log.warning("projection namespace %r has replayed the events topic up to where it was when "
+                        "the replay began: ready", store.prefix)
 
     async def send_outputs(cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
         sent: list[Awaitable[Any]] = []
@@ -265,8 +292,12 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
             lags.append((tp.partition, None if hw is None else max(hw - done.get(tp.partition, -1) - 1, 0)))
         m.set_lag(lags)  # revoked partitions drop out
 
+    async def replay_done() -> None:
+        await asyncio.get_running_loop().run_in_executor(worker, check_replay)
+
     app.agent(events, name="project")(project)
     app.timer(o.lag_every)(lag)
+    app.timer(1.0)(replay_done)
     return app
 
 

@@ -231,3 +231,41 @@ def test_a_projector_started_on_an_emptied_namespace_rebuilds_it_before_consumin
     marker = store.marker()
     assert marker is not None and marker.state == "ready"
     assert not lost_at_start(topics, store, app_id)
+
+
+def test_a_new_group_on_a_topic_with_history_reads_as_not_ready_until_it_has_caught_up(
+    topics: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 24, item 5: a projector with a new group on an existing topic marked the namespace ready at
+    its first write, while it was still replaying; a keyed retry in that window took a run missing from
+    Redis for an unknown one instead of asking the log."""
+    from producers._runs import RunKeys
+    from projections._marker import READY, REPLAYING
+
+    runs = many_runs(300, 40)
+    produce(topics, interleave(runs))
+    store = RedisStore(redis_client, topics.redis_prefix)
+    keys = RunKeys(redis_client, topics.redis_prefix)
+    assert store.marker() is None
+    proc = start_projector(topics, f"{topics.topic_prefix}fresh", log=tmp_path / "p.log")
+    seen: list[tuple[str, bool | None, int]] = []
+    try:
+        def ready() -> bool:
+            m = store.marker()
+            if m is None:
+                return False
+            states = sum(1 for _ in redis_client.scan_iter(match=f"{topics.redis_prefix}:{{*}}:state",
+                                                           count=1000)) if m.state == READY else -1
+            seen.append((m.state, keys.known("no-such-run"), states))
+            return m.state == READY
+
+        assert wait_until(ready, 180, every=0.05), f"never ready: {seen[-3:]}"
+    finally:
+        stop(proc)
+    assert seen[0][0] == REPLAYING, seen[:3]
+    # while replaying, a run Redis does not hold is not known to be absent (ask the log)
+    assert all(known is None for state, known, _ in seen if state == REPLAYING)
+    # ready only once every run is projected, and then a missing run is known absent
+    assert seen[-1] == (READY, False, 300)
+    ref = reference(topics, redis_client)
+    assert diff_namespaces(redis_client, topics.redis_prefix, ref) == []
