@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable
@@ -154,6 +155,10 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         on_rebalance(assigned)
+        mine = sorted(tp.partition for tp in assigned if tp.topic == names.events)
+        # one line a supervisor or a person can wait for: the member is in the group and consuming
+        print(f"runlog project: group {settings.group_id(o.app_id)} assigned {len(mine)} partition(s) "
+              f"of {names.events}: {mine}", file=sys.stderr, flush=True)
 
     app.on_partitions_revoked.connect(on_revoked)
     app.on_partitions_assigned.connect(on_assigned)
@@ -303,11 +308,16 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
 
 def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> int:
     """Run the projector until it is stopped (SIGINT/SIGTERM); returns an exit code."""
+    o = opts or ProjectorOptions()
     metrics = ProjectorMetrics()
     server = MetricsServer(metrics.registry, settings.metrics_port) if settings.metrics_port else None
     try:
-        app = build_app(settings, opts, metrics)
-        worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+        app = build_app(settings, o, metrics)
+        worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
+        if not sys.stdout.isatty():
+            worker.spinner = None  # its cursor escapes would be all a log file gets
+        print(f"runlog project: starting: group {settings.group_id(o.app_id)} on "
+              f"{Topics.of(settings).events}", file=sys.stderr, flush=True)
         worker.execute_from_commandline()
     finally:
         if server is not None:

@@ -269,3 +269,20 @@ def test_a_new_group_on_a_topic_with_history_reads_as_not_ready_until_it_has_cau
     assert seen[-1] == (READY, False, 300)
     ref = reference(topics, redis_client)
     assert diff_namespaces(redis_client, topics.redis_prefix, ref) == []
+
+
+def test_the_projector_says_when_it_is_consuming_and_stops_cleanly_on_sigterm(
+    topics: Settings, tmp_path: Path
+) -> None:
+    log = tmp_path / "p.log"
+    proc = start_projector(topics, f"{topics.topic_prefix}said", log=log)
+    try:
+        assert wait_until(lambda: "assigned 12 partition(s)" in log.read_text(), 60, every=0.2), \
+            log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0  # a supervisor sees a clean stop
+    finally:
+        stop(proc)
+    text = log.read_text()
+    assert text.startswith(f"runlog project: starting: group {topics.topic_prefix}")
+    assert "\x1b[" not in text  # no terminal escapes in a log file
