@@ -42,7 +42,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPEAT = int(os.environ.get("RUNLOG_MEMBERSHIP_REPEAT", "1"))
 FAULTS = ("join_leave", "sigterm", "sigkill", "sigstop")
 ENTRIES: list[PointEntry] = []
-"""This module's points of the report's ``membership`` section (written after each scenario)."""
+"""The points of the report's ``membership`` section, the projector's and the resumer's (written after
+each scenario)."""
+
+
+def record(report: Path, entry: PointEntry) -> None:
+    """Put ``entry`` in the ``membership`` section (replacing an earlier run of the same point)."""
+    ENTRIES[:] = [e for e in ENTRIES if e.point != entry.point] + [entry]
+    write_section(report, "membership", ENTRIES)
 
 
 class Stream:
@@ -154,8 +161,7 @@ def test_projector_group_members_join_leave_die_and_pause_under_a_stream(
         entry.checks = {"survivors_alive": all(_alive(m) for m in survivors), "projection_equal": not diff,
                         "fresh_member_equal": not again}
         entry.conclude("converged", started)
-        ENTRIES[:] = [e for e in ENTRIES if e.point != entry.point] + [entry]
-        write_section(fault_report, "membership", ENTRIES)
+        record(fault_report, entry)
         assert diff == [], f"the projection differs from a rebuild of the log: {diff[:10]}"
         assert again == [] and diff_namespaces(redis_client, topics.redis_prefix, ref) == []
     finally:
