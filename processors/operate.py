@@ -22,7 +22,8 @@ retry`` and the console call them.
 * :func:`retry_run` resumes a ``FAILED`` run from its last checkpoint at a new epoch (the failed
   stage runs again from its start; recorded results of its calls are reused, the failed call is
   made again). A run whose last failure is terminal (``ErrorInfo.retryable`` false) needs
-  ``force``.
+  ``force``. It also resumes a ``BLOCKED`` run whose cause a person fixed (no in-doubt effect
+  left): resumers leave a blocked run alone.
 
 Every refusal raises :class:`OperatorRefused` before anything is appended.
 """
@@ -42,7 +43,7 @@ from producers._runlog import KafkaRunLog
 from producers._session import RunSession
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail
 from projections._state import EffectEntry
-from schemas import EffectStatus, ErrorInfo, EventType, RunlogError, Settings
+from schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings
 
 if TYPE_CHECKING:
     from processors.resume import App, ResumeOutcome
@@ -284,15 +285,18 @@ def cancel_run(settings: Settings, run_id: str, *, by: str, reason: str) -> Oper
 
 def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool = False,
               reason: str = "") -> ResumeOutcome:
-    """Resume a ``FAILED`` run from its last checkpoint at a new epoch (in this process).
+    """Resume a ``FAILED`` run from its last checkpoint at a new epoch (in this process); or a
+    ``BLOCKED`` one whose cause a person fixed (artifacts restored, the run's workflow deployed
+    again): a plain resume leaves a blocked run alone, this is the person's decision on the log.
 
     The failed stage runs again from its start: recorded results of the calls before the
     failure are reused, the failed call is made again. ``LEASE_ACQUIRED`` carries
     ``operator`` = ``by``, ``action`` = ``retry`` (``retry --force`` when forced) and ``reason``.
 
     Raises:
-        OperatorRefused: empty ``by``; no such run; the run is not ``FAILED``; its last failure
-            is terminal (not retryable) and ``force`` is false.
+        OperatorRefused: empty ``by``; no such run; the run is not ``FAILED`` or ``BLOCKED``; a
+            failed run's last failure is terminal (not retryable) and ``force`` is false; a blocked
+            run has in-doubt effects (``runlog resolve`` decides them).
     """
     from processors.resume import Resumer, UnknownRun
 
@@ -302,11 +306,17 @@ def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool
             state, _ = r.load(run_id)
         except UnknownRun as err:
             raise OperatorRefused(str(err)) from err
-        if state.status is not RunStatus.FAILED:
-            raise OperatorRefused(f"run {run_id} is {state.status.value}, not FAILED: only a failed run is "
-                                  "retried (a crashed one is resumed: runlog resume)")
+        if state.status not in (RunStatus.FAILED, RunStatus.BLOCKED):
+            raise OperatorRefused(f"run {run_id} is {state.status.value}, not FAILED or BLOCKED: only a "
+                                  "failed or blocked run is retried (a crashed one is resumed: runlog "
+                                  "resume)")
+        doubt = [e.delivery_key for e in state.open_effects.values()
+                 if e.replay_policy in (None, ReplayPolicy.NEVER)]
+        if state.status is RunStatus.BLOCKED and doubt:
+            raise OperatorRefused(f"run {run_id} is blocked on {len(doubt)} in-doubt effect(s) "
+                                  f"({', '.join(_short(k) for k in doubt)}): resolve them (runlog resolve)")
         last = state.last_error
-        if not force and (last is None or not last.retryable):
+        if state.status is RunStatus.FAILED and not force and (last is None or not last.retryable):
             what = "an unknown error" if last is None else f"{last.kind}: {last.message[:200]}"
             raise OperatorRefused(f"run {run_id} failed with a terminal error ({what}); a retry may fail "
                                   "the same way: pass --force to retry it anyway")

@@ -69,7 +69,7 @@ def signal_run(settings: Settings, run_id: str, name: str, data: Any, *, by: str
                                  payload_ref=ref, attributes={"signal": name, "by": by, "reason": reason})
         finally:
             session.close(release=True)
-        r.writer.request_resume(run_id, f"signal {name} from {by}")
+        r.writer.request_resume(run_id, f"signal {name} from {by}", seen_epoch=session.epoch)
     finally:
         if own:
             r.close()

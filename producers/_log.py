@@ -53,8 +53,10 @@ class EventLog(abc.ABC):
         """Push what is queued out now, until ``done`` is set; whether it was within ``timeout`` s."""
 
     @abc.abstractmethod
-    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
-        """Ask the resumers to resume ``run_id`` (acknowledged before returning).
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0, *,
+                       seen_epoch: int | None = None) -> None:
+        """Ask the resumers to resume ``run_id`` (acknowledged before returning). ``seen_epoch``: the
+        run's epoch the caller saw or wrote at; a resumer finding a later one does nothing.
 
         Raises:
             DeliveryError: the request was not stored.

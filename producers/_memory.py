@@ -113,9 +113,10 @@ class InMemoryEventLog(EventLog, RunLog):
     def send_now(self, done: threading.Event, timeout: float) -> bool:
         return done.wait(timeout)  # every report was given inside produce
 
-    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0, *,
+                       seen_epoch: int | None = None) -> None:
         with self._lock:
-            self.resume_requests.append(ResumeRequest(run_id, now_ms(), reason, self.writer_id))
+            self.resume_requests.append(ResumeRequest(run_id, now_ms(), reason, self.writer_id, seen_epoch))
 
     def close(self, timeout: float = 30.0) -> None:
         self.closed = True

@@ -160,10 +160,13 @@ class RunWriter(EventLog):
             except BufferError:
                 time.sleep(0.01)  # the poll thread drains delivery reports
 
-    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0) -> None:
-        """Append a ``ResumeRequest`` for ``run_id`` to the resume topic and wait for its acknowledgement."""
+    def request_resume(self, run_id: str, reason: str, timeout: float = 30.0, *,
+                       seen_epoch: int | None = None) -> None:
+        """Append a ``ResumeRequest`` for ``run_id`` to the resume topic and wait for its acknowledgement;
+        ``seen_epoch``: the run's epoch as the caller last wrote or saw it (a resumer finding a later
+        one does nothing)."""
         send_resume_request(self._producer, self._ce_resume, self.codec,
-                            ResumeRequest(run_id, now_ms(), reason, self.writer_id),
+                            ResumeRequest(run_id, now_ms(), reason, self.writer_id, seen_epoch),
                             topic=Topics.of(self.settings).resume, timeout=timeout, wait=self._flush_until)
 
     def send_now(self, done: threading.Event, timeout: float) -> bool:

@@ -78,6 +78,7 @@ class ClientConfig:
     redis_ssl_keyfile: str | None
     redis_ssl_key_password: str | None
     redis_ssl_check_hostname: bool
+    group_instance_id: str | None
 
     def group_id(self, name: str) -> str:
         """The consumer group id for ``name``: ``<topic_prefix><name>``, so a tenant's ACLs can be
@@ -130,6 +131,17 @@ class ClientConfig:
             }
         )
         conf.update(overrides)
+        return conf
+
+    def member_config(self, group_id: str, overrides: Mapping[str, Any] | None = None, *,
+                      instance_suffix: str = "") -> dict[str, Any]:
+        """:meth:`consumer_config` for a long-lived member of a consumer group: with
+        ``group.instance.id`` = :attr:`group_instance_id` + ``instance_suffix`` when
+        ``RUNLOG_GROUP_INSTANCE_ID`` is set (static membership), else a dynamic member. A process
+        with several group consumers gives each its own suffix (the ids must be unique per group)."""
+        conf = self.consumer_config(group_id, **(overrides or {}))
+        if self.group_instance_id is not None:
+            conf["group.instance.id"] = self.group_instance_id + instance_suffix
         return conf
 
     def admin_config(self) -> dict[str, Any]:

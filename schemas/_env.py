@@ -41,6 +41,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
      " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),
     ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
+    ("RUNLOG_GROUP_INSTANCE_ID", "", "static membership: the resumer consumer's `group.instance.id`;"
+     " unique per member and stable across its restarts (e.g. the pod name); a process with several"
+     " consumers suffixes it per group. Unset: dynamic membership"),
     ("RUNLOG_REDIS_USERNAME", "", "Redis ACL user (instead of putting it in REDIS_URL)"),
     ("RUNLOG_REDIS_PASSWORD", "", "Redis AUTH password (instead of putting it in REDIS_URL)"),
     ("RUNLOG_REDIS_SSL_CA_CERTS", "", "rediss:// only: CA file (PEM) that verifies the Redis server"
@@ -144,6 +147,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
         resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
         sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
+        group_instance_id=e.get("RUNLOG_GROUP_INSTANCE_ID", "").strip() or None,
         fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
     )
@@ -185,6 +189,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_REDIS_SSL_KEYFILE": f["redis_ssl_keyfile"],
         "RUNLOG_REDIS_SSL_KEY_PASSWORD": f["redis_ssl_key_password"],
         "RUNLOG_CONSOLE_TOKEN": f["console_token"],
+        "RUNLOG_GROUP_INSTANCE_ID": f["group_instance_id"],
     }
     env.update({k: v for k, v in optional.items() if v})
     for key, value in f["kafka_extra"].items():

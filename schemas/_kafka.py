@@ -1,5 +1,5 @@
-"""Small confluent-kafka helpers every reader shares: watermarks that survive a leader moving, and
-the events topic's partition count."""
+"""Small confluent-kafka helpers every reader shares: watermarks that survive a leader moving, the
+events topic's partition count, and which commit errors only mean the consumer group moved on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from schemas.errors import ConfigError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
-__all__ = ["RETRIABLE_METADATA_ERRORS", "partitions_of", "watermarks"]
+__all__ = ["REBALANCE_COMMIT_ERRORS", "RETRIABLE_METADATA_ERRORS", "commit_refused_by_rebalance",
+           "partitions_of", "watermarks"]
 
 RETRIABLE_METADATA_ERRORS = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -26,6 +27,30 @@ RETRIABLE_METADATA_ERRORS = frozenset({
 })
 """Errors a metadata or offset request gets while a just-created topic elects its leaders, or a
 partition's leadership moves: worth asking again until the deadline."""
+
+
+REBALANCE_COMMIT_ERRORS = frozenset({
+    KafkaError.ILLEGAL_GENERATION,  # a rebalance gave the group a new generation since the poll
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.UNKNOWN_MEMBER_ID,  # this member was removed from the group (session timed out, ...)
+    KafkaError.FENCED_INSTANCE_ID,  # a member with the same group.instance.id replaced this one
+    KafkaError.STALE_MEMBER_EPOCH,  # the KIP-848 group protocol: this member is behind, or fenced
+    KafkaError.FENCED_MEMBER_EPOCH,
+    KafkaError._ASSIGNMENT_LOST,  # librdkafka: the partitions were lost before the commit was sent
+    KafkaError._MAX_POLL_EXCEEDED,  # the member left the group: max.poll.interval.ms passed in one request
+    KafkaError._NO_OFFSET,  # nothing left to commit (the partition is no longer ours)
+})
+"""Commit errors that only say the group moved on since the record was polled (a member joined,
+left or was replaced, or this one was dropped): the offset is not stored, and the partition's
+owner now gets the record again from the last committed offset. Work that is idempotent treats
+this as ordinary (the DESIGN's "Members come and go") and goes on; every other commit error is a
+real failure."""
+
+
+def commit_refused_by_rebalance(err: BaseException) -> bool:
+    """Whether ``err`` (a ``KafkaException`` from ``Consumer.commit``) is a commit refused because
+    the consumer group moved on (:data:`REBALANCE_COMMIT_ERRORS`), not a real failure."""
+    return isinstance(err, KafkaException) and _code(err) in REBALANCE_COMMIT_ERRORS
 
 
 def _code(err: KafkaException) -> int | None:

@@ -225,3 +225,6 @@ class ResumeRequest:
     requested_at: int
     reason: str = ""
     requested_by: str | None = None
+    seen_epoch: int | None = None
+    """The run's lease epoch the requester saw: a resumer that finds a later one does nothing
+    (outcome ``superseded``). None: unknown (requests written before the field, the sweep)."""

@@ -12,6 +12,7 @@ never logged; this module validates the settings and masks their secrets.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = ["ENV_VARS", "KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "Settings", "redact_
 
 _SECRET_HINTS = ("password", "secret", "token", "key", "credential", "oauthbearer.config")
 _SR_SECRET_HINTS = (*_SECRET_HINTS, "user.info")
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,12 @@ class Settings(ClientConfig):
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
     sweep_interval_ms: int = 5000
+    group_instance_id: str | None = None
+    """Static group membership: the ``group.instance.id`` of the resumer's consumer
+    (:meth:`~schemas._client_config.ClientConfig.member_config`). Unique per member and stable
+    across its restarts (the pod name, say): a member back within the session timeout keeps its
+    partitions without a rebalance, and one gone is noticed only after that timeout. None: dynamic
+    membership (a member joins and leaves the group)."""
     fault_report: str = ".runlog/reports/faults.json"
     """Where the fault suite writes its machine-readable summary."""
     console_token: str | None = None
@@ -155,6 +163,9 @@ class Settings(ClientConfig):
             if tls:
                 raise ConfigError(f"{', '.join(tls)} set, but REDIS_URL is not rediss:// (no TLS to "
                                   f"apply them to): use a rediss:// URL or unset them")
+        if self.group_instance_id is not None and not _INSTANCE_ID.fullmatch(self.group_instance_id):
+            raise ConfigError("RUNLOG_GROUP_INSTANCE_ID must be 1 to 249 letters, digits, '.', '_' or '-' "
+                              f"(a Kafka group.instance.id), got {self.group_instance_id!r}")
         if self.redis_ssl_keyfile and not self.redis_ssl_certfile:
             raise ConfigError("RUNLOG_REDIS_SSL_KEYFILE needs RUNLOG_REDIS_SSL_CERTFILE")
         self._validate_schema_registry()

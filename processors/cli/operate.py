@@ -45,10 +45,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _who_why(p, reason_required=True)
     p.set_defaults(func=_cancel)
 
-    p = sub.add_parser("retry", help="resume a FAILED run from its last checkpoint (in this process)",
+    p = sub.add_parser("retry", help="resume a FAILED (or fixed BLOCKED) run from its last checkpoint "
+                       "(in this process)",
                        description="The failed stage runs again from its start at a new epoch: recorded "
                        "results of calls before the failure are reused, the failed call is made again. "
-                       "A run whose last failure is terminal (not retryable) needs --force.")
+                       "A run whose last failure is terminal (not retryable) needs --force. A BLOCKED run "
+                       "whose cause was fixed (artifacts restored, its workflow deployed again) is resumed "
+                       "the same way (resumers leave a blocked run alone); in-doubt effects are decided "
+                       "with runlog resolve instead.")
     p.add_argument("run_id")
     p.add_argument("--force", action="store_true", help="retry even though the failure was terminal")
     p.add_argument("--app", default=_DEMO_APP, metavar="MODULE:ATTRIBUTE",

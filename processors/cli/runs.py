@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from datetime import UTC
 from typing import Any
@@ -51,7 +53,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_resume)
 
-    p = sub.add_parser("resumer", help="run a resumer: consume resume requests as a group, sweep dead runs")
+    p = sub.add_parser(
+        "resumer", help="run a resumer: consume resume requests as a group, sweep dead runs",
+        description="Join the App's resumer group on the resume topic and sweep for dead runs. SIGTERM "
+                    "(or the end of --idle-exit) stops it cleanly: the request in hand is finished and "
+                    "committed, the consumer leaves the group, exit 0; a second SIGTERM abandons the "
+                    "request in hand uncommitted (the group's next owner of its partition gets it again). "
+                    "RUNLOG_GROUP_INSTANCE_ID makes it a static member of the group.")
     p.add_argument("--app", required=True, help="module:attribute naming a producers.App")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="stop after this long without a request (default: run forever)")
@@ -94,20 +102,24 @@ def _runs(args: argparse.Namespace) -> int:
     try:
         marker = store.marker()
         projected = marker is not None
-        ids = store.runs() if projected else []
+        whole = projected and marker is not None and marker.state == READY
+        ids = store.runs() if whole else []
         states = store.load_states(ids) if ids else {}
     finally:
         store.client.close()
     rows: list[RunState] = [states[i] for i in ids if i in states]
-    if ids and marker is not None and marker.state != READY:
-        print(f"runlog runs: the projection is marked {marker.state!r} (prefix {settings.redis_prefix!r}: "
-              "a rebuild --swap is moving it, or one stopped midway): a run may be listed under an old "
-              "status; `runlog show RUN` reads its log", file=sys.stderr)
     if not ids:
-        why = ("no projector has written the projection" if not projected
-               else "the projection lists no runs")
-        print(f"runlog runs: listed from the events topic: {why} in Redis (prefix "
-              f"{settings.redis_prefix!r}); start `runlog project` to keep it", file=sys.stderr)
+        where = f"prefix {settings.redis_prefix!r}"
+        if marker is not None and not whole:  # a swap moving it, a rebuild, a replay: not the truth
+            print(f"runlog runs: listed from the events topic: the projection ({where}) is marked "
+                  f"{marker.state!r} (a rebuild or a swap is moving it, one stopped midway, or a new "
+                  "projector is replaying the log), so its indexes are not read until it is ready",
+                  file=sys.stderr)
+        else:
+            why = ("no projector has written the projection" if not projected
+                   else "the projection lists no runs")
+            print(f"runlog runs: listed from the events topic: {why} in Redis ({where}); start "
+                  "`runlog project` to keep it", file=sys.stderr)
         rows = sorted(runs_from_log(settings).values(), key=lambda s: (s.updated_at, s.run_id))
     if args.status:
         rows = [s for s in rows if s.status.value == args.status]
@@ -255,12 +267,17 @@ def _unknown(run_id: str, what: str) -> int:
 def _resume(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if not args.dry_run:
+        from processors.operate import load_run
         from processors.resume import request_resume
 
-        if not _run_known(settings, args.run_id):
+        state = load_run(settings, args.run_id)  # as of the end of the log: the epoch this request sees
+        if state is None and not _run_known(settings, args.run_id):
             return _unknown(args.run_id, "nothing requested")
-        request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli")
-        print(f"resume of {args.run_id} requested on the resume topic")
+        seen = state.epoch if state is not None else None
+        request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli",
+                       seen_epoch=seen)
+        print(f"resume of {args.run_id} requested on the resume topic"
+              + (f" (run {state.status.value} at epoch {seen})" if state is not None else ""))
         return EXIT_OK
     from processors.resume import Resumer, UnknownRun, load_app
 
@@ -308,12 +325,27 @@ def _resumer(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": o.run_id, "result": o.result, "epoch": o.epoch, "detail": o.detail}),
               flush=True)
 
-    with ResumerService(settings, load_app(args.app), on_outcome=report,
-                        metrics_port=args.metrics_port) as service:
-        if service.metrics_server is not None:
-            print(f"resumer: metrics on port {service.metrics_server.port}", file=sys.stderr, flush=True)
-        handled = service.serve(idle_exit_s=args.idle_exit)
-    print(f"resumer: handled {handled} requests", file=sys.stderr)
+    stopping = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if stopping.is_set():  # asked twice: abandon the request in hand, uncommitted
+            raise KeyboardInterrupt
+        stopping.set()  # serve() returns once the request in hand is handled and committed
+        print("resumer: SIGTERM, stopping after the request in hand", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with ResumerService(settings, load_app(args.app), on_outcome=report,
+                            metrics_port=args.metrics_port) as service:
+            if service.metrics_server is not None:
+                print(f"resumer: metrics on port {service.metrics_server.port}", file=sys.stderr, flush=True)
+            print(f"resumer: serving group {service.group}", file=sys.stderr, flush=True)
+            handled = service.serve(idle_exit_s=args.idle_exit, stop=stopping.is_set)
+        # closing the service closed the consumer: it left the group
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"resumer: handled {handled} requests" + (", stopped by SIGTERM" if stopping.is_set() else ""),
+          file=sys.stderr, flush=True)
     return EXIT_OK
 
 

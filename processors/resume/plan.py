@@ -334,18 +334,30 @@ def _cancelled(state: RunState) -> str:
 
 
 def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: bool,
-                         now: int) -> Early | None:
+                         now: int, seen_epoch: int | None = None) -> Early | None:
     """The outcome of a resume decided from the run alone (None: take the lease and go on).
 
     ``not_mine`` (the App registers no workflow of the run's name), ``nothing_to_do`` (complete),
-    ``cancelled``, ``failed`` (a failed run without ``retry``), ``waiting`` (for a signal whose
-    deadline, if any, is after ``now``), ``planned`` (``dry_run``)."""
+    ``cancelled``, ``blocked`` (a blocked run without ``retry`` waits for a person: ``runlog
+    resolve``, ``runlog retry`` once the cause is fixed, or a branch moves it, a plain resume does
+    not; dry runs still plan it), ``failed`` (a failed run without
+    ``retry``), ``waiting`` (for a signal whose deadline, if any, is after ``now``),
+    ``superseded`` (the run's epoch is later than ``seen_epoch``, the one the request saw: another
+    resume or an operator moved the run since), ``planned`` (``dry_run``).
+
+    A resume is exclusive and final: every outcome here appends nothing and calls nothing, so a
+    second request for a run the first one settled (blocked, completed, ...) does no work again."""
     if state.workflow is not None and state.workflow.name not in app.registry:
         return Early("not_mine", f"workflow {state.workflow.name!r} is not registered by this App")
     if state.status is RunStatus.COMPLETED:
         return Early("nothing_to_do", "the run is complete", deactivate=not dry_run)
     if state.status is RunStatus.CANCELLED:
         return Early("cancelled", _cancelled(state), deactivate=not dry_run)
+    if state.status is RunStatus.BLOCKED and not dry_run and not retry:
+        err = state.last_error
+        why = err.message if err is not None and err.message else "no reason recorded"
+        return Early("blocked", f"the run is blocked ({why}); a person resolves it (runlog resolve), "
+                     "retries it once the cause is fixed (runlog retry) or branches it", deactivate=True)
     if state.status is RunStatus.FAILED and not retry and not dry_run:
         err = state.last_error
         return Early("failed", f"the run failed ({err.kind if err else 'unknown error'}); a person "
@@ -353,6 +365,9 @@ def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: boo
     w = state.waiting
     if state.status is RunStatus.WAITING and w is not None and (w.deadline_ms <= 0 or now < w.deadline_ms):
         return Early("waiting", f"waits for signal {w.signal!r} ({w.call_id}); nothing to do before it")
+    if seen_epoch is not None and state.epoch > seen_epoch and not dry_run:
+        return Early("superseded", f"the run is at epoch {state.epoch}, later than the {seen_epoch} this "
+                     "request saw: another resume or an operator moved it since")
     if dry_run:
         return Early("planned")
     return None

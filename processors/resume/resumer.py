@@ -110,9 +110,11 @@ def load_app(spec: str) -> App:
 
 @dataclass(frozen=True)
 class ResumeOutcome:
-    """How a resume ended: ``completed``, ``blocked``, ``contended`` (another writer holds
+    """How a resume ended: ``completed``, ``blocked`` (this resume blocked the run, or it was
+    blocked already: then nothing done, no lease taken), ``contended`` (another writer holds
     the run), ``failed`` (a stage failed; or the run had failed and was not retried: nothing
     done), ``cancelled`` (an operator cancelled the run: nothing done, no lease taken),
+    ``superseded`` (the run's epoch is later than the one the request saw: nothing done),
     ``nothing_to_do``, ``planned`` (dry run) or ``not_mine`` (the App registers no workflow of
     the run's name: nothing was done, no lease taken, nothing appended; another App's resumer
     owns the run)."""
@@ -205,15 +207,18 @@ class Resumer:
         return ResumeOutcome(run_id, early.result, plan, epoch, early.detail)
 
     def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False, retry: bool = False,
-               attributes: Mapping[str, str] | None = None) -> ResumeOutcome:
+               attributes: Mapping[str, str] | None = None, seen_epoch: int | None = None) -> ResumeOutcome:
         """Resume a run (see the module docstring). ``dry_run`` only returns the plan.
 
-        A ``CANCELLED`` run is never resumed (outcome ``cancelled``, no lease taken). A ``FAILED``
-        run is resumed only with ``retry`` (:func:`processors.operate.retry_run`, which checks the
-        failure was retryable or forced); otherwise the outcome is ``failed`` and nothing is done.
-        ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry)."""
+        A resume is exclusive and final: a ``CANCELLED`` run is never resumed (outcome
+        ``cancelled``, no lease taken, nothing appended), nor is a run whose epoch is later than
+        ``seen_epoch`` (the epoch the request saw; outcome ``superseded``). A ``FAILED`` or
+        ``BLOCKED`` run is resumed only with ``retry`` (:func:`processors.operate.retry_run`: a
+        person says the cause is fixed); otherwise the outcome is ``failed`` / ``blocked`` and
+        nothing is done. ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry)."""
         plan, state = self.plan(run_id)
-        early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms())
+        early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms(),
+                                     seen_epoch=seen_epoch)
         if early is not None:
             return self._early(run_id, early, plan, state.epoch)
         wf = state.workflow

@@ -15,10 +15,14 @@ only: two Apps with the same name both act on its runs (the lease lets one conti
 one registering another version or definition blocks them.
 
 Delivery semantics: at-least-once. A ``ResumeRequest`` is committed only after its resume
-returned (completed, blocked, failed, nothing_to_do, not_mine) or its retry was scheduled
+returned (completed, blocked, failed, nothing_to_do, superseded, not_mine) or its retry was scheduled
 (contended); a resumer that dies mid-resume leaves the request uncommitted, so another
 member of the group gets it again. Resuming twice is safe: the lease and the fold's epoch
-fencing let exactly one writer continue a run, the other backs off (``contended``).
+fencing let exactly one writer continue a run, the other backs off (``contended``); and a resume is
+final: a request handled after the run became blocked, completed, failed, cancelled or waiting, or
+after another resume took a later epoch than the request's ``seen_epoch``, appends nothing and
+calls nothing (outcomes ``blocked``, ``nothing_to_do``, ``failed``, ``cancelled``, ``waiting``,
+``superseded``). A contended run's retry keeps the ``seen_epoch`` of its requests.
 
 A request answered ``contended`` (another writer's lease is still alive, e.g. a crashed
 worker's lease that has not expired yet) is retried in memory once the lease can have
@@ -28,6 +32,17 @@ the backstop. Retries are lost when the process stops (the sweep covers them too
 
 Requests are keyed by run id, so all requests for one run land on one partition and are
 handled by one member of a group at a time.
+
+Members come and go (the DESIGN's "Motion"): the group uses the cooperative-sticky assignor, so a
+member joining or leaving moves only the partitions that change owner; a commit refused because
+the group moved on since the poll (``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``,
+``UNKNOWN_MEMBER_ID``, ... see :data:`schemas._kafka.REBALANCE_COMMIT_ERRORS`) is logged at
+WARNING with the request's partition and offset and the member goes on: the partition's new owner
+gets the request again and resumes idempotently. Any other commit error, or a fatal consumer error
+(fenced by another member with the same ``group.instance.id``), raises. With
+``RUNLOG_GROUP_INSTANCE_ID`` set the member is static (``group.instance.id``): restarted within the
+session timeout (10 s) it keeps its partitions without a rebalance. :meth:`ResumerService.close`
+closes the consumer, which leaves the group (a static member's partitions wait out the timeout).
 
 The sweeper requests the resume of runs of *its App's workflows* whose lease key is gone
 from Redis (their worker died and the lease expired): the runs of the writer-side active
@@ -56,7 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
@@ -65,7 +80,9 @@ from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
 from producers._lease import lease_key
 from projections import ProjectionStoreError, RedisStore, RunStatus
+from projections._marker import READY
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
+from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
 
 __all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id", "group_id"]
@@ -138,9 +155,15 @@ class ResumerService:
         self.active = ActiveRuns(self.redis, settings.redis_prefix)
         self.producer = Producer(settings.producer_config())
         self.group = group_id(settings, app)
-        self.consumer = Consumer(settings.consumer_config(
-            self.group, **{"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
-        self.consumer.subscribe([self.topics.resume])
+        # cooperative-sticky (consumer_config's assignor): a member joining or leaving moves only the
+        # partitions that change owner; static membership when RUNLOG_GROUP_INSTANCE_ID is set
+        self.consumer = Consumer(settings.member_config(
+            self.group, {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
+        self.partitions: frozenset[int] = frozenset()
+        """The resume topic's partitions this member owns now (kept by the rebalance callbacks, which
+        run inside :meth:`poll_once`; read it from any thread)."""
+        self.consumer.subscribe([self.topics.resume], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
         log.info("resumer group %s for workflows %s", self.group, ", ".join(sorted(app.registry.names())))
         self.on_outcome = on_outcome
         self.accept = accept
@@ -151,6 +174,7 @@ class ResumerService:
         self._retries: list[tuple[float, int, str]] = []  # (due, tie breaker, run id), a heap
         self._scheduled: set[str] = set()
         self._attempts: dict[str, int] = {}
+        self._seen: dict[str, int | None] = {}  # run id -> the epoch its pending retry's requests saw
         self._tie = itertools.count()
         self.metrics_server = MetricsServer(self.metrics.registry, metrics_port) \
             if metrics_port is not None else None
@@ -172,6 +196,28 @@ class ResumerService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- membership: partitions move as members join and leave (cooperative: only the moved ones) --
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        got = {tp.partition for tp in partitions}
+        self.partitions = self.partitions | got
+        if got:
+            log.info("resumer group %s: assigned partitions %s (now %d)", self.group, sorted(got),
+                     len(self.partitions))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        self.partitions = self.partitions - gone
+        if gone:
+            log.info("resumer group %s: revoked partitions %s (now %d)", self.group, sorted(gone),
+                     len(self.partitions))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        self.partitions = self.partitions - gone
+        log.warning("resumer group %s: lost partitions %s (this member was dropped from the group; their "
+                    "uncommitted requests go to the new owners)", self.group, sorted(gone))
+
     def lease_key(self, run_id: str) -> str:
         return lease_key(self.settings.redis_prefix, run_id)
 
@@ -181,12 +227,29 @@ class ResumerService:
         msg = self.consumer.poll(timeout)
         if msg is None:
             return None
-        if msg.error() is not None:
-            log.warning("resume topic: %s", msg.error())
+        err = msg.error()
+        if err is not None:
+            if err.fatal():  # e.g. fenced by another member with this group.instance.id: nothing more works
+                raise KafkaException(err)
+            log.warning("resume topic: %s", err)
             return None
         outcome = self._handle(msg)
-        self.consumer.commit(message=msg, asynchronous=False)
+        self._commit(msg)
         return outcome
+
+    def _commit(self, msg: Message) -> None:
+        """Commit past ``msg``. A commit refused because the group moved on since the poll (a member
+        joined, left or replaced this one: :func:`~schemas._kafka.commit_refused_by_rebalance`) is
+        logged and ignored: the partition's owner gets the request again and resumes idempotently.
+        Any other commit error raises."""
+        try:
+            self.consumer.commit(message=msg, asynchronous=False)
+        except KafkaException as err:
+            if not commit_refused_by_rebalance(err):
+                raise
+            log.warning("resume request %s[%s]@%s not committed, the group moved on (%s): the "
+                        "partition's owner gets it again", msg.topic(), msg.partition(), msg.offset(),
+                        err.args[0] if err.args else err)
 
     def _handle(self, msg: Message) -> ResumeOutcome | None:
         self.metrics.requests.inc()
@@ -197,12 +260,13 @@ class ResumerService:
             return None
         if self.accept is not None and not self.accept(req.run_id):
             return None
-        return self._resume(req.run_id, msg)
+        return self._resume(req.run_id, msg, req.seen_epoch)
 
-    def _resume(self, run_id: str, msg: Message | None) -> ResumeOutcome | None:
+    def _resume(self, run_id: str, msg: Message | None,
+                seen_epoch: int | None = None) -> ResumeOutcome | None:
         t0 = time.perf_counter()
         try:
-            outcome = self.resumer.resume(run_id)
+            outcome = self.resumer.resume(run_id, seen_epoch=seen_epoch)
         except UnknownRun as err:
             self._count("unknown_run", t0)
             # a request for a run nobody knows would be redelivered forever: dead-letter it
@@ -217,20 +281,20 @@ class ResumerService:
             # offset committed) and the run retried later, as a contended one is
             self._count("error", t0)
             log.warning("resume %s: Redis failed (%s); retrying later", run_id, err)
-            self._schedule_retry(run_id)
+            self._schedule_retry(run_id, seen_epoch)
             return None
         except BaseException:
             self._count("error", t0)
             raise
         self._count(outcome.result, t0)
-        self._settle(outcome)
+        self._settle(outcome, seen_epoch)
         return outcome
 
     def _count(self, outcome: str, t0: float) -> None:
         self.metrics.resumes.labels(outcome).inc()
         self.metrics.resume_seconds.observe(time.perf_counter() - t0)
 
-    def _settle(self, outcome: ResumeOutcome) -> None:
+    def _settle(self, outcome: ResumeOutcome, seen_epoch: int | None) -> None:
         run_id = outcome.run_id
         if outcome.result == "not_mine":
             self.not_mine += 1
@@ -238,9 +302,10 @@ class ResumerService:
             return
         log.info("resume %s: %s %s", run_id, outcome.result, outcome.detail)
         if outcome.result == "contended":
-            self._schedule_retry(run_id)
+            self._schedule_retry(run_id, seen_epoch)
         else:
             self._attempts.pop(run_id, None)
+            self._seen.pop(run_id, None)
             if outcome.result in _DONE:
                 self.active.remove(run_id)
         self.outcomes.append(outcome)
@@ -260,10 +325,16 @@ class ResumerService:
             return self.settings.lease_ttl_ms / 1000.0
         return ms / 1000.0
 
-    def _schedule_retry(self, run_id: str) -> None:
+    def _schedule_retry(self, run_id: str, seen_epoch: int | None) -> None:
+        # the retry carries the epoch its requests saw (the least strict of them: None wins)
+        if run_id in self._seen:
+            before = self._seen[run_id]
+            seen_epoch = None if before is None or seen_epoch is None else max(before, seen_epoch)
+        self._seen[run_id] = seen_epoch
         n = self._attempts.get(run_id, 0) + 1
         if n > CONTENDED_RETRIES:
             self._attempts.pop(run_id, None)
+            self._seen.pop(run_id, None)
             self.metrics.retries_abandoned.inc()
             log.warning("resume %s: still contended after %d retries; giving up (the sweep requests it "
                         "again once its lease is gone)", run_id, CONTENDED_RETRIES)
@@ -295,12 +366,13 @@ class ResumerService:
                 alive = bool(self.redis.exists(self.lease_key(run_id)))
             except redis.RedisError:
                 alive = False  # let resume find out
+            seen_epoch = self._seen.get(run_id)
             if alive:  # still leased: wait again without planning (counts as an attempt)
                 log.debug("retry of %s: its lease is still held", run_id)
-                self._schedule_retry(run_id)
+                self._schedule_retry(run_id, seen_epoch)
                 continue
             self.metrics.retries.inc()
-            outcome = self._resume(run_id, None)
+            outcome = self._resume(run_id, None, seen_epoch)
             if outcome is not None and outcome.result != "not_mine":
                 out.append(outcome)
         return out
@@ -325,6 +397,13 @@ class ResumerService:
         that does not maintain it)."""
         mine = set(self.app.registry.names())
         found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
+        marker = self.projection.marker()
+        if marker is None or marker.state != READY:
+            # a rebuild, a swap or a replay is moving the indexes: they may list a run under an old
+            # status; the active set (the writers' own) is swept, the indexes once ready again
+            log.debug("sweep: the projection is %s; sweeping the active set only",
+                      "missing" if marker is None else f"marked {marker.state!r}")
+            return list(found)
         running = self.projection.runs(RunStatus.RUNNING)
         if running:
             pipe = self.redis.pipeline(transaction=False)
@@ -367,7 +446,8 @@ class ResumerService:
     def serve(self, *, stop: Callable[[], bool] | None = None, idle_exit_s: float | None = None) -> int:
         """Poll, run due retries and sweep until ``stop()`` is true or nothing arrived for
         ``idle_exit_s`` (and no retry is pending); returns how many resumes ran (``not_mine``
-        requests are not counted)."""
+        requests are not counted). ``stop()`` is checked between requests: the one in hand is
+        finished and committed first (``runlog resumer`` sets it on SIGTERM)."""
         handled = 0
         idle_since = time.monotonic()
         interval = self.settings.sweep_interval_ms / 1000.0
@@ -383,6 +463,8 @@ class ResumerService:
             if retried:
                 handled += len(retried)
                 idle_since = time.monotonic()
+            if stop is not None and stop():  # asked to stop meanwhile: take no new request
+                break
             wait = self.next_retry_in()
             msg_outcome = self.poll_once(0.5 if wait is None else min(0.5, wait))
             if msg_outcome is not None:

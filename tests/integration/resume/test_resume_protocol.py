@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from processors.branch import branch_run
+from processors.operate import OperatorRefused, retry_run
 from processors.resume import App, ResumeOutcome, Resumer
 from producers import LocalArtifactStore, Workflow
 from projections import RunStatus
@@ -69,15 +70,15 @@ def test_never_tool_interrupted_after_its_intent_blocks_the_run(
 
     with Resumer(topics, world.app()) as r:
         out = r.resume(run_id)
-        again = r.resume(run_id)  # a second attempt (say, the sweeper's) blocks again
+        again = r.resume(run_id)  # a second attempt (say, the sweeper's) leaves the blocked run alone
 
     assert out.result == "blocked"
-    assert again.result == "blocked"
+    assert again.result == "blocked" and again.epoch == out.epoch  # no lease taken, nothing appended
     assert [(e.call_id, e.action) for e in out.plan.effects] == [("pay/charge/0", "block")]
     assert out.plan.blocked_reason and "charge" in out.plan.blocked_reason
     history = log_of(topics, run_id)
     blocked = [le.event for le in accepted(history) if le.event.type is EventType.RUN_BLOCKED]
-    assert len(blocked) == 2
+    assert len(blocked) == 1
     assert blocked[0].error is not None and "charge" in blocked[0].error.message
     assert "person" in blocked[0].error.message
     assert history[-1].state.status is RunStatus.BLOCKED
@@ -85,6 +86,10 @@ def test_never_tool_interrupted_after_its_intent_blocks_the_run(
     # nothing but the lease and the block after the crash
     assert {le.event.type for le in accepted(history) if le.event.epoch > 1} == {
         EventType.LEASE_ACQUIRED, EventType.RUN_BLOCKED}
+    # a retry is no way around an in-doubt effect: a person resolves it
+    with pytest.raises(OperatorRefused, match="runlog resolve"):
+        retry_run(topics, world.app(), run_id, by="alice")
+    assert len(log_of(topics, run_id)) == len(history)
 
 
 def test_bad_artifacts_fall_back_to_an_earlier_checkpoint_or_block(
@@ -120,7 +125,9 @@ def test_bad_artifacts_fall_back_to_an_earlier_checkpoint_or_block(
         assert world.stats()["renders_billed"] == 3
 
         store.put(research_bytes)  # a person restores the research output; the image stays bad
-        out = r.resume(run_id)
+        n = len(log_of(topics, run_id))
+        assert r.resume(run_id).result == "blocked" and len(log_of(topics, run_id)) == n  # left alone
+        out = r.resume(run_id, retry=True)  # the person retries it (runlog retry)
 
     assert out.result == "completed", out.detail
     assert out.plan.checkpoint is not None
@@ -176,8 +183,9 @@ def test_changed_workflow_is_refused_and_a_branch_reruns_only_what_depends_on_th
     assert not [le for le in accepted(history) if le.event.epoch > 1
                 and le.event.type is EventType.STAGE_STARTED]
 
-    with Resumer(topics, world.app()) as r:  # the registered version again: the run continues
-        assert r.resume(run_id).result == "completed"
+    with Resumer(topics, world.app()) as r:  # the registered version again: a person retries the run
+        assert r.resume(run_id).result == "blocked"  # a plain resume leaves a blocked run alone
+        assert r.resume(run_id, retry=True).result == "completed"
     parent = log_of(topics, run_id)
     research_calls = world.stats()["research_calls"]
     assert research_calls == 1

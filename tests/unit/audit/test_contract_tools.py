@@ -26,7 +26,8 @@ FINGERPRINTS = {  # part of the wire format: single-object values start with the
     "run_event.v2.avsc": "66a270337b3e0467",
     "checkpoint.avsc": "2b630c062e741e1a",
     "effect.avsc": "bb092aec091ca42f",
-    "resume_request.avsc": "7d61ec488ed95419",
+    "resume_request.avsc": "8fdf50d9c39d5c82",
+    "resume_request.v1.avsc": "7d61ec488ed95419",
     "artifact_ref.avsc": "d773c9888d752f21",
     "rule_result.avsc": "77207793ed8eda22",
 }
@@ -148,6 +149,7 @@ def test_each_avsc_file_is_self_contained_and_keeps_its_fingerprint() -> None:
         assert load_schema(name) == avsc(f)  # what the codec writes with is the file as it stands
         assert codec.fingerprint(name).hex() == FINGERPRINTS[f]
     assert load_past_schemas("runlog.RunEvent") == [avsc("run_event.v1.avsc"), avsc("run_event.v2.avsc")]
+    assert load_past_schemas("runlog.ResumeRequest") == [avsc("resume_request.v1.avsc")]
 
 
 def test_shared_types_are_defined_alike_wherever_they_are_defined() -> None:

@@ -310,8 +310,9 @@ def test_the_same_facts_give_the_same_plan() -> None:
 
 
 def _before(state: RunState, *, dry_run: bool = False, retry: bool = False, now: int = 1_000,
-            app: App | None = None) -> tuple[str, str, bool] | None:
-    e = outcome_before_lease(state, app or _app(), dry_run=dry_run, retry=retry, now=now)
+            app: App | None = None, seen_epoch: int | None = None) -> tuple[str, str, bool] | None:
+    e = outcome_before_lease(state, app or _app(), dry_run=dry_run, retry=retry, now=now,
+                             seen_epoch=seen_epoch)
     return None if e is None else (e.result, e.detail, e.deactivate)
 
 
@@ -356,6 +357,32 @@ def test_a_waiting_run_waits_until_its_deadline(deadline: int, now: int, waits: 
                        False)
     else:
         assert got is None  # the deadline passed: the wait's policy decides, under the lease
+
+
+def test_a_blocked_run_is_not_resumed_again_until_a_person_moves_it() -> None:
+    """A resume is final: a second request for a run the first one blocked takes no lease."""
+    blocked = _state(RunStatus.BLOCKED, last_error=ErrorInfo("ResumeBlocked", "call x diverged", False))
+    result, detail, deactivate = _before(blocked) or ("", "", False)
+    assert (result, deactivate) == ("blocked", True)
+    assert "call x diverged" in detail and "runlog resolve" in detail
+    assert _before(_state(RunStatus.BLOCKED))[1].startswith("the run is blocked (no reason recorded)")  # type: ignore[index]
+    assert _before(blocked, dry_run=True) == ("planned", "", False)  # a dry run still shows the plan
+    assert _before(blocked, retry=True) is None  # a person retries it once the cause is fixed
+    # the operator's resolve makes the fold's status RUNNING again: then it is resumed
+    assert _before(replace(blocked, status=RunStatus.RUNNING)) is None
+
+
+def test_a_request_that_saw_an_earlier_epoch_is_superseded() -> None:
+    run = _state(epoch=4)
+    assert _before(run, seen_epoch=4) is None
+    assert _before(run, seen_epoch=5) is None  # a later epoch than the run's: not stale
+    assert _before(run, seen_epoch=None) is None  # unknown (the sweep, older requests)
+    result, detail, deactivate = _before(run, seen_epoch=3) or ("", "", True)
+    assert (result, deactivate) == ("superseded", False)  # the run stays active: the sweep's backstop
+    assert "epoch 4" in detail and "3" in detail
+    assert _before(run, seen_epoch=3, dry_run=True) == ("planned", "", False)
+    # the run's own state decides first
+    assert _before(_state(RunStatus.COMPLETED, epoch=4), seen_epoch=3)[0] == "nothing_to_do"  # type: ignore[index]
 
 
 def test_a_dry_run_stops_at_the_plan_and_a_running_run_goes_on() -> None:

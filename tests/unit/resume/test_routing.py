@@ -115,10 +115,12 @@ class _ScriptedResumer:
     def __init__(self, results: list[str]) -> None:
         self.results = results
         self.calls = 0
+        self.seen: list[int | None] = []
 
-    def resume(self, run_id: str) -> ResumeOutcome:
+    def resume(self, run_id: str, *, seen_epoch: int | None = None) -> ResumeOutcome:
         res = self.results[min(self.calls, len(self.results) - 1)]
         self.calls += 1
+        self.seen.append(seen_epoch)
         return ResumeOutcome(run_id, res, ResumePlan(run_id, "RUNNING", 0, 0, None))
 
 
@@ -135,6 +137,7 @@ def _service(results: list[str]) -> tuple[ResumerService, _FakeRedis, _ScriptedR
     svc._retries = []
     svc._scheduled = set()
     svc._attempts = {}
+    svc._seen = {}
     svc._tie = itertools.count()
     svc.metrics = ResumerMetrics()
     return svc, fake, scripted, active
@@ -152,6 +155,22 @@ def test_contended_is_retried_after_the_leases_remaining_lifetime(monkeypatch: p
     assert [o.result for o in svc.run_due_retries()] == ["completed"]
     assert scripted.calls == 2 and svc.next_retry_in() is None
     assert active.removed == ["run-1"] and svc._attempts == {}
+
+
+def test_a_retry_keeps_the_epoch_its_request_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resumer_mod, "RETRY_MARGIN_S", 0.0)
+    svc, fake, scripted, _ = _service(["contended", "contended", "superseded"])
+    fake.pttl_ms = -2
+    svc._resume("run-1", None, 7)
+    svc._resume("run-1", None, 8)  # a second request while the retry is pending: the later epoch it saw
+    assert [o.result for o in svc.run_due_retries()] == ["superseded"]
+    assert scripted.seen == [7, 8, 8] and svc._seen == {} and svc._attempts == {}
+    svc2, fake2, scripted2, _ = _service(["contended", "contended", "completed"])
+    fake2.pttl_ms = -2
+    svc2._resume("run-1", None, 7)
+    svc2._resume("run-1", None, None)  # one request without an epoch (the sweep): no epoch check
+    svc2.run_due_retries()
+    assert scripted2.seen == [7, None, None]
 
 
 def test_contended_retries_are_capped_then_left_to_the_sweep(

@@ -156,6 +156,30 @@ def test_v2_reader_reads_v1_data_filling_defaults() -> None:
     assert record["type"] == "TOOL_CALLED" and record["tool"] == "search"
 
 
+def test_resume_requests_written_before_seen_epoch_still_decode() -> None:
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    from schemas import load_past_schemas
+
+    v1 = load_past_schemas("runlog.ResumeRequest")[0]
+    assert "seen_epoch" not in {f["name"] for f in v1["fields"]}
+    fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(v1), "CRC-64-AVRO"))
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + fp)
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1),
+                               {"run_id": "r", "reason": "old", "requested_by": "cli", "requested_at": 5})
+    codec = Codec()  # knows the earlier version without being told
+    assert codec.decode(buf.getvalue(), ResumeRequest) == ResumeRequest("r", 5, "old", "cli", None)
+    new = ResumeRequest("r", 6, "now", "cli", seen_epoch=3)
+    assert codec.decode(codec.encode(new), ResumeRequest) == new
+    # a reader of the earlier version reads a new request, without the epoch
+    body = codec.encode(new)[10:]
+    current = fastavro.parse_schema(load_schema("runlog.ResumeRequest"))
+    old = fastavro.schemaless_reader(io.BytesIO(body), current, fastavro.parse_schema(v1))
+    assert set(old) == {"run_id", "reason", "requested_by", "requested_at"}
+    assert (old["run_id"], old["reason"], old["requested_by"]) == ("r", "now", "cli")
+
+
 def test_unknown_fingerprint_until_schema_is_added() -> None:
     codec = Codec()
     other = Codec()

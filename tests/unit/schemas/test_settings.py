@@ -80,3 +80,25 @@ def test_to_env_rebuilds_the_same_settings() -> None:
                            "RUNLOG_LEASE_TTL_MS": "2500"})
     assert Settings.from_env(s.to_env()) == s
     assert Settings.from_env(Settings.from_env({}).to_env()) == Settings.from_env({})
+
+
+def test_group_instance_id_makes_the_resumer_a_static_member() -> None:
+    s = Settings.from_env({})
+    assert s.group_instance_id is None
+    assert "group.instance.id" not in s.member_config("g")
+    s = Settings.from_env({"RUNLOG_GROUP_INSTANCE_ID": " resumer-0 ", "RUNLOG_TOPIC_PREFIX": "p."})
+    assert s.group_instance_id == "resumer-0"
+    conf = s.member_config("g", {"session.timeout.ms": 10_000})
+    assert conf["group.instance.id"] == "resumer-0"
+    assert conf["group.id"] == "p.g" and conf["session.timeout.ms"] == 10_000
+    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert s.member_config("g", instance_suffix=".billing")["group.instance.id"] == "resumer-0.billing"
+    # only long-lived members get it: short-lived readers stay dynamic
+    assert "group.instance.id" not in s.consumer_config("g")
+    assert Settings.from_env(s.to_env()) == s
+
+
+@pytest.mark.parametrize("bad", ["pod 0", "a/b", "x" * 250])
+def test_a_group_instance_id_kafka_refuses_is_a_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="RUNLOG_GROUP_INSTANCE_ID"):
+        Settings.from_env({"RUNLOG_GROUP_INSTANCE_ID": bad})

@@ -1,0 +1,140 @@
+"""Resumer group membership (issue #24, item 1): members come and go under a stream of requests.
+
+Two ``ResumerService`` members (threads, each with its own consumer) handle resume requests for a
+stream of crashed runs while a third member joins and leaves (closes) three times. Every join and
+leave rebalances the group; a member whose commit lands in a rebalance gets it refused
+(``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``, ...). Before the fix the commit raised and the
+member died; now it logs a warning and goes on, and the request's new owner handles it again
+(idempotent). Real broker and Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from processors.demo.run import wait_lease_gone
+from processors.resume import App, ResumeOutcome, Resumer, ResumerService, request_resume
+from projections import RunStatus
+from schemas import Codec, EventType, Settings
+from tests.integration.resume._toy import crash, toy
+from tests.integration.resume.conftest import log_of
+
+pytestmark = pytest.mark.integration
+
+RUNS = 8
+CYCLES = 3
+
+
+def _until(cond: Callable[[], bool], what: str, members: tuple[_Member, ...], timeout: float = 60) -> None:
+    """Wait for ``cond``; fail at once when one of ``members`` died (with what it raised)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for m in members:
+            assert not m.errors and m.thread.is_alive(), f"member {m.name} died: {m.errors!r}"
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)
+
+
+class _Member:
+    """One ResumerService serving on a thread of its own until stopped; what it raised."""
+
+    def __init__(self, settings: Settings, app: App, name: str, done: list[ResumeOutcome]) -> None:
+        self.name = name
+        self.service = ResumerService(settings, app, on_outcome=done.append)
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name=f"resumer-{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.service.serve(stop=self.stop.is_set)
+        except BaseException as err:  # noqa: BLE001 - the test reports it
+            self.errors.append(err)
+
+    def assigned(self) -> int:
+        return len(self.service.partitions)  # the consumer belongs to the serving thread
+
+    def leave(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), f"member {self.name} did not stop"
+        self.service.close()  # closes the consumer: it leaves the group
+
+
+def test_members_survive_a_third_joining_and_leaving_and_every_run_completes(
+        topics: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="runlog.resumer")
+    s = topics.with_(resumer_group=f"t-members-{uuid.uuid4().hex[:8]}", sweep_interval_ms=0)
+    t = toy(f"mem{uuid.uuid4().hex[:6]}")
+    runs = [crash(s, t, q=f"q{i}") for i in range(RUNS)]
+    for run_id in runs:
+        wait_lease_gone(s, run_id, 10)
+    done: list[ResumeOutcome] = []
+    a = _Member(s, t.app(), "a", done)
+    b = _Member(s, t.app(), "b", done)
+    feeding = threading.Event()
+    fed = [0]
+
+    def feed() -> None:
+        # the runs' requests, then the same requests again and again: every request is committed,
+        # so commits keep landing while members join and leave
+        p = Producer(s.producer_config())
+        codec = Codec.from_settings(s)
+        rng = random.Random(7)
+        try:
+            for run_id in runs:
+                request_resume(s, run_id, "crashed", requested_by="t", producer=p, codec=codec)
+                fed[0] += 1
+            while not feeding.is_set():
+                request_resume(s, rng.choice(runs), "again", requested_by="t", producer=p, codec=codec)
+                fed[0] += 1
+                feeding.wait(0.02)
+        finally:
+            p.flush(10)
+
+    feeder = threading.Thread(target=feed, name="feeder", daemon=True)
+    try:
+        _until(lambda: a.assigned() > 0 and b.assigned() > 0, "both members' assignments", (a, b))
+        feeder.start()
+        for cycle in range(CYCLES):
+            c = _Member(s, t.app(), f"c{cycle}", done)
+            try:
+                member, seen = c, len(done)
+                _until(lambda: member.assigned() > 0, f"c{cycle}'s assignment", (a, b, c))  # noqa: B023
+                _until(lambda: len(done) >= seen + 5, f"requests handled while c{cycle} is a member",  # noqa: B023
+                       (a, b, c))
+            finally:
+                c.leave()
+            assert not c.errors, c.errors
+            _until(lambda: a.assigned() + b.assigned() == s.partitions, "the partitions back with a and b",
+                   (a, b))
+            assert a.thread.is_alive() and b.thread.is_alive(), (a.errors, b.errors)
+        _until(lambda: {o.run_id for o in list(done) if o.result in ("completed", "nothing_to_do")}
+               >= set(runs), "every run completed", (a, b))
+        assert a.thread.is_alive() and b.thread.is_alive(), (a.errors, b.errors)
+    finally:
+        feeding.set()
+        if feeder.is_alive():
+            feeder.join(30)
+        for m in (a, b):
+            m.leave()
+    assert not a.errors and not b.errors, (a.errors, b.errors)
+    # every run completed once: one RUN_COMPLETED each, no tool ran again
+    with Resumer(s, t.app()) as r:
+        statuses = {run_id: r.load(run_id)[0].status for run_id in runs}
+    assert statuses == dict.fromkeys(runs, RunStatus.COMPLETED)
+    for run_id in runs:
+        types = [le.event.type for le in log_of(s, run_id) if le.outcome.accepted]
+        assert types.count(EventType.RUN_COMPLETED) == 1, (run_id, types)
+    assert t.calls == {"lookup": RUNS, "render": RUNS}, t.calls
+    refused = [r.getMessage() for r in caplog.records if "the group moved on" in r.getMessage()]
+    print(f"{fed[0]} requests, {len(done)} outcomes, {len(refused)} commits refused by a rebalance")
