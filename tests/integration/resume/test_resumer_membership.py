@@ -138,3 +138,41 @@ def test_members_survive_a_third_joining_and_leaving_and_every_run_completes(
     assert t.calls == {"lookup": RUNS, "render": RUNS}, t.calls
     refused = [r.getMessage() for r in caplog.records if "the group moved on" in r.getMessage()]
     print(f"{fed[0]} requests, {len(done)} outcomes, {len(refused)} commits refused by a rebalance")
+
+
+def test_runlog_resumer_stops_on_sigterm_leaving_the_group_and_exits_0(topics: Settings) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient
+
+    from processors.demo.run import worker_env
+
+    group = f"t-term-{uuid.uuid4().hex[:8]}"
+    env = {**worker_env(topics, "http://127.0.0.1:9"), "RUNLOG_RESUMER_GROUP": group}
+    proc = subprocess.Popen([sys.executable, "-m", "processors", "resumer", "--app",
+                             "processors.demo.pipeline:app"], env=env, cwd=os.getcwd(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        deadline, lines = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            lines.append(proc.stderr.readline())
+            if "assigned partitions" in lines[-1]:
+                break
+        assert "assigned partitions" in lines[-1], "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err  # it died with 143 before
+    assert "stopped by SIGTERM" in err, err
+    admin = AdminClient(topics.admin_config())
+    full = topics.group_id(f"{group}.wf-")
+    names = [g.group_id for g in admin.list_consumer_groups().result().valid if g.group_id.startswith(full)]
+    assert len(names) == 1, names
+    described = admin.describe_consumer_groups(names)[names[0]].result()
+    assert not described.members, described  # it left the group (a dead member would stay until its timeout)
