@@ -1,6 +1,6 @@
-"""``runlog runs`` on a cluster namespace a swap is moving: the listing fans out over the index shards
-without the marker's say, so while the marker is ``rebuilding`` it notes on stderr that a run may be
-listed under an old status (``README.md``, Redis Cluster); a READY namespace is listed without it."""
+"""``runlog runs`` on a cluster namespace a swap is moving: while the marker is not ``ready`` the index
+shards may list a run under an old status, so the listing comes from the events topic instead, with a
+note on stderr (``README.md``, Redis Cluster); a READY namespace is listed from its indexes."""
 
 from __future__ import annotations
 
@@ -26,26 +26,31 @@ def _runs(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return rc, out, err
 
 
-def test_runs_notes_a_namespace_marked_rebuilding(settings: Settings, redis_client_: Any,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    for k, v in settings.to_env().items():
+def test_runs_lists_from_the_log_while_the_namespace_is_marked_rebuilding(
+        topics: Settings, redis_client_: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.integration.processors.harness import produce
+
+    for k, v in topics.to_env().items():
         monkeypatch.setenv(k, v)
-    store = RedisStore(redis_client_, settings.redis_prefix)
-    store.apply(fold_updates(full_run("run-swapped", stages=2)))
+    events = full_run("run-swapped", stages=2)
+    produce(topics, events)
+    store = RedisStore(redis_client_, topics.redis_prefix)
+    store.apply(fold_updates(events[:3]))  # the index holds an older state than the log
     marker = store.marker()
     assert marker is not None and marker.state != REBUILDING
 
     rc, out, err = _runs(capsys, "--json")
-    assert rc == 0 and [d["run_id"] for d in json.loads(out)] == ["run-swapped"]
-    assert err == ""
+    assert rc == 0 and [(d["run_id"], d["last_seq"]) for d in json.loads(out)] == [("run-swapped", 3)]
+    assert err == ""  # ready: from the indexes
 
-    redis_client_.hset(marker_key(settings.redis_prefix), "state", REBUILDING)  # a swap midway
+    redis_client_.hset(marker_key(topics.redis_prefix), "state", REBUILDING)  # a swap midway
     rc, out, err = _runs(capsys, "--json")
-    assert rc == 0 and [d["run_id"] for d in json.loads(out)] == ["run-swapped"]  # still listed
+    assert rc == 0 and [(d["run_id"], d["last_seq"]) for d in json.loads(out)] == \
+        [("run-swapped", len(events))]  # from the log: the truth
     (note,) = err.splitlines()
-    assert note.startswith("runlog runs: the projection is marked 'rebuilding'")
-    assert "old status" in note and settings.redis_prefix in note
+    assert note.startswith("runlog runs: listed from the events topic: the projection")
+    assert "marked 'rebuilding'" in note and topics.redis_prefix in note
 
     rc, out, err = _runs(capsys)  # the table too
     assert rc == 0 and "run-swapped" in out and "marked 'rebuilding'" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -96,3 +97,26 @@ def test_resumer_group_resumes_requests_sweeps_dead_runs_and_dead_letters_junk(
     assert all(h["runlog.original.topic"].decode() == resume_topic for _, h in letters)
     stats = world.stats()
     assert stats["publishes"] == 2 and stats["research_calls"] == 2 and stats["renders_billed"] == 6
+
+
+def test_the_sweep_reads_the_projections_index_only_when_the_namespace_is_ready(
+        topics: Settings, world: DemoWorld) -> None:
+    """Issue 24, item 5: during a swap (or a rebuild, or a replay) the indexes may list a run under an
+    old status; the sweep then sweeps the writers' active set only."""
+    from projections import RedisStore
+    from projections._marker import READY, REBUILDING, marker_key
+    from tests.unit.projections.runlogs import WORKFLOW, RunBuilder
+    from tests.unit.projections.store_contract import fold_updates
+
+    s = topics.with_(resumer_group=f"t-resumer-{uuid.uuid4().hex[:8]}", sweep_interval_ms=0)
+    app = world.app()
+    name = sorted(app.registry.names())[0]
+    b = RunBuilder("run-indexed-running").start(dataclasses.replace(WORKFLOW, name=name))
+    with ResumerService(s, app) as service:
+        store = RedisStore(service.redis, s.redis_prefix)
+        store.apply(fold_updates(b.events))  # listed RUNNING, no lease, not in the active set
+        assert service.projection.runs(RunStatus.RUNNING) == ["run-indexed-running"]
+        service.redis.hset(marker_key(s.redis_prefix), "state", REBUILDING)  # a swap midway
+        assert service.sweep().requested == []
+        service.redis.hset(marker_key(s.redis_prefix), "state", READY)
+        assert service.sweep().requested == ["run-indexed-running"]
