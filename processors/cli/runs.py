@@ -270,9 +270,9 @@ def _resume(args: argparse.Namespace) -> int:
         from processors.operate import load_run
         from processors.resume import request_resume
 
-        state = load_run(settings, args.run_id)  # as of the end of the log: the epoch this request sees
-        if state is None and not _run_known(settings, args.run_id):
+        if not _run_known(settings, args.run_id):  # a missing events topic: a configuration error
             return _unknown(args.run_id, "nothing requested")
+        state = load_run(settings, args.run_id)  # as of the end of the log: the epoch this request sees
         seen = state.epoch if state is not None else None
         request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli",
                        seen_epoch=seen)
