@@ -140,9 +140,10 @@ class ResumerMetrics:
 
 
 class MetricsServer:
-    """Serves one registry's ``GET /metrics`` from a daemon thread; ``port=0`` picks a free port."""
+    """Serves one registry's ``GET /metrics`` from a daemon thread; ``port=0`` picks a free port;
+    ``host`` is the interface (``RUNLOG_METRICS_HOST``; loopback by default)."""
 
-    def __init__(self, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> None:
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.port = int(self._server.server_port)
 

@@ -35,6 +35,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_LEASE_TTL_MS", "15000", "how long a writer's lease lives without a heartbeat"),
     ("RUNLOG_MAX_RECORD_BYTES", "1000000", "largest encoded record accepted"),
     ("RUNLOG_METRICS_PORT", "9464", "Prometheus metrics port of the projector (0: off)"),
+    ("RUNLOG_METRICS_HOST", "127.0.0.1", "interface the metrics endpoints (projector, resumer) listen on;"
+     " 0.0.0.0 for a Prometheus on another host or pod"),
     ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
      " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
     ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
@@ -132,6 +134,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
         max_record_bytes=_int(e, "RUNLOG_MAX_RECORD_BYTES", 1_000_000),
         metrics_port=_int(e, "RUNLOG_METRICS_PORT", 9464),
+        metrics_host=(e.get("RUNLOG_METRICS_HOST") or "127.0.0.1").strip(),
         kafka_extra=extra,
         redis_username=e.get("RUNLOG_REDIS_USERNAME") or None,
         redis_password=e.get("RUNLOG_REDIS_PASSWORD") or None,
@@ -168,6 +171,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_LEASE_TTL_MS": str(f["lease_ttl_ms"]),
         "RUNLOG_MAX_RECORD_BYTES": str(f["max_record_bytes"]),
         "RUNLOG_METRICS_PORT": str(f["metrics_port"]),
+        "RUNLOG_METRICS_HOST": f["metrics_host"],
         "RUNLOG_RESUMER_GROUP": f["resumer_group"],
         "RUNLOG_SWEEP_INTERVAL_MS": str(f["sweep_interval_ms"]),
         "RUNLOG_FAULT_REPORT": f["fault_report"],

@@ -55,6 +55,9 @@ class Settings(ClientConfig):
     lease_ttl_ms: int = 15_000
     max_record_bytes: int = 1_000_000
     metrics_port: int = 9464
+    metrics_host: str = "127.0.0.1"
+    """The interface the metrics endpoints listen on (projector, resumer): loopback unless set
+    (``0.0.0.0`` for a Prometheus scraping from another host or pod)."""
     kafka_extra: Mapping[str, str] = field(default_factory=dict)
     """librdkafka settings passed through as given (SASL, TLS, ...)."""
     redis_username: str | None = None

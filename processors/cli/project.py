@@ -61,15 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
-    import os
-
     from processors.projector import ProjectorOptions, run_projector
 
-    instance = args.instance_id or os.environ.get("RUNLOG_GROUP_INSTANCE_ID") or None
+    settings = Settings.from_env()
     opts = ProjectorOptions(app_id=args.app_id, batch_size=args.batch_size, within=args.within,
                             cache_size=args.cache_size, session_timeout_ms=args.session_timeout_ms,
-                            instance_id=instance)
-    return run_projector(Settings.from_env(), opts)
+                            instance_id=args.instance_id or settings.group_instance_id)
+    return run_projector(settings, opts)
 
 
 def _rebuild(args: argparse.Namespace) -> int:

@@ -310,7 +310,8 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
     """Run the projector until it is stopped (SIGINT/SIGTERM); returns an exit code."""
     o = opts or ProjectorOptions()
     metrics = ProjectorMetrics()
-    server = MetricsServer(metrics.registry, settings.metrics_port) if settings.metrics_port else None
+    server = MetricsServer(metrics.registry, settings.metrics_port, settings.metrics_host) \
+        if settings.metrics_port else None
     try:
         app = build_app(settings, o, metrics)
         worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)

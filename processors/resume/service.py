@@ -176,7 +176,7 @@ class ResumerService:
         self._attempts: dict[str, int] = {}
         self._seen: dict[str, int | None] = {}  # run id -> the epoch its pending retry's requests saw
         self._tie = itertools.count()
-        self.metrics_server = MetricsServer(self.metrics.registry, metrics_port) \
+        self.metrics_server = MetricsServer(self.metrics.registry, metrics_port, settings.metrics_host) \
             if metrics_port is not None else None
 
     def close(self) -> None:

@@ -470,3 +470,36 @@ def test_the_key_lists_are_disjoint_and_the_allow_list_holds_no_security_key() -
     for key in NOT_SECURITY:
         assert not any(word in key for word in ("ssl", "sasl", "security", "oauth", "kerberos", "keystore",
                                                  "cert", "password")), key
+
+
+def test_metrics_endpoints_listen_on_loopback_unless_a_host_is_set() -> None:
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from processors.metrics import MetricsServer
+
+    assert Settings.from_env({}).metrics_host == "127.0.0.1"
+    s = Settings.from_env({"RUNLOG_METRICS_HOST": "0.0.0.0"})
+    assert s.metrics_host == "0.0.0.0" and s.to_env()["RUNLOG_METRICS_HOST"] == "0.0.0.0"
+    server = MetricsServer(CollectorRegistry(), 0)
+    try:
+        assert server._server.server_address[0] == "127.0.0.1"
+        assert urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5).status == 200
+    finally:
+        server.close()
+    server = MetricsServer(CollectorRegistry(), 0, s.metrics_host)
+    try:
+        assert server._server.server_address[0] == "0.0.0.0"
+    finally:
+        server.close()
+
+
+def test_the_projector_takes_static_membership_and_its_session_timeout() -> None:
+    from processors.projector import ProjectorOptions, faust_settings
+
+    opts = ProjectorOptions(session_timeout_ms=6000, instance_id="pod-1")
+    conf = faust_settings(Settings.from_env({}), opts)
+    assert conf["broker_session_timeout"] == 6.0 and conf["broker_heartbeat_interval"] == 2.0
+    assert conf["consumer_group_instance_id"] == "pod-1"
+    assert "consumer_group_instance_id" not in faust_settings(Settings.from_env({}), ProjectorOptions())
