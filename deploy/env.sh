@@ -18,14 +18,27 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.installed" 2>/dev/null)" != "
 fi
 export PATH="$VENV/bin:$PATH"
 
-# Headless Chromium renders the audit's HTML report in the tests (Debian's package; once).
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    say "installing chromium for the HTML report check (first run only)"
+# Tools the tests use that no Python package brings (Debian's packages; once): headless Chromium
+# renders the audit's HTML report and drives the console, node and npm run the contract checks of
+# other services' libraries, openssl hashes a CA directory. Without one, its tests skip on a
+# developer's machine and fail under CI=true (docs/testing.md).
+apt_tools() { # command:package ...
+    local missing=() pair
+    for pair in "$@"; do
+        command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+    done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
+        say "missing ${missing[*]} (not root or no apt-get: install them yourself)"
+        return 0
+    fi
+    say "installing ${missing[*]} for the tests (first run only)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q chromium >/dev/null 2>&1 \
-        || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
-        || say "chromium could not be installed: the HTML check will be skipped"
-fi
+    apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; } \
+        || say "could not install ${missing[*]}: their tests skip, or fail under CI=true"
+}
+apt_tools chromium:chromium node:nodejs npm:npm openssl:openssl
 
 if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
     say "starting local Kafka and Redis (deploy/local/up)"

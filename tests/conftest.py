@@ -96,6 +96,97 @@ def _start_services() -> Iterator[Services]:
     yield _from_local_up()
 
 
+# -- running in parallel (pytest-xdist) ------------------------------------------------------------
+
+XDIST_GROUPS: dict[str, str] = {
+    # one Redis Cluster per session (started and stopped by its session fixture); some tests kill or
+    # stop its nodes, which the other cluster tests must not see
+    "tests/integration/cluster/": "redis-cluster",
+    # one Schema Registry server (a JVM) per session, started and stopped by its session fixture
+    "tests/integration/schemas/test_registry_mode.py": "schema-registry",
+    # one SASL/TLS broker (a JVM) per module
+    "tests/integration/processors/test_projector_settings_sasl.py": "sasl-broker",
+    # the audit world (a demo run and more) is built once per package
+    "tests/integration/audit/": "audit-world",
+    # each fault module gathers its points in module state and writes its section of the fault report
+    # from them (test_bad_input's last test reads what the others saw): a module stays in one worker
+    "tests/faults/": "<module>",
+}
+"""Tests that share an expensive or stateful service run in one xdist worker, one after the other:
+path prefix (from the repository root) -> group (``<module>``: one group per test file). Applied by the
+scheduler below under ``--dist loadgroup`` (pytest 9 ignores the ``xdist_group`` marker: xdist renames
+``item._nodeid``, which pytest 9 no longer reads)."""
+
+SERIAL: dict[str, str] = {
+    "tests/faults/test_infrastructure.py": "private Redis and broker on fixed ports, restarted by the tests",
+    "tests/faults/test_cluster.py": "a three-broker cluster on fixed ports, 1,000 runs on 48 threads",
+}
+"""Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix -> why."""
+
+
+def xdist_group(nodeid: str) -> str | None:
+    """The group of a test (its node id or path) in :data:`XDIST_GROUPS`, if any."""
+    path = nodeid.split("::", 1)[0]
+    group = next((g for p, g in XDIST_GROUPS.items() if path.startswith(p)), None)
+    return path if group == "<module>" else group
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: xdist's scope scheduling with :func:`xdist_group` as the scope (a test in no
+    group is a scope of its own, as under ``--dist load``); larger groups are handed out first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if not path.is_relative_to(ROOT):
+            continue  # a test file written elsewhere (tests/integration/test_namespaces.py does)
+        rel = path.relative_to(ROOT).as_posix()
+        if any(rel.startswith(p) for p in SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
+# -- skips that CI does not accept ------------------------------------------------------------------
+
+def in_ci() -> bool:
+    """``CI`` is set to a true value (``.ci/run`` sets ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def require(condition: object, reason: str) -> None:
+    """Go on when ``condition`` holds; otherwise skip the test with ``reason`` on a developer's machine,
+    but **fail** it under CI (:func:`in_ci`). For what ``deploy/`` provides on a CI machine (Kafka, Redis,
+    the Redis Cluster, the SASL broker's Java and jars, Chromium, the Schema Registry, openssl, the test
+    extra's packages): a CI run that skipped such a test would be green without having exercised it.
+    The skips that remain (none of them about a missing tool) are listed in ``docs/testing.md``."""
+    if condition:
+        return
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: deploy/ provides this on a CI machine, so a skip would hide a "
+                    "test that did not run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_module(name: str, reason: str) -> Any:
+    """The module ``name``, imported; when it cannot be, :func:`require` with ``reason``."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        require(False, f"{reason} ({err})")
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
     """Kafka and Redis addresses for the session (see the module docstring).

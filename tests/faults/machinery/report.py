@@ -7,6 +7,7 @@ on every write, so the file always describes the last run of each part.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -64,9 +65,17 @@ def _totals(sections: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_section(path: str | os.PathLike[str], name: str, entries: Sequence[PointEntry],
                   **extra: Any) -> dict[str, Any]:
-    """Replace section ``name`` of the report at ``path`` and recompute the totals; returns the doc."""
+    """Replace section ``name`` of the report at ``path`` and recompute the totals; returns the doc.
+    Under a lock on ``<path>.lock``: fault modules in parallel pytest-xdist workers each write their
+    section, and a read-modify-write without it could drop another's."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p.with_suffix(p.suffix + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _write_section(p, name, entries, **extra)
+
+
+def _write_section(p: Path, name: str, entries: Sequence[PointEntry], **extra: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     if p.exists():
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from processors.audit import audit, write_report
+from tests.conftest import require
 from tests.integration.audit.conftest import AuditWorld
 
 pytestmark = pytest.mark.integration
@@ -24,8 +25,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 def chromium() -> str:
     found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if found is None:
-        pytest.skip("chromium is not installed and could not be installed (deploy/env.sh tries apt-get)")
+    require(found is not None, "chromium is not installed and could not be installed (deploy/env.sh "
+            "tries apt-get)")
+    assert found is not None
     return found
 
 

@@ -20,6 +20,7 @@ import redis.cluster
 
 from schemas import Settings
 from schemas._redis import redis_client
+from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,19 +31,18 @@ def cluster_url() -> Iterator[str]:
     if env:
         yield env
         return
-    if not (shutil.which("redis-server") and shutil.which("redis-cli")):
-        pytest.skip("redis-server / redis-cli are not installed: deploy/local/redis-cluster cannot start "
-                    "a cluster")
+    require(shutil.which("redis-server") and shutil.which("redis-cli"),
+            "redis-server / redis-cli are not installed: deploy/local/redis-cluster cannot start a cluster")
     script = str(ROOT / "deploy" / "local" / "redis-cluster")
     status = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60, check=False)
     was_running = " pid " in status.stdout
     proc = subprocess.run([script, "up"], capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode != 0:
-        pytest.skip(f"deploy/local/redis-cluster up failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    require(proc.returncode == 0,
+            f"deploy/local/redis-cluster up failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     url = next((shlex.split(line[len("export "):])[0].split("=", 1)[1] for line in proc.stdout.splitlines()
                 if line.startswith("export REDIS_URL=")), None)
-    if url is None:
-        pytest.skip(f"deploy/local/redis-cluster up printed no REDIS_URL:\n{proc.stdout}")
+    require(url is not None, f"deploy/local/redis-cluster up printed no REDIS_URL:\n{proc.stdout}")
+    assert url is not None
     yield url
     if not was_running:  # leave no processes behind (another checkout's tests need the same ports)
         subprocess.run([script, "down"], capture_output=True, text=True, timeout=120, check=False)

@@ -29,6 +29,7 @@ from producers import Runner
 from projections import RedisStore, RunStatus, diff_namespaces
 from schemas import Settings
 from schemas._redis import redis_client
+from tests.conftest import require
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.test_write_path import content_workflow
 
@@ -42,8 +43,8 @@ TLS_PORT = int(os.environ.get("RUNLOG_TEST_REDIS_TLS_CLUSTER_PORT") or 17101)
 def tls_cluster() -> Iterator[dict[str, str]]:
     """The TLS cluster's export lines (``REDIS_URL``, ``RUNLOG_REDIS_SSL_*``); stopped at the end when
     this module started it."""
-    if not (shutil.which("redis-server") and shutil.which("redis-cli") and shutil.which("openssl")):
-        pytest.skip("redis-server, redis-cli or openssl is missing: no local TLS cluster")
+    require(shutil.which("redis-server") and shutil.which("redis-cli") and shutil.which("openssl"),
+            "redis-server, redis-cli or openssl is missing: no local TLS cluster")
     env = {**os.environ, "RUNLOG_REDIS_CLUSTER_TLS": "1", "RUNLOG_REDIS_CLUSTER_PORT": str(TLS_PORT),
            "RUNLOG_LOCAL_DIR": str(ROOT / ".runlog" / "tls-cluster")}
     script = str(ROOT / "deploy" / "local" / "redis-cluster")
@@ -51,10 +52,9 @@ def tls_cluster() -> Iterator[dict[str, str]]:
                             env=env)
     was_running = " pid " in status.stdout
     proc = subprocess.run([script, "up"], capture_output=True, text=True, timeout=600, check=False, env=env)
-    if proc.returncode != 0:
-        # e.g. a redis-server built without TLS (BUILD_TLS=no): "Bad directive" at tls-port
-        pytest.skip(f"RUNLOG_REDIS_CLUSTER_TLS=1 deploy/local/redis-cluster up failed ({proc.returncode}; "
-                    f"a redis-server without TLS support?):\n{proc.stderr[-3000:]}")
+    # e.g. a redis-server built without TLS (BUILD_TLS=no): "Bad directive" at tls-port
+    require(proc.returncode == 0, f"RUNLOG_REDIS_CLUSTER_TLS=1 deploy/local/redis-cluster up failed "
+            f"({proc.returncode}; a redis-server without TLS support?):\n{proc.stderr[-3000:]}")
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("export "):

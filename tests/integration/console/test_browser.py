@@ -26,6 +26,7 @@ from processors.inspect import run_history
 from processors.resume import Resumer, ResumerService
 from projections import OutcomeKind
 from schemas import EventType, Settings
+from tests.conftest import require
 from tests.integration.console._cdp import Browser, chromium_path
 from tests.integration.console.conftest import TOKEN, console, log_size, origin, project
 from tests.integration.resume._orders import orders_app, spawn
@@ -55,8 +56,9 @@ def _blocked_order(settings: Settings, world: DemoWorld, logs: Path) -> str:
 def test_in_chromium_the_resolve_button_unblocks_a_run_and_the_page_shows_it_complete_without_a_reload(
         console_settings: Settings, world: DemoWorld, tmp_path: Path) -> None:
     binary = chromium_path()
-    if binary is None:
-        pytest.skip("no chromium binary on PATH (Debian package `chromium`; deploy/env.sh installs it)")
+    require(binary is not None, "no chromium binary on PATH (Debian package `chromium`; deploy/env.sh "
+            "installs it)")
+    assert binary is not None
     # no sweep: only the resume the resolve requests can continue the run
     s = console_settings.with_(resumer_group=f"t-{uuid.uuid4().hex[:8]}-resumer", sweep_interval_ms=0)
     app = orders_app(world.client)

@@ -12,6 +12,7 @@ import pytest
 
 from producers import Runner
 from schemas import Settings, Topics
+from tests.conftest import require
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.test_write_path import content_workflow
 
@@ -21,8 +22,8 @@ TOOL = ROOT / "deploy" / "local" / "kafka-tool"
 
 
 def _tool(settings: Settings, *args: str) -> str:
-    if shutil.which("java") is None and not Path("/usr/lib/jvm").exists():
-        pytest.skip("no Java on this machine: deploy/local/kafka-tool needs it")
+    require(shutil.which("java") is not None or Path("/usr/lib/jvm").exists(),
+            "no Java on this machine: deploy/local/kafka-tool needs it (deploy/local/up installs it)")
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers}
     proc = subprocess.run([str(TOOL), *args], env=env, capture_output=True, text=True, timeout=300,
                           check=False)

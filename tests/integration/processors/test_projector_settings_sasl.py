@@ -38,6 +38,7 @@ from processors.admin import ensure_topics
 from processors.projector import faust_credentials
 from projections import RedisStore
 from schemas import Settings
+from tests.conftest import require
 from tests.integration.processors.harness import ROOT, produce, start_projector, stop, wait_until
 from tests.unit.processors.test_projector_settings import Pki, make_pki
 from tests.unit.projections.runlogs import full_run
@@ -92,8 +93,9 @@ class SecureBroker:
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     java, libs = _java(), _libs()
-    if java is None or not libs.is_dir() or not any(libs.glob("kafka_2.13-*.jar")):
-        pytest.skip("no Java or no Kafka jar cache (deploy/local/up fetches it)")
+    require(java is not None and libs.is_dir() and any(libs.glob("kafka_2.13-*.jar")),
+            "no Java or no Kafka jar cache (deploy/local/up fetches it)")
+    assert java is not None
     d = tmp_path_factory.mktemp("secure-kafka")
     pki = make_pki(lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048))
     (d / "server-keystore.pem").write_text(pki.server_key_pem + pki.server_pem)

@@ -34,7 +34,7 @@ from projections.log_reader import read_topic
 from projections.rebuild import rebuild
 from schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, load_schema
 from schemas.registry import registry_client
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require
 from tests.integration.resume._toy import crash, toy
 
 pytestmark = pytest.mark.integration
@@ -52,9 +52,8 @@ def registry_url() -> Iterator[str]:
     status = subprocess.run([str(SCRIPT), "status"], capture_output=True, timeout=30, check=False)
     was_up = status.returncode == 0
     proc = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=900, check=False)
-    if proc.returncode != 0:
-        pytest.skip(f"no Schema Registry server: deploy/local/registry up failed ({proc.returncode}): "
-                    f"{proc.stderr.strip()[-1500:]}")
+    require(proc.returncode == 0, f"no Schema Registry server: deploy/local/registry up failed "
+            f"({proc.returncode}): {proc.stderr.strip()[-1500:]}")
     url = next((ln.split("=", 1)[1].strip("'\"") for ln in proc.stdout.splitlines()
                 if ln.startswith("export RUNLOG_SCHEMA_REGISTRY_URL=")), None)
     assert url, proc.stdout

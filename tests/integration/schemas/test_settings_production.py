@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from projections import RedisStore, rebuild
 from projections.redis_store import ProjectionStoreError
 from schemas import Settings, Topics
+from tests.conftest import require
 from tests.integration.processors.harness import ROOT, env_of, produce
 from tests.unit.processors.test_projector_settings import Pki, make_pki
 from tests.unit.projections.runlogs import full_run
@@ -79,8 +80,8 @@ def pki() -> Pki:
 def tls_redis(pki: Pki, tmp_path: Path) -> Iterator[str]:
     """A throw-away redis-server with TLS only (client certificates required); its rediss:// URL."""
     server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("no redis-server")
+    require(server is not None, "no redis-server (deploy/local/up installs it)")
+    assert server is not None
     for name, text in (("server.pem", pki.server_pem), ("server.key", pki.server_key_pem),
                        ("ca.pem", pki.ca_pem)):
         (tmp_path / name).write_text(text)
@@ -101,7 +102,8 @@ def tls_redis(pki: Pki, tmp_path: Path) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None:
-                    pytest.skip(f"redis-server without TLS: {(tmp_path / 'redis.log').read_text()[-500:]}")
+                    require(False, "redis-server without TLS: "
+                                   f"{(tmp_path / 'redis.log').read_text()[-500:]}")
                 time.sleep(0.1)
         yield f"rediss://127.0.0.1:{port}/0"
     finally:

@@ -17,6 +17,7 @@ from processors.cli import main
 from projections import OutcomeKind, fold
 from projections._state import RunStatus
 from schemas import Codec, EventType, Settings, Topics
+from tests.conftest import require_module
 
 
 def test_history_is_a_valid_run_with_a_checkpoint_every_cycle() -> None:
@@ -109,7 +110,7 @@ RESULT = {
 
 
 def test_plot_is_a_png_of_both_panels(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib", "matplotlib (the test extra) is needed to plot")
     path = tmp_path / "sub" / "bench.png"
     assert plot_result(RESULT, str(path)) == str(path)
     data = path.read_bytes()
@@ -157,7 +158,7 @@ def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.Monke
     assert _plot_path("", ["resume"]) is None
     assert _plot_path("p.png", ["append"]) == "p.png"
     assert _plot_path(None, ["append"]) is None  # nothing to plot: no note either
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib", "matplotlib (the test extra) is needed to plot")
     assert _plot_path(None, ["append", "resume"]) == DEFAULT_PLOT
     assert capsys.readouterr().err == ""
     _without_matplotlib(monkeypatch)

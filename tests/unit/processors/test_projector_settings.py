@@ -42,6 +42,7 @@ from processors.projector._security import (
     ssl_context,
 )
 from schemas import ConfigError, Settings
+from tests.conftest import require
 
 # -- a small PKI: CA, server certificate for 127.0.0.1, client certificate --------------------------
 
@@ -202,8 +203,7 @@ def test_inline_ca_pem_is_trusted(pki: Pki, server: TlsServer) -> None:
 def test_ca_location_file_or_directory(which: str, files: dict[str, Path], server: TlsServer) -> None:
     path = files["ca"] if which == "file" else files["cadir"]
     if which == "dir":  # a CA directory is looked up by subject hash links, as OpenSSL (and librdkafka) do
-        if shutil.which("openssl") is None:
-            pytest.skip("openssl is needed to hash the CA directory")
+        require(shutil.which("openssl"), "openssl is needed to hash the CA directory")
         subprocess.run(["openssl", "rehash", str(path)], check=True, capture_output=True)
     ctx = ssl_context(extra(ssl_ca_location=str(path)))
     assert server.handshake(ctx) == b"ok"

@@ -1,0 +1,42 @@
+"""``tests.conftest.require``: a missing service or tool skips a test on a developer's machine and fails
+it under ``CI=true``; and the parallel run's groups (``tests.conftest.xdist_group``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SERIAL, XDIST_GROUPS, require, require_module, xdist_group
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "yes"])
+def test_under_ci_a_missing_requirement_fails(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception, match=r"no chromium .*CI=true"):
+        require(None, "no chromium")
+    with pytest.raises(pytest.fail.Exception, match="needed to plot"):
+        require_module("runlog_no_such_module", "needed to plot")
+
+
+@pytest.mark.parametrize("ci", [None, "", "false", "0"])
+def test_elsewhere_a_missing_requirement_skips(monkeypatch: pytest.MonkeyPatch, ci: str | None) -> None:
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.skip.Exception, match="no chromium"):
+        require("", "no chromium")
+
+
+def test_a_met_requirement_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    require("/usr/bin/chromium", "no chromium")
+    assert require_module("json", "json").dumps([]) == "[]"
+
+
+def test_groups_keep_shared_services_and_fault_modules_in_one_worker() -> None:
+    assert xdist_group("tests/integration/cluster/test_redis_cluster.py::test_x[a]") == "redis-cluster"
+    assert xdist_group("tests/integration/cluster/test_tls_cluster.py::test_y") == "redis-cluster"
+    assert xdist_group("tests/faults/test_bad_input.py::test_zz_write_bad_input_section") == \
+        "tests/faults/test_bad_input.py"
+    assert xdist_group("tests/integration/resume/test_waits.py::test_z") is None
+    assert all(p.startswith("tests/") for p in [*XDIST_GROUPS, *SERIAL])
