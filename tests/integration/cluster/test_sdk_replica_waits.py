@@ -133,3 +133,89 @@ def test_a_claim_no_replica_acknowledges_fails_and_the_effect_is_not_run(
         for k in list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000)):
             client.delete(k)
         client.close()
+
+
+@pytest.mark.slow
+def test_the_master_holding_a_never_effects_claim_killed_before_the_call_one_execution(
+        topics: Settings, cluster_url: str) -> None:
+    """Issue 24, item 4's acceptance: the master holding a NEVER effect's ledger claim is SIGKILLed
+    between the claim and the call; a replica is promoted; a second run asking for the same delivery
+    key meanwhile finds the claim (it was on the replica before the claim answered) and is in doubt:
+    the charge is executed once, by the run that claimed it."""
+    if os.environ.get("RUNLOG_TEST_REDIS_CLUSTER_URL"):
+        pytest.skip("a cluster from RUNLOG_TEST_REDIS_CLUSTER_URL is not ours to kill nodes of")
+    import threading
+
+    from producers import CallInfo, Runner, StageContext, Workflow, tool
+    from producers._keys import delivery_key
+    from schemas import ReplayPolicy
+    from schemas._redis import redis_client
+    from schemas.errors import EffectInDoubt
+    from tests.integration.producers.conftest import SOURCE
+
+    from .test_failover_stream import _cluster_script, _node_number, _replicas_linked, _restart
+
+    settings = topics.with_(redis_url=cluster_url)
+    client = redis_client(settings)
+    ledger = RedisEffectLedger(client, settings.redis_prefix)
+    dk = delivery_key("acct", "cards", "o-kill", "1")
+    claim = ledger.claim_key(dk)
+    node = client.get_node_from_key(claim)
+    assert wait_until(lambda: _replicas_linked(client), 60, every=0.5), "replicas not linked"
+    keys = RunKeys(client, settings.redis_prefix)
+    leases = RedisLeaseManager(client, settings)
+    # runs whose own keys live on other primaries: the kill takes only the effect's claim's master
+    elsewhere = [k for k in (f"pay-{i}" for i in range(300))
+                 if node.name not in (client.get_node_from_key(keys.key(k)).name,
+                                      client.get_node_from_key(leases.epoch_key(run_id_for_key(k))).name)]
+    leases.close()
+    charged: list[str] = []
+    second: list[BaseException | object] = []
+    killed = _node_number(int(node.port))
+
+    wf = Workflow("pay-kill", version="1")
+
+    @tool("charge", policy=ReplayPolicy.NEVER, target="cards:charges",
+          delivery=lambda args, call: ("acct", "cards", str(args["order"]), "1"))
+    def charge(call: CallInfo, order: str) -> Any:
+        if call.run_id == run_id_for_key(elsewhere[0]):
+            # between the claim and the call: the claim's master dies, a replica takes over
+            assert _cluster_script("kill", str(killed)).returncode == 0
+
+            def promoted() -> bool:
+                try:
+                    client.nodes_manager.initialize()
+                    return client.get_node_from_key(claim).port != node.port
+                except Exception:  # noqa: BLE001 - the cluster is between states
+                    return False
+
+            assert wait_until(promoted, 60, every=0.5), "no replica was promoted"
+            # a second run asks for the same delivery key now, on the promoted replica
+            t = threading.Thread(target=lambda: second.append(_second_run()))
+            t.start()
+            t.join(60)
+        charged.append(call.run_id)
+        return {"external_id": f"ch-{order}"}
+
+    @wf.stage("pay")
+    def pay(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"charge": ctx.call(charge, order="o-kill")}
+
+    def _second_run() -> object:
+        try:
+            with Runner.from_settings(settings, source=SOURCE) as r:
+                return r.run(wf, {}, {}, idempotency_key=elsewhere[1])
+        except BaseException as err:  # noqa: BLE001 - the test looks at it
+            return err
+
+    try:
+        with Runner.from_settings(settings, source=SOURCE) as runner:
+            first = runner.run(wf, {}, {}, idempotency_key=elsewhere[0])
+        assert first.completed
+        assert len(second) == 1 and isinstance(second[0], EffectInDoubt), second
+        assert charged == [run_id_for_key(elsewhere[0])]  # one execution
+    finally:
+        _restart(killed)
+        for k in list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000)):
+            client.delete(k)
+        client.close()
