@@ -38,6 +38,11 @@ class BranchResult:
     blocked_reason: str | None = None
     """Set when the branch blocked (``RUN_BLOCKED`` appended): e.g. an effect it would execute is
     done or in doubt in the parent run (one delivery key, one effect, whichever run asks)."""
+    ran_stages: tuple[str, ...] = ()
+    """The stages the branch ran and verified (read back from its log), in order: ``rerun_stages``
+    is the plan, this is what happened (shorter when the branch blocked or failed)."""
+    blocked_stage: str | None = None
+    """The stage the branch blocked in, when it blocked."""
 
 
 def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mapping[str, str], *,
@@ -110,5 +115,24 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
     finally:
         if own:
             r.close()
+    ran, blocked_stage = _what_ran(settings, handle.run_id) if execute else ((), None)
     return BranchResult(handle.run_id, parent_run_id, fork_seq, first, tuple(inherited),
-                        tuple(order[order.index(start):]), completed, blocked)
+                        tuple(order[order.index(start):]), completed, blocked, ran,
+                        blocked_stage if blocked is not None else None)
+
+
+def _what_ran(settings: Settings, run_id: str) -> tuple[tuple[str, ...], str | None]:
+    """The stages the branch verified itself (not inherited), and the stage of its ``RUN_BLOCKED``."""
+    from projections.log_reader import read_run
+
+    ran: list[str] = []
+    blocked: str | None = None
+    current: str | None = None
+    for _, ev in read_run(settings, run_id):
+        if ev.type is EventType.STAGE_STARTED:
+            current = ev.stage
+        elif ev.type is EventType.VERIFIED and "inherited_from" not in ev.attributes and ev.stage:
+            ran.append(ev.stage)
+        elif ev.type is EventType.RUN_BLOCKED:
+            blocked = ev.stage or current
+    return tuple(ran), blocked

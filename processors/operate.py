@@ -31,6 +31,7 @@ Every refusal raises :class:`OperatorRefused` before anything is appended.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -158,9 +159,27 @@ def _open_effect(state: RunState, key: str) -> EffectEntry:
                        for e in sorted(state.open_effects.values(), key=lambda x: x.seq)) or "none"
     if not matches:
         raise OperatorRefused(f"run {state.run_id} has no open effect with delivery key {key!r}; "
-                              f"its open effects: {listed}")
+                              f"its open effects: {listed}" + _held_elsewhere(state))
     raise OperatorRefused(f"delivery key prefix {key!r} is ambiguous in run {state.run_id}: it matches "
                           + ", ".join(e.delivery_key for e in matches) + "; give more of the key")
+
+
+_IN_DOUBT_ELSEWHERE = re.compile(r"delivery key ([0-9a-f]{64}) is in doubt in run (\S+?)[ ,;)]")
+
+
+def _held_elsewhere(state: RunState) -> str:
+    """For a run blocked by an effect open in another run (its parent, for a branch): where to resolve
+    it, from the block's reason."""
+    err = state.last_error
+    if state.status is not RunStatus.BLOCKED or err is None or err.kind != "EffectInDoubt":
+        return ""
+    found = _IN_DOUBT_ELSEWHERE.search(err.message + " ")
+    if found is None:
+        return ""
+    dk, other = found.groups()
+    return (f". The run is blocked by an effect open in run {other} (delivery key {dk}): resolve it "
+            f"there (runlog resolve {other} --effect {dk[:16]} ...), then `runlog retry {state.run_id}` "
+            "continues this run")
 
 
 def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, external_id: str | None,

@@ -67,11 +67,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="serve Prometheus metrics on this port (0: a free one; default: none)")
     p.set_defaults(func=_resumer)
 
-    p = sub.add_parser("branch", help="branch a run with new input versions (explicit upgrade)")
-    p.add_argument("run_id")
-    p.add_argument("--input", action="append", required=True, metavar="NAME=VERSION")
-    p.add_argument("--app", default=_DEMO_APP)
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "branch", help="branch a run with new input versions (explicit upgrade)",
+        description="Start a new run (parent_run_id = RUN) forked at the last checkpoint before the first "
+                    "stage that reads a changed input: the stages before it are inherited (not run), the "
+                    "rest run again on the new versions. Effects go through the ledger: one done in the "
+                    "parent is reused, one in doubt there blocks the branch. Exit 0 when the branch "
+                    "completed, 1 when it did not (blocked or failed: the line says where).")
+    p.add_argument("run_id", help="the run to branch")
+    p.add_argument("--input", action="append", required=True, metavar="NAME=VERSION",
+                   help="an input the run reads, at its new version (repeat for several)")
+    p.add_argument("--app", default=_DEMO_APP,
+                   help="module:attribute of the producers.App with the run's workflow "
+                        f"(default {_DEMO_APP})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_branch)
 
     p = sub.add_parser("demo", help="the crash-and-resume demo (the seed's content pipeline)",
@@ -359,14 +368,18 @@ def _branch(args: argparse.Namespace) -> int:
     doc = {"run_id": res.run_id, "parent_run_id": res.parent_run_id,
            "forked_from_seq": res.forked_from_seq, "first_affected_stage": res.first_affected_stage,
            "inherited_stages": list(res.inherited_stages), "rerun_stages": list(res.rerun_stages),
+           "ran_stages": list(res.ran_stages), "blocked_stage": res.blocked_stage,
            "completed": res.completed, "blocked_reason": res.blocked_reason}
     if args.json:
         print(json.dumps(doc))
     else:
+        ran = ", ".join(res.ran_stages) or "no stage"
         print(f"branch {res.run_id} of {res.parent_run_id} forked at seq {res.forked_from_seq}: "
-              f"inherited {', '.join(res.inherited_stages) or 'nothing'}; re-ran "
-              f"{', '.join(res.rerun_stages)}; {'completed' if res.completed else 'NOT completed'}"
-              + (f"; BLOCKED: {res.blocked_reason}" if res.blocked_reason else ""))
+              f"inherited {', '.join(res.inherited_stages) or 'nothing'}; re-ran {ran}"
+              + ("" if res.completed else f" of {', '.join(res.rerun_stages)}")
+              + f"; {'completed' if res.completed else 'NOT completed'}"
+              + (f"; BLOCKED in {res.blocked_stage or '?'}: {res.blocked_reason}"
+                 if res.blocked_reason else ""))
     return EXIT_OK if res.completed else EXIT_FOUND
 
 

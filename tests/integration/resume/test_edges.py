@@ -292,3 +292,29 @@ def test_every_planned_action_matches_the_events_the_real_resume_appends(
         assert out.result == "completed", out
     s = world.stats()
     assert s["charges"] <= 1 and s["assets"] <= 1 and s["publishes"] <= 1, s
+
+
+def test_a_branch_blocked_by_its_parents_in_doubt_charge_says_what_ran_and_where_to_resolve(
+        topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
+    """Issue 25, item 4: the branch reports the stages it ran (not its plan) and where it blocked;
+    `runlog resolve` on the branch names the parent run holding the effect; once the parent's effect is
+    decided, `runlog retry` continues the branch, which charges exactly once."""
+    from processors.operate import OperatorRefused, resolve_effect, retry_run
+
+    app = orders_app(world.client)
+    run_id = _crash(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
+    with Resumer(topics, app) as r:
+        assert r.resume(run_id).result == "blocked"
+    res = branch_run(topics, app, run_id, {"pricing": "v2"})
+    assert not res.completed and res.blocked_stage == "pay"
+    assert "pay" in res.rerun_stages and "notify" in res.rerun_stages  # the plan
+    assert "pay" not in res.ran_stages and "notify" not in res.ran_stages  # what happened
+    parent_dk = next(iter(accepted(log_of(topics, run_id))[-1].state.open_effects))
+    with pytest.raises(OperatorRefused, match=f"open in run {run_id} \\(delivery key {parent_dk}\\)"):
+        resolve_effect(topics, res.run_id, parent_dk[:16], done=False, external_id=None, by="bob",
+                       reason="checked")
+    resolve_effect(topics, run_id, parent_dk, done=False, external_id=None, by="bob",
+                   reason="the provider has no such charge")
+    out = retry_run(topics, app, res.run_id, by="bob", reason="the parent's charge was decided")
+    assert out.result == "completed", out
+    assert world.stats()["charges"] == 1
