@@ -136,12 +136,22 @@ def _runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(docs))
         return EXIT_OK
-    print(f"{'run':<38} {'workflow':<14} {'status':<10} {'stage':<10} {'next':<10} {'seq':>5} "
-          f"{'epoch':>5} {'age':>5}")
-    for d in docs:
-        wf = f"{d['workflow']}@{d['workflow_version']}" if d["workflow"] else "-"
-        print(f"{d['run_id']:<38} {wf:<14} {d['status']:<10} {d['stage'] or '-':<10} "
-              f"{d['next_stage'] or '-':<10} {d['last_seq']:>5} {d['epoch']:>5} {_age(d['updated_at']):>5}")
+    cells: list[tuple[str, ...]] = [
+        (str(d["run_id"]), f"{d['workflow']}@{d['workflow_version']}" if d["workflow"] else "-",
+         str(d["status"]), str(d["stage"] or "-"), str(d["next_stage"] or "-"), str(d["last_seq"]),
+         str(d["epoch"]), _age(d["updated_at"])) for d in docs]
+    head = ("run", "workflow", "status", "stage", "next", "seq", "epoch", "age")
+    # each column as wide as its widest cell (long workflow or stage names do not shift the others)
+    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
+    right = {5, 6, 7}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return " ".join(c.rjust(w) if i in right else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    print(line(head))
+    for d, row in zip(docs, cells, strict=True):
+        print(line(row))
         if d["reason"]:
             print(f"    reason: {d['reason']}")
         for e in d["open_effects"]:
