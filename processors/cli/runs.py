@@ -312,11 +312,16 @@ def _resume(args: argparse.Namespace) -> int:
         except UnknownRun:
             return _unknown(args.run_id, "nothing to plan")
     plan = outcome.plan.to_dict()
+    writer = _writer_lease_ms(settings, args.run_id) if plan["status"] == "RUNNING" else None
     if args.json:
-        print(json.dumps(plan))
+        print(json.dumps({**plan, "writer_lease_ms": writer}))
         return EXIT_OK
     cp = plan["checkpoint"]
-    print(f"run {plan['run_id']} ({plan['status']}): read {plan['events_read']} events of the tail")
+    status = plan["status"]
+    if writer is not None:
+        status += (f", a live writer holds its lease ({writer} ms left): a resume waits for it" if writer > 0
+                   else ", no live writer (its lease is gone): a resume takes it over")
+    print(f"run {plan['run_id']} ({status}): read {plan['events_read']} events of the tail")
     print(f"checkpoint: {cp['checkpoint_id'] + ' (' + cp['stage'] + ')' if cp else 'none (start over)'}; "
           f"{plan['artifacts_checked']} artifacts checked")
     for rej in plan["checkpoints_rejected"]:
@@ -332,6 +337,18 @@ def _resume(args: argparse.Namespace) -> int:
     if outcome.result == "not_mine":
         print(f"not mine: {outcome.detail}; this App's resumers commit its requests without acting")
     return EXIT_OK
+
+
+def _writer_lease_ms(settings: Settings, run_id: str) -> int:
+    """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
+    from producers._lease import lease_key
+    from schemas._redis import redis_client
+
+    c = redis_client(settings)
+    try:
+        return max(int(c.pttl(lease_key(settings.redis_prefix, run_id))), 0)
+    finally:
+        c.close()
 
 
 def _resumer(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_t
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["run_id"] == run_id and plan["status"] == "RUNNING"
+    assert plan["writer_lease_ms"] == 0  # its worker is dead: the lease is gone
     assert plan["checkpoint"]["stage"] == "verify" and plan["checkpoint"]["next_stage"] == "draft"
     assert plan["from_stage"] == "draft"
     assert plan["blocked_reason"] is None and plan["checkpoints_rejected"] == []
@@ -55,6 +56,8 @@ def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_t
     human = _runlog(topics, "resume", run_id, "--dry-run", "--app", DEMO_APP, cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert "continue from: draft" in human.stdout
+    assert f"run {run_id} (RUNNING, no live writer (its lease is gone): a resume takes it over)" \
+        in human.stdout
 
     shown = _runlog(topics, "show", run_id, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
