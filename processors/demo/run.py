@@ -9,6 +9,7 @@ goes through the resume topic and a resumer consumer, like in production.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from producers.crash import ENV as CRASH_ENV
 from schemas import ConfigError, EventType, RunlogError, Settings
 from schemas._redis import redis_client
 
+log = logging.getLogger("runlog.demo")
+
 __all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo", "spawn_worker", "wait_lease_gone", "wait_worker",
            "worker_env"]
 
@@ -47,6 +50,18 @@ class DemoFailed(RunlogError):
 def _say(quiet: bool, text: str) -> None:
     if not quiet:
         print(text, file=sys.stderr, flush=True)
+
+
+def _drop_group(settings: Settings, group: str) -> None:
+    """Delete a consumer group this process made for itself and has left (best effort: a warning)."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        for fut in AdminClient(settings.admin_config()).delete_consumer_groups(
+                [group], request_timeout=15).values():
+            fut.result(30)
+    except Exception as err:  # noqa: BLE001 - leaving an empty group behind is not a demo failure
+        log.warning("demo: could not delete its consumer group %s: %s", group, err)
 
 
 def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) -> dict[str, str]:
@@ -163,6 +178,8 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
             deadline = time.monotonic() + 120
             while not done and time.monotonic() < deadline:
                 service.poll_once(0.5)
+            demo_group = service.group
+        _drop_group(settings, demo_group)  # the demo's one-off group: nothing left behind on the broker
         if not done:
             raise DemoFailed(f"the resumer did not pick up the request for {crash_id} in 120s")
         outcome = done[-1]

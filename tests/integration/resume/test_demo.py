@@ -57,3 +57,10 @@ def test_demo_crashed_at_the_cover_upload_finishes_like_an_uncrashed_run(topics:
     # research ran before the crash and never again
     assert [le.event.epoch for le in done
             if le.event.type is EventType.STAGE_STARTED and le.event.stage == "research"] == [1]
+    # the demo's one-off resumer group is gone from the broker (issue 29: one was left per demo)
+    from confluent_kafka.admin import AdminClient
+
+    groups = AdminClient(topics.admin_config()).list_consumer_groups(request_timeout=15).result(30)
+    left = [g.group_id for g in groups.valid
+            if g.group_id.startswith(topics.topic_prefix) and "runlog-demo-resumer-" in g.group_id]
+    assert left == [], left
