@@ -83,6 +83,16 @@ def _doctor(args: argparse.Namespace) -> int:
     except ServiceUnavailable as err:
         out["redis"] = {"error": str(err)}
         out["ok"] = False
+    if settings.schema_registry_url:
+        from schemas import Codec
+        from schemas.errors import ConfigError
+
+        try:
+            Codec.from_settings(settings)  # asks the registry, as every reader and writer does first
+            out["registry"] = {"ok": True}
+        except ConfigError as err:  # unreachable, or refusing the credentials
+            out["registry"] = {"error": str(err)}
+            out["ok"] = False
     if "error" not in out["kafka"]:
         reports = ensure_topics(settings, create=False)
         out["topics"] = [_report_dict(r) for r in reports]
@@ -101,6 +111,10 @@ def _doctor(args: argparse.Namespace) -> int:
                  f"aof {'on' if r['aof_enabled'] else 'off'}"
                  + (f", cluster_state {r['cluster_state']}, {r['cluster_size']} masters, "
                     f"{r['cluster_known_nodes']} nodes" if r.get("redis_mode") == "cluster" else "")))
+        if "registry" in out:
+            g = out["registry"]
+            print(f"registry {settings.redacted()['schema_registry_url']}: "
+                  + (f"ERROR {g['error']}" if "error" in g else "ok"))
         for t in out.get("topics", []):
             status = t["action"]
             extra = f" partitions={t['partitions']} rf={t['replication_factor']}" \
@@ -109,7 +123,7 @@ def _doctor(args: argparse.Namespace) -> int:
             for c in t["conflicts"]:
                 print(f"        {c['setting']}: is {c['actual']!r}, needs {c['expected']!r}")
         print("doctor: all good" if out["ok"] else "doctor: problems found")
-    if "error" in out["kafka"] or "error" in out["redis"]:
+    if "error" in out["kafka"] or "error" in out["redis"] or "error" in out.get("registry", {}):
         return EXIT_UNAVAILABLE
     return EXIT_OK if out["ok"] else EXIT_FOUND
 

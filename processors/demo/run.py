@@ -137,6 +137,10 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
     ``sdk``: the workers run the ``Runner`` (``sync``) or the ``AsyncRunner`` (``async``)."""
     if settings.lease_ttl_ms > 10_000:
         settings = settings.with_(lease_ttl_ms=3000)  # a dead worker's lease expires fast in the demo
+    if settings.schema_registry_url:
+        from schemas import Codec
+
+        Codec.from_settings(settings)  # an unreachable registry: one line and exit 2, before any worker
     tag = uuid.uuid4().hex[:8]
     base = workdir or Path(".runlog") / "demo" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tag}"
     base.mkdir(parents=True, exist_ok=True)

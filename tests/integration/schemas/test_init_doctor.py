@@ -19,7 +19,8 @@ pytestmark = pytest.mark.integration
 def runlog(s: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": s.kafka_bootstrap_servers,
            "REDIS_URL": s.redis_url, "RUNLOG_TOPIC_PREFIX": s.topic_prefix,
-           "RUNLOG_REDIS_PREFIX": s.redis_prefix}
+           "RUNLOG_REDIS_PREFIX": s.redis_prefix,
+           **({"RUNLOG_SCHEMA_REGISTRY_URL": s.schema_registry_url} if s.schema_registry_url else {})}
     return subprocess.run([sys.executable, "-m", "processors", *args], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
@@ -76,3 +77,18 @@ def test_doctor_exits_3_when_kafka_is_unreachable(settings: Settings) -> None:
     env_proc = runlog(dead, "doctor", "--json")
     assert env_proc.returncode == 3
     assert "error" in json.loads(env_proc.stdout)["kafka"]
+
+
+def test_doctor_and_demo_refuse_a_schema_registry_that_does_not_answer(settings: Settings) -> None:
+    """Issue 29: doctor said "all good" (exit 0) and demo exited 1 with a worker's traceback, while
+    every reader and writer refuses to start without the registry."""
+    assert runlog(settings, "init").returncode == 0
+    dead = settings.with_(schema_registry_url="http://127.0.0.1:1")
+    proc = runlog(dead, "doctor")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "registry http://127.0.0.1:1: ERROR" in proc.stdout and "doctor: problems found" in proc.stdout
+    assert "unreachable" in json.loads(runlog(dead, "doctor", "--json").stdout)["registry"]["error"]
+    demo = runlog(dead, "demo")
+    assert demo.returncode == 2, demo.stderr
+    lines = demo.stderr.strip().splitlines()
+    assert len(lines) == 1 and "schema registry" in lines[0] and "unreachable" in lines[0]
