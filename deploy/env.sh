@@ -42,7 +42,14 @@ apt_tools chromium:chromium node:nodejs npm:npm openssl:openssl
 
 if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
     say "starting local Kafka and Redis (deploy/local/up)"
-    eval "$("$ROOT/deploy/local/up")"
+    # captured first: a failing deploy/local/up (a port taken, say) stops here with its own message,
+    # instead of going on with the variables unset
+    exports="$("$ROOT/deploy/local/up")" || { say "deploy/local/up failed (see above): stopping"; exit 1; }
+    eval "$exports"
+    if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+        say "deploy/local/up printed no KAFKA_BOOTSTRAP_SERVERS / REDIS_URL: stopping"
+        exit 1
+    fi
 fi
 export KAFKA_BOOTSTRAP_SERVERS REDIS_URL
 say "Kafka at $KAFKA_BOOTSTRAP_SERVERS, Redis at ${REDIS_URL##*@}"
