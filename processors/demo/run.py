@@ -144,6 +144,7 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
     tag = uuid.uuid4().hex[:8]
     base = workdir or Path(".runlog") / "demo" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tag}"
     base.mkdir(parents=True, exist_ok=True)
+    base.chmod(0o700)  # the worlds' files and the workers' logs hold prompts and results: owner only
     reports = ensure_topics(settings)
     bad = [r for r in reports if r.action not in ("ok", "created")]
     if bad:

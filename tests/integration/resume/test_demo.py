@@ -20,6 +20,7 @@ def test_demo_crashed_at_the_cover_upload_finishes_like_an_uncrashed_run(topics:
                                                                          tmp_path: Path, sdk: str) -> None:
     r = run_demo(topics, quiet=True, workdir=tmp_path / "demo", sdk=sdk)
     assert r["sdk"] == sdk
+    assert (tmp_path / "demo").stat().st_mode & 0o777 == 0o700  # its files are the owner's only
 
     assert r["crashed_at"] == DEFAULT_CRASH_AT == "before:EFFECT_RESULT:visual/upload/5"
     assert r["resume"] == "completed"
