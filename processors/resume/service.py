@@ -63,24 +63,22 @@ serves it on ``GET /metrics``.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
-from processors.resume.request import request_resume
+from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
+from processors.resume._sweep import Sweeper, SweepReport
 from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
 from producers._lease import lease_key
-from projections import ProjectionStoreError, RedisStore, RunStatus
-from projections._marker import READY
+from projections import ProjectionStoreError, RedisStore
 from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
 from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
@@ -88,12 +86,6 @@ from schemas._redis import redis_client
 __all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id", "group_id"]
 
 log = logging.getLogger("runlog.resumer")
-
-CONTENDED_RETRIES = 5
-"""How many times one run answered ``contended`` is retried before the resumer gives up."""
-
-RETRY_MARGIN_S = 0.25
-"""Added to the lease's remaining lifetime before a contended run is retried."""
 
 _DONE = frozenset({"completed", "nothing_to_do", "blocked", "failed", "cancelled"})
 """Outcomes after which a run is no longer active (removed from the active set)."""
@@ -114,13 +106,7 @@ def group_id(settings: Settings, app: App) -> str:
     return settings.group_id(f"{settings.resumer_group}.{app_id(app)}")
 
 
-@dataclass
-class SweepReport:
-    requested: list[str] = field(default_factory=list)
-    alive: int = 0
-
-
-class ResumerService:
+class ResumerService(ContendedRetries, Sweeper):
     """Consumes resume requests as one member of its App's resumer group and sweeps for dead runs.
 
     Args:
@@ -312,71 +298,6 @@ class ResumerService:
         if self.on_outcome is not None:
             self.on_outcome(outcome)
 
-    # -- contended runs: retried once the lease can have expired ---------------------------------
-
-    def _remaining_lease_s(self, run_id: str) -> float:
-        try:
-            ms = int(self.redis.pttl(self.lease_key(run_id)))
-        except redis.RedisError:
-            ms = -1
-        if ms == -2:  # no lease key any more: retry at once (after the margin)
-            return 0.0
-        if ms < 0:  # no expiry, or unknown: a whole lease ttl
-            return self.settings.lease_ttl_ms / 1000.0
-        return ms / 1000.0
-
-    def _schedule_retry(self, run_id: str, seen_epoch: int | None) -> None:
-        # the retry carries the epoch its requests saw (the least strict of them: None wins)
-        if run_id in self._seen:
-            before = self._seen[run_id]
-            seen_epoch = None if before is None or seen_epoch is None else max(before, seen_epoch)
-        self._seen[run_id] = seen_epoch
-        n = self._attempts.get(run_id, 0) + 1
-        if n > CONTENDED_RETRIES:
-            self._attempts.pop(run_id, None)
-            self._seen.pop(run_id, None)
-            self.metrics.retries_abandoned.inc()
-            log.warning("resume %s: still contended after %d retries; giving up (the sweep requests it "
-                        "again once its lease is gone)", run_id, CONTENDED_RETRIES)
-            return
-        self._attempts[run_id] = n
-        if run_id in self._scheduled:
-            return
-        delay = self._remaining_lease_s(run_id) + RETRY_MARGIN_S
-        heapq.heappush(self._retries, (time.monotonic() + delay, next(self._tie), run_id))
-        self._scheduled.add(run_id)
-        log.info("resume %s: contended, retry %d of %d in %.2fs", run_id, n, CONTENDED_RETRIES, delay)
-
-    def next_retry_in(self) -> float | None:
-        """Seconds until the next scheduled retry is due (0 when overdue); None when none is."""
-        if not self._retries:
-            return None
-        return max(0.0, self._retries[0][0] - time.monotonic())
-
-    def run_due_retries(self) -> list[ResumeOutcome]:
-        """Resume every contended run whose retry is due; their outcomes (not ``not_mine``)."""
-        out: list[ResumeOutcome] = []
-        now = time.monotonic()
-        due: list[str] = []
-        while self._retries and self._retries[0][0] <= now:  # taken first: a rescheduled run waits
-            due.append(heapq.heappop(self._retries)[2])
-        for run_id in due:
-            self._scheduled.discard(run_id)
-            try:
-                alive = bool(self.redis.exists(self.lease_key(run_id)))
-            except redis.RedisError:
-                alive = False  # let resume find out
-            seen_epoch = self._seen.get(run_id)
-            if alive:  # still leased: wait again without planning (counts as an attempt)
-                log.debug("retry of %s: its lease is still held", run_id)
-                self._schedule_retry(run_id, seen_epoch)
-                continue
-            self.metrics.retries.inc()
-            outcome = self._resume(run_id, None, seen_epoch)
-            if outcome is not None and outcome.result != "not_mine":
-                out.append(outcome)
-        return out
-
     # -- dead letters -----------------------------------------------------------------------------
 
     def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
@@ -388,60 +309,6 @@ class ResumerService:
         if self.producer.flush(30) != 0:
             raise KafkaException(f"dead letter for {msg.topic()}[{msg.partition()}]@{msg.offset()} "
                                  "was not acknowledged")
-
-    # -- the sweep --------------------------------------------------------------------------------
-
-    def _candidates(self) -> list[str]:
-        """Runs of this App's workflows that may need a resume: the active set's, then the
-        projection's ``RUNNING`` ones (runs from before the active set, or written by a writer
-        that does not maintain it)."""
-        mine = set(self.app.registry.names())
-        found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
-        marker = self.projection.marker()
-        if marker is None or marker.state != READY:
-            # a rebuild, a swap or a replay is moving the indexes: they may list a run under an old
-            # status; the active set (the writers' own) is swept, the indexes once ready again
-            log.debug("sweep: the projection is %s; sweeping the active set only",
-                      "missing" if marker is None else f"marked {marker.state!r}")
-            return list(found)
-        running = self.projection.runs(RunStatus.RUNNING)
-        if running:
-            pipe = self.redis.pipeline(transaction=False)
-            for run_id in running:
-                pipe.hget(self.projection.state_key(run_id), "workflow")
-            for run_id, wf in zip(running, pipe.execute(), strict=True):
-                name = wf.decode() if isinstance(wf, bytes) else wf
-                if name in mine:
-                    found.setdefault(run_id, None)
-        return list(found)
-
-    def sweep(self) -> SweepReport:
-        """Request the resume of every run of this App's workflows that is active (or projected
-        ``RUNNING``) and whose lease has expired; cancelled runs are skipped."""
-        self.metrics.sweeps.inc()
-        report = SweepReport()
-        candidates = self._candidates()
-        cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
-        for run_id in candidates:
-            if run_id in cancelled:
-                continue
-            if self.redis.exists(self.lease_key(run_id)):
-                report.alive += 1
-                continue
-            request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
-                           producer=self.producer, codec=self.codec)
-            self.metrics.sweep_requested.labels("lease_expired").inc()
-            report.requested.append(run_id)
-        mine = set(self.app.registry.names())
-        for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
-            if workflow not in mine:
-                continue
-            request_resume(self.settings, run_id, "wait timed out", requested_by="sweeper",
-                           producer=self.producer, codec=self.codec)
-            self.metrics.sweep_requested.labels("wait_timed_out").inc()
-            self.active.unwait(run_id)
-            report.requested.append(run_id)
-        return report
 
     def serve(self, *, stop: Callable[[], bool] | None = None, idle_exit_s: float | None = None) -> int:
         """Poll, run due retries and sweep until ``stop()`` is true or nothing arrived for

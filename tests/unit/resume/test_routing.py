@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import processors.resume.service as resumer_mod
+import processors.resume._retries as resumer_mod
 from processors.metrics import ResumerMetrics
 from processors.resume import (
     CONTENDED_RETRIES,

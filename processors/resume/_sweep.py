@@ -1,0 +1,100 @@
+"""The resumer's sweep (a mixin of :class:`~processors.resume.service.ResumerService`): the runs of its
+App's workflows whose writer is gone (their lease expired) get a resume request, and waits whose
+deadline passed are handed to their policy. Candidates are the writers' active set and, when the
+projection is whole (marker ``ready``), its ``RUNNING`` index; while a rebuild, a swap or a replay
+moves the indexes, only the active set is swept."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from processors.metrics import ResumerMetrics
+from processors.resume.request import request_resume
+from processors.resume.resumer import App
+from producers._active import ActiveRuns
+from projections import RedisStore, RunStatus
+from projections._marker import READY
+from schemas import Settings
+
+__all__ = ["SweepReport", "Sweeper"]
+
+log = logging.getLogger("runlog.resumer")
+
+
+@dataclass
+class SweepReport:
+    requested: list[str] = field(default_factory=list)
+    alive: int = 0
+
+
+class Sweeper:
+    """The sweep's part of the resumer service."""
+
+    app: App
+    settings: Settings
+    active: ActiveRuns
+    projection: RedisStore
+    redis: redis.Redis
+    metrics: ResumerMetrics
+    producer: Any
+    codec: Any
+
+    def lease_key(self, run_id: str) -> str:
+        raise NotImplementedError
+
+    def _candidates(self) -> list[str]:
+        """Runs of this App's workflows that may need a resume: the active set's, then the
+        projection's ``RUNNING`` ones (runs from before the active set, or written by a writer
+        that does not maintain it)."""
+        mine = set(self.app.registry.names())
+        found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
+        marker = self.projection.marker()
+        if marker is None or marker.state != READY:
+            # a rebuild, a swap or a replay is moving the indexes: they may list a run under an old
+            # status; the active set (the writers' own) is swept, the indexes once ready again
+            log.debug("sweep: the projection is %s; sweeping the active set only",
+                      "missing" if marker is None else f"marked {marker.state!r}")
+            return list(found)
+        running = self.projection.runs(RunStatus.RUNNING)
+        if running:
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in running:
+                pipe.hget(self.projection.state_key(run_id), "workflow")
+            for run_id, wf in zip(running, pipe.execute(), strict=True):
+                name = wf.decode() if isinstance(wf, bytes) else wf
+                if name in mine:
+                    found.setdefault(run_id, None)
+        return list(found)
+
+    def sweep(self) -> SweepReport:
+        """Request the resume of every run of this App's workflows that is active (or projected
+        ``RUNNING``) and whose lease has expired; cancelled runs are skipped."""
+        self.metrics.sweeps.inc()
+        report = SweepReport()
+        candidates = self._candidates()
+        cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
+        for run_id in candidates:
+            if run_id in cancelled:
+                continue
+            if self.redis.exists(self.lease_key(run_id)):
+                report.alive += 1
+                continue
+            request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
+                           producer=self.producer, codec=self.codec)
+            self.metrics.sweep_requested.labels("lease_expired").inc()
+            report.requested.append(run_id)
+        mine = set(self.app.registry.names())
+        for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
+            if workflow not in mine:
+                continue
+            request_resume(self.settings, run_id, "wait timed out", requested_by="sweeper",
+                           producer=self.producer, codec=self.codec)
+            self.metrics.sweep_requested.labels("wait_timed_out").inc()
+            self.active.unwait(run_id)
+            report.requested.append(run_id)
+        return report
+

@@ -1,0 +1,179 @@
+"""The namespace marker and the rebuild lock of a :class:`~projections.redis_store.RedisStore` (a mixin
+of it): which generation of the namespace a store writes under, whether the namespace is whole
+(``ready``), being rebuilt (``rebuilding``, under the rebuild lock) or replayed by a new projector group
+(``replaying``), and the moves between those states. Every apply is guarded by the generation: a
+store whose generation the marker no longer holds is refused (:class:`ProjectionLost`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from projections._marker import READY, REBUILDING, REPLAYING, WRITABLE, Marker, marker_key, parse_marker
+from projections._sharded import ProjectionLost, ProjectionStoreError
+from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+
+__all__ = ["NamespaceMarker"]
+
+
+class NamespaceMarker:
+    """The marker's and the rebuild lock's part of the store."""
+
+    client: redis.Redis
+    prefix: str
+    _gen: str | None
+
+    def _register_marker_scripts(self, client: Any) -> None:
+        self._extend = client.register_script(TOKEN_EXTEND)
+        self._release = client.register_script(TOKEN_RELEASE)
+        self._drop_marker = client.register_script(
+            "if redis.call('HGET', KEYS[1], 'gen') == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+            "return 0")
+        self._begin_replay = client.register_script(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+            "redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'state', ARGV[2], 'until', ARGV[3]) return 1")
+        self._finish_replay = client.register_script(
+            "if redis.call('HGET', KEYS[1], 'gen') == ARGV[1] "
+            "and redis.call('HGET', KEYS[1], 'state') == ARGV[2] then "
+            "redis.call('HSET', KEYS[1], 'state', ARGV[3]) redis.call('HDEL', KEYS[1], 'until') return 1 end "
+            "return 0")
+
+    @property
+    def marker_key(self) -> str:
+        return marker_key(self.prefix)
+
+    @property
+    def rebuild_lock_key(self) -> str:
+        return f"{self.prefix}:projection:rebuild"
+
+    # -- the namespace marker -----------------------------------------------------------------
+
+    def marker(self) -> Marker | None:
+        """The namespace's marker, or None when there is none (a new or an emptied namespace)."""
+        try:
+            raw = self.client.hgetall(self.marker_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
+        return parse_marker(raw)
+
+    @property
+    def generation(self) -> str:
+        """The generation this store writes under; on first use, the marker's (created when there
+        is none: a namespace nobody wrote yet). Raises :class:`ProjectionLost` while a rebuild runs."""
+        if self._gen is None:
+            try:
+                pipe = self.client.pipeline(transaction=True)
+                pipe.hsetnx(self.marker_key, "gen", uuid.uuid4().hex)
+                pipe.hsetnx(self.marker_key, "state", READY)
+                pipe.execute()
+            except redis.RedisError as err:
+                raise ProjectionStoreError(f"creating the namespace marker failed: {err}") from err
+            m = self.marker()
+            if m is None or m.state not in WRITABLE:
+                raise ProjectionLost(f"namespace {self.prefix!r} is being rebuilt")
+            self._gen = m.gen
+        return self._gen
+
+    def begin_replay(self, until: Mapping[int, int]) -> str | None:
+        """Create the namespace's marker as ``replaying`` until the group's commits reach ``until``
+        (partition -> offset), under a new generation this store adopts; None when a marker exists
+        already (another member made it, or the namespace is not new)."""
+        gen = uuid.uuid4().hex
+        doc = json.dumps({str(p): o for p, o in sorted(until.items())})
+        try:
+            made = int(self._begin_replay(keys=[self.marker_key], args=[gen, REPLAYING, doc]))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"creating the namespace marker failed: {err}") from err
+        if not made:
+            return None
+        self._gen = gen
+        return gen
+
+    def replay_until(self) -> tuple[str, dict[int, int]] | None:
+        """``(generation, until)`` of a ``replaying`` marker; None for any other state."""
+        try:
+            raw = self.client.hgetall(self.marker_key)
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
+        m = parse_marker(raw)
+        if m is None or m.state != REPLAYING:
+            return None
+        until = raw.get(b"until") or raw.get("until") or b"{}"
+        doc = json.loads(until)
+        return m.gen, {int(p): int(o) for p, o in doc.items()}
+
+    def finish_replay(self, gen: str) -> bool:
+        """Mark the namespace ``ready`` if it is still replaying under ``gen``."""
+        try:
+            return int(self._finish_replay(keys=[self.marker_key], args=[gen, REPLAYING, READY])) == 1
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"marking namespace {self.prefix!r} ready failed: {err}") from err
+
+    def adopt(self, gen: str | None) -> None:
+        """Write under ``gen`` from now on (None: look the marker up again on next use)."""
+        self._gen = gen
+
+    def begin_rebuild(self, holder: str, ttl_ms: int = 60_000) -> str | None:
+        """Take the rebuild lock and mark the namespace ``rebuilding`` under a new generation, which
+        this store adopts (every other writer's applies are refused from now on). None when another
+        holder has the lock."""
+        gen = uuid.uuid4().hex
+        try:
+            if not self.client.set(self.rebuild_lock_key, holder, nx=True, px=ttl_ms):
+                return None
+            self.client.hset(self.marker_key, mapping={"gen": gen, "state": REBUILDING})
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"starting a rebuild of {self.prefix!r} failed: {err}") from err
+        self._gen = gen
+        return gen
+
+    def hold_rebuild(self, holder: str, ttl_ms: int = 60_000) -> bool:
+        """Extend the rebuild lock; False when it is no longer ``holder``'s."""
+        try:
+            return int(self._extend(keys=[self.rebuild_lock_key], args=[holder, ttl_ms])) == 1
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"extending the rebuild lock failed: {err}") from err
+
+    def rebuild_locked(self) -> bool:
+        try:
+            return bool(self.client.exists(self.rebuild_lock_key))
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"reading the rebuild lock failed: {err}") from err
+
+    def abandon_rebuild(self, holder: str) -> None:
+        """Release the rebuild lock without marking the namespace whole (a failed rebuild)."""
+        try:
+            self._release(keys=[self.rebuild_lock_key], args=[holder])
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"releasing the rebuild lock failed: {err}") from err
+        self._gen = None
+
+    def invalidate(self) -> bool:
+        """Remove the namespace marker if it still holds this store's generation, so the namespace
+        reads as lost and the next :func:`~projections.recovery.recover` rebuilds it from the log
+        (every other writer's applies are refused from then on). False when the marker had moved
+        on (another instance already invalidated, rebuilt or swapped it)."""
+        gen = self._gen
+        if gen is None:
+            return False
+        try:
+            done = int(self._drop_marker(keys=[self.marker_key], args=[gen])) == 1
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"invalidating namespace {self.prefix!r} failed: {err}") from err
+        self._gen = None
+        return done
+
+    def finish_rebuild(self, holder: str, gen: str) -> None:
+        """Mark the namespace whole (``ready``) under ``gen`` and release the lock."""
+        try:
+            self.client.hset(self.marker_key, mapping={"gen": gen, "state": READY})
+            self._release(keys=[self.rebuild_lock_key], args=[holder])
+        except redis.RedisError as err:
+            raise ProjectionStoreError(f"finishing the rebuild of {self.prefix!r} failed: {err}") from err
+
+    # -- reads --------------------------------------------------------------------------------
+
