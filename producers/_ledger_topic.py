@@ -16,17 +16,24 @@ which happens only while Redis has no ready projection).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from typing import Any
 
 from producers._ledger import LedgerEntry
 from schemas._codec import Codec
 from schemas._types import Effect
-from schemas.errors import DecodeError
+from schemas.errors import DecodeError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics, partition_for
 
-__all__ = ["EffectsTopic"]
+__all__ = ["ATTEMPTS", "EffectsTopic"]
+
+ATTEMPTS = 4
+"""Reads of the topic tried for one lookup (each with a new reader) before it raises."""
+RETRY_S = 1.0
+"""Seconds before the second attempt; the third waits twice as long, and so on."""
 
 
 class EffectsTopic:
@@ -39,26 +46,49 @@ class EffectsTopic:
         self._reader: Any = None
         self._lock = threading.Lock()
         self._pos: dict[int, int] = {}
+        self._partitions: int | None = None
         self._last: dict[str, LedgerEntry] = {}
         self.records_read = 0
 
     def __call__(self, delivery_key: str) -> LedgerEntry | None:
+        """The topic's last entry for ``delivery_key``, or None. A read that fails (a broker lost
+        mid-read) is tried again with a new reader, :data:`ATTEMPTS` times in all, then raises
+        :class:`~schemas.errors.RunlogError`: the effect is not executed on a guess."""
         with self._lock:
-            if self._reader is None:
-                from projections.log_reader import LogReader
+            for attempt in range(1, ATTEMPTS + 1):
+                try:
+                    return self._lookup(delivery_key)
+                except RunlogError as err:
+                    self._drop_reader()
+                    if attempt == ATTEMPTS:
+                        raise RunlogError(f"effects ledger: the effects topic {self.topic} could not be "
+                                          f"read for {delivery_key[:16]}...: {err}") from err
+                    time.sleep(RETRY_S * attempt)
+            raise AssertionError("unreachable")  # pragma: no cover
 
-                self._reader = LogReader(self.settings, self.topic, name="runlog-ledger-effects")
-            r = self._reader
-            parts = r.partitions()
-            p = partition_for(delivery_key, len(parts))
-            low, high = r.watermarks([p])[p]
-            start = max(self._pos.get(p, low), low)
-            if high > start:
-                for m in r.records({p: (start, high)}):
-                    self.records_read += 1
-                    self._remember(m)
-                self._pos[p] = high
-            return self._last.get(delivery_key)
+    def _lookup(self, delivery_key: str) -> LedgerEntry | None:
+        if self._reader is None:
+            from projections.log_reader import LogReader
+
+            self._reader = LogReader(self.settings, self.topic, name="runlog-ledger-effects")
+        r = self._reader
+        if self._partitions is None:
+            self._partitions = len(r.partitions())
+        p = partition_for(delivery_key, self._partitions)
+        low, high = r.watermarks([p])[p]
+        start = max(self._pos.get(p, low), low)
+        if high > start:
+            for m in r.records({p: (start, high)}):
+                self.records_read += 1
+                self._remember(m)
+            self._pos[p] = high
+        return self._last.get(delivery_key)
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                self._reader.close()
+            self._reader = None
 
     def _remember(self, m: Any) -> None:
         key = m.key()
@@ -77,6 +107,4 @@ class EffectsTopic:
 
     def close(self) -> None:
         with self._lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
+            self._drop_reader()
