@@ -39,7 +39,6 @@ idempotency key, ``SAFE`` executes).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import threading
@@ -49,6 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from producers._artifacts import ArtifactStore
+from producers._call_ledger import EffectsLedgerSteps
 from producers._calls import (
     _WAIT_TOOL,
     JSON,
@@ -63,19 +63,16 @@ from producers._calls import (
     error_info,
 )
 from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers._ledger import EffectLedger, LedgerEntry
+from producers._ledger import EffectLedger
 from producers._protocol import IO, SYNC, Invoke, Mode, Steps
 from producers._session import AppendResult, RunSession
 from producers._tools import CallInfo, Tool, retry_steps
 from producers._trace import NO_TRACE, Span, Tracer
-from projections._replicas import ReplicasBehind
 from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from schemas.errors import (
     DeliveryError,
     Diverged,
-    EffectInDoubt,
     LeaseLost,
-    RunlogError,
     TerminalToolError,
     WorkflowDefinitionError,
 )
@@ -83,7 +80,7 @@ from schemas.errors import (
 __all__: list[str] = []
 
 
-class _ContextCore:
+class _ContextCore(EffectsLedgerSteps):
     """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
@@ -338,74 +335,3 @@ class _ContextCore:
                         "recorded_request_hash": rec.request_hash or ""}, **common)
         raise err
 
-    # -- the effects ledger ---------------------------------------------------------------------
-
-    def _open_effect(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
-        if self._ledger is None or info.delivery_key is None:
-            return None
-        entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
-                            info.idempotency_key, tool.name)
-        try:
-            found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
-        except ReplicasBehind:
-            # The claim is on the primary, not known to be on a replica: the effect is not executed.
-            # Release it (FAILED: did not happen), so another run is not left in doubt by a claim
-            # nothing acted on; if a failover takes this release back, the claim reads in doubt
-            # again, which is the safe side.
-            with contextlib.suppress(RunlogError):
-                yield IO(self._ledger, "close", "aclose_effect",
-                         (info.delivery_key, info.run_id, info.call_id, EffectStatus.FAILED, None))
-            raise
-        return found
-
-    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
-                attrs: dict[str, str]) -> Steps[dict[str, Any]]:
-        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
-        s = self.session
-        assert info.delivery_key is not None
-        out = dict(record)
-        ref = yield from self._put(canonical_json(out))
-        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
-                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
-                          attributes=attrs, **common)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
-                          attributes={"source": attrs.get("source", "reconciled")}, **common)
-        return out
-
-    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
-                      common: dict[str, Any]) -> Steps[dict[str, Any]]:
-        """Done in another run: no call; that run's external id is this call's result."""
-        record: Mapping[str, Any] | None = None
-        if tool.reconcile is not None and info.delivery_key is not None:
-            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
-        if record is None or _external_id(record) != other.external_id:
-            record = {"external_id": other.external_id}
-        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
-                 "ledger": other.source}
-        return (yield from self._settle(tool, info, record, common, attrs))
-
-    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
-                  common: dict[str, Any]) -> Steps[dict[str, Any] | None]:
-        """Open in another run. Returns the record when reconcile found the effect done; None to
-        execute; raises EffectInDoubt when the policy leaves it to a person."""
-        dk = info.delivery_key
-        assert dk is not None
-        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
-            record = yield Invoke(tool.reconcile, (dk, args))
-            if record is not None and _external_id(record) is not None:
-                if self._ledger is not None:
-                    yield IO(self._ledger, "close", "aclose_effect",
-                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
-                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
-                         "ledger": other.source, "reconciled": "true"}
-                return (yield from self._settle(tool, info, record, common, attrs))
-            return None
-        if tool.policy is ReplayPolicy.NEVER:
-            err = EffectInDoubt(
-                info.run_id, dk, other.run_id,
-                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
-                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
-                "whether it happened before this run may go on")
-            self._fail(err)
-            raise err
-        return None

@@ -1,0 +1,108 @@
+"""The effects ledger's steps of a tool call (a mixin of the stage context,
+:class:`producers._call_steps._ContextCore`): before an effect tool executes, its delivery key is
+opened in the ledger shared by all runs. Done in another run: the tool is not called and that run's
+external id is this call's result (``EFFECT_RECONCILED`` with ``source=ledger``). Open in another run:
+in doubt, handled by the tool's policy (``RECONCILE_FIRST`` asks the external system, ``NEVER`` blocks
+the run for a person). A claim no replica acknowledged is released and the call fails before the
+effect runs (:class:`~projections._replicas.ReplicasBehind`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from producers._calls import JSON, _external_id
+from producers._keys import canonical_json
+from producers._ledger import EffectLedger, LedgerEntry
+from producers._protocol import IO, Invoke, Steps
+from producers._session import RunSession
+from producers._tools import CallInfo, Tool
+from projections._replicas import ReplicasBehind
+from schemas._types import ArtifactRef, EffectStatus, EventType, ReplayPolicy
+from schemas.errors import EffectInDoubt, RunlogError
+
+__all__ = ["EffectsLedgerSteps"]
+
+
+class EffectsLedgerSteps:
+    """The ledger's part of a stage context."""
+
+    session: RunSession
+    _ledger: EffectLedger | None
+
+    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
+        raise NotImplementedError
+
+    def _fail(self, err: BaseException) -> None:
+        raise NotImplementedError
+
+    def _open_effect(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
+        if self._ledger is None or info.delivery_key is None:
+            return None
+        entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
+                            info.idempotency_key, tool.name)
+        try:
+            found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+        except ReplicasBehind:
+            # The claim is on the primary, not known to be on a replica: the effect is not executed.
+            # Release it (FAILED: did not happen), so another run is not left in doubt by a claim
+            # nothing acted on; if a failover takes this release back, the claim reads in doubt
+            # again, which is the safe side.
+            with contextlib.suppress(RunlogError):
+                yield IO(self._ledger, "close", "aclose_effect",
+                         (info.delivery_key, info.run_id, info.call_id, EffectStatus.FAILED, None))
+            raise
+        return found
+
+    def _settle(self, tool: Tool, info: CallInfo, record: Mapping[str, Any], common: dict[str, Any],
+                attrs: dict[str, str]) -> Steps[dict[str, Any]]:
+        """Record an effect found done in the world: ``EFFECT_RECONCILED`` then ``TOOL_RESULT``."""
+        s = self.session
+        assert info.delivery_key is not None
+        out = dict(record)
+        ref = yield from self._put(canonical_json(out))
+        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
+                          attributes=attrs, **common)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                          attributes={"source": attrs.get("source", "reconciled")}, **common)
+        return out
+
+    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                      common: dict[str, Any]) -> Steps[dict[str, Any]]:
+        """Done in another run: no call; that run's external id is this call's result."""
+        record: Mapping[str, Any] | None = None
+        if tool.reconcile is not None and info.delivery_key is not None:
+            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
+        if record is None or _external_id(record) != other.external_id:
+            record = {"external_id": other.external_id}
+        attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                 "ledger": other.source}
+        return (yield from self._settle(tool, info, record, common, attrs))
+
+    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+                  common: dict[str, Any]) -> Steps[dict[str, Any] | None]:
+        """Open in another run. Returns the record when reconcile found the effect done; None to
+        execute; raises EffectInDoubt when the policy leaves it to a person."""
+        dk = info.delivery_key
+        assert dk is not None
+        if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
+            record = yield Invoke(tool.reconcile, (dk, args))
+            if record is not None and _external_id(record) is not None:
+                if self._ledger is not None:
+                    yield IO(self._ledger, "close", "aclose_effect",
+                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
+                attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
+                         "ledger": other.source, "reconciled": "true"}
+                return (yield from self._settle(tool, info, record, common, attrs))
+            return None
+        if tool.policy is ReplayPolicy.NEVER:
+            err = EffectInDoubt(
+                info.run_id, dk, other.run_id,
+                f"{tool.name} (NEVER) for {tool.target}: delivery key {dk} is in doubt in run "
+                f"{other.run_id} (call {other.call_id}, {other.status.value}); a person must check "
+                "whether it happened before this run may go on")
+            self._fail(err)
+            raise err
+        return None
