@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from redis.exceptions import RedisClusterException
 
+from schemas._kafka_auth import served
 from schemas._redis import is_cluster_url
 from schemas._redis import redis_client as _redis_client
 from schemas.errors import ConfigError, RunlogError, TopicConfigConflict
@@ -57,7 +58,7 @@ def admin_client(settings: Settings) -> AdminClient:
 
 def _topic_metadata(admin: AdminClient, timeout: float) -> dict[str, Any]:
     try:
-        md = admin.list_topics(timeout=timeout)
+        md = served(admin, lambda t: admin.list_topics(timeout=t), timeout)
     except KafkaException as err:
         raise ServiceUnavailable(f"Kafka did not answer: {err}") from err
     return dict(md.topics)
@@ -175,7 +176,7 @@ def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
     """Cluster id, brokers and controller, or ServiceUnavailable."""
     admin = admin_client(settings)
     try:
-        md = admin.list_topics(timeout=timeout)
+        md = served(admin, lambda t: admin.list_topics(timeout=t), timeout)
         cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
     except KafkaException as err:
         raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "

@@ -35,7 +35,7 @@ from producers._log import DeliveryCallback, EventLog
 from schemas._codec import Codec, body_of
 from schemas._hash import event_hash
 from schemas._types import ResumeRequest, RunEvent, now_ms
-from schemas.errors import DeliveryError
+from schemas.errors import AuthenticationFailed, DeliveryError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
@@ -114,10 +114,23 @@ class RunWriter(EventLog):
         """Appends awaiting their report on a loop (:meth:`asend_now`): the poll thread flushes."""
         self._wake = threading.Event()
         """Set by :meth:`produce` and :meth:`asend_now`: the idle poll thread wakes at once."""
+        self.failure: AuthenticationFailed | None = None
+        """The broker refused the credentials (served by the poll thread, which stops then): every later
+        append raises it."""
         self._poller = threading.Thread(target=self._poll_loop, name="runlog-writer-poll", daemon=True)
         self._poller.start()
 
     def _poll_loop(self) -> None:
+        try:
+            self._serve()
+        except AuthenticationFailed as err:  # raised by the error callback (schemas._kafka_auth)
+            self.failure = err
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def _serve(self) -> None:
         while not self._stop.is_set():
             if self._sending:
                 # a confirmed append is flushing and serves every delivery report meanwhile;
@@ -140,6 +153,7 @@ class RunWriter(EventLog):
         hashed = event_hash(event, body_of(data))
         topic, key, metrics = self.topic, event.run_id, self.metrics
         headers = self._ce.run_event(event, data)
+        self._raise_failure()
 
         def cb(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -196,6 +210,7 @@ class RunWriter(EventLog):
             self._sending += 1
         try:
             while not done.is_set():
+                self._raise_failure()
                 left = end - time.monotonic()
                 if left <= 0:
                     return done.is_set()
@@ -209,6 +224,7 @@ class RunWriter(EventLog):
         """:meth:`send_now` for an awaiting append: the poll thread flushes (linger bypassed) while
         any append awaits its report, so the loop never blocks and one thread serves them all."""
         t0 = time.perf_counter() if self.metrics is not None else 0.0
+        self._raise_failure()
         with self._sending_lock:
             self._urgent += 1
         self._wake.set()
@@ -225,8 +241,9 @@ class RunWriter(EventLog):
         return True
 
     def close(self, timeout: float = 30.0) -> None:
-        """Deliver everything still queued, then stop the poll thread."""
-        remaining = self._producer.flush(timeout)
+        """Deliver everything still queued, then stop the poll thread (at once when the broker refused
+        the credentials: nothing queued can be delivered)."""
+        remaining = self._producer.flush(0 if self.failure is not None else timeout)
         self._stop.set()
         self._poller.join(timeout=5)
         if remaining:

@@ -31,10 +31,16 @@ def _close_time_noise(text: str) -> bool:
 
 
 class _KafkaNoise(logging.Filter):
-    """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger)."""
+    """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger),
+    and the lines of an authentication failure once it is reported as
+    :class:`~schemas.errors.AuthenticationFailed` (:func:`~schemas._kafka_auth.auth_failure_line`:
+    librdkafka repeats them at every reconnect)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and _close_time_noise(record.getMessage()):
+        from schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then
+
+        text = record.getMessage() if record.levelno > logging.DEBUG else ""
+        if text and (_close_time_noise(text) or auth_failure_line(text)):
             if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
                 return False
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
@@ -94,11 +100,17 @@ class ClientConfig:
         librdkafka's own log lines go to the ``librdkafka`` Python logger (:data:`KAFKA_LOG`)
         instead of straight to stderr, served by the client's poll calls; known close-time noise
         is demoted to DEBUG there. With ``RUNLOG_KAFKA_DEBUG`` set, librdkafka prints to stderr
-        itself, as asked."""
+        itself, as asked. The error callback (:class:`~schemas._kafka_auth.AuthWatch`) raises
+        :class:`~schemas.errors.AuthenticationFailed` from the call that serves an authentication
+        failure (a wrong password, a failed TLS handshake) instead of letting the client retry it
+        for ever."""
+        from schemas._kafka_auth import AuthWatch  # deferred: importing schemas loads no Kafka driver
+
         conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
         if "debug" not in self.kafka_extra:
             conf["logger"] = KAFKA_LOG
         conf.update(self.kafka_extra)
+        conf["error_cb"] = AuthWatch(conf)
         return conf
 
     def producer_config(self, **overrides: Any) -> dict[str, Any]:

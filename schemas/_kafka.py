@@ -8,6 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from schemas._kafka_auth import served
 from schemas.errors import ConfigError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -73,7 +74,7 @@ def watermarks(
         left = max(deadline - time.monotonic(), 0.1)
         try:
             if partitions is None:
-                md = consumer.list_topics(topic, timeout=left)
+                md = served(consumer, lambda t: consumer.list_topics(topic, timeout=t), left)
                 tmd = md.topics.get(topic)
                 if tmd is None or (tmd.error is not None and tmd.error.code() not in
                                    RETRIABLE_METADATA_ERRORS):
@@ -82,8 +83,7 @@ def watermarks(
             else:
                 parts = list(partitions)
             if parts:
-                return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left)
-                        for p in parts}
+                return {p: _watermark(consumer, TopicPartition(topic, p), left) for p in parts}
             last: str = "no partitions in metadata yet"
         except KafkaException as err:
             if _code(err) not in RETRIABLE_METADATA_ERRORS:
@@ -95,6 +95,11 @@ def watermarks(
         delay = min(delay * 2, 0.5)
 
 
+def _watermark(consumer: Any, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    got: tuple[int, int] = served(consumer, lambda t: consumer.get_watermark_offsets(tp, timeout=t), timeout)
+    return got
+
+
 def partitions_of(settings: Settings, *, fallback: bool = False) -> int:
     """The events topic's partition count, asked of the broker.
 
@@ -104,7 +109,8 @@ def partitions_of(settings: Settings, *, fallback: bool = False) -> int:
     from confluent_kafka.admin import AdminClient
 
     topic = Topics.of(settings).events
-    md = AdminClient(settings.admin_config()).list_topics(topic, timeout=10)
+    admin = AdminClient(settings.admin_config())
+    md = served(admin, lambda t: admin.list_topics(topic, timeout=t), 10)
     t = md.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         if fallback:

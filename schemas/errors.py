@@ -7,6 +7,7 @@
     │   └── TopicConfigConflict     an existing topic differs from what Runlog needs
     ├── DecodeError                 bytes that are not a Runlog record (reason says which)
     ├── DeliveryError               the broker did not acknowledge an append
+    ├── AuthenticationFailed        the Kafka broker refused the client's credentials
     ├── LeaseLost                   this writer no longer holds the run's lease
     ├── ArtifactError               artifact store problems
     │   ├── ArtifactMissing
@@ -31,6 +32,7 @@ __all__ = [
     "ArtifactCorrupt",
     "ArtifactError",
     "ArtifactMissing",
+    "AuthenticationFailed",
     "ConfigError",
     "DecodeError",
     "DeliveryError",
@@ -55,6 +57,30 @@ class RunlogError(Exception):
 
 class ConfigError(RunlogError):
     """Configuration is missing or malformed."""
+
+
+class AuthenticationFailed(RunlogError):
+    """The Kafka broker refused the client: its credentials (SASL), its TLS handshake, or (``kind``
+    "authorization") what the authenticated principal may do.
+
+    The message is one line naming the failure, the broker, the protocol, mechanism and user; never
+    the password.
+
+    Attributes:
+        broker: the bootstrap servers asked.
+        protocol: ``security.protocol`` (``PLAINTEXT`` when unset).
+        mechanism: ``sasl.mechanism`` (empty without SASL).
+        user: ``sasl.username`` (empty when there is none).
+        detail: the client's own reason (librdkafka's or aiokafka's text).
+        kind: ``authentication`` or ``authorization``.
+    """
+
+    def __init__(self, broker: str, detail: str, *, protocol: str = "PLAINTEXT", mechanism: str = "",
+                 user: str = "", kind: str = "authentication") -> None:
+        self.broker, self.detail, self.kind = broker, detail, kind
+        self.protocol, self.mechanism, self.user = protocol, mechanism, user
+        who = " ".join(x for x in (protocol, mechanism, f"user {user!r}" if user else "") if x)
+        super().__init__(f"{kind} failed: Kafka at {broker} refused {who}: {detail}")
 
 
 class TopicConfigConflict(ConfigError):

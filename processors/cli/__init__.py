@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 the command ran and found a problem (a failed check,
 a difference, a blocked run), 2 bad usage or configuration, 3 a service could
-not be reached.
+not be reached, 4 the Kafka broker refused the credentials.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from producers.crash import arm_from_env
-from schemas.errors import ConfigError, RunlogError
+from schemas._kafka_auth import quiet_auth_lines
+from schemas.errors import AuthenticationFailed, ConfigError, RunlogError
 
-__all__ = ["EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 
 # Each module exposes ``register(subparsers)`` adding its subcommands; a subcommand
 # sets ``func`` (args -> exit code) through ``set_defaults``.
@@ -60,8 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     arm_from_env()  # fault tests only: RUNLOG_CRASH_AT names a point where the process kills itself
     func: Callable[[argparse.Namespace], int] = args.func
+    quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too
     try:
         return func(args)
+    except AuthenticationFailed as err:
+        print(f"runlog: {err}", file=sys.stderr)
+        return EXIT_AUTH
     except ConfigError as err:
         print(f"runlog: configuration error: {err}", file=sys.stderr)
         return EXIT_USAGE

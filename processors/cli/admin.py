@@ -160,6 +160,7 @@ def _smoke(args: argparse.Namespace) -> int:
 
     from processors.admin import admin_client
     from schemas import Topics
+    from schemas._kafka_auth import awaited
     from schemas.errors import ConfigError
 
     tag = uuid.uuid4().hex[:8]
@@ -169,9 +170,9 @@ def _smoke(args: argparse.Namespace) -> int:
     admin = admin_client(settings)
     config = {**spec.config, "retention.ms": str(3_600_000)}  # should the delete fail, an hour at most
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=spec.partitions,
-                                      replication_factor=spec.replication_factor, config=config)],
-                            operation_timeout=30)[topic].result(60)
+        awaited(admin, admin.create_topics([NewTopic(topic, num_partitions=spec.partitions,
+                                                     replication_factor=spec.replication_factor,
+                                                     config=config)], operation_timeout=30)[topic], 60)
     except KafkaException as err:
         kerr = err.args[0] if err.args else None
         if isinstance(kerr, KafkaError) and kerr.code() in (

@@ -35,6 +35,7 @@ import faust
 
 from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
+from processors.projector._auth import check_credentials
 from processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
 from projections._state import EffectEntry
 from projections.batch import BatchProjector, BatchResult, RawRecord
@@ -314,6 +315,7 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
         if settings.metrics_port else None
     try:
         app = build_app(settings, o, metrics)
+        check_credentials(settings)  # refused: one line (AuthenticationFailed), not Faust's traceback
         worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
         if not sys.stdout.isatty():
             worker.spinner = None  # its cursor escapes would be all a log file gets

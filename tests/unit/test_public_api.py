@@ -32,7 +32,8 @@ EXPORTS = {
         "WaitTimedOut", "Workflow", "WorkflowDefinitionError", "WorkflowRegistry", "rule", "tool",
     ],
     "schemas": [
-        "ArtifactCorrupt", "ArtifactError", "ArtifactMissing", "ArtifactRef", "Checkpoint", "Codec",
+        "ArtifactCorrupt", "ArtifactError", "ArtifactMissing", "ArtifactRef", "AuthenticationFailed",
+        "Checkpoint", "Codec",
         "ConfigError", "DecodeError", "DeliveryError", "Diverged", "Effect", "EffectInDoubt", "EffectStatus",
         "ErrorInfo", "EventType", "LeaseLost", "ReplayPolicy", "ResumeBlocked", "ResumeRequest",
         "RetryableToolError", "RuleResult", "RunConflict", "RunEvent", "RunlogError", "SINGLE_OBJECT_MAGIC",

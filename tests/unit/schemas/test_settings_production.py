@@ -118,6 +118,16 @@ def test_librdkafka_logs_go_to_python_logging_unless_debug_is_asked_for() -> Non
     assert debug.consumer_config("g")["debug"] == "broker,security"
 
 
+@pytest.fixture(autouse=True)
+def _auth_lines_not_yet_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No authentication failure reported, no quiet CLI (``processors.cli.main`` run in-process by
+    other tests sets it for the rest of the process)."""
+    from schemas import _kafka_auth
+
+    monkeypatch.setitem(_kafka_auth._state, "reported", False)
+    monkeypatch.setitem(_kafka_auth._state, "quiet", False)
+
+
 CLOSE_NOISE = [
     "[thrd:GroupCoordinator]: GroupCoordinator: SASL authentication error: SaslAuthenticateRequest failed: "
     "Local: Broker transport failure (after 0ms in state DOWN)",
@@ -160,3 +170,77 @@ def test_rebuild_default_target_stays_inside_the_key_prefix() -> None:
     assert swap == "tenant.rebuild" and not prefixes_overlap("tenant", swap)  # a swap needs a sibling
     live = Settings.from_env({"RUNLOG_REDIS_PREFIX": "tenant:live"})
     assert default_target(live, swap=True).startswith("tenant:")  # the documented ACL layout
+
+
+# -- a broker refusing the credentials ----------------------------------------------------------------
+
+
+class _Err:
+    """What confluent-kafka hands the error callback (a KafkaError's code() and str())."""
+
+    def __init__(self, code: int, text: str) -> None:
+        self._code, self._text = code, text
+
+    def code(self) -> int:
+        return self._code
+
+    def str(self) -> str:
+        return self._text
+
+
+def test_the_error_callback_raises_authentication_failed_naming_the_user_not_the_password(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import KafkaError
+
+    from schemas import _kafka_auth
+    from schemas.errors import AuthenticationFailed
+
+    s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9093", "RUNLOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                           "RUNLOG_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+                           "RUNLOG_KAFKA_SASL_USERNAME": "svc", "RUNLOG_KAFKA_SASL_PASSWORD": "pw-s3cret"})
+    confs = (s.producer_config(), s.consumer_config("g"), s.admin_config())
+    cb = confs[0]["error_cb"]
+    assert all(isinstance(c["error_cb"], _kafka_auth.AuthWatch) for c in confs)
+    # anything else is left to the client, as without a callback
+    cb(_Err(KafkaError._TRANSPORT, "k:9093/1: Connection refused"))
+    cb(_Err(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    caplog.set_level(logging.INFO, logger="librdkafka")
+    _log(REAL_FAILURE)  # the first failure line is still logged (a library user sees it) ...
+    with pytest.raises(AuthenticationFailed) as got:
+        cb(_Err(KafkaError._AUTHENTICATION, REAL_FAILURE.split("]: ", 1)[1] + " pw-s3cret"))
+    err = got.value
+    assert str(err).startswith("authentication failed: Kafka at k:9093 refused SASL_SSL SCRAM-SHA-256 "
+                               "user 'svc': SASL authentication error: Authentication failed")
+    assert "\n" not in str(err) and "pw-s3cret" not in str(err) and "***" in str(err)
+    assert (err.broker, err.user, err.mechanism, err.kind) == (
+        "k:9093", "svc", "SCRAM-SHA-256", "authentication")
+    _log(REAL_FAILURE)  # ... its repeats once it is reported are not
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    for code, kind in ((KafkaError.SASL_AUTHENTICATION_FAILED, "authentication"),
+                       (KafkaError._SSL, "authentication"),
+                       (KafkaError.TOPIC_AUTHORIZATION_FAILED, "authorization"),
+                       (KafkaError.GROUP_AUTHORIZATION_FAILED, "authorization"),
+                       (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "authorization")):
+        with pytest.raises(AuthenticationFailed, match=f"^{kind} failed: "):
+            cb(_Err(code, "x"))
+
+
+def test_the_cli_drops_even_the_first_failure_line(caplog: pytest.LogCaptureFixture) -> None:
+    from schemas import _kafka_auth
+
+    _kafka_auth.quiet_auth_lines()
+    caplog.set_level(logging.INFO, logger="librdkafka")
+    _log(REAL_FAILURE)
+    _log("[thrd:main]: some other failure")
+    assert [r.getMessage().rsplit(": ", 1)[-1] for r in caplog.records] == ["some other failure"]
+
+
+def test_a_plaintext_client_names_no_mechanism() -> None:
+    from confluent_kafka import KafkaError
+
+    from schemas.errors import AuthenticationFailed
+
+    cb = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9092"}).admin_config()["error_cb"]
+    with pytest.raises(AuthenticationFailed,
+                       match=r"^authorization failed: Kafka at k:9092 refused PLAINTEXT: x$"):
+        cb(_Err(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "x"))
