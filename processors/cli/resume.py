@@ -103,11 +103,10 @@ def _resume(args: argparse.Namespace) -> int:
         print(json.dumps({**plan, "writer_lease_ms": writer}))
         return EXIT_OK
     cp = plan["checkpoint"]
-    status = plan["status"]
+    print(f"run {plan['run_id']} ({plan['status']}): read {plan['events_read']} events of the tail")
     if writer is not None:
-        status += (f", a live writer holds its lease ({writer} ms left): a resume waits for it" if writer > 0
-                   else ", no live writer (its lease is gone): a resume takes it over")
-    print(f"run {plan['run_id']} ({status}): read {plan['events_read']} events of the tail")
+        print(f"writer: a live one holds the lease ({writer} ms left): a resume waits for it" if writer > 0
+              else "writer: none (its lease is gone): a resume takes the run over")
     print(f"checkpoint: {cp['checkpoint_id'] + ' (' + cp['stage'] + ')' if cp else 'none (start over)'}; "
           f"{plan['artifacts_checked']} artifacts checked")
     for rej in plan["checkpoints_rejected"]:

@@ -56,8 +56,8 @@ def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_t
     human = _runlog(topics, "resume", run_id, "--dry-run", "--app", DEMO_APP, cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert "continue from: draft" in human.stdout
-    assert f"run {run_id} (RUNNING, no live writer (its lease is gone): a resume takes it over)" \
-        in human.stdout
+    assert f"run {run_id} (RUNNING): read" in human.stdout
+    assert "writer: none (its lease is gone): a resume takes the run over" in human.stdout
 
     shown = _runlog(topics, "show", run_id, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
