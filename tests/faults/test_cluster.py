@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RUNS = 1_000
 THREADS = 48
 KILL_AFTER = RUNS // 4
-CLUSTER_PORT = "49092"
+CLUSTER_PORT = "29192"
 ENTRIES: list[PointEntry] = []
 
 
