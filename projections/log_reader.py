@@ -38,9 +38,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from schemas._codec import Codec
 from schemas._hash import event_hash
-from schemas._kafka import watermarks
+from schemas._kafka import RETRIABLE_METADATA_ERRORS, watermarks
 from schemas._types import RunEvent
-from schemas.errors import DecodeError, RunlogError
+from schemas.errors import DecodeError, LogUnavailable, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics, partition_for
 
@@ -184,6 +184,8 @@ class LogReader:
                 if kerr is not None:
                     if kerr.code() == KafkaError._PARTITION_EOF:
                         continue
+                    if not kerr.fatal() and kerr.code() in RETRIABLE_METADATA_ERRORS:
+                        continue  # the client reconnects by itself; a lasting outage is a stall below
                     raise RunlogError(f"consuming {topic!r} failed: {kerr}")
                 p, off = m.partition(), m.offset()
                 end = todo.get(p)
@@ -201,7 +203,8 @@ class LogReader:
                 if progress is not None:
                     progress(done, total)
             elif todo and time.monotonic() - idle_since > limit:
-                raise RunlogError(f"no progress reading {topic!r} partitions {sorted(todo)}")
+                raise LogUnavailable(f"no progress reading {topic!r} partitions {sorted(todo)} "
+                                     f"for {limit:g} s")
 
     def records(self, ranges: Ranges, *, progress: Progress | None = None,
                 stall_s: float | None = None) -> Iterator[Message]:

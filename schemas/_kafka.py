@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from schemas._kafka_auth import served
-from schemas.errors import ConfigError, RunlogError
+from schemas.errors import ConfigError, LogUnavailable, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
 
@@ -21,6 +21,7 @@ RETRIABLE_METADATA_ERRORS = frozenset({
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,  # every connection dropped at once (a process resumed after a pause)
     KafkaError._TIMED_OUT,
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.FENCED_LEADER_EPOCH,
@@ -65,8 +66,9 @@ def watermarks(
     """``{partition: (low, high)}`` of ``topic`` (all partitions unless given).
 
     A request that meets a leader election (a topic created a moment ago, a broker restarting)
-    is asked again with a short backoff until ``timeout``; any other error, or the deadline,
-    raises :class:`RunlogError` naming the topic.
+    or lost connections is asked again with a short backoff until ``timeout``; past the deadline
+    :class:`~schemas.errors.LogUnavailable` is raised, any other error :class:`RunlogError`, both
+    naming the topic.
     """
     deadline = time.monotonic() + timeout
     delay = 0.05
@@ -90,7 +92,7 @@ def watermarks(
                 raise RunlogError(f"reading watermarks of {topic!r} failed: {err}") from err
             last = str(err)
         if time.monotonic() + delay > deadline:
-            raise RunlogError(f"reading watermarks of {topic!r} failed: {last}")
+            raise LogUnavailable(f"reading watermarks of {topic!r} failed: {last}")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 
@@ -104,13 +106,19 @@ def partitions_of(settings: Settings, *, fallback: bool = False) -> int:
     """The events topic's partition count, asked of the broker.
 
     A topic the broker does not report raises :class:`ConfigError` naming it; with ``fallback``,
-    ``settings.partitions`` (the count Runlog creates it with) is returned instead.
+    ``settings.partitions`` (the count Runlog creates it with) is returned instead. Brokers that
+    do not answer within 10 s raise :class:`~schemas.errors.LogUnavailable`.
     """
     from confluent_kafka.admin import AdminClient
 
     topic = Topics.of(settings).events
     admin = AdminClient(settings.admin_config())
-    md = served(admin, lambda t: admin.list_topics(topic, timeout=t), 10)
+    try:
+        md = served(admin, lambda t: admin.list_topics(topic, timeout=t), 10)
+    except KafkaException as err:
+        if _code(err) in RETRIABLE_METADATA_ERRORS:
+            raise LogUnavailable(f"reading the partitions of {topic!r} failed: {err}") from err
+        raise RunlogError(f"reading the partitions of {topic!r} failed: {err}") from err
     t = md.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         if fallback:

@@ -7,6 +7,7 @@
     │   └── TopicConfigConflict     an existing topic differs from what Runlog needs
     ├── DecodeError                 bytes that are not a Runlog record (reason says which)
     ├── DeliveryError               the broker did not acknowledge an append
+    ├── LogUnavailable              the log could not be read for now (brokers unreachable)
     ├── AuthenticationFailed        the Kafka broker refused the client's credentials
     ├── LeaseLost                   this writer no longer holds the run's lease
     ├── ArtifactError               artifact store problems
@@ -39,6 +40,7 @@ __all__ = [
     "Diverged",
     "EffectInDoubt",
     "LeaseLost",
+    "LogUnavailable",
     "ResumeBlocked",
     "RetryableToolError",
     "RunConflict",
@@ -125,6 +127,12 @@ class DeliveryError(RunlogError):
         self.key = key
         self.reason = reason
         super().__init__(f"delivery to {topic!r} (key {key!r}) failed: {reason}")
+
+
+class LogUnavailable(RunlogError):
+    """The log could not be read for now: the brokers stayed unreachable, or a partition had no
+    leader, past the reader's deadline (a broker restarting, a process resumed after a long pause).
+    Nothing was lost and nothing was decided; asking again later is the remedy."""
 
 
 class LeaseLost(RunlogError):

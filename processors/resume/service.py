@@ -79,7 +79,7 @@ from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers._active import ActiveRuns
 from producers._lease import lease_key
 from projections import ProjectionStoreError, RedisStore
-from schemas import Codec, DecodeError, ResumeRequest, Settings, Topics
+from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
 from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
 
@@ -262,11 +262,14 @@ class ResumerService(ContendedRetries, Sweeper):
                 log.warning("retry of %s: %s", run_id, err)
             self.active.remove(run_id)
             return None
-        except (redis.RedisError, ProjectionStoreError) as err:
-            # Redis unreachable past the client's failover window: the request is handled (its
-            # offset committed) and the run retried later, as a contended one is
+        except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
+            # Redis or the brokers unreachable past the client's window (a failover, a broker
+            # restarting, this process resumed after a long pause): the request is handled (its
+            # offset committed) and the run retried later, as a contended one is; whatever the
+            # attempt appended is in the log and the retry resumes from it
             self._count("error", t0)
-            log.warning("resume %s: Redis failed (%s); retrying later", run_id, err)
+            log.warning("resume %s: %s failed (%s); retrying later", run_id,
+                        "Kafka" if isinstance(err, (LogUnavailable, DeliveryError)) else "Redis", err)
             self._schedule_retry(run_id, seen_epoch)
             return None
         except BaseException:
@@ -324,8 +327,8 @@ class ResumerService(ContendedRetries, Sweeper):
                 self._last_sweep = now
                 try:
                     self.sweep()
-                except (redis.RedisError, ProjectionStoreError) as err:  # the next sweep asks again
-                    log.warning("sweep skipped: Redis failed (%s)", err)
+                except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
+                    log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
             retried = self.run_due_retries()
             if retried:
                 handled += len(retried)

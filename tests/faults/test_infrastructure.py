@@ -8,10 +8,12 @@ removed. Redis and broker restarts use private services on other ports
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +26,8 @@ from processors.demo.pipeline import app_for, source
 from processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
 from processors.demo.world import serve
 from processors.inspect import LoggedEvent, run_history
-from processors.resume import Resumer
-from producers import Runner
+from processors.resume import Resumer, ResumerService
+from producers import App, DictInputSource, Runner
 from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
 from schemas import DeliveryError, EventType, Settings
 from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local
@@ -146,12 +148,12 @@ def test_a_zombie_writer_is_fenced_by_the_fold_and_refused_by_its_lease(
 # -- 2. Redis restarted empty ------------------------------------------------------------------
 
 
-REDIS_PORT = "36379"
+REDIS_PORT = "26379"
 
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A private redis-server on port 36379 (state under tmp_path), stopped and purged at the end."""
+    """A private redis-server on port 26379 (state under tmp_path), stopped and purged at the end."""
     ldir = tmp_path / "local-redis"
     out = local("up", ldir, "--redis-only", RUNLOG_LOCAL_REDIS_PORT=REDIS_PORT)
     url = out.strip().rsplit("=", 1)[1]
@@ -383,12 +385,12 @@ def test_projector_killed_and_restarted_while_runs_are_active_converges_to_a_reb
 # -- 4. broker restarted -----------------------------------------------------------------------
 
 
-KAFKA_PORT = "39092"
+KAFKA_PORT = "29292"
 
 
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A private single broker on port 39092 (controller 39093), data under tmp_path, purged at the end.
+    """A private single broker on port 29292 (controller 29293), data under tmp_path, purged at the end.
     The jar cache of the repo's ``.runlog`` is linked in, so nothing is fetched."""
     ldir = tmp_path / "local-kafka"
     link_jar_cache(ldir)
@@ -466,3 +468,54 @@ def test_broker_restarted_mid_run_loses_no_acknowledged_event_and_the_run_comple
                          "delivery_errors": writer.errors[:5], "failure": str(failure) if failure else None})
     ENTRIES.append(entry)
     assert not entry.failures, (entry.failures, entry.detail)
+
+
+def test_a_resumer_outlives_a_broker_outage_longer_than_its_read_deadline(
+    topics: Settings, own_broker: tuple[str, Path]
+) -> None:
+    """Protection: a resume that cannot read the log (``LogUnavailable``: the brokers unreachable past
+    the reader's 10 s deadline) is handled like a Redis failure: retried later, the resumer goes on.
+    Without it a member paused past its session (``tests/faults/test_membership_resumer.py``,
+    fault ``sigstop``) died on its next resume with "reading watermarks ... _ALL_BROKERS_DOWN"."""
+    bootstrap, ldir = own_broker
+    s = topics.with_(kafka_bootstrap_servers=bootstrap, lease_ttl_ms=1000, sweep_interval_ms=0,
+                     resumer_group=f"t-resumer-{uuid.uuid4().hex[:8]}")
+    ensure_topics(s)
+    wf = busy_workflow(calls=2, pause_s=0.0)
+    app = App.of([wf], [], DictInputSource({}))
+    with Runner.from_settings(s, source=app.source) as runner:  # started, never executed: a dead worker
+        run_id = runner.start_run(wf, {}).run_id
+    time.sleep(s.lease_ttl_ms / 1000 * 2)
+    entry = PointEntry("broker down past the resumer's read deadline", "FAILED", run_id=run_id)
+    t0 = time.monotonic()
+    with ResumerService(s, app) as service:
+        outage = threading.Thread(target=local, name="broker-outage",
+                                  args=("kafka-restart", ldir, "--down-for", "14"),
+                                  kwargs={"RUNLOG_LOCAL_KAFKA_PORT": KAFKA_PORT})
+        outage.start()
+        try:  # the broker is back before the fixture stops it, whatever happens here
+            _wait(lambda: not _port_open(int(KAFKA_PORT)), 60, "the broker to stop")
+            tried = time.monotonic()
+            first = service._resume(run_id, None)  # what poll_once, a retry or the sweep's request runs
+            entry.detail["first_attempt_s"] = round(time.monotonic() - tried, 2)
+            entry.checks["failed_while_down"] = first is None and time.monotonic() - tried >= 5
+            entry.checks["retry_scheduled"] = service.next_retry_in() is not None
+        finally:
+            outage.join(180)
+        done = service.serve(stop=lambda: _status(s, run_id) is RunStatus.COMPLETED, idle_exit_s=60)
+        entry.checks["resumed_after_outage"] = done >= 1 and _status(s, run_id) is RunStatus.COMPLETED
+    entry.completed = entry.checks["resumed_after_outage"]
+    entry.conclude("completed", t0)
+    ENTRIES.append(entry)
+    assert not entry.failures, (entry.failures, entry.detail)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _status(settings: Settings, run_id: str) -> RunStatus | None:
+    history = run_history(settings, run_id)
+    return history[-1].state.status if history else None
