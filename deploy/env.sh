@@ -13,7 +13,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.installed" 2>/dev/null)" != "
     say "preparing the virtualenv in ${VENV#"$ROOT"/} (first run only)"
     "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-    "$VENV/bin/python" -m pip install -q -e ".[test]" >&2
+    "$VENV/bin/python" -m pip install -q -e ".[test,docs]" >&2  # docs: mkdocs build --strict in deploy/test
     echo "$stamp" >"$VENV/.installed"
 fi
 export PATH="$VENV/bin:$PATH"
