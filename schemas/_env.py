@@ -1,5 +1,5 @@
 """The environment Runlog reads: every variable with its default and meaning (:data:`ENV_VARS`,
-the README's configuration table), parsed into the values of
+from which the docs' configuration reference is generated), parsed into the values of
 :class:`~schemas.settings.Settings`' fields (:func:`values_from_env`) and written back from them
 (:func:`env_from_values`, for a child process's environment)."""
 

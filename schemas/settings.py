@@ -1,9 +1,10 @@
 """Runlog's settings: one frozen object built from the environment, the only reader of it.
 
-Every variable, its default and its meaning is listed in the README's
-configuration table and in :data:`ENV_VARS` (:mod:`schemas._env`, which parses
-the environment and writes it back). Client configuration for librdkafka, the
-Schema Registry client and redis-py is built by the methods of
+Every variable, its default and its meaning is listed in :data:`ENV_VARS`
+(:mod:`schemas._env`, which parses the environment and writes it back), from which
+the docs' configuration reference (docs/reference/configuration.md) is generated.
+Client configuration for librdkafka, the Schema Registry client and redis-py is built
+by the methods of
 :class:`~schemas._client_config.ClientConfig`, a base of :class:`Settings`, so
 security settings (SASL, TLS, Redis AUTH) are passed through in one place and
 never logged; this module validates the settings and masks their secrets.

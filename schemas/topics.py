@@ -1,4 +1,4 @@
-"""Topic names and the configuration Runlog needs of each (the README's "Topics" section)."""
+"""Topic names and the configuration Runlog needs of each (docs/concepts/log.md, "Topics")."""
 
 from __future__ import annotations
 

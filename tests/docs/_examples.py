@@ -20,9 +20,11 @@ A ``python`` block without a marker fails ``tests/unit/docs/test_pages.py``; oth
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -69,3 +71,18 @@ def imports_of(code: str) -> str:
     """The top-level import statements of ``code``, as a module of their own."""
     tree = ast.parse(code)
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom))
+
+
+def hook() -> ModuleType:
+    """``docs/_hooks/generate.py``, the MkDocs hook that renders the generated reference parts."""
+    spec = importlib.util.spec_from_file_location("runlog_docs_hook", DOCS / "_hooks" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rendered(page: str) -> str:
+    """A page of docs/ as the site shows it: its generated parts filled in by the hook."""
+    text: str = hook().render((DOCS / page).read_text())
+    return text

@@ -58,7 +58,7 @@ EXPECTED = {
     "first event not RUN_STARTED": "projected_RUNNING_without_workflow",
     "seq gap": "rejected:seq_gap_until_filled",
 }
-"""The defined outcomes as the README states them; the report must observe exactly these."""
+"""The defined outcomes as docs/faults.md ("Bad input") states them; the report must observe exactly these."""
 
 
 @dataclass

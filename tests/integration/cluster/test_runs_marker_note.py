@@ -1,6 +1,6 @@
 """``runlog runs`` on a cluster namespace a swap is moving: while the marker is not ``ready`` the index
 shards may list a run under an old status, so the listing comes from the events topic instead, with a
-note on stderr (``README.md``, Redis Cluster); a READY namespace is listed from its indexes."""
+note on stderr (``docs/how-to/scale-out.md``, Redis Cluster); a READY namespace is listed from its indexes."""
 
 from __future__ import annotations
 
