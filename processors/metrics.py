@@ -5,8 +5,8 @@ library's global default one), so several components, or several tests, in one p
 do not collide. :class:`MetricsServer` serves one registry's ``GET /metrics`` from a
 daemon thread (:func:`prometheus_client.start_http_server`).
 
-The SDK side (``runlog_writer_*``) lives in :mod:`producers._metrics`: a
-:class:`~producers._writer.RunWriter` counts into a registry only when it is given one.
+The SDK side (``runlog_writer_*``) lives in :mod:`producers.log._metrics`: a
+:class:`~producers.log._writer.RunWriter` counts into a registry only when it is given one.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class ProjectorMetrics:
 class ResumerMetrics:
     """The resumer's metrics (``runlog_resumer_*``) in ``registry`` (a new one when None).
 
-    The resumer's own :class:`~producers._writer.RunWriter` counts its appends into the same registry
+    The resumer's own :class:`~producers.log._writer.RunWriter` counts its appends into the same registry
     (``runlog_writer_*``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from producers import Runner, Workflow
-from producers._keys import canonical_json
-from producers._lease import LeaseHeld
-from producers._runlog import KafkaRunLog
-from producers._session import RunSession
+from producers.calls._keys import canonical_json
+from producers.log._runlog import KafkaRunLog
+from producers.log._session import RunSession
+from producers.run._lease import LeaseHeld
 from projections import RedisStore, RunState, RunStatus, fold, read_run_tail
 from projections._state import EffectEntry
 from schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings

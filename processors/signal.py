@@ -19,9 +19,9 @@ from typing import Any
 
 from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
 from producers import Runner
-from producers._calls import WAIT
-from producers._keys import canonical_json
-from producers._lease import LeaseHeld
+from producers.calls._calls import WAIT
+from producers.calls._keys import canonical_json
+from producers.run._lease import LeaseHeld
 from projections import RunStatus
 from schemas import EventType, ReplayPolicy, Settings, WorkflowDefinitionError
 

@@ -1,7 +1,7 @@
 """OpenTelemetry spans for runs, stages and tool calls (the ``runlog[otel]`` extra).
 
 ``Runner(..., tracer=OtelTracer())`` maps the runner's trace hooks
-(:mod:`producers._trace`) onto OpenTelemetry spans:
+(:mod:`producers.run._trace`) onto OpenTelemetry spans:
 
 * one span per run, per stage and per tool call, named ``runlog.<kind> <name>``
   (``runlog.run article``, ``runlog.stage research``, ``runlog.call search``), all of kind
@@ -33,7 +33,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by a test with the package hidden
     raise ImportError("producers.otel needs OpenTelemetry: pip install 'runlog[otel]'") from e
 
-from producers._trace import AttrValue, Span, SpanKind
+from producers.run._trace import AttrValue, Span, SpanKind
 
 __all__ = ["OtelSpan", "OtelTracer"]
 
@@ -61,7 +61,7 @@ def _type_name(error: BaseException) -> str:
 
 
 class OtelSpan:
-    """One OpenTelemetry span behind the runner's :class:`~producers._trace.Span`."""
+    """One OpenTelemetry span behind the runner's :class:`~producers.run._trace.Span`."""
 
     __slots__ = ("_ended", "context", "span")
 
@@ -89,7 +89,7 @@ class OtelSpan:
 
 
 class OtelTracer:
-    """The runner's :class:`~producers._trace.Tracer` on OpenTelemetry.
+    """The runner's :class:`~producers.run._trace.Tracer` on OpenTelemetry.
 
     Args:
         tracer_provider: where spans go; None: the global provider

@@ -102,7 +102,8 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 
-from producers._pydantic_ai_json import (
+from producers.define._tools import CallInfo, RetryPolicy, Tool
+from producers.integrations._pydantic_ai_json import (
     decode_response,
     decode_result,
     dump_messages,
@@ -113,7 +114,6 @@ from producers._pydantic_ai_json import (
     load_messages,
     request_args,
 )
-from producers._tools import CallInfo, RetryPolicy, Tool
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 

@@ -7,7 +7,7 @@ with its own delivery key per run, so every run appends one confirmed ``EFFECT_I
 Per side: runs/s and events/s (the events topic's high watermarks before and after); the latency of
 the confirmed ``EFFECT_INTENT``, from the writer's ``produce`` of the intent to the run going on after
 its acknowledgement (encode, hash, send, broker ack, wake-up of the awaiting task or thread), taken by
-a :class:`~producers._writer.RunWriter` subclass handed to ``from_settings(writer=...)`` and read when
+a :class:`~producers.log._writer.RunWriter` subclass handed to ``from_settings(writer=...)`` and read when
 the effect tool is entered, beside the same start to the delivery report (``intent_ack``); the same
 latency with one run at a time (``intent_idle``, the warm-up runs); and resident memory per open
 run: every run is parked once inside its first tool call (an event they all wait on) while RSS is

@@ -21,8 +21,8 @@ from producers import (
     Workflow,
     tool,
 )
-from producers._log import DeliveryCallback
-from producers._writer import RunWriter
+from producers.log._log import DeliveryCallback
+from producers.log._writer import RunWriter
 from schemas._types import EventType, RunEvent
 from schemas.errors import DeliveryError
 from schemas.settings import Settings

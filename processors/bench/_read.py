@@ -21,7 +21,7 @@ from processors.bench._env import BenchEnv, peak_rss_kib
 from processors.bench._events import history, median, percentile, ratio
 from processors.bench._stream import bench_stream_ceiling
 from processors.bench._write import _plain_schema, avro_body
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
 from projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
 from schemas._codec import load_schema
 from schemas.errors import RunlogError

@@ -18,10 +18,10 @@ from confluent_kafka import Producer
 from processors.bench._env import BenchEnv, rss_kib
 from processors.bench._events import event_fields, history, median, percentile, ratio
 from producers import DictInputSource, Workflow
-from producers._inputs import PinnedInputs
-from producers._lease import RedisLeaseManager
-from producers._session import RunSession
-from producers._writer import RunWriter
+from producers.define._inputs import PinnedInputs
+from producers.log._session import RunSession
+from producers.log._writer import RunWriter
+from producers.run._lease import RedisLeaseManager
 from schemas._codec import SINGLE_OBJECT_MAGIC, load_schema
 from schemas._types import EventType, ReplayPolicy, RunEvent
 from schemas.settings import Settings

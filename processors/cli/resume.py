@@ -126,7 +126,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _writer_lease_ms(settings: Settings, run_id: str) -> int:
     """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
-    from producers._lease import lease_key
+    from producers.run._lease import lease_key
     from schemas._redis import redis_client
 
     c = redis_client(settings)

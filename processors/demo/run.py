@@ -25,8 +25,8 @@ from processors.demo.pipeline import app_for
 from processors.demo.world import serve
 from processors.inspect import render_timeline, run_history
 from processors.resume import ResumeOutcome, ResumerService, request_resume
-from producers._lease import lease_key
 from producers.crash import ENV as CRASH_ENV
+from producers.run._lease import lease_key
 from schemas import ConfigError, EventType, RunlogError, Settings
 from schemas._redis import redis_client
 

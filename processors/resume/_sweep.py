@@ -15,7 +15,7 @@ import redis
 from processors.metrics import ResumerMetrics
 from processors.resume.request import request_resume
 from processors.resume.resumer import App
-from producers._active import ActiveRuns
+from producers.run._active import ActiveRuns
 from projections import RedisStore, RunStatus
 from projections._marker import READY
 from schemas import Settings

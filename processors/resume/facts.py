@@ -23,7 +23,7 @@ from processors.resume.plan import (
 )
 from processors.resume.ports import RunEventReader
 from producers import App, ArtifactStore
-from producers._ledger import EffectLedger, LedgerEntry
+from producers.calls._ledger import EffectLedger, LedgerEntry
 from projections._state import CallRecord, CallStatus, RunState
 from projections.fold import fold
 from projections.store import ProjectionStore

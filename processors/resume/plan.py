@@ -29,14 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from producers._calls import RecordedCall
+from producers.calls._calls import RecordedCall
 from projections._state import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
 from schemas._types import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
 from schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
     from producers import App, Tool
-    from producers._ledger import LedgerEntry
+    from producers.calls._ledger import LedgerEntry
 
 __all__ = [
     "NO_WORKFLOW",

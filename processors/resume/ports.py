@@ -2,8 +2,8 @@
 
 The resumer's other ports are the SDK's: the projection store
 (:class:`projections.store.ProjectionStore`), the artifact store
-(:class:`producers._artifacts.ArtifactStore`), and the runner's lease manager and effects ledger
-(:class:`producers._lease.LeaseManager`, :class:`producers._ledger.EffectLedger`).
+(:class:`producers.calls._artifacts.ArtifactStore`), and the runner's lease manager and effects ledger
+(:class:`producers.run._lease.LeaseManager`, :class:`producers.calls._ledger.EffectLedger`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from producers._runlog import KafkaRunLog
+from producers.log._runlog import KafkaRunLog
 from schemas._types import RunEvent
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from producers._memory import InMemoryEventLog
+    from producers.log._memory import InMemoryEventLog
     from schemas._codec import Codec
 
 __all__ = ["KafkaRunEvents", "MemoryRunEvents", "RunEventReader"]
@@ -52,7 +52,7 @@ class KafkaRunEvents(KafkaRunLog):
 
 
 class MemoryRunEvents:
-    """An :class:`~producers._memory.InMemoryEventLog` read as the events topic (unit tests)."""
+    """An :class:`~producers.log._memory.InMemoryEventLog` read as the events topic (unit tests)."""
 
     def __init__(self, log: InMemoryEventLog) -> None:
         self.log = log

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from producers._cloudevents import CloudEventHeaders
-from producers._writer import send_resume_request
+from producers.log._cloudevents import CloudEventHeaders
+from producers.log._writer import send_resume_request
 from schemas import Codec, ResumeRequest, Settings, Topics, now_ms
 
 __all__ = ["request_resume"]

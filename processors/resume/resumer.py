@@ -50,8 +50,8 @@ from processors.resume.plan import (
 )
 from processors.resume.ports import KafkaRunEvents, RunEventReader
 from producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
-from producers._lease import LeaseHeld
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
+from producers.run._lease import LeaseHeld
 from projections._state import RunState
 from projections.store import ProjectionStore
 from schemas import (

@@ -46,7 +46,7 @@ closes the consumer, which leaves the group (a static member's partitions wait o
 
 The sweeper requests the resume of runs of *its App's workflows* whose lease key is gone
 from Redis (their worker died and the lease expired): the runs of the writer-side active
-set (:class:`producers._active.ActiveRuns`, ``P:runs:active``; needs no projector) and,
+set (:class:`producers.run._active.ActiveRuns`, ``P:runs:active``; needs no projector) and,
 for runs written before that set existed, those the projection shows ``RUNNING``. A
 resume that finds the run completed, blocked or failed removes it from the active set.
 
@@ -76,8 +76,8 @@ from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from processors.resume._sweep import Sweeper, SweepReport
 from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
-from producers._active import ActiveRuns
-from producers._lease import lease_key
+from producers.run._active import ActiveRuns
+from producers.run._lease import lease_key
 from projections import ProjectionStoreError, RedisStore
 from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
 from schemas._kafka import commit_refused_by_rebalance

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from producers import CallInfo, StageContext, Workflow, rule, tool
-from producers._writer import DeliveryCallback, RunWriter
+from producers.log._writer import DeliveryCallback, RunWriter
 from projections.log_reader import read_topic
 from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings
 

@@ -25,7 +25,7 @@ from processors.demo.run import wait_lease_gone
 from processors.demo.world import serve
 from processors.inspect import run_history
 from processors.resume import Resumer
-from producers._runs import run_id_for_key
+from producers.run._runs import run_id_for_key
 from schemas import EventType, Settings
 from tests.faults.machinery import PointEntry
 from tests.faults.machinery.points import boundaries, crash_points, expected_prefix

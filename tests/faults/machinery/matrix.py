@@ -37,7 +37,7 @@ from processors.demo.pipeline import build, charge_workflow, source
 from processors.demo.world import serve
 from processors.inspect import LoggedEvent, run_history
 from processors.resume import App, ResumeOutcome, ResumerService, request_resume
-from producers._lease import lease_key
+from producers.run._lease import lease_key
 from projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from schemas import RunlogError, Settings
 from schemas._redis import redis_client

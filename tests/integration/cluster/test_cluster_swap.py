@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from producers._runs import RunKeys
+from producers.run._runs import RunKeys
 from projections import RedisStore, diff_namespaces, dump_namespace, rebuild
 from projections._cluster_swap import SlotMoves, slot_moves
 from projections._replicas import online_replicas

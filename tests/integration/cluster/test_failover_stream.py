@@ -50,8 +50,8 @@ import redis
 from processors.demo.client import WorldClient
 from processors.demo.run import worker_env
 from producers import Runner
-from producers._active import ActiveRuns
-from producers._lease import lease_key
+from producers.run._active import ActiveRuns
+from producers.run._lease import lease_key
 from projections import RedisStore, RunStatus
 from schemas import EventType, Settings
 from schemas._redis import redis_client

@@ -24,11 +24,11 @@ import redis.cluster
 
 from processors.admin import RedisModeMismatch, check_redis
 from producers import AsyncRunner, Runner
-from producers._active import ActiveRuns
-from producers._lease import RedisLeaseManager
-from producers._ledger import RedisEffectLedger
-from producers._redis_io import run
-from producers._runs import RunKeys
+from producers.calls._ledger import RedisEffectLedger
+from producers.run._active import ActiveRuns
+from producers.run._lease import RedisLeaseManager
+from producers.run._redis_io import run
+from producers.run._runs import RunKeys
 from projections import RedisStore, RunStatus
 from schemas import Settings
 from schemas._redis import aredis_client, index_shard, redis_client

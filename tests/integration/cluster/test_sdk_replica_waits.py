@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import redis
 
-from producers._lease import RedisLeaseManager
-from producers._ledger import LedgerEntry, RedisEffectLedger
-from producers._redis_io import replica_waits
-from producers._runs import RunKeys, run_id_for_key
+from producers.calls._ledger import LedgerEntry, RedisEffectLedger
+from producers.run._lease import RedisLeaseManager
+from producers.run._redis_io import replica_waits
+from producers.run._runs import RunKeys, run_id_for_key
 from schemas import EffectStatus, Settings
 from tests.integration.processors.harness import wait_until
 
@@ -86,7 +86,7 @@ def test_a_claim_no_replica_acknowledges_fails_and_the_effect_is_not_run(
     if os.environ.get("RUNLOG_TEST_REDIS_CLUSTER_URL"):
         pytest.skip("a cluster from RUNLOG_TEST_REDIS_CLUSTER_URL is not ours to stop nodes of")
     from producers import CallInfo, Runner, StageContext, Workflow, tool
-    from producers._keys import delivery_key
+    from producers.calls._keys import delivery_key
     from schemas import ReplayPolicy
     from schemas._redis import redis_client
     from schemas.errors import RunlogError
@@ -147,7 +147,7 @@ def test_the_master_holding_a_never_effects_claim_killed_before_the_call_one_exe
     import threading
 
     from producers import CallInfo, Runner, StageContext, Workflow, tool
-    from producers._keys import delivery_key
+    from producers.calls._keys import delivery_key
     from schemas import ReplayPolicy
     from schemas._redis import redis_client
     from schemas.errors import EffectInDoubt

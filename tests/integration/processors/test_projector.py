@@ -239,7 +239,7 @@ def test_a_new_group_on_a_topic_with_history_reads_as_not_ready_until_it_has_cau
     """Issue 24, item 5: a projector with a new group on an existing topic marked the namespace ready at
     its first write, while it was still replaying; a keyed retry in that window took a run missing from
     Redis for an unknown one instead of asking the log."""
-    from producers._runs import RunKeys
+    from producers.run._runs import RunKeys
     from projections._marker import READY, REPLAYING
 
     runs = many_runs(300, 40)

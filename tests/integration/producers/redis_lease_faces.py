@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from producers._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
 from schemas import Settings
 from tests.unit.producers.lease_contract import LeaseContract
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from producers import Runner
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics, now_ms
 from schemas.errors import DeliveryError
 from tests.integration.producers.helpers import watermarks

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from producers import CallInfo, LocalArtifactStore, Runner, RunResult, Workflow, tool
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
 from schemas import EventType, ReplayPolicy, Settings
 from schemas.errors import DeliveryError
 from tests.integration.producers.conftest import SOURCE

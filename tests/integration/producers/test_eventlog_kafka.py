@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
 from projections.rebuild import run_events
 from schemas import RunEvent, Settings
 from tests.unit.producers.eventlog_contract import EventLogContract

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from producers import CallInfo, Runner, Workflow, tool
-from producers._lease import LeaseHeld, RedisLeaseManager
-from producers._session import RunSession
+from producers.log._session import RunSession
+from producers.run._lease import LeaseHeld, RedisLeaseManager
 from schemas import EventType, ReplayPolicy, Settings
 from schemas.errors import LeaseLost
 from tests.integration.producers.conftest import SOURCE

@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
 from schemas import Settings
 from schemas.errors import LeaseLost
 from tests.unit.producers.faces import OnLoop

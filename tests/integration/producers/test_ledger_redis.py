@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers._ledger import LedgerEntry, RedisEffectLedger
+from producers.calls._ledger import LedgerEntry, RedisEffectLedger
 from schemas import EffectStatus, Settings
 from tests.unit.producers.faces import FACES, Face, OnLoop
 from tests.unit.producers.ledger_contract import DK, LedgerContract, entry
@@ -151,7 +151,7 @@ def _publish_effect(settings: Settings, dk: str, run_id: str, status: EffectStat
 
 def test_a_key_redis_lost_is_found_done_in_the_effects_topic(topics: Settings,
                                                              redis_client: redis.Redis) -> None:
-    from producers._ledger_topic import EffectsTopic
+    from producers.calls._ledger_topic import EffectsTopic
     from projections._marker import marker_key
 
     dk = "e" * 64

@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers._runs import Claim, RunKeys, run_id_for_key
+from producers.run._runs import Claim, RunKeys, run_id_for_key
 from schemas import RunConflict, Settings
 from tests.unit.producers.faces import OnLoop
 

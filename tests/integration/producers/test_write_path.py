@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from producers import CallInfo, LocalArtifactStore, RetryPolicy, Runner, Workflow, rule, tool
-from producers._core import STAGE_OUTPUT_MEDIA_TYPE
-from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers._session import RunSession
-from producers._writer import RunWriter
+from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from producers.log._session import RunSession
+from producers.log._writer import RunWriter
+from producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
 from projections.log_reader import LogReader
 from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics
 from schemas.errors import RetryableToolError, RunConflict, TerminalToolError, VerificationFailed

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from producers import AsyncRunner, LocalArtifactStore, Runner
-from producers._writer import RunWriter
+from producers.log._writer import RunWriter
 from schemas import DeliveryError, EventType, Settings
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events

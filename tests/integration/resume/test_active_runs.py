@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from producers._active import ActiveRuns
+from producers.run._active import ActiveRuns
 from schemas import Settings
 from tests.unit.producers.faces import OnLoop
 

@@ -18,8 +18,8 @@ from processors.audit import AuditOptions, audit
 from processors.branch import branch_run
 from processors.demo.run import wait_lease_gone
 from processors.resume import Resumer
-from producers._ledger import RedisEffectLedger
-from producers._runs import run_id_for_key
+from producers.calls._ledger import RedisEffectLedger
+from producers.run._runs import run_id_for_key
 from projections.log_reader import LogReader
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
 from tests.integration.resume._orders import orders_app, spawn

@@ -33,9 +33,9 @@ from producers import (
     Workflow,
     tool,
 )
-from producers._active import ActiveRuns
-from producers._keys import delivery_key
-from producers._ledger import RedisEffectLedger
+from producers.calls._keys import delivery_key
+from producers.calls._ledger import RedisEffectLedger
+from producers.run._active import ActiveRuns
 from projections import RunStatus
 from schemas import EffectStatus, EventType, ReplayPolicy, RetryableToolError, Settings, TerminalToolError
 from tests.integration.resume._orders import orders_app, spawn

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from processors.resume import App, Resumer
 from producers import DictInputSource, LocalArtifactStore, Workflow, rule
-from producers._core import STAGE_OUTPUT_MEDIA_TYPE
+from producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
 from projections import rebuild
 from schemas import Codec, EventType, ReplayPolicy, RuleResult, RunEvent, Settings, Topics
 

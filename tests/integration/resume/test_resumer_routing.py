@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from processors.demo.run import wait_lease_gone
 from processors.resume import ResumeOutcome, ResumerService, request_resume
-from producers._active import ActiveRuns
+from producers.run._active import ActiveRuns
 from projections import RunStatus
 from schemas import EventType, Settings, Topics
 from tests.integration.resume._toy import Toy, crash, toy, wait_events_topic_ready

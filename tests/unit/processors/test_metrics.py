@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from processors.metrics import MetricsServer, ProjectorMetrics, ResumerMetrics
-from producers._metrics import WriterMetrics
+from producers.log._metrics import WriterMetrics
 from projections.batch import BatchResult, DeadLetter, RawRecord
 
 

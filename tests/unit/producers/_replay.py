@@ -7,20 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from producers._arunner import AsyncRunner
-from producers._calls import RecordedCall
-from producers._core import RunResult
-from producers._inputs import DictInputSource, InputSource
-from producers._ledger import InMemoryEffectLedger
-from producers._memory import (
+from producers.calls._calls import RecordedCall
+from producers.calls._ledger import InMemoryEffectLedger
+from producers.define._inputs import DictInputSource, InputSource
+from producers.define._workflow import Workflow
+from producers.log._memory import (
     InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers._runner import Runner
-from producers._session import RunSession
-from producers._workflow import Workflow
+from producers.log._session import RunSession
+from producers.run._arunner import AsyncRunner
+from producers.run._core import RunResult
+from producers.run._runner import Runner
 from projections.fold import fold_all
 from schemas import EventType, RunEvent
 

@@ -10,7 +10,7 @@ import hashlib
 
 import pytest
 
-from producers._artifacts import ArtifactStore
+from producers.calls._artifacts import ArtifactStore
 from schemas import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 

@@ -7,11 +7,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from producers._inputs import DictInputSource, PinnedInputs
-from producers._log import EventLog
-from producers._memory import InMemoryLeaseManager
-from producers._session import AppendResult, RunSession
-from producers._workflow import Workflow
+from producers.define._inputs import DictInputSource, PinnedInputs
+from producers.define._workflow import Workflow
+from producers.log._log import EventLog
+from producers.log._memory import InMemoryLeaseManager
+from producers.log._session import AppendResult, RunSession
 from schemas import EventType, RunEvent, event_hash
 from schemas._types import now_ms
 from schemas.errors import DeliveryError

@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 
 import redis.asyncio
 
-from producers._lease import Lease, LeaseManager
-from producers._ledger import EffectLedger, LedgerEntry
+from producers.calls._ledger import EffectLedger, LedgerEntry
+from producers.run._lease import Lease, LeaseManager
 from schemas import EffectStatus
 
 Body = Callable[[], Coroutine[Any, Any, None]]

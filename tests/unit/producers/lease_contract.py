@@ -15,7 +15,7 @@ from typing import cast
 
 import pytest
 
-from producers._lease import LeaseHeld, LeaseManager
+from producers.run._lease import LeaseHeld, LeaseManager
 from schemas.errors import LeaseLost
 
 from .faces import FACES, Face

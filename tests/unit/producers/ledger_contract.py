@@ -12,7 +12,7 @@ from typing import cast
 
 import pytest
 
-from producers._ledger import EffectLedger, LedgerEntry
+from producers.calls._ledger import EffectLedger, LedgerEntry
 from schemas import EffectStatus
 
 from .faces import FACES, Face

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from producers._artifacts import LocalArtifactStore
-from producers._memory import InMemoryArtifactStore
+from producers.calls._artifacts import LocalArtifactStore
+from producers.log._memory import InMemoryArtifactStore
 from schemas import ArtifactRef
 
 from .artifact_contract import ArtifactContract

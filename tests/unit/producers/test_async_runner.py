@@ -22,8 +22,8 @@ from producers import (
     rule,
     tool,
 )
-from producers._inputs import DictInputSource
-from producers._ledger import InMemoryEffectLedger
+from producers.calls._ledger import InMemoryEffectLedger
+from producers.define._inputs import DictInputSource
 from projections import RunStatus
 from projections.fold import fold_all
 from schemas import EventType, ReplayPolicy, RunEvent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from producers._cloudevents import (
+from producers.log._cloudevents import (
     CONTENT_TYPE_REGISTRY,
     CONTENT_TYPE_SINGLE_OBJECT,
     CloudEventHeaders,

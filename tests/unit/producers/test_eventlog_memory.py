@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from producers._inputs import DictInputSource, PinnedInputs
-from producers._memory import InMemoryEventLog, InMemoryLeaseManager
-from producers._session import RunSession
-from producers._workflow import Workflow
+from producers.define._inputs import DictInputSource, PinnedInputs
+from producers.define._workflow import Workflow
+from producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
+from producers.log._session import RunSession
 from schemas import EventType, RunEvent
 from schemas.errors import DeliveryError
 

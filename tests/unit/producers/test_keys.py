@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers._keys import canonical_json, delivery_key, idempotency_key, lp_sha256, sha256_hex
+from producers.calls._keys import canonical_json, delivery_key, idempotency_key, lp_sha256, sha256_hex
 from schemas.errors import WorkflowDefinitionError
 
 

@@ -14,16 +14,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from producers._arunner import AsyncRunner
-from producers._context import AsyncStageContext, StageContext
-from producers._inputs import DictInputSource
-from producers._memory import (
+from producers.define._inputs import DictInputSource
+from producers.define._tools import CallInfo, Tool, tool
+from producers.define._workflow import Workflow
+from producers.log._memory import (
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers._tools import CallInfo, Tool, tool
-from producers._workflow import Workflow
 from producers.otel import OtelTracer
+from producers.run._arunner import AsyncRunner
+from producers.run._context import AsyncStageContext, StageContext
 from schemas import EventType, ReplayPolicy
 from schemas.errors import TerminalToolError
 from tests.unit.producers._replay import MemoryWorld

@@ -31,7 +31,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, rule, tool
-from producers._memory import (
+from producers.log._memory import (
     InMemoryLeaseManager,
 )
 from producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages

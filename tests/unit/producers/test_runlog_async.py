@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from producers._memory import InMemoryEventLog
-from producers._runlog import InMemoryRunLog
+from producers.log._memory import InMemoryEventLog
+from producers.log._runlog import InMemoryRunLog
 from schemas import EventType, RunEvent
 
 from .eventlog_contract import event

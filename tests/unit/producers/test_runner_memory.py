@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from producers._context import StageContext
-from producers._inputs import DictInputSource
-from producers._keys import delivery_key
-from producers._ledger import LedgerEntry
-from producers._tools import CallInfo, Tool, tool
-from producers._workflow import Workflow, rule
+from producers.calls._keys import delivery_key
+from producers.calls._ledger import LedgerEntry
+from producers.define._inputs import DictInputSource
+from producers.define._tools import CallInfo, Tool, tool
+from producers.define._workflow import Workflow, rule
+from producers.run._context import StageContext
 from projections import RunStatus
 from projections.fold import fold_all
 from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy, RunEvent

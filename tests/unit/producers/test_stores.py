@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from producers import DictInputSource, InputNotFound, JsonDirInputSource, LocalArtifactStore
-from producers._inputs import PinnedInputs
-from producers._keys import sha256_hex
+from producers.calls._keys import sha256_hex
+from producers.define._inputs import PinnedInputs
 from schemas import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactMissing
 

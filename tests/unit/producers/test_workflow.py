@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
-from producers._protocol import Invoke, Mode, Sleep, Step, Steps, drive
-from producers._tools import retry_steps
-from producers._workflow import evaluate_rules
+from producers.define._tools import retry_steps
+from producers.define._workflow import evaluate_rules
+from producers.run._protocol import Invoke, Mode, Sleep, Step, Steps, drive
 from schemas import ReplayPolicy, RuleResult, StageSpec
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 

@@ -19,7 +19,7 @@ from processors.resume.plan import (
     outcome_before_lease,
 )
 from producers import App, DictInputSource, Tool, Workflow, tool
-from producers._ledger import LedgerEntry
+from producers.calls._ledger import LedgerEntry
 from projections import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
 from projections._state import WaitInfo
 from schemas import ArtifactRef, Checkpoint, EffectStatus, ErrorInfo, ReplayPolicy, WorkflowSpec

@@ -12,14 +12,14 @@ import pytest
 from processors.resume import App, Resumer, UnknownRun
 from processors.resume.ports import MemoryRunEvents
 from producers import DictInputSource, StageContext, Tool, Workflow, tool
-from producers._ledger import InMemoryEffectLedger
-from producers._memory import (
+from producers.calls._ledger import InMemoryEffectLedger
+from producers.log._memory import (
     InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers._runner import Runner
+from producers.run._runner import Runner
 from projections import MemoryStore, RunState, RunUpdate, StoredCheckpoint, fold
 from schemas import EventType, ReplayPolicy, Settings
 

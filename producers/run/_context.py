@@ -1,6 +1,6 @@
 """The run context a stage function receives: inputs, earlier outputs, and tool calls, as
 :class:`StageContext` (called) and :class:`AsyncStageContext` (awaited); both drive the same steps
-(:mod:`producers._call_steps`)."""
+(:mod:`producers.calls._call_steps`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from producers._call_steps import _ContextCore
-from producers._calls import NOW, RANDOM, UUID
-from producers._protocol import INLINE, Mode, Steps, adrive, drive
-from producers._tools import Tool
+from producers.calls._call_steps import _ContextCore
+from producers.calls._calls import NOW, RANDOM, UUID
+from producers.define._tools import Tool
+from producers.run._protocol import INLINE, Mode, Steps, adrive, drive
 from schemas._types import ArtifactRef
 
 __all__ = ["AsyncStageContext", "StageContext"]

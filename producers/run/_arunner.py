@@ -9,29 +9,29 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from producers._active import ActiveRuns
-from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._calls import RecordedCall
-from producers._core import _EXECUTE_DOC, RunResult, _RunnerCore
-from producers._inputs import InputSource
-from producers._lease import AsyncRedisLeaseManager, LeaseManager
-from producers._ledger import EffectLedger, RedisEffectLedger
-from producers._ledger_topic import EffectsTopic
-from producers._log import EventLog
-from producers._protocol import (
+from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from producers.calls._calls import RecordedCall
+from producers.calls._ledger import EffectLedger, RedisEffectLedger
+from producers.calls._ledger_topic import EffectsTopic
+from producers.define._inputs import InputSource
+from producers.define._workflow import Workflow
+from producers.log._log import EventLog
+from producers.log._runlog import KafkaRunLog, RunLog
+from producers.log._session import RunSession
+from producers.log._writer import RunWriter
+from producers.run._active import ActiveRuns
+from producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from producers.run._lease import AsyncRedisLeaseManager, LeaseManager
+from producers.run._protocol import (
     LoopMode,
     Mode,
     ThreadMode,
     adrive,
 )
-from producers._redis_io import replica_waits
-from producers._runlog import KafkaRunLog, RunLog
-from producers._runs import RunKeys
-from producers._session import RunSession
-from producers._start import _START_DOC, RunHandle
-from producers._trace import NO_TRACE, Tracer
-from producers._workflow import Workflow
-from producers._writer import RunWriter
+from producers.run._redis_io import replica_waits
+from producers.run._runs import RunKeys
+from producers.run._start import _START_DOC, RunHandle
+from producers.run._trace import NO_TRACE, Tracer
 from schemas._redis import aredis_client, redis_client
 from schemas._types import ArtifactRef
 from schemas.settings import Settings

@@ -16,10 +16,10 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
-from producers._artifacts import ArtifactStore
-from producers._lease import Lease, LeaseHeld, LeaseManager
-from producers._log import DeliveryCallback, EventLog
-from producers._runlog import RunLog
+from producers.calls._artifacts import ArtifactStore
+from producers.log._log import DeliveryCallback, EventLog
+from producers.log._runlog import RunLog
+from producers.run._lease import Lease, LeaseHeld, LeaseManager
 from schemas._codec import Codec, body_of
 from schemas._hash import event_hash
 from schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
@@ -52,7 +52,7 @@ class LoggedEvent:
 
 
 class InMemoryEventLog(EventLog, RunLog):
-    """The events topic in lists, one per partition; also the :class:`~producers._runlog.RunLog`.
+    """The events topic in lists, one per partition; also the :class:`~producers.log._runlog.RunLog`.
 
     Args:
         settings: topic prefix and partition count (defaults: ``Settings()``).

@@ -17,7 +17,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from producers._keys import canonical_json
+from producers.calls._keys import canonical_json
 from schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 __all__ = ["decode_response", "decode_result", "dump_messages", "encode_response", "encode_result",

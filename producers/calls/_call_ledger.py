@@ -1,5 +1,5 @@
 """The effects ledger's steps of a tool call (a mixin of the stage context,
-:class:`producers._call_steps._ContextCore`): before an effect tool executes, its delivery key is
+:class:`producers.calls._call_steps._ContextCore`): before an effect tool executes, its delivery key is
 opened in the ledger shared by all runs. Done in another run: the tool is not called and that run's
 external id is this call's result (``EFFECT_RECONCILED`` with ``source=ledger``). Open in another run:
 in doubt, handled by the tool's policy (``RECONCILE_FIRST`` asks the external system, ``NEVER`` blocks
@@ -12,12 +12,12 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from producers._calls import JSON, _external_id
-from producers._keys import canonical_json
-from producers._ledger import EffectLedger, LedgerEntry
-from producers._protocol import IO, Invoke, Steps
-from producers._session import RunSession
-from producers._tools import CallInfo, Tool
+from producers.calls._calls import JSON, _external_id
+from producers.calls._keys import canonical_json
+from producers.calls._ledger import EffectLedger, LedgerEntry
+from producers.define._tools import CallInfo, Tool
+from producers.log._session import RunSession
+from producers.run._protocol import IO, Invoke, Steps
 from projections._replicas import ReplicasBehind
 from schemas._types import ArtifactRef, EffectStatus, EventType, ReplayPolicy
 from schemas.errors import EffectInDoubt, RunlogError

@@ -27,7 +27,7 @@ diverge on a re-run: :meth:`StageContext.now`, :meth:`StageContext.random`,
 :meth:`StageContext.uuid` are calls like any other, so a resume reads them back.
 
 The effects ledger: before an effect tool executes, its delivery key is opened in
-the ledger shared by all runs (:mod:`producers._ledger`). Done in another run: the
+the ledger shared by all runs (:mod:`producers.calls._ledger`). Done in another run: the
 tool is not called, ``EFFECT_RECONCILED`` (attribute ``source=ledger``, ``from_run``)
 records the existing external id. Open in another run: in doubt, the tool's
 policy decides (``RECONCILE_FIRST`` asks, ``NEVER`` raises
@@ -47,9 +47,9 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from producers._artifacts import ArtifactStore
-from producers._call_ledger import EffectsLedgerSteps
-from producers._calls import (
+from producers.calls._artifacts import ArtifactStore
+from producers.calls._call_ledger import EffectsLedgerSteps
+from producers.calls._calls import (
     _WAIT_TOOL,
     JSON,
     WAIT,
@@ -62,12 +62,12 @@ from producers._calls import (
     _reused,
     error_info,
 )
-from producers._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers._ledger import EffectLedger
-from producers._protocol import IO, SYNC, Invoke, Mode, Steps
-from producers._session import AppendResult, RunSession
-from producers._tools import CallInfo, Tool, retry_steps
-from producers._trace import NO_TRACE, Span, Tracer
+from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from producers.calls._ledger import EffectLedger
+from producers.define._tools import CallInfo, Tool, retry_steps
+from producers.log._session import AppendResult, RunSession
+from producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
+from producers.run._trace import NO_TRACE, Span, Tracer
 from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from schemas.errors import (
     DeliveryError,

@@ -12,9 +12,9 @@ import uuid as _uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from producers._artifacts import ArtifactStore
-from producers._tools import CallInfo, Tool
-from producers._trace import Span
+from producers.calls._artifacts import ArtifactStore
+from producers.define._tools import CallInfo, Tool
+from producers.run._trace import Span
 from schemas._types import ArtifactRef, ErrorInfo, ReplayPolicy
 from schemas.errors import (
     TerminalToolError,

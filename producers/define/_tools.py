@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers._protocol import Sleep, Steps
+from producers.run._protocol import Sleep, Steps
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, WorkflowDefinitionError
 
@@ -150,7 +150,7 @@ def retry_steps(attempt: Callable[[int], Steps[Any]], policy: RetryPolicy,
 
     Returns ``(result, attempts used)``. Any other exception propagates at once; the last
     RetryableToolError propagates when the attempts are used up. Between attempts: a
-    :class:`~producers._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
+    :class:`~producers.run._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
     (the writer checks its lease there).
     """
     delays = policy.delays()

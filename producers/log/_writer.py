@@ -15,7 +15,7 @@ log).
 
 Every record carries the CloudEvents Kafka binding's binary-mode headers
 (``ce_specversion``, ``ce_id``, ``ce_source``, ``ce_type``, ``ce_time``,
-``ce_subject``, ``content-type``; :mod:`producers._cloudevents`); a producer retry
+``ce_subject``, ``content-type``; :mod:`producers.log._cloudevents`); a producer retry
 resends a record with its headers, so every copy of an event has the same ``ce_id``.
 """
 
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from producers._cloudevents import CloudEventHeaders
-from producers._log import DeliveryCallback, EventLog
+from producers.log._cloudevents import CloudEventHeaders
+from producers.log._log import DeliveryCallback, EventLog
 from schemas._codec import Codec, body_of
 from schemas._hash import event_hash
 from schemas._types import ResumeRequest, RunEvent, now_ms
@@ -42,7 +42,7 @@ from schemas.topics import Topics
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from producers._metrics import WriterMetrics
+    from producers.log._metrics import WriterMetrics
 
 __all__ = ["DeliveryCallback", "RunWriter", "send_resume_request"]
 
@@ -76,7 +76,7 @@ def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: C
 
 
 class RunWriter(EventLog):
-    """The Kafka adapter of :class:`~producers._log.EventLog`: produces encoded run events;
+    """The Kafka adapter of :class:`~producers.log._log.EventLog`: produces encoded run events;
     thread-safe, shared by many :class:`RunSession` s.
 
     Args:
@@ -84,7 +84,7 @@ class RunWriter(EventLog):
         writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
         producer_overrides: extra librdkafka settings (tests shorten timeouts).
         metrics_registry: a ``prometheus_client.CollectorRegistry`` to count appends, confirmed-append
-            latency and delivery failures in (``runlog_writer_*``, :mod:`producers._metrics`); the
+            latency and delivery failures in (``runlog_writer_*``, :mod:`producers.log._metrics`); the
             application exposes it. None (the default): no metrics.
     """
 
@@ -103,7 +103,7 @@ class RunWriter(EventLog):
         self._producer = Producer(conf)
         self.metrics: WriterMetrics | None = None
         if metrics_registry is not None:
-            from producers._metrics import WriterMetrics
+            from producers.log._metrics import WriterMetrics
 
             self.metrics = WriterMetrics.of(metrics_registry)
         self._stop = threading.Event()

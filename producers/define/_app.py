@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from producers._inputs import InputSource
-from producers._tools import Tool
-from producers._workflow import Workflow, WorkflowRegistry
+from producers.define._inputs import InputSource
+from producers.define._tools import Tool
+from producers.define._workflow import Workflow, WorkflowRegistry
 
 __all__ = ["App"]
 

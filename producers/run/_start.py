@@ -2,7 +2,7 @@
 and the idempotency key's claim.
 
 A run started with an idempotency key gets the run id the key names
-(:func:`producers._runs.run_id_for_key`). Its start cannot strand, whatever the
+(:func:`producers.run._runs.run_id_for_key`). Its start cannot strand, whatever the
 crash point: the key is claimed ``pending``, the lease taken, ``RUN_STARTED``
 appended and acknowledged, the claim marked ``started``. A caller that finds the
 claim ``pending`` (its starter died) waits for the starter's lease to expire,
@@ -24,23 +24,23 @@ from typing import Any
 
 import redis
 
-from producers._active import ActiveRuns
-from producers._artifacts import ArtifactStore
-from producers._calls import JSON
-from producers._inputs import InputSource, PinnedInputs
-from producers._keys import canonical_json, sha256_hex
-from producers._lease import Lease, LeaseHeld, LeaseManager
-from producers._log import EventLog
-from producers._protocol import (
+from producers.calls._artifacts import ArtifactStore
+from producers.calls._calls import JSON
+from producers.calls._keys import canonical_json, sha256_hex
+from producers.crash import crash_point, kill_self
+from producers.define._inputs import InputSource, PinnedInputs
+from producers.define._workflow import Workflow
+from producers.log._log import EventLog
+from producers.log._runlog import RunLog
+from producers.log._session import RunSession
+from producers.run._active import ActiveRuns
+from producers.run._lease import Lease, LeaseHeld, LeaseManager
+from producers.run._protocol import (
     IO,
     Sleep,
     Steps,
 )
-from producers._runlog import RunLog
-from producers._runs import Claim, RunKeys, run_id_for_key
-from producers._session import RunSession
-from producers._workflow import Workflow
-from producers.crash import crash_point, kill_self
+from producers.run._runs import Claim, RunKeys, run_id_for_key
 from schemas._hash import event_hash
 from schemas._types import EventType
 from schemas.errors import (
@@ -121,7 +121,7 @@ class _StartSteps:
 
     def _existed(self, run_id: str) -> Steps[bool]:
         """Whether a keyed run whose claim this call just made is already on the log: the
-        projection says so cheaply; without a ready one, the log is read (see :mod:`producers._runs`)."""
+        projection says so cheaply; without a ready one, the log is read (see :mod:`producers.run._runs`)."""
         assert self.run_keys is not None
         known = yield IO(self.run_keys, "known", "aknown", (run_id,))
         if known is not None or self.run_log is None:
@@ -226,7 +226,7 @@ _START_DOC = """Pin inputs, take the lease and append a confirmed ``RUN_STARTED`
                 pinned at its latest version.
             idempotency_key: names the run (its id is derived from the key); the same key
                 with the same workflow and params returns the existing run
-                (``created=False``, no session). See :mod:`producers._start` for a start
+                (``created=False``, no session). See :mod:`producers.run._start` for a start
                 interrupted by a crash.
 
         Raises:

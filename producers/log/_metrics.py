@@ -1,7 +1,7 @@
 """The writer's Prometheus metrics (``runlog_writer_*``), in a registry the application owns.
 
 The SDK starts no HTTP server and never touches ``prometheus_client``'s global registry: a
-:class:`~producers._writer.RunWriter` counts only when it is given a registry
+:class:`~producers.log._writer.RunWriter` counts only when it is given a registry
 (``RunWriter(settings, metrics_registry=registry)``), and the application exposes that
 registry as it likes (``prometheus_client.start_http_server(port, registry=registry)``,
 ``make_wsgi_app(registry)``, ``make_asgi_app(registry)``, or ``generate_latest(registry)``

@@ -36,7 +36,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers._redis_io import Lua, Step, Steps, arun, pipelined, run
+from producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import LeaseLost, RunlogError
 from schemas.settings import Settings
@@ -163,7 +163,7 @@ class RedisLease(Lease):
         if age_ms >= self._m.ttl_ms - self._m.margin_ms:
             raise self._fail(f"no successful heartbeat for {age_ms:.0f} ms")
 
-    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
 
     def _beat(self) -> Steps[bool]:
         if self._lost is not None or self._released:
@@ -227,7 +227,7 @@ class RedisLeaseManager(LeaseManager):
                  waits: Any = None) -> None:
         self.client = client
         self.waits = waits
-        """:func:`~producers._redis_io.replica_waits`: an acquired epoch is answered once a replica holds
+        """:func:`~producers.run._redis_io.replica_waits`: an acquired epoch is answered once a replica holds
         it (None: never waits), so a failover cannot hand the same epoch out twice."""
         self.prefix = settings.redis_prefix
         self.ttl_ms = settings.lease_ttl_ms

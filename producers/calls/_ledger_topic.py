@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from producers._ledger import LedgerEntry
+from producers.calls._ledger import LedgerEntry
 from schemas._codec import Codec
 from schemas._types import Effect
 from schemas.errors import DecodeError, RunlogError

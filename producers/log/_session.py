@@ -1,6 +1,6 @@
 """One writer's hold on one run: gapless seq, the lease epoch on every event, confirmation.
 
-Delivery semantics: see :mod:`producers._writer`. A session assigns ``seq`` and
+Delivery semantics: see :mod:`producers.log._writer`. A session assigns ``seq`` and
 produces under one lock, so produce order is seq order and, with the idempotent
 producer on one partition, log order is seq order. Before every append the
 lease is checked (:class:`~schemas.errors.LeaseLost` stops the writer); after a
@@ -17,17 +17,17 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from producers._inputs import InputSource, PinnedInputs
-from producers._lease import Lease, LeaseManager
-from producers._log import EventLog
-from producers._protocol import IO, Steps, drive
 from producers.crash import crash_point, event_subject, kill_self
+from producers.define._inputs import InputSource, PinnedInputs
+from producers.log._log import EventLog
+from producers.run._lease import Lease, LeaseManager
+from producers.run._protocol import IO, Steps, drive
 from schemas._hash import HASH_VERSION
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
 
 if TYPE_CHECKING:
-    from producers._workflow import Workflow
+    from producers.define._workflow import Workflow
 
 __all__ = ["AppendResult", "RunSession"]
 
@@ -122,7 +122,7 @@ class RunSession:
                         params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
                         attributes: Mapping[str, str] | None = None,
                         last_hash: str | None = None) -> Steps[RunSession]:
-        """:meth:`take_over` as protocol steps (driven sync or async, :mod:`producers._protocol`)."""
+        """:meth:`take_over` as protocol steps (driven sync or async, :mod:`producers.run._protocol`)."""
         lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
                                 {"force": force, "min_epoch": last_epoch + 1})
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,

@@ -39,8 +39,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers._keys import canonical_json
-from producers._redis_io import Lua, Steps, arun, pipelined, run
+from producers.calls._keys import canonical_json
+from producers.run._redis_io import Lua, Steps, arun, pipelined, run
 from projections._marker import READY, marker_key, parse_marker
 from schemas._redis import index_shard, is_cluster
 from schemas._types import EffectStatus, now_ms
@@ -206,10 +206,11 @@ class RedisEffectLedger(EffectLedger):
         self._ar = aclient
         self.prefix = prefix
         self.effects_topic = effects_topic
-        """Looks a key up in the compacted effects topic (:class:`~producers._ledger_topic.EffectsTopic`)
-        when Redis has neither its claim nor a ready projection; None: Redis is the only source."""
+        """Looks a key up in the compacted effects topic
+        (:class:`~producers.calls._ledger_topic.EffectsTopic`) when Redis has neither its claim nor a
+        ready projection; None: Redis is the only source."""
         self.waits = waits
-        """:func:`~producers._redis_io.replica_waits`: a claim is answered once a replica holds it (None:
+        """:func:`~producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it (None:
         never waits). A claim a failover could take back would let another run execute the effect."""
         self._open = Lua(_OPEN, client)
         self._close = Lua(_CLOSE, client)
@@ -236,7 +237,7 @@ class RedisEffectLedger(EffectLedger):
         except redis.RedisError as err:
             raise RunlogError(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
 
-    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
 
     def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
         key = self.index_key_of(delivery_key)

@@ -33,8 +33,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers._keys import canonical_json, lp_sha256
-from producers._redis_io import Steps, arun, replicated, run
+from producers.calls._keys import canonical_json, lp_sha256
+from producers.run._redis_io import Steps, arun, replicated, run
 from projections._marker import READY, marker_key, parse_marker, state_key
 from schemas.errors import RunConflict
 
@@ -80,7 +80,7 @@ class RunKeys:
         self._ar = aclient
         self.prefix = prefix
         self.waits = waits
-        """:func:`~producers._redis_io.replica_waits`: a claim is answered once a replica holds it."""
+        """:func:`~producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it."""
         self._unclaim = client.register_script(_UNCLAIM)
 
     def key(self, idempotency_key: str) -> str:
@@ -91,7 +91,7 @@ class RunKeys:
         return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow,
                                "state": state})
 
-    # -- the protocol, once (see producers._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
 
     def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)

@@ -1,7 +1,7 @@
-"""The event log port: what a :class:`~producers._session.RunSession` appends through.
+"""The event log port: what a :class:`~producers.log._session.RunSession` appends through.
 
-:class:`~producers._writer.RunWriter` is the Kafka adapter (idempotent producer,
-``acks=all``); :class:`~producers._memory.InMemoryEventLog` is the in-memory one.
+:class:`~producers.log._writer.RunWriter` is the Kafka adapter (idempotent producer,
+``acks=all``); :class:`~producers.log._memory.InMemoryEventLog` is the in-memory one.
 Both pass ``tests/unit/producers/eventlog_contract.py``.
 
 Delivery semantics every adapter keeps: a run's events are stored in produce order,
