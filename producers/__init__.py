@@ -10,20 +10,20 @@ leases, the ledger, key helpers) lives in the private modules and is not part of
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
 per process, keyed by run id; effect intents are confirmed before the effect,
-everything else is confirmed at each stage end (see :mod:`producers._writer`).
+everything else is confirmed at each stage end (see :mod:`producers.log._writer`).
 """
 
-from producers._app import App
-from producers._artifacts import ArtifactStore, LocalArtifactStore
-from producers._arunner import AsyncRunner
-from producers._calls import WaitTimedOut
-from producers._context import AsyncStageContext, StageContext
-from producers._core import RunResult
-from producers._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
-from producers._runner import Runner
-from producers._start import RunHandle
-from producers._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
-from producers._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
+from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from producers.calls._calls import WaitTimedOut
+from producers.define._app import App
+from producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
+from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
+from producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
+from producers.run._arunner import AsyncRunner
+from producers.run._context import AsyncStageContext, StageContext
+from producers.run._core import RunResult
+from producers.run._runner import Runner
+from producers.run._start import RunHandle
 from schemas._types import ReplayPolicy
 from schemas.errors import (
     ArtifactError,
