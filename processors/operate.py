@@ -1,6 +1,6 @@
 """People in the loop: resolve an in-doubt effect, cancel a run, retry a failed one.
 
-Operators act through the log (the README, "People in the loop"): every action takes the
+Operators act through the log (docs/how-to/operate-runs.md): every action takes the
 run's lease at a new epoch (``LEASE_ACQUIRED`` with attributes ``operator`` and ``action``),
 appends its event with who and why, and lets the lease go, so audits and every fold see it
 like any other fact. These functions are the only implementation: ``runlog resolve|cancel|

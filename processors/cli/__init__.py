@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Runlog records agent runs as an append-only Avro log on Kafka, projects "
             "checkpoints and an effects ledger into Redis, and resumes runs from them."
         ),
-        epilog="Configuration comes from the environment; see the README's table.",
+        epilog="Configuration comes from the environment; see docs/reference/configuration.md.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "they differ; writers' keys such as leases are not compared). --swap makes it the "
             "live one; it refuses a target overlapping the live prefix (exit 2: equal, or one "
             "inside the other at a ':'), and a failed swap puts the live namespace back (exit 3); "
-            "on Redis Cluster it moves the keys slot by slot, each slot atomically (README, Redis Cluster)."
+            "on Redis Cluster it moves the keys slot by slot, each slot atomically (docs/reference/redis.md)."
         ),
     )
     rb.add_argument("--target", help="Redis prefix to rebuild into (default: <prefix>:rebuild, inside the "

@@ -68,7 +68,7 @@ def lp_sha256(*fields: str) -> str:
 
 
 def delivery_key(account: str, platform: str, object_id: str, revision: str) -> str:
-    """The effect's identity in the outside world (the README, "Writing a workflow": the effects ledger).
+    """The effect's identity in the outside world (docs/concepts/ledger.md).
 
     ``lp_sha256(account, platform, object_id, revision)``: scoped by account and
     platform, and a new revision is a new key. ``object_id`` should already be

@@ -28,10 +28,13 @@ def produce(settings: Settings, items: Iterable[RunEvent | tuple[bytes | None, b
     topic = Topics.of(settings).events
     n = 0
     for it in items:
-        if isinstance(it, RunEvent):
-            p.produce(topic, key=it.run_id.encode(), value=CODEC.encode(it))
-        else:
-            p.produce(topic, key=it[0], value=it[1])
+        key, value = (it.run_id.encode(), CODEC.encode(it)) if isinstance(it, RunEvent) else it
+        while True:
+            try:
+                p.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.5)
         n += 1
         if n % 5000 == 0:
             p.poll(0)

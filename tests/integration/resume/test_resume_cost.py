@@ -70,10 +70,15 @@ def test_resume_after_a_long_history_reads_only_the_tail(topics: Settings) -> No
     codec = Codec()
     p = Producer({**topics.producer_config(), "linger.ms": 50, "batch.num.messages": 10_000})
     topic, key = Topics.of(topics).events, run_id.encode()
-    for i, ev in enumerate(events):
-        p.produce(topic, key=key, value=codec.encode(ev))
-        if i % 10_000 == 0:
-            p.poll(0)
+    for ev in events:
+        value = codec.encode(ev)
+        while True:
+            try:
+                p.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.5)
+        p.poll(0)
     assert p.flush(60) == 0
 
     # the projections, rebuilt from the log into their own prefix (checkpoint snapshots included)
