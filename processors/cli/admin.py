@@ -141,7 +141,8 @@ def register_smoke(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
             "a topic left behind, 2 a topic the cluster refuses, 3 Kafka unreachable."
         ),
     )
-    s.add_argument("--runs", type=int, default=5)
+    s.add_argument("--runs", type=int, default=5, metavar="N",
+                   help="two-event runs produced and read back (default: %(default)s)")
     s.set_defaults(func=_smoke)
 
 

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "The next resume reuses the external id (--done) or runs the tool once (--not-done). "
                        "Refused, with nothing appended, unless the run is BLOCKED and the key (or an "
                        "unambiguous prefix) names one of its open effects.")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the blocked (or cancelled) run whose effect is open")
     p.add_argument("--effect", required=True, metavar="DELIVERY_KEY",
                    help="the open effect's delivery key, or a prefix matching exactly one")
     decided = p.add_mutually_exclusive_group(required=True)
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "(who, why). A live writer's later events are rejected and it starts no further "
                        "tool call; resumers and the sweep skip the run. Effects already done stay recorded. "
                        "Refused for a COMPLETED or already CANCELLED run.")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run to cancel")
     _who_why(p, reason_required=True)
     p.set_defaults(func=_cancel)
 
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "whose cause was fixed (artifacts restored, its workflow deployed again) is resumed "
                        "the same way (resumers leave a blocked run alone); in-doubt effects are decided "
                        "with runlog resolve instead.")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the FAILED (or BLOCKED, its cause fixed) run to retry")
     p.add_argument("--force", action="store_true", help="retry even though the failure was terminal")
     p.add_argument("--app", default=_DEMO_APP, metavar="MODULE:ATTRIBUTE",
                    help="the application (a producers.App) whose workflow the run is "

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--app-id", default="runlog-projector",
                    help="Faust app id = consumer group (under RUNLOG_TOPIC_PREFIX)")
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=500,
+                   help="events folded and written per batch at most (default: %(default)s)")
     p.add_argument("--within", type=float, default=0.02, help="seconds to wait for a batch to fill")
     p.add_argument("--cache-size", type=int, default=10_000, help="run states cached in memory")
     p.add_argument("--session-timeout-ms", type=int, default=30_000,

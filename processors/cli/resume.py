@@ -20,13 +20,13 @@ _DEMO_APP = DEMO_APP
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("resume", help="request a resume (or print its plan with --dry-run)")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run to resume")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resume plan and change nothing: no lease, no event, no effect")
     p.add_argument("--app", default=None, metavar="MODULE:ATTRIBUTE",
                    help="the application (a producers.App) the plan is made with; required with "
                    f"--dry-run (the demo's is {_DEMO_APP}); modules are found in the current directory")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as one JSON object")
     p.set_defaults(func=_resume)
 
     p = sub.add_parser(

@@ -24,8 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="From the Redis projection; when no projector has written it (or it "
                        "lists no runs), from the events topic, with a note on stderr. A projection not "
                        "marked ready (a rebuild --swap moving it) is listed with a note on stderr.")
-    p.add_argument("--status", type=str.upper, choices=_STATUSES)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--status", type=str.upper, choices=_STATUSES,
+                   help="list only the runs with this status (any case)")
+    p.add_argument("--json", action="store_true", help="print one JSON array, an object per run")
     p.set_defaults(func=_runs)
 
     p = sub.add_parser("show", help="draw a run's timeline and calls from the log",
@@ -34,11 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "or resolved), effects, lease epochs and rejected events, all from the events "
                        "topic. --payloads adds each call's arguments and result from the artifact store "
                        "(truncated; anything that looks like a credential is masked).")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run to show")
     p.add_argument("--at", help="show the state as of this seq (a number) or time (ISO 8601)")
     p.add_argument("--payloads", action="store_true",
                    help="also print the run's parameters and each call's arguments and result")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_show)
 
     register_resume(sub)  # resume, resumer (processors/cli/resume.py)

@@ -19,8 +19,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Registers runlog.RunEvent, runlog.Checkpoint, runlog.Effect and "
         "runlog.ResumeRequest (record name subjects) and sets each subject's compatibility.",
     )
-    r.add_argument("--compatibility", default="BACKWARD")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--compatibility", default="BACKWARD",
+                   help="the compatibility level set on each subject (default: %(default)s)")
+    r.add_argument("--json", action="store_true", help="print one JSON array, an object per subject")
     r.set_defaults(func=_register)
 
 

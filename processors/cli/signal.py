@@ -16,14 +16,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Append SIGNAL_RECEIVED to a WAITING run under a new lease epoch and "
                                    "request its resume; refused (exit 1, nothing appended) when the run "
                                    "does not wait for that signal.")
-    s.add_argument("run_id")
+    s.add_argument("run_id", help="the waiting run")
     s.add_argument("name", help="the signal the run waits for (ctx.wait_for(name))")
     s.add_argument("--data", default="null", help="the signal's data, JSON (default: null)")
     _common(s)
     s.set_defaults(func=_signal)
     for verb, approved in (("approve", True), ("reject", False)):
         p = sub.add_parser(verb, help=f"signal 'approval' with {{\"approved\": {str(approved).lower()}}}")
-        p.add_argument("run_id")
+        p.add_argument("run_id", help="the run waiting for the approval")
         p.add_argument("--signal", default="approval", help="the signal name (default: %(default)s)")
         _common(p)
         p.set_defaults(func=_approve if approved else _reject)
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", required=True, help="who is acting (recorded on the log)")
     p.add_argument("--reason", default="", help="why (recorded on the log)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def _run(args: argparse.Namespace, name: str, data: Any) -> int:
