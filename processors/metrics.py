@@ -25,7 +25,7 @@ started (with offsets committed), or while it ran, or went back (a run's stored 
 one applied: a failover lost acknowledged writes)."""
 
 RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
-                   "not_mine", "unknown_run", "error")
+                   "not_mine", "not_served", "unknown_run", "error")
 """``runlog_resumer_resumes_total`` outcomes: a :class:`~processors.resume.ResumeOutcome` result,
 ``unknown_run`` (neither Redis nor the log knows the run) or ``error`` (the resume raised)."""
 
@@ -133,6 +133,14 @@ class ResumerMetrics:
         self.dead_letters = Counter("runlog_resumer_dead_letters_total",
                                     "Resume requests sent to the dead-letter topic, by reason.", ["reason"],
                                     registry=r)
+        self.waiting_for_version = Gauge(
+            "runlog_resumer_runs_waiting_for_version",
+            "Runs parked for a member serving their workflow@version (as of this member's last look; "
+            "waiting with no live member: no member serves it).", ["workflow", "version"], registry=r)
+        self.version_members = Gauge(
+            "runlog_resumer_version_members",
+            "Live resumer members serving a workflow@version (as of this member's last look).",
+            ["workflow", "version"], registry=r)
         for outcome in RESUME_OUTCOMES:
             self.resumes.labels(outcome)
         for reason in ("lease_expired", "wait_timed_out"):

@@ -115,12 +115,14 @@ def _resume(args: argparse.Namespace) -> int:
     print(f"reuse recorded results: {', '.join(plan['reused_calls']) or 'none'}")
     for e in plan["effects"]:
         print(f"effect {e['tool']} {e['call_id']} [{e['policy']}]: {e['action']} - {e['detail']}")
-    if plan["blocked_reason"] and outcome.result != "not_mine":
+    if plan["blocked_reason"] and outcome.result not in ("not_mine", "not_served"):
         print(f"would block: {plan['blocked_reason']}")
     if outcome.result == "nothing_to_do":
         print("nothing to do: the run is complete")
     if outcome.result == "not_mine":
         print(f"not mine: {outcome.detail}; this App's resumers commit its requests without acting")
+    if outcome.result == "not_served":
+        print(f"not served: {outcome.detail}")
     return EXIT_OK
 
 

@@ -105,7 +105,7 @@ class ContendedRetries:
                 continue
             self.metrics.retries.inc()
             outcome = self._resume(run_id, None, seen_epoch)
-            if outcome is not None and outcome.result != "not_mine":
+            if outcome is not None and outcome.result not in ("not_mine", "not_served"):
                 out.append(outcome)
         return out
 

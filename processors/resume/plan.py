@@ -326,6 +326,8 @@ class Early:
     detail: str = ""
     deactivate: bool = False
     """Drop the run from the active-runs registry (it needs no resumer any more)."""
+    waiting_for: str | None = None
+    """``not_served``: the ``workflow@version`` the run waits for a member serving."""
 
 
 def _cancelled(state: RunState) -> str:
@@ -342,13 +344,16 @@ def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: boo
     resolve``, ``runlog retry`` once the cause is fixed, or a branch moves it, a plain resume does
     not; dry runs still plan it), ``failed`` (a failed run without
     ``retry``), ``waiting`` (for a signal whose deadline, if any, is after ``now``),
-    ``superseded`` (the run's epoch is later than ``seen_epoch``, the one the request saw: another
-    resume or an operator moved the run since), ``planned`` (``dry_run``).
+    ``not_served`` (the App registers the run's workflow, but not at the version the run is pinned
+    to: a member serving that version continues it, :mod:`processors.resume._versions`; never a
+    block), ``superseded`` (the run's epoch is later than ``seen_epoch``, the one the request saw:
+    another resume or an operator moved the run since), ``planned`` (``dry_run``).
 
     A resume is exclusive and final: every outcome here appends nothing and calls nothing, so a
     second request for a run the first one settled (blocked, completed, ...) does no work again."""
-    if state.workflow is not None and state.workflow.name not in app.registry:
-        return Early("not_mine", f"workflow {state.workflow.name!r} is not registered by this App")
+    wf = state.workflow
+    if wf is not None and wf.name not in app.registry:
+        return Early("not_mine", f"workflow {wf.name!r} is not registered by this App")
     if state.status is RunStatus.COMPLETED:
         return Early("nothing_to_do", "the run is complete", deactivate=not dry_run)
     if state.status is RunStatus.CANCELLED:
@@ -365,6 +370,10 @@ def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: boo
     w = state.waiting
     if state.status is RunStatus.WAITING and w is not None and (w.deadline_ms <= 0 or now < w.deadline_ms):
         return Early("waiting", f"waits for signal {w.signal!r} ({w.call_id}); nothing to do before it")
+    if wf is not None and not app.registry.serves(wf.name, wf.version):
+        served = ", ".join(f"{wf.name}@{v}" for v in app.registry.versions(wf.name))
+        return Early("not_served", f"the run is pinned to {wf.name}@{wf.version}; this App serves {served}: "
+                     "a member serving it continues the run", waiting_for=f"{wf.name}@{wf.version}")
     if seen_epoch is not None and state.epoch > seen_epoch and not dry_run:
         return Early("superseded", f"the run is at epoch {state.epoch}, later than the {seen_epoch} this "
                      "request saw: another resume or an operator moved it since")

@@ -115,15 +115,18 @@ class ResumeOutcome:
     the run), ``failed`` (a stage failed; or the run had failed and was not retried: nothing
     done), ``cancelled`` (an operator cancelled the run: nothing done, no lease taken),
     ``superseded`` (the run's epoch is later than the one the request saw: nothing done),
-    ``nothing_to_do``, ``planned`` (dry run) or ``not_mine`` (the App registers no workflow of
+    ``nothing_to_do``, ``planned`` (dry run), ``not_mine`` (the App registers no workflow of
     the run's name: nothing was done, no lease taken, nothing appended; another App's resumer
-    owns the run)."""
+    owns the run) or ``not_served`` (the App registers the workflow but not the version the run is
+    pinned to, ``waiting_for``: nothing done; a member serving it continues the run)."""
 
     run_id: str
     result: str
     plan: ResumePlan
     epoch: int = 0
     detail: str = ""
+    waiting_for: str | None = None
+    """``not_served``: the ``workflow@version`` the run waits for a member serving."""
 
 
 class Resumer:
@@ -204,7 +207,7 @@ class Resumer:
     def _early(self, run_id: str, early: Early, plan: ResumePlan, epoch: int) -> ResumeOutcome:
         if early.deactivate:
             self.runner.mark_inactive(run_id)
-        return ResumeOutcome(run_id, early.result, plan, epoch, early.detail)
+        return ResumeOutcome(run_id, early.result, plan, epoch, early.detail, early.waiting_for)
 
     def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False, retry: bool = False,
                attributes: Mapping[str, str] | None = None, seen_epoch: int | None = None) -> ResumeOutcome:
@@ -225,7 +228,7 @@ class Resumer:
         if wf is None:  # no accepted RUN_STARTED: nothing was started that could be resumed
             raise UnknownRun(f"run {run_id} has no accepted RUN_STARTED (status {state.status.value})")
         try:
-            workflow: Workflow = self.app.registry.get(wf.name)
+            workflow: Workflow = self.app.registry.get(wf.name, wf.version)
         except WorkflowDefinitionError:
             workflow = Workflow(wf.name, wf.version)  # only used to append RUN_BLOCKED
         params = self._params(state)

@@ -7,12 +7,20 @@ the sha256 of the App's sorted workflow names joined by newlines (:func:`app_id`
 across processes and restarts, and the same for every member started with the same App.
 Every group therefore sees every resume request. A group whose App does not register
 the run's workflow (by name) commits the request without acting: outcome ``not_mine``,
-logged at debug, no lease taken, nothing appended. A registered name at another version
-or definition is still a strict-resume refusal and blocks the run. Run several members
-of one App's group to share its work (up to the partition count); run one group per App
-so no workflow is left without a resumer, and register each workflow name in one App
-only: two Apps with the same name both act on its runs (the lease lets one continue), and
-one registering another version or definition blocks them.
+logged at debug, no lease taken, nothing appended. Run several members of one App's group to
+share its work (up to the partition count); run one group per App so no workflow is left without
+a resumer, and register each workflow name in one App only: two Apps with the same name both act
+on its runs (the lease lets one continue).
+
+Versions (:mod:`processors.resume._versions`): the group name hashes workflow *names*, not
+versions, so the members of a rolling deploy (old ones serving ``orders@1``, new ones ``orders@1``
+and ``orders@2``) share one group. A run is pinned to the version it started on; a member whose App
+registers the name but not that version answers ``not_served``: it parks the run in Redis
+(``P:versions:waiting:<workflow>@<version>``) and commits the request, never blocking it. Every
+member advertises the versions it serves and claims the parked runs of those versions about once a
+second (:data:`PICKUP_S`), so a run waits for exactly as long as no live member serves its version.
+The same version registered with another definition is still a strict-resume refusal and blocks
+the run (a changed definition needs a new version).
 
 Delivery semantics: at-least-once. A ``ResumeRequest`` is committed only after its resume
 returned (completed, blocked, failed, nothing_to_do, superseded, not_mine) or its retry was scheduled
@@ -65,7 +73,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 
 import redis
@@ -75,6 +86,7 @@ from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
 from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from processors.resume._sweep import Sweeper, SweepReport
+from processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
 from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
 from producers.run._active import ActiveRuns
 from producers.run._lease import lease_key
@@ -83,7 +95,8 @@ from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeReq
 from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
 
-__all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id", "group_id"]
+__all__ = ["CONTENDED_RETRIES", "PICKUP_S", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
+           "group_id"]
 
 log = logging.getLogger("runlog.resumer")
 
@@ -106,7 +119,7 @@ def group_id(settings: Settings, app: App) -> str:
     return settings.group_id(f"{settings.resumer_group}.{app_id(app)}")
 
 
-class ResumerService(ContendedRetries, Sweeper):
+class ResumerService(ContendedRetries, Sweeper, VersionPickup):
     """Consumes resume requests as one member of its App's resumer group and sweeps for dead runs.
 
     Args:
@@ -150,13 +163,24 @@ class ResumerService(ContendedRetries, Sweeper):
         run inside :meth:`poll_once`; read it from any thread)."""
         self.consumer.subscribe([self.topics.resume], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
-        log.info("resumer group %s for workflows %s", self.group, ", ".join(sorted(app.registry.names())))
+        self.member = settings.group_instance_id or \
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.serves = tuple(label(n, v) for n, v in app.registry.served())
+        """The ``workflow@version`` labels this member serves (advertised to the group)."""
+        self.routes = VersionRoutes(self.redis, settings.redis_prefix)
+        self.advertiser = Advertiser(self.routes, self.member, self.serves).start()
+        self._last_pickup = 0.0
+        self._warned: dict[str, float] = {}
+        log.info("resumer group %s (member %s) serving %s", self.group, self.member, ", ".join(self.serves))
         self.on_outcome = on_outcome
         self.accept = accept
         self._last_sweep = 0.0
         self.outcomes: list[ResumeOutcome] = []
         self.not_mine = 0
         """Requests committed as ``not_mine`` (runs of workflows this App does not register)."""
+        self.not_served = 0
+        """Resumes answered ``not_served`` (runs pinned to a version this App does not register:
+        parked for a member that does)."""
         self._retries: list[tuple[float, int, str]] = []  # (due, tie breaker, run id), a heap
         self._scheduled: set[str] = set()
         self._attempts: dict[str, int] = {}
@@ -167,6 +191,7 @@ class ResumerService(ContendedRetries, Sweeper):
 
     def close(self) -> None:
         try:
+            self.advertiser.close()
             self.consumer.close()
         finally:
             self.producer.flush(10)
@@ -289,6 +314,9 @@ class ResumerService(ContendedRetries, Sweeper):
             self.not_mine += 1
             log.debug("resume %s: not_mine %s", run_id, outcome.detail)
             return
+        if outcome.result == "not_served" and outcome.waiting_for is not None:
+            self._park(run_id, outcome.waiting_for)
+            return
         log.info("resume %s: %s %s", run_id, outcome.result, outcome.detail)
         if outcome.result == "contended":
             self._schedule_retry(run_id, seen_epoch)
@@ -330,6 +358,12 @@ class ResumerService(ContendedRetries, Sweeper):
                 except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
                     log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
             retried = self.run_due_retries()
+            if time.monotonic() - self._last_pickup >= PICKUP_S:
+                self._last_pickup = time.monotonic()
+                try:
+                    retried += self.pick_up_parked()
+                except (redis.RedisError, ProjectionStoreError) as err:
+                    log.warning("parked runs not picked up (%s); the next round tries again", err)
             if retried:
                 handled += len(retried)
                 idle_since = time.monotonic()
@@ -338,7 +372,7 @@ class ResumerService(ContendedRetries, Sweeper):
             wait = self.next_retry_in()
             msg_outcome = self.poll_once(0.5 if wait is None else min(0.5, wait))
             if msg_outcome is not None:
-                if msg_outcome.result != "not_mine":
+                if msg_outcome.result not in ("not_mine", "not_served"):
                     handled += 1
                 idle_since = time.monotonic()
             elif idle_exit_s is not None and not self._retries \

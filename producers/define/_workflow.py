@@ -164,38 +164,74 @@ def _check_arity(stage: Stage) -> None:
 
 
 class WorkflowRegistry:
-    """Workflows by name, as an application module exposes them to resume.
+    """Workflows by name and version, as an application module exposes them to resume.
 
-    Resume looks up the workflow named in ``RUN_STARTED`` here and refuses to run
-    when the registered definition's spec differs from the recorded one.
+    One name may be registered at several versions at once (a rolling deploy serves the old
+    version's runs while new runs start on the new one). Resume looks up the workflow named
+    *and versioned* in ``RUN_STARTED`` here and refuses to run when the registered definition's
+    spec differs from the recorded one; a new run starts on :meth:`get` without a version: the
+    newest registered version (versions compared as dotted numbers when they all are, else the
+    one registered last).
     """
 
     def __init__(self, workflows: Iterable[Workflow] = ()) -> None:
-        self._by_name: dict[str, Workflow] = {}
+        self._by_name: dict[str, dict[str, Workflow]] = {}
         for wf in workflows:
             self.register(wf)
 
     def register(self, wf: Workflow) -> Workflow:
-        if wf.name in self._by_name and self._by_name[wf.name] is not wf:
-            raise WorkflowDefinitionError(f"a workflow named {wf.name!r} is already registered")
-        self._by_name[wf.name] = wf
+        versions = self._by_name.setdefault(wf.name, {})
+        known = versions.get(wf.version)
+        if known is not None and known is not wf:
+            raise WorkflowDefinitionError(
+                f"workflow {wf.name!r} version {wf.version!r} is already registered (another "
+                "definition at the same version: give the new definition a new version)")
+        versions[wf.version] = wf
         return wf
 
     def get(self, name: str, version: str | None = None) -> Workflow:
-        wf = self._by_name.get(name)
-        if wf is None:
+        """The workflow ``name`` at ``version`` (None: the newest registered version)."""
+        versions = self._by_name.get(name)
+        if not versions:
             raise WorkflowDefinitionError(f"no workflow named {name!r} is registered")
-        if version is not None and wf.version != version:
+        if version is None:
+            return versions[self.versions(name)[-1]]
+        wf = versions.get(version)
+        if wf is None:
+            served = ", ".join(repr(v) for v in self.versions(name))
             raise WorkflowDefinitionError(
-                f"workflow {name!r} is registered at version {wf.version!r}, not {version!r}"
-            )
+                f"workflow {name!r} is registered at version {served}, not {version!r}")
         return wf
+
+    def versions(self, name: str) -> tuple[str, ...]:
+        """The versions of ``name`` registered, oldest first (empty: the name is not registered)."""
+        versions = list(self._by_name.get(name, {}))
+        keys = [_numeric(v) for v in versions]
+        if all(k is not None for k in keys):
+            versions.sort(key=lambda v: _numeric(v) or ())
+        return tuple(versions)
+
+    def serves(self, name: str, version: str) -> bool:
+        """Whether ``name`` is registered at ``version``."""
+        return version in self._by_name.get(name, {})
+
+    def served(self) -> tuple[tuple[str, str], ...]:
+        """Every registered ``(name, version)``, names sorted, versions oldest first."""
+        return tuple((name, v) for name in sorted(self._by_name) for v in self.versions(name))
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
     def __iter__(self) -> Iterator[Workflow]:
-        return iter(self._by_name.values())
+        return (wf for versions in self._by_name.values() for wf in versions.values())
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._by_name)
+
+
+def _numeric(version: str) -> tuple[int, ...] | None:
+    """``"1.10.2"`` -> ``(1, 10, 2)``; None when a part is not a number."""
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return None

@@ -61,7 +61,23 @@ def test_registry_by_name_and_version() -> None:
     with pytest.raises(WorkflowDefinitionError, match="no workflow"):
         reg.get("other")
     with pytest.raises(WorkflowDefinitionError, match="already registered"):
-        reg.register(_wf())
+        reg.register(_wf())  # another definition at the same version
+
+
+def test_a_registry_serves_several_versions_of_one_name() -> None:
+    v1, v2, v10 = Workflow("orders", "1"), Workflow("orders", "2"), Workflow("orders", "1.10")
+    reg = WorkflowRegistry([v2, v10, v1])
+    assert reg.get("orders", "1") is v1 and reg.get("orders", "2") is v2 and reg.get("orders", "1.10") is v10
+    assert reg.versions("orders") == ("1", "1.10", "2")  # dotted numbers, not text order
+    assert reg.get("orders") is v2  # a new run starts on the newest
+    assert reg.serves("orders", "1") and not reg.serves("orders", "3") and not reg.serves("other", "1")
+    assert reg.served() == (("orders", "1"), ("orders", "1.10"), ("orders", "2"))
+    assert sorted(w.version for w in reg) == ["1", "1.10", "2"] and reg.names() == ("orders",)
+    with pytest.raises(WorkflowDefinitionError, match=r"version '1', '1\.10', '2', not '3'"):
+        reg.get("orders", "3")
+    # versions that are not numbers: the newest is the one registered last
+    named = WorkflowRegistry([Workflow("x", "blue"), Workflow("x", "green")])
+    assert named.get("x").version == "green" and named.versions("x") == ("blue", "green")
 
 
 def test_rules_pass_fail_and_explain() -> None:

@@ -321,7 +321,24 @@ def test_a_run_of_a_workflow_the_app_does_not_register_is_not_mine() -> None:
     assert _before(_state(workflow=other)) == (
         "not_mine", "workflow 'other' is not registered by this App", False)
     assert _before(_state(RunStatus.COMPLETED, workflow=other)) is not None  # whatever its status
-    assert _before(_state(workflow=WorkflowSpec("article", "9", ()))) is None  # same name: mine
+    assert _before(_state(workflow=WorkflowSpec("article", "1", ()))) is None  # its name and version
+
+
+def test_a_run_pinned_to_a_version_the_app_does_not_serve_waits_for_one_that_does() -> None:
+    pinned = WorkflowSpec("article", "9", ())
+    e = outcome_before_lease(_state(workflow=pinned), _app(), dry_run=False, retry=False, now=1_000)
+    assert e is not None and (e.result, e.waiting_for, e.deactivate) == ("not_served", "article@9", False)
+    assert "this App serves article@1" in e.detail
+    # never a block, whatever the request: a retry or a dry run is not served either
+    assert _before(_state(workflow=pinned), retry=True)[0] == "not_served"  # type: ignore[index]
+    assert _before(_state(workflow=pinned), dry_run=True)[0] == "not_served"  # type: ignore[index]
+    # settled runs need no member of their version: any member may say so
+    assert _before(_state(RunStatus.COMPLETED, workflow=pinned))[0] == "nothing_to_do"  # type: ignore[index]
+    # an App serving both versions serves the run
+    v9 = _workflow("9")
+    both = _app(_workflow(), v9)
+    assert outcome_before_lease(_state(workflow=v9.spec()), both, dry_run=False, retry=False,
+                                now=1_000) is None
 
 
 @pytest.mark.parametrize("dry_run", [False, True])

@@ -84,10 +84,11 @@ def test_a_run_of_an_unregistered_workflow_is_not_mine_and_nothing_is_done(dry_r
     assert done.result == "not_mine"
 
 
-def test_a_registered_name_is_mine_even_at_another_version() -> None:
-    # the run goes on to the strict-resume refusal (here: the lease, which the stub refuses)
-    with pytest.raises(AssertionError, match="must not take the lease"):
-        _resumer(_app("alpha"), WorkflowSpec("alpha", "2", ())).resume("run-1")
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_registered_name_at_a_version_not_served_waits_and_nothing_is_done(dry_run: bool) -> None:
+    # never the strict-resume refusal (a block): no lease taken (the stub refuses), nothing appended
+    out = _resumer(_app("alpha"), WorkflowSpec("alpha", "2", ())).resume("run-1", dry_run=dry_run)
+    assert (out.result, out.waiting_for, out.epoch) == ("not_served", "alpha@2", 3)
 
 
 class _FakeRedis:
