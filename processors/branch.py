@@ -21,7 +21,16 @@ from typing import Any
 from processors.inspect import run_history
 from processors.resume import App
 from producers import ArtifactStore, LocalArtifactStore, Runner
-from schemas import ArtifactRef, ConfigError, EventType, ResumeBlocked, RuleResult, Settings
+from schemas import (
+    ArtifactRef,
+    ConfigError,
+    DeliveryError,
+    EventType,
+    LeaseLost,
+    ResumeBlocked,
+    RuleResult,
+    Settings,
+)
 
 __all__ = ["BranchResult", "branch_run"]
 
@@ -43,6 +52,49 @@ class BranchResult:
     is the plan, this is what happened (shorter when the branch blocked or failed)."""
     blocked_stage: str | None = None
     """The stage the branch blocked in, when it blocked."""
+    failed_reason: str | None = None
+    """Set when a stage of the branch failed (``FAILED`` on its log): the error's kind and message."""
+    failed_stage: str | None = None
+    """The stage that failed, when one did."""
+    executed: bool = True
+    """False when the branch was only created (``execute=False``): nothing ran."""
+
+    @property
+    def not_run_stages(self) -> tuple[str, ...]:
+        """The planned stages the branch did not get to (after the one it blocked or failed in)."""
+        stopped = self.blocked_stage or self.failed_stage
+        if self.completed:
+            return ()
+        return tuple(s for s in self.rerun_stages if s not in self.ran_stages and s != stopped)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "parent_run_id": self.parent_run_id,
+                "forked_from_seq": self.forked_from_seq, "first_affected_stage": self.first_affected_stage,
+                "inherited_stages": list(self.inherited_stages), "rerun_stages": list(self.rerun_stages),
+                "ran_stages": list(self.ran_stages), "not_run_stages": list(self.not_run_stages),
+                "executed": self.executed, "completed": self.completed,
+                "blocked_stage": self.blocked_stage, "blocked_reason": self.blocked_reason,
+                "failed_stage": self.failed_stage, "failed_reason": self.failed_reason}
+
+    def describe(self) -> str:
+        """One line saying what happened (not the plan): the stages inherited, the ones the branch ran
+        and verified, where it blocked or failed and why, and the planned stages it never ran."""
+        ran = ", ".join(self.ran_stages) or "no stage"
+        line = (f"branch {self.run_id} of {self.parent_run_id} forked at seq {self.forked_from_seq}: "
+                f"inherited {', '.join(self.inherited_stages) or 'nothing'}")
+        if not self.executed:
+            return line + f"; created, not executed (it would run {', '.join(self.rerun_stages)})"
+        line += f"; ran and verified {ran}"
+        if self.completed:
+            return line + "; completed"
+        if self.blocked_reason is not None:
+            line += f"; BLOCKED in {self.blocked_stage or '?'}: {self.blocked_reason}"
+        elif self.failed_reason is not None:
+            line += f"; FAILED in {self.failed_stage or '?'}: {self.failed_reason}"
+        else:
+            line += "; stopped"
+        rest = self.not_run_stages
+        return line + (f"; never ran {', '.join(rest)}" if rest else "") + "; NOT completed"
 
 
 def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mapping[str, str], *,
@@ -105,28 +157,51 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
         session.flush()
         completed = False
         blocked: str | None = None
+        failure: Exception | None = None
         if execute:
             try:
                 completed = r.execute(session, from_stage=start, stage_outputs=inherited).completed
             except ResumeBlocked as err:  # RUN_BLOCKED is on the branch's log
                 blocked = err.reason
+            except (DeliveryError, LeaseLost):
+                raise  # the branch's log may not say what happened: nothing to report from it
+            except Exception as err:  # noqa: BLE001 - a stage failed: FAILED is on the log, else re-raised
+                failure = err
         else:
             session.close(release=True)
     finally:
         if own:
             r.close()
-    ran, blocked_stage = _what_ran(settings, handle.run_id) if execute else ((), None)
-    return BranchResult(handle.run_id, parent_run_id, fork_seq, first, tuple(inherited),
-                        tuple(order[order.index(start):]), completed, blocked, ran,
-                        blocked_stage if blocked is not None else None)
+    plan = tuple(order[order.index(start):])
+    if not execute:
+        return BranchResult(handle.run_id, parent_run_id, fork_seq, first, tuple(inherited), plan, False,
+                            executed=False)
+    seen = _what_happened(settings, handle.run_id)
+    if failure is not None and seen.failed is None:
+        raise failure
+    return BranchResult(handle.run_id, parent_run_id, fork_seq, first, tuple(inherited), plan, completed,
+                        blocked, seen.ran, seen.blocked_stage if blocked is not None else None,
+                        seen.failed if failure is not None else None,
+                        seen.failed_stage if failure is not None else None)
 
 
-def _what_ran(settings: Settings, run_id: str) -> tuple[tuple[str, ...], str | None]:
-    """The stages the branch verified itself (not inherited), and the stage of its ``RUN_BLOCKED``."""
+@dataclass(frozen=True)
+class _Seen:
+    ran: tuple[str, ...]
+    blocked_stage: str | None
+    failed: str | None
+    failed_stage: str | None
+
+
+def _what_happened(settings: Settings, run_id: str) -> _Seen:
+    """From the branch's log: the stages it verified itself (not inherited), the stage of its
+    ``RUN_BLOCKED``, and its last ``FAILED`` (the error, the stage)."""
     from projections.log_reader import read_run
 
     ran: list[str] = []
     blocked: str | None = None
+    failed: str | None = None
+    failed_stage: str | None = None
     current: str | None = None
     for _, ev in read_run(settings, run_id):
         if ev.type is EventType.STAGE_STARTED:
@@ -135,4 +210,7 @@ def _what_ran(settings: Settings, run_id: str) -> tuple[tuple[str, ...], str | N
             ran.append(ev.stage)
         elif ev.type is EventType.RUN_BLOCKED:
             blocked = ev.stage or current
-    return tuple(ran), blocked
+        elif ev.type is EventType.FAILED:
+            failed_stage = ev.stage or current
+            failed = f"{ev.error.kind}: {ev.error.message}" if ev.error is not None else "no error recorded"
+    return _Seen(tuple(ran), blocked, failed, failed_stage)

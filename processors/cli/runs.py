@@ -243,21 +243,7 @@ def _branch(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     changes = dict(i.split("=", 1) for i in args.input)
     res = branch_run(settings, load_app(args.app), args.run_id, changes)
-    doc = {"run_id": res.run_id, "parent_run_id": res.parent_run_id,
-           "forked_from_seq": res.forked_from_seq, "first_affected_stage": res.first_affected_stage,
-           "inherited_stages": list(res.inherited_stages), "rerun_stages": list(res.rerun_stages),
-           "ran_stages": list(res.ran_stages), "blocked_stage": res.blocked_stage,
-           "completed": res.completed, "blocked_reason": res.blocked_reason}
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        ran = ", ".join(res.ran_stages) or "no stage"
-        print(f"branch {res.run_id} of {res.parent_run_id} forked at seq {res.forked_from_seq}: "
-              f"inherited {', '.join(res.inherited_stages) or 'nothing'}; re-ran {ran}"
-              + ("" if res.completed else f" of {', '.join(res.rerun_stages)}")
-              + f"; {'completed' if res.completed else 'NOT completed'}"
-              + (f"; BLOCKED in {res.blocked_stage or '?'}: {res.blocked_reason}"
-                 if res.blocked_reason else ""))
+    print(json.dumps(res.to_dict()) if args.json else res.describe())
     return EXIT_OK if res.completed else EXIT_FOUND
 
 

@@ -6,6 +6,7 @@ named crash points. Counts come from the services' own storage.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from producers.calls._ledger import RedisEffectLedger
 from producers.run._runs import run_id_for_key
 from projections.log_reader import LogReader
 from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
-from tests.integration.resume._orders import orders_app, spawn
+from tests.integration.resume._orders import PRICING, orders_app, spawn
 from tests.integration.resume._workers import finish
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of
 
@@ -318,3 +319,46 @@ def test_a_branch_blocked_by_its_parents_in_doubt_charge_says_what_ran_and_where
     out = retry_run(topics, app, res.run_id, by="bob", reason="the parent's charge was decided")
     assert out.result == "completed", out
     assert world.stats()["charges"] == 1
+
+
+def test_runlog_branch_prints_what_the_branch_did_not_its_plan(
+        topics: Settings, world: DemoWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25, item 5: `runlog branch` of a run blocked on an in-doubt charge printed "re-ran pay,
+    notify" (the plan) although the branch blocked in pay and notify never ran."""
+    import processors.resume
+    from processors.cli import main
+
+    app = orders_app(world.client)
+    run_id = _crash(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
+    with Resumer(topics, app) as r:
+        assert r.resume(run_id).result == "blocked"
+    monkeypatch.setattr(Settings, "from_env", classmethod(lambda cls, env=None: topics))
+    monkeypatch.setattr(processors.resume, "load_app", lambda spec: app)
+    capsys.readouterr()
+
+    rc = main(["branch", run_id, "--input", "pricing=v2", "--app", "orders:app"])
+    line = capsys.readouterr().out.strip()
+    assert rc == 1, line
+    assert "inherited pick; ran and verified no stage; BLOCKED in pay: " in line, line
+    assert f"in doubt in run {run_id}" in line and line.endswith("; never ran notify; NOT completed"), line
+    assert "re-ran" not in line
+
+    rc = main(["branch", run_id, "--input", "pricing=v2", "--app", "orders:app", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert (doc["rerun_stages"], doc["ran_stages"], doc["blocked_stage"], doc["not_run_stages"]) == (
+        ["pay", "notify"], [], "pay", ["notify"]), doc
+    assert doc["completed"] is False and f"in doubt in run {run_id}" in doc["blocked_reason"]
+
+    # a stage that fails (a pricing version without a price): its FAILED, not a traceback
+    monkeypatch.setitem(PRICING, "v3", {})
+    priceless = orders_app(world.client)  # its input source copies PRICING
+    monkeypatch.setattr(processors.resume, "load_app", lambda spec: priceless)
+    rc = main(["branch", run_id, "--input", "pricing=v3", "--app", "orders:app"])
+    out = capsys.readouterr()
+    line = out.out.strip()
+    assert rc == 1, (line, out.err)
+    assert "; ran and verified no stage; FAILED in pay: KeyError: " in line, (line, out.err)
+    assert line.endswith("; never ran notify; NOT completed"), line
+    assert world.stats()["charges"] == 0
