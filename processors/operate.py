@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from producers import Runner, Workflow
 from producers.calls._keys import canonical_json
+from producers.calls._ledger import EffectLedger, LedgerEntry
 from producers.log._runlog import KafkaRunLog
 from producers.log._session import RunSession
 from producers.run._lease import LeaseHeld
@@ -151,35 +152,82 @@ def _short(key: str) -> str:
     return f"{key[:16]}..."
 
 
-def _open_effect(state: RunState, key: str) -> EffectEntry:
+def _open_effect(state: RunState, key: str, ledger: EffectLedger | None) -> EffectEntry:
     matches = [e for dk, e in state.open_effects.items() if dk.startswith(key)]
     if len(matches) == 1:
         return matches[0]
-    listed = ", ".join(f"{e.delivery_key} ({e.tool or '?'} {e.call_id or '?'})"
-                       for e in sorted(state.open_effects.values(), key=lambda x: x.seq)) or "none"
     if not matches:
+        holder = _blocked_elsewhere(state, ledger)
+        if holder is not None and not state.open_effects:
+            raise OperatorRefused(f"run {state.run_id} has no open effect of its own (none has delivery key "
+                                  f"{key!r}): " + holder.hint(state.run_id))
+        listed = ", ".join(f"{e.delivery_key} ({e.tool or '?'} {e.call_id or '?'})"
+                           for e in sorted(state.open_effects.values(), key=lambda x: x.seq)) or "none"
         raise OperatorRefused(f"run {state.run_id} has no open effect with delivery key {key!r}; "
-                              f"its open effects: {listed}" + _held_elsewhere(state))
+                              f"its open effects: {listed}"
+                              + (f". Also: {holder.hint(state.run_id)}" if holder is not None else ""))
     raise OperatorRefused(f"delivery key prefix {key!r} is ambiguous in run {state.run_id}: it matches "
                           + ", ".join(e.delivery_key for e in matches) + "; give more of the key")
 
 
-_IN_DOUBT_ELSEWHERE = re.compile(r"delivery key ([0-9a-f]{64}) is in doubt in run (\S+?)[ ,;)]")
+# EffectInDoubt's reason (producers/calls/_call_ledger.py): "TOOL (NEVER) for TARGET: delivery key DK is in
+# doubt in run RUN (call CALL, STATUS); ..."
+_IN_DOUBT_ELSEWHERE = re.compile(r"(?:(?P<tool>\S+) \(NEVER\) for \S+: )?delivery key (?P<dk>[0-9a-f]{64}) "
+                                 r"is in doubt in run (?P<run>[^\s,;()]+)(?: \(call (?P<call>[^\s,;()]+))?")
 
 
-def _held_elsewhere(state: RunState) -> str:
-    """For a run blocked by an effect open in another run (its parent, for a branch): where to resolve
-    it, from the block's reason."""
+@dataclasses.dataclass(frozen=True)
+class _Holder:
+    """The effect, open in another run, that a run is blocked by (a branch by its parent's)."""
+
+    run_id: str
+    delivery_key: str
+    tool: str | None
+    call_id: str | None
+    entry: LedgerEntry | None
+    """The effects ledger's entry for the key now (None: not known to it)."""
+
+    @property
+    def in_doubt(self) -> bool:
+        """The ledger still records the effect open (intent without result) in the run holding it."""
+        return self.entry is not None and not self.decided
+
+    @property
+    def decided(self) -> bool:
+        """The ledger records the effect done, reconciled or not done (resolved) since the run blocked."""
+        return self.entry is not None and self.entry.status in (
+            EffectStatus.DONE, EffectStatus.RECONCILED, EffectStatus.FAILED)
+
+    def hint(self, run_id: str) -> str:
+        what = f"{self.tool or 'an effect'}" + (f" (call {self.call_id})" if self.call_id else "")
+        where = f"{what} of run {self.run_id}, delivery key {self.delivery_key}"
+        if self.decided:
+            assert self.entry is not None
+            how = ("not done" if self.entry.status is EffectStatus.FAILED
+                   else f"{self.entry.status.value} with external id {self.entry.external_id}")
+            return (f"it was blocked by {where}, which is decided now ({how}): `runlog retry {run_id}` "
+                    "continues this run")
+        return (f"it is blocked by {where}, in doubt there. Resolve it in run {self.run_id}: `runlog resolve "
+                f"{self.run_id} --effect {self.delivery_key[:16]} --done --external-id ID` (or --not-done), "
+                f"with --by and --reason; then `runlog retry {run_id}` continues this run")
+
+
+def _blocked_elsewhere(state: RunState, ledger: EffectLedger | None) -> _Holder | None:
+    """For a run blocked by an effect open in another run (its parent, for a branch): that run and effect,
+    from the block's reason, with the effects ledger's entry for the key."""
     err = state.last_error
     if state.status is not RunStatus.BLOCKED or err is None or err.kind != "EffectInDoubt":
-        return ""
-    found = _IN_DOUBT_ELSEWHERE.search(err.message + " ")
-    if found is None:
-        return ""
-    dk, other = found.groups()
-    return (f". The run is blocked by an effect open in run {other} (delivery key {dk}): resolve it "
-            f"there (runlog resolve {other} --effect {dk[:16]} ...), then `runlog retry {state.run_id}` "
-            "continues this run")
+        return None
+    found = _IN_DOUBT_ELSEWHERE.search(err.message)
+    if found is None or found["run"] == state.run_id:
+        return None
+    dk = found["dk"]
+    entry = ledger.lookup(dk) if ledger is not None else None
+    if entry is not None and entry.run_id == state.run_id:
+        return None  # the run holds the key itself now
+    if entry is None:
+        return _Holder(found["run"], dk, found["tool"], found["call"], None)
+    return _Holder(entry.run_id, dk, entry.tool or found["tool"], entry.call_id or found["call"], entry)
 
 
 def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, external_id: str | None,
@@ -215,7 +263,7 @@ def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, ext
             if state.status not in (RunStatus.BLOCKED, RunStatus.CANCELLED):
                 raise OperatorRefused(f"run {run_id} is {state.status.value}, not BLOCKED: only a blocked "
                                       "(or cancelled) run's in-doubt effects are resolved")
-            eff = _open_effect(state, key)
+            eff = _open_effect(state, key, runner.ledger)
             dk = eff.delivery_key
             known = runner.ledger.lookup(dk) if runner.ledger is not None else None
             if known is not None and known.done:
@@ -315,7 +363,9 @@ def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool
     Raises:
         OperatorRefused: empty ``by``; no such run; the run is not ``FAILED`` or ``BLOCKED``; a
             failed run's last failure is terminal (not retryable) and ``force`` is false; a blocked
-            run has in-doubt effects (``runlog resolve`` decides them).
+            run has in-doubt effects (``runlog resolve`` decides them), or is blocked by an effect the
+            effects ledger still records in doubt in another run (a branch by its parent's: the
+            message names that run and key; resolve it there first).
     """
     from processors.resume import Resumer, UnknownRun
 
@@ -334,6 +384,9 @@ def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool
         if state.status is RunStatus.BLOCKED and doubt:
             raise OperatorRefused(f"run {run_id} is blocked on {len(doubt)} in-doubt effect(s) "
                                   f"({', '.join(_short(k) for k in doubt)}): resolve them (runlog resolve)")
+        holder = _blocked_elsewhere(state, r.runner.ledger)
+        if holder is not None and holder.in_doubt:  # a retry would only block again
+            raise OperatorRefused(f"run {run_id} would block again: " + holder.hint(run_id))
         last = state.last_error
         if state.status is RunStatus.FAILED and not force and (last is None or not last.retryable):
             what = "an unknown error" if last is None else f"{last.kind}: {last.message[:200]}"

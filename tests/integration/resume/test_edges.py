@@ -311,11 +311,24 @@ def test_a_branch_blocked_by_its_parents_in_doubt_charge_says_what_ran_and_where
     assert "pay" in res.rerun_stages and "notify" in res.rerun_stages  # the plan
     assert "pay" not in res.ran_stages and "notify" not in res.ran_stages  # what happened
     parent_dk = next(iter(accepted(log_of(topics, run_id))[-1].state.open_effects))
-    with pytest.raises(OperatorRefused, match=f"open in run {run_id} \\(delivery key {parent_dk}\\)"):
+    with pytest.raises(OperatorRefused) as refused:
         resolve_effect(topics, res.run_id, parent_dk[:16], done=False, external_id=None, by="bob",
                        reason="checked")
+    said = str(refused.value)
+    assert f"run {res.run_id} has no open effect of its own" in said and "its open effects: none" not in said
+    assert f"charge (call pay/charge/0) of run {run_id}, delivery key {parent_dk}, in doubt there" in said
+    assert f"Resolve it in run {run_id}: `runlog resolve {run_id} --effect {parent_dk[:16]}" in said
+    assert f"`runlog retry {res.run_id}` continues this run" in said
+    # a retry of the branch would only block again: refused, nothing appended
+    before = len(log_of(topics, res.run_id))
+    with pytest.raises(OperatorRefused, match=f"would block again: it is blocked by charge .* run {run_id}"):
+        retry_run(topics, app, res.run_id, by="bob", reason="too early")
+    assert len(log_of(topics, res.run_id)) == before
     resolve_effect(topics, run_id, parent_dk, done=False, external_id=None, by="bob",
                    reason="the provider has no such charge")
+    with pytest.raises(OperatorRefused, match=f"decided now \\(not done\\): `runlog retry {res.run_id}`"):
+        resolve_effect(topics, res.run_id, parent_dk[:16], done=False, external_id=None, by="bob",
+                       reason="checked")
     out = retry_run(topics, app, res.run_id, by="bob", reason="the parent's charge was decided")
     assert out.result == "completed", out
     assert world.stats()["charges"] == 1
@@ -350,6 +363,16 @@ def test_runlog_branch_prints_what_the_branch_did_not_its_plan(
     assert (doc["rerun_stages"], doc["ran_stages"], doc["blocked_stage"], doc["not_run_stages"]) == (
         ["pay", "notify"], [], "pay", ["notify"]), doc
     assert doc["completed"] is False and f"in doubt in run {run_id}" in doc["blocked_reason"]
+
+    # `runlog resolve` on the branch names the run holding the in-doubt effect (issue 25, item 5)
+    parent_dk = next(iter(accepted(log_of(topics, run_id))[-1].state.open_effects))
+    rc = main(["resolve", doc["run_id"], "--effect", parent_dk[:16], "--not-done", "--by", "bob",
+               "--reason", "checked"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert f"runlog resolve: refused: run {doc['run_id']} has no open effect of its own" in err, err
+    assert f"charge (call pay/charge/0) of run {run_id}, delivery key {parent_dk}" in err, err
+    assert f"Resolve it in run {run_id}: `runlog resolve {run_id} --effect {parent_dk[:16]}" in err, err
 
     # a stage that fails (a pricing version without a price): its FAILED, not a traceback
     monkeypatch.setitem(PRICING, "v3", {})
