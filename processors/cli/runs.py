@@ -110,6 +110,11 @@ def _runs(args: argparse.Namespace) -> int:
     if args.status:
         rows = [s for s in rows if s.status.value == args.status]
     docs = [run_summary(s) for s in rows]
+    waits = _version_waits(settings, [d["run_id"] for d in docs if d["status"] in _OPEN])
+    for d in docs:
+        view = waits.get(d["run_id"])
+        d["waiting_for_version"] = None if view is None else {"version": view.label,
+                                                               "members": list(view.members)}
     if args.json:
         print(json.dumps(docs))
         return EXIT_OK
@@ -131,10 +136,30 @@ def _runs(args: argparse.Namespace) -> int:
         print(line(row))
         if d["reason"]:
             print(f"    reason: {d['reason']}")
+        if d["run_id"] in waits:
+            print(f"    {waits[d['run_id']].describe()}")
         for e in d["open_effects"]:
             print(f"    open effect: {e['tool'] or '?'} {e['call_id'] or '?'} [{e['policy'] or '?'}] "
                   f"delivery key {e['delivery_key']}")
     return EXIT_OK
+
+
+_OPEN = ("PENDING", "RUNNING", "WAITING")
+
+
+def _version_waits(settings: Settings, run_ids: list[str]) -> dict[str, Any]:
+    """The runs of ``run_ids`` parked for a member serving their ``workflow@version``
+    (:mod:`processors.resume._versions`), with their label's view."""
+    from processors.resume._versions import VersionRoutes
+    from schemas._redis import redis_client
+
+    if not run_ids:
+        return {}
+    client = redis_client(settings)
+    try:
+        return dict(VersionRoutes(client, settings.redis_prefix).waits(run_ids))
+    finally:
+        client.close()
 
 
 def _parse_at(at: str | None) -> tuple[int | None, int | None]:
@@ -178,11 +203,15 @@ def _show(args: argparse.Namespace) -> int:
     calls = call_views(history)
     effects = [*state.open_intents, *sorted(state.closed_effects.values(), key=lambda e: e.seq)]
     store = LocalArtifactStore(settings.artifact_root) if args.payloads else None
+    waits = _version_waits(settings, [state.run_id] if state.status.value in _OPEN else [])
+    wait_view = waits.get(state.run_id)
     if args.json:
         call_docs = [c.to_dict() for c in calls]
         doc: dict[str, Any] = {
             "state": _state_dict(state), "reason": summary["reason"], "waiting": summary["waiting"],
             "calls": call_docs, "effects": [effect_to_dict(e) for e in effects],
+            "waiting_for_version": None if wait_view is None else {"version": wait_view.label,
+                                                                   "members": list(wait_view.members)},
             "events": [{"seq": h.event.seq, "epoch": h.event.epoch, "type": h.event.type.value,
                         "stage": h.event.stage, "offset": h.offset, "outcome": h.outcome.kind.value,
                         "call_id": h.event.call_id, "tool": h.event.tool,
@@ -200,6 +229,8 @@ def _show(args: argparse.Namespace) -> int:
           + ", ".join(f"{k}={v}" for k, v in sorted(state.input_versions.items())))
     if summary["reason"]:
         print(f"reason: {summary['reason']}")
+    if wait_view is not None:
+        print(wait_view.describe())
     if state.parent_run_id:
         print(f"branched from {state.parent_run_id} at seq {state.forked_from_seq}")
     print(render_timeline(history))

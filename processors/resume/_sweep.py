@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from processors.metrics import ResumerMetrics
+from processors.resume._versions import VersionRoutes
 from processors.resume.request import request_resume
 from processors.resume.resumer import App
 from producers.run._active import ActiveRuns
@@ -42,6 +43,7 @@ class Sweeper:
     metrics: ResumerMetrics
     producer: Any
     codec: Any
+    routes: VersionRoutes
 
     def lease_key(self, run_id: str) -> str:
         raise NotImplementedError
@@ -72,13 +74,15 @@ class Sweeper:
 
     def sweep(self) -> SweepReport:
         """Request the resume of every run of this App's workflows that is active (or projected
-        ``RUNNING``) and whose lease has expired; cancelled runs are skipped."""
+        ``RUNNING``) and whose lease has expired; cancelled runs are skipped, and so are runs parked
+        for a member serving their version (:mod:`processors.resume._versions`)."""
         self.metrics.sweeps.inc()
         report = SweepReport()
         candidates = self._candidates()
         cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
+        parked = self.routes.waiting_for(candidates)  # a member serving their version claims them
         for run_id in candidates:
-            if run_id in cancelled:
+            if run_id in cancelled or run_id in parked:
                 continue
             if self.redis.exists(self.lease_key(run_id)):
                 report.alive += 1

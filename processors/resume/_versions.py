@@ -77,6 +77,11 @@ def _text(v: object) -> str:
 class VersionView:
     """One ``workflow@version`` as the routing keys tell it."""
 
+    def describe(self) -> str:
+        """``waits for a member serving orders@1 (none live)``, or with the live ones."""
+        who = f"live: {', '.join(self.members)}" if self.members else "none live"
+        return f"waits for a member serving {self.label} ({who})"
+
     label: str
     waiting: int
     """Runs parked for it (no member that served it had claimed them yet)."""
@@ -175,6 +180,12 @@ class VersionRoutes:
             return {}
         found = self.client.hmget(self.parked_key, list(run_ids))
         return {r: _text(lbl) for r, lbl in zip(run_ids, found, strict=True) if lbl is not None}
+
+    def waits(self, run_ids: Sequence[str]) -> dict[str, VersionView]:
+        """``run_id -> its label's view`` for the runs of ``run_ids`` that wait for a version's member."""
+        found = self.waiting_for(run_ids)
+        views = {view.label: view for view in self.views(set(found.values()))} if found else {}
+        return {run_id: views[lbl] for run_id, lbl in found.items()}
 
     # -- views ------------------------------------------------------------------------------------
 

@@ -30,12 +30,22 @@ import json
 import random
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from processors.demo.client import WorldClient
 from processors.resume import App
-from producers import AsyncRunner, AsyncStageContext, CallInfo, DictInputSource, Runner, Workflow, rule, tool
+from producers import (
+    AsyncRunner,
+    AsyncStageContext,
+    CallInfo,
+    DictInputSource,
+    Runner,
+    Tool,
+    Workflow,
+    rule,
+    tool,
+)
 from producers.crash import arm_from_env
 from schemas import ReplayPolicy, Settings
 from tests.integration.resume._workers import spawn_worker
@@ -44,7 +54,11 @@ ACCOUNT = "acct-orders"
 PRICING = {"v1": {"cents": 1200}, "v2": {"cents": 990}}
 
 
-def orders_app(world: WorldClient) -> App:
+def orders_app(world: WorldClient, *, versions: Sequence[str] = ("1",),
+               crash: Callable[[str, Mapping[str, Any]], None] | None = None) -> App:
+    """The orders App registering ``versions`` of the workflow (``"1"``, ``"2"``: version 2 thanks the
+    customer in its confirmation). ``crash(stage, params)``, when given, is called at the end of each
+    stage (after its calls): raising a ``BaseException`` there abandons the run like a crash."""
     @tool("quote", policy=ReplayPolicy.SAFE)
     async def quote(call: CallInfo, sku: str, variant: float) -> Any:  # an async tool; the others are def
         found = await asyncio.to_thread(world.post, "/search", {"query": f"price {sku} {variant:.6f}"})
@@ -78,7 +92,18 @@ def orders_app(world: WorldClient) -> App:
                                        "content_hash": hashlib.sha256(body.encode()).hexdigest()})
         return {"external_id": rec["article_id"]}
 
-    wf = Workflow("orders", version="1")
+    return App.of([_orders(v, quote, reserve, charge, email, crash) for v in versions],
+                  [quote, reserve, charge, email],
+                  DictInputSource({"pricing": PRICING}, latest={"pricing": "v1"}))
+
+
+def _orders(version: str, quote: Tool, reserve: Tool, charge: Tool, email: Tool,
+            crash: Callable[[str, Mapping[str, Any]], None] | None) -> Workflow:
+    wf = Workflow("orders", version=version)
+
+    def end(stage: str, ctx: AsyncStageContext) -> None:
+        if crash is not None:
+            crash(stage, ctx.params)
 
     @wf.stage("pick", rules=[rule("reserved", lambda out: bool(out["reservation"]))])
     async def pick(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -87,21 +112,31 @@ def orders_app(world: WorldClient) -> App:
         sku = "sku-red" if roll < 0.5 else "sku-blue"
         q = await ctx.call(quote, sku=sku, variant=roll)
         res = await ctx.call(reserve, order=ctx.params["order"], sku=q["sku"], variant=roll)
+        end("pick", ctx)
         return {"sku": sku, "variant": roll, "reservation": res["external_id"]}
 
     @wf.stage("pay", inputs=["pricing"], rules=[rule("charged", lambda out: bool(out["charge_id"]))])
     async def pay(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
         rec = await ctx.call(charge, order=ctx.params["order"], cents=inputs["pricing"]["cents"])
+        end("pay", ctx)
         return {"charge_id": rec["external_id"]}
 
-    @wf.stage("notify", rules=[rule("sent", lambda out: bool(out["email_id"]))])
-    async def notify(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
-        text = f"charged {ctx.output_of('pay')['charge_id']}"
-        rec = await ctx.call(email, order=ctx.params["order"], text=text)
-        return {"email_id": rec["external_id"]}
+    if version == "1":
+        @wf.stage("notify", rules=[rule("sent", lambda out: bool(out["email_id"]))])
+        async def notify(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            text = f"charged {ctx.output_of('pay')['charge_id']}"
+            rec = await ctx.call(email, order=ctx.params["order"], text=text)
+            end("notify", ctx)
+            return {"email_id": rec["external_id"]}
+    else:  # version 2 changed the confirmation's text
+        @wf.stage("notify", rules=[rule("sent", lambda out: bool(out["email_id"]))])
+        async def notify_v2(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            text = f"thank you! charged {ctx.output_of('pay')['charge_id']}"
+            rec = await ctx.call(email, order=ctx.params["order"], text=text)
+            end("notify", ctx)
+            return {"email_id": rec["external_id"]}
 
-    source = DictInputSource({"pricing": PRICING}, latest={"pricing": "v1"})
-    return App.of([wf], [quote, reserve, charge, email], source)
+    return wf
 
 
 def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "o-1", mode: str = "ctx",

@@ -174,10 +174,16 @@ def test_changed_workflow_is_refused_and_a_branch_reruns_only_what_depends_on_th
     assert planned.result == "planned"
     assert planned.plan.blocked_reason and "different definition" in planned.plan.blocked_reason
 
-    with Resumer(topics, world.app(version="2")) as r:
+    before = log_of(topics, run_id)
+    with Resumer(topics, world.app(version="2")) as r:  # another version: not this App's run to touch
+        waits = r.resume(run_id)
+    assert (waits.result, waits.waiting_for) == ("not_served", "content@1")
+    assert len(log_of(topics, run_id)) == len(before)  # nothing appended, no lease taken
+
+    with Resumer(topics, _other_definition()) as r:  # the same version, another definition: refused
         refused = r.resume(run_id)
     assert refused.result == "blocked"
-    assert "strict resume refused" in refused.detail
+    assert "strict resume refused" in refused.detail and "different definition" in refused.detail
     history = log_of(topics, run_id)
     assert types_of(history)[-2:] == [EventType.LEASE_ACQUIRED, EventType.RUN_BLOCKED]
     assert not [le for le in accepted(history) if le.event.epoch > 1
