@@ -82,10 +82,14 @@ class LogReader:
         stall_s: see :data:`STALL_S`.
         poll_timeout: seconds one poll waits for records.
         timeout: seconds a watermark or metadata request may take, leader elections included.
+        fetch_wait_ms: the longest a fetch waits at the broker for records (``fetch.wait.max.ms``;
+            the client's default when None). A reader kept open for many short reads sets it low: a
+            fetch long-polling at the end of a partition delays the next read's requests.
     """
 
     def __init__(self, settings: Settings, topic: str | None = None, *, name: str = "runlog-read",
-                 stall_s: float = STALL_S, poll_timeout: float = 1.0, timeout: float = 10.0) -> None:
+                 stall_s: float = STALL_S, poll_timeout: float = 1.0, timeout: float = 10.0,
+                 fetch_wait_ms: int | None = None) -> None:
         self.settings = settings
         self.topic = topic if topic is not None else Topics.of(settings).events
         self.stall_s = stall_s
@@ -94,7 +98,8 @@ class LogReader:
         self._c: Any = Consumer(settings.consumer_config(
             f"{name}-{uuid.uuid4().hex[:12]}",
             **{"enable.auto.commit": False, "enable.partition.eof": False,
-               "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}))
+               "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+               **({} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms})}))
 
     def __enter__(self) -> LogReader:
         return self
@@ -189,8 +194,8 @@ class LogReader:
                     raise RunlogError(f"consuming {topic!r} failed: {kerr}")
                 p, off = m.partition(), m.offset()
                 end = todo.get(p)
-                if end is None or off >= end:
-                    continue
+                if end is None or off >= end or off < pos[p]:
+                    continue  # not in the range (a reused consumer's earlier fetch, say)
                 pos[p] = off + 1
                 batch.append(m)
                 if off >= end - 1:

@@ -22,6 +22,8 @@ class BenchSize:
     lag_rate: int = 2_000
     lag_runs: int = 50
     resume_lengths: tuple[int, ...] = (20, 1_000, 10_000)
+    resume_rounds: int = 15
+    """Resume plans timed per history length (the median is reported)."""
     crashed_runs: int = 20
     resumer_members: int = 2
     scale_runs: int = 2_000
@@ -41,14 +43,16 @@ SIZES: dict[str, BenchSize] = {
     "tiny": BenchSize(name="tiny", rounds=1, append_events=2_000, append_runs=20, intent_samples=10,
                       projector_events=1_000, projector_runs=20, projector_rounds=1,
                       projector_marks=(500, 1_000), lag_seconds=1.0, lag_runs=10, resume_lengths=(20, 200),
-                      crashed_runs=2, resumer_members=1, scale_runs=50, scale_events_per_run=2,
+                      resume_rounds=3, crashed_runs=2, resumer_members=1, scale_runs=50,
+                      scale_events_per_run=2,
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
                       concurrency_warmup=20),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,
                       projector_marks=(100_000, 1_000_000), lag_seconds=30.0, lag_runs=200,
-                      resume_lengths=(20, 1_000, 10_000, 100_000), crashed_runs=1_000, resumer_members=4,
+                      resume_lengths=(20, 1_000, 10_000, 100_000), resume_rounds=30, crashed_runs=1_000,
+                      resumer_members=4,
                       scale_runs=10_000, scale_events_per_run=10, async_runs=10_000, threaded_runs=1_000,
                       concurrency_raw_samples=500),
 }

@@ -255,7 +255,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds,
                                                  runs=sz.lag_runs, within=0.01, tick=tick)
         if "resume" in sections:
-            result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.rounds, tick=tick)
+            result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.resume_rounds,
+                                            tick=tick)
             result["resumer_group"] = bench_resumer_group(env, runs=sz.crashed_runs,
                                                           members=sz.resumer_members, tick=tick)
         if "projector" in sections:

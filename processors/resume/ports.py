@@ -8,6 +8,7 @@ The resumer's other ports are the SDK's: the projection store
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,6 +18,7 @@ from schemas.settings import Settings
 
 if TYPE_CHECKING:
     from producers.log._memory import InMemoryEventLog
+    from projections.log_reader import LogReader
     from schemas._codec import Codec
 
 __all__ = ["KafkaRunEvents", "MemoryRunEvents", "RunEventReader"]
@@ -38,17 +40,46 @@ class RunEventReader(Protocol):
 
 
 class KafkaRunEvents(KafkaRunLog):
-    """The events topic on Kafka (:func:`projections.log_reader.read_run_records`)."""
+    """The events topic on Kafka (:meth:`projections.log_reader.LogReader.run_records`).
+
+    One reader (its consumer, assigned per read, never in a group) and one codec serve every read
+    until :meth:`close`: a resume's tail of 20 events costs one watermark request and one fetch,
+    not a new client's connection and a schema compilation each time. Reads are serialized (a
+    lock); each returns the run's records as a list. A read that fails closes the reader: the next
+    read opens a new one."""
 
     def __init__(self, settings: Settings, *, codec: Codec | None = None) -> None:
         super().__init__(settings)
         self.codec = codec
+        self._reader: LogReader | None = None
+        self._lock = threading.Lock()
 
     def run_records(self, run_id: str, partition: int,
                     from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
-        from projections.log_reader import read_run_records
+        from projections.log_reader import LogReader
+        from schemas._codec import Codec
 
-        return read_run_records(self.settings, run_id, partition, from_offset, codec=self.codec)
+        with self._lock:
+            if self.codec is None:
+                self.codec = Codec.from_settings(self.settings)
+            if self._reader is None:
+                self._reader = LogReader(self.settings, name="runlog-resume-read", fetch_wait_ms=5)
+            try:
+                out = list(self._reader.run_records(run_id, partition, from_offset, codec=self.codec))
+                self._reader.consumer.unassign()  # no fetch in flight between reads
+                return out
+            except BaseException:
+                self._close_reader()
+                raise
+
+    def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_reader()
 
 
 class MemoryRunEvents:

@@ -165,7 +165,10 @@ class Resumer:
 
             projection = self._own_projection = RedisStore.from_settings(settings)
         self.projection: ProjectionStore = projection
-        self.events: RunEventReader = events or KafkaRunEvents(settings)
+        self._own_events: KafkaRunEvents | None = None
+        if events is None:
+            events = self._own_events = KafkaRunEvents(settings)
+        self.events: RunEventReader = events
         self.reader = FactsReader(app, self.projection, self.events, self.artifacts, self.runner.ledger)
 
     def close(self) -> None:
@@ -177,6 +180,8 @@ class Resumer:
                 self._writer.close()
             if self._own_projection is not None:
                 self._own_projection.client.close()
+            if self._own_events is not None:
+                self._own_events.close()
 
     def __enter__(self) -> Resumer:
         return self
