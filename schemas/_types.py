@@ -56,6 +56,9 @@ class EventType(StrEnum):
     """An operator cancelled the run (who and why in attributes); nothing moves it afterwards."""
     EFFECT_RESOLVED = "EFFECT_RESOLVED"
     """An operator closed an in-doubt effect: done (with its external id) or not done."""
+    RUN_UPGRADED = "RUN_UPGRADED"
+    """An operator moved the run to another workflow version (or definition): the run goes on from
+    the checkpoint named in attributes (who, why, from, to) on the new code (``runlog upgrade``)."""
 
 
 class ReplayPolicy(StrEnum):

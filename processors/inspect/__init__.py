@@ -92,6 +92,7 @@ _MARK = {
     EventType.FAILED: "✗", EventType.RUN_BLOCKED: "⛔", EventType.RUN_COMPLETED: "◆",
     EventType.RUN_BRANCHED: "⑂", EventType.CALL_DIVERGED: "≠", EventType.RUN_WAITING: "⏸",
     EventType.SIGNAL_RECEIVED: "✉", EventType.RUN_CANCELLED: "⊘", EventType.EFFECT_RESOLVED: "⚖",
+    EventType.RUN_UPGRADED: "⇪",
 }
 
 _DK_TYPES = (EventType.EFFECT_INTENT, EventType.EFFECT_RECONCILED, EventType.EFFECT_RESOLVED)
