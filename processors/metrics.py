@@ -141,6 +141,12 @@ class ResumerMetrics:
             "runlog_resumer_version_members",
             "Live resumer members serving a workflow@version (as of this member's last look).",
             ["workflow", "version"], registry=r)
+        self.open_runs = Gauge(
+            "runlog_resumer_open_runs",
+            "Open runs (PENDING, RUNNING, WAITING, BLOCKED, FAILED) of a workflow@version by status, "
+            "from the projection, refreshed every 10 s (one member counts per period, the others read its "
+            "count; 0 once none is left: the version can leave the App).", ["workflow", "version", "status"],
+            registry=r)
         for outcome in RESUME_OUTCOMES:
             self.resumes.labels(outcome)
         for reason in ("lease_expired", "wait_timed_out"):

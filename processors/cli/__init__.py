@@ -25,6 +25,7 @@ __all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE
 _COMMAND_MODULES: tuple[str, ...] = (
     "processors.cli.admin",
     "processors.cli.runs",
+    "processors.cli.versions",
     "processors.cli.project",
     "processors.cli.audit",
     "processors.cli.schemas",

@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser(
         "doctor",
         help="check Kafka, Redis and the topics; exit non-zero when something is wrong",
-        description="Report broker and Redis reachability, versions and topic configs.",
+        description="Report broker and Redis reachability, versions and topic configs. Open runs "
+        "whose workflow@version no live resumer member serves (runlog versions) are warnings: "
+        "printed, not failures.",
     )
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=_doctor)
@@ -93,6 +95,10 @@ def _doctor(args: argparse.Namespace) -> int:
         except ConfigError as err:  # unreachable, or refusing the credentials
             out["registry"] = {"error": str(err)}
             out["ok"] = False
+    out["warnings"] = []
+    if "error" not in out["redis"] and "problem" not in out["redis"]:
+        out["versions"] = _versions_check(settings)
+        out["warnings"] += out["versions"].get("warnings", [])
     if "error" not in out["kafka"]:
         reports = ensure_topics(settings, create=False)
         out["topics"] = [_report_dict(r) for r in reports]
@@ -122,10 +128,41 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"topic   {t['topic']}: {status}{extra}")
             for c in t["conflicts"]:
                 print(f"        {c['setting']}: is {c['actual']!r}, needs {c['expected']!r}")
-        print("doctor: all good" if out["ok"] else "doctor: problems found")
+        v = out.get("versions")
+        if v is not None:
+            print("versions " + (f"not checked: {v['note']}" if not v["checked"] else
+                                 f"{v['open']} open runs of {v['versions']} workflow versions, "
+                                 f"{len(v['unserved'])} with no live member"))
+        for w in out["warnings"]:
+            print(f"warning: {w}")
+        n = len(out["warnings"])
+        print("doctor: problems found" if not out["ok"] else "doctor: all good" if not n else
+              f"doctor: no problems, {n} warning{'s' * (n != 1)} (not failures: exit 0)")
     if "error" in out["kafka"] or "error" in out["redis"] or "error" in out.get("registry", {}):
         return EXIT_UNAVAILABLE
     return EXIT_OK if out["ok"] else EXIT_FOUND
+
+
+def _versions_check(settings: Settings) -> dict[str, Any]:
+    """Whether every open run's ``workflow@version`` has a live member (``runlog versions``): a
+    warning per version that has none, naming it and its open runs; not checked while the projection
+    is not ready (its counts are not the truth then)."""
+    import redis
+
+    from processors.cli.versions import read_versions
+    from schemas.errors import RunlogError
+
+    try:
+        rows, note = read_versions(settings, log_fallback=False)
+    except (redis.RedisError, RunlogError) as err:
+        return {"checked": False, "note": f"reading Redis failed: {err}", "warnings": []}
+    if note is not None:
+        return {"checked": False, "note": note, "warnings": []}
+    unserved = [r for r in rows if r.unserved]
+    return {"checked": True, "versions": len(rows), "open": sum(r.open for r in rows),
+            "unserved": [{"version": r.label, "open": r.open, "runs": {s: n for s, n in r.runs.items() if n},
+                          "parked": r.waiting} for r in unserved],
+            "warnings": [f"{r.problem()} (runlog versions)" for r in unserved]}
 
 
 def register_smoke(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -64,8 +64,9 @@ dead-letter topic with their reason, logged at WARNING.
 Metrics: every service counts into its own ``prometheus_client`` registry
 (:class:`~processors.metrics.ResumerMetrics`, ``service.metrics.registry``): requests, resumes
 by outcome and their duration, contended retries, sweeps and the resumes they requested, dead
-letters, and the appends of the resumer's writer (``runlog_writer_*``). ``metrics_port``
-serves it on ``GET /metrics``.
+letters, the runs waiting for a version's member and the members per version, the open runs per
+version and status (:mod:`processors.resume._drains`), and the appends of the resumer's writer
+(``runlog_writer_*``). ``metrics_port`` serves it on ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from processors.dlq import headers as dead_letter_headers
 from processors.metrics import MetricsServer, ResumerMetrics
+from processors.resume._drains import OpenRunsGauge
 from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from processors.resume._sweep import Sweeper, SweepReport
 from processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
@@ -169,6 +171,9 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         """The ``workflow@version`` labels this member serves (advertised to the group)."""
         self.routes = VersionRoutes(self.redis, settings.redis_prefix)
         self.advertiser = Advertiser(self.routes, self.member, self.serves).start()
+        self.open_runs = OpenRunsGauge(self.projection, self.metrics.open_runs, self.member)
+        """``runlog_resumer_open_runs``, refreshed from the pick-up tick every 10 s
+        (:mod:`processors.resume._drains`)."""
         self._last_pickup = 0.0
         self._warned: dict[str, float] = {}
         log.info("resumer group %s (member %s) serving %s", self.group, self.member, ", ".join(self.serves))
@@ -362,6 +367,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
                 self._last_pickup = time.monotonic()
                 try:
                     retried += self.pick_up_parked()
+                    self.open_runs.refresh()  # at most every OPEN_RUNS_S
                 except (redis.RedisError, ProjectionStoreError) as err:
                     log.warning("parked runs not picked up (%s); the next round tries again", err)
             if retried:
