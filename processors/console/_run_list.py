@@ -1,11 +1,14 @@
 """The console's run list, from the Redis projection (:class:`projections.RedisStore`, only read):
-one row per run, filtered by status, workflow and a search text, with counts by status and the
-runs that wait for a person."""
+one row per run, filtered by status, workflow and a search text, with counts by status, the
+runs that wait for a person, and for a run parked for a member serving its version, which version
+it waits for (:class:`~processors.resume._versions.VersionRoutes`, only read)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from processors.resume._versions import VersionRoutes
 from projections import RedisStore, RunState, RunStatus
 
 __all__ = ["ATTENTION", "SCAN_LIMIT", "RunRow", "RunsPage", "list_runs"]
@@ -36,6 +39,9 @@ class RunRow:
     """``tool call_id`` of every effect intent without a result."""
     waiting_for: str
     """The signal a ``WAITING`` run waits for, else empty."""
+    version_wait: str = ""
+    """``waits for a member serving orders@1 (none live)`` for a run parked for a member serving its
+    version (:mod:`processors.resume._versions`), else empty."""
 
     @classmethod
     def of(cls, s: RunState) -> RunRow:
@@ -91,4 +97,18 @@ def list_runs(store: RedisStore, *, status: str = "", workflow: str = "", q: str
     attention = sorted((RunRow.of(s) for s in store.load_states(attention_ids).values()
                         if s.status in ATTENTION),
                        key=lambda r: (ATTENTION.index(RunStatus(r.status)), -r.updated_at))
-    return RunsPage(picked[:limit], counts, len(rows), len(picked), workflows, attention)
+    shown, attention = _with_version_waits(store, picked[:limit], attention)
+    return RunsPage(shown, counts, len(rows), len(picked), workflows, attention)
+
+
+_PARKABLE = (RunStatus.PENDING.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
+
+
+def _with_version_waits(store: RedisStore, *lists: list[RunRow]) -> tuple[list[RunRow], ...]:
+    """``lists`` with :attr:`RunRow.version_wait` set for the runs parked for a version's member."""
+    ids = list(dict.fromkeys(r.run_id for rs in lists for r in rs if r.status in _PARKABLE))
+    waits = VersionRoutes(store.client, store.prefix).waits(ids) if ids else {}
+    if not waits:
+        return lists
+    return tuple([dataclasses.replace(r, version_wait=waits[r.run_id].describe()) if r.run_id in waits else r
+                  for r in rs] for rs in lists)

@@ -15,6 +15,8 @@ from confluent_kafka import KafkaException
 from processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console
 from processors.console._guard import COOKIE
 from processors.console._reads import RunFollower, list_runs, read_health, timeline_items
+from processors.resume._drains import OPEN, version_table
+from processors.resume._versions import VersionRoutes
 from projections import RunState, RunStatus
 from schemas import RunlogError
 
@@ -31,6 +33,9 @@ __all__ = [
     "runs_json",
     "runs_page",
     "runs_part",
+    "versions_json",
+    "versions_page",
+    "versions_part",
 ]
 
 PING_EVERY_S = 15.0
@@ -79,6 +84,30 @@ async def runs_json(request: web.Request) -> web.Response:
                               "attention": [dataclasses.asdict(r) for r in page.attention]})
 
 
+# -- workflow versions (runlog versions) ----------------------------------------------------------
+
+
+async def _versions(request: web.Request) -> tuple[Console, dict[str, Any]]:
+    console = request.app[CONSOLE]
+    rows, note = await console.call(lambda: version_table(console.store()))
+    return console, {"versions": rows, "note": note, "open_statuses": OPEN}
+
+
+async def versions_page(request: web.Request) -> web.Response:
+    console, ctx = await _versions(request)
+    return console.page(request, "versions.html.j2", **ctx)
+
+
+async def versions_part(request: web.Request) -> web.Response:
+    console, ctx = await _versions(request)
+    return console.page(request, "parts/versions.html.j2", **ctx)
+
+
+async def versions_json(request: web.Request) -> web.Response:
+    _, ctx = await _versions(request)
+    return web.json_response({"note": ctx["note"], "versions": [r.to_dict() for r in ctx["versions"]]})
+
+
 # -- one run --------------------------------------------------------------------------------------
 
 
@@ -104,6 +133,7 @@ def _run_context(console: Console, follower: RunFollower, projected: RunState | 
         "closed_effects": sorted(state.closed_effects.values(), key=lambda e: e.seq) if state else [],
         "actions_key": _actions_key(state, console.app is not None),
         "events": follower.events,
+        "version_wait": "",
     }
 
 
@@ -133,6 +163,12 @@ async def run_page(request: web.Request) -> web.Response:
         return console.page(request, "error.html.j2", status=404, title="No such run",
                             message=f"no run {follower.run_id!r} on the events topic {console.topics.events} "
                             "or in the Redis projection")
+    state = ctx["state"] or projected
+    if state is not None and state.status.value in ("PENDING", "RUNNING", "WAITING"):
+        store = console.store()
+        waits = await console.call(lambda: VersionRoutes(store.client, store.prefix).waits([follower.run_id]))
+        if follower.run_id in waits:  # a live update after this (the run went on) drops the line
+            ctx["version_wait"] = waits[follower.run_id].describe()
     return console.page(request, "run.html.j2", **ctx)
 
 

@@ -214,7 +214,8 @@ def test_no_credential_appears_in_any_response(topics: Settings) -> None:
     async def go() -> None:
         async with console(s) as client:
             for path in ("/", "/?status=COMPLETED", "/runs", "/health", "/health/part", "/api/runs",
-                         "/api/health", f"/runs/{done}", f"/runs/{waiting}", f"/api/runs/{done}",
+                         "/api/health", "/versions", "/versions/part", "/api/versions", f"/runs/{done}",
+                         f"/runs/{waiting}", f"/api/runs/{done}",
                          "/runs/run-nobody", "/login", "/static/console.js", "/static/console.css", "/nope"):
                 resp = await client.get(path)
                 clean(path, await resp.text())

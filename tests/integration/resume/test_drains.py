@@ -50,7 +50,7 @@ def _end(store: RedisStore, b: RunBuilder, end: EventType) -> None:
     store.apply(fold_updates(b.events)[-1:])
 
 
-def _populate(store: RedisStore, routes: VersionRoutes) -> dict[str, RunBuilder]:
+def populate(store: RedisStore, routes: VersionRoutes) -> dict[str, RunBuilder]:
     now = int(time.time() * 1000)
     waiting = RunBuilder("o1-c-waiting").start(_wf("orders", "1"))
     waiting.add(EventType.RUN_WAITING, stage="research", call_id="o1-c-waiting/research/0",
@@ -84,7 +84,7 @@ def test_versions_lists_open_runs_parked_runs_and_members_and_doctor_warns_of_un
         capsys: pytest.CaptureFixture[str]) -> None:
     store = RedisStore(redis_client, topics.redis_prefix)
     routes = VersionRoutes(redis_client, topics.redis_prefix)
-    runs = _populate(store, routes)
+    runs = populate(store, routes)
     _env(topics, monkeypatch)
 
     rows = {r["version"]: r for r in json.loads(_out(capsys, "versions", "--json"))}
@@ -138,7 +138,7 @@ def test_doctor_does_not_count_a_projection_that_is_not_ready_and_versions_reads
         topics: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     store = RedisStore(redis_client, topics.redis_prefix)
-    _populate(store, VersionRoutes(redis_client, topics.redis_prefix))
+    populate(store, VersionRoutes(redis_client, topics.redis_prefix))
     redis_client.hset(store.marker_key, "state", "rebuilding")
     _env(topics, monkeypatch)
     doc = json.loads(_out(capsys, "doctor", "--json"))
@@ -156,7 +156,7 @@ def test_doctor_does_not_count_a_projection_that_is_not_ready_and_versions_reads
 def test_the_open_runs_gauge_is_counted_by_one_member_per_period(
         topics: Settings, redis_client: redis.Redis) -> None:
     store = RedisStore(redis_client, topics.redis_prefix)
-    _populate(store, VersionRoutes(redis_client, topics.redis_prefix))
+    populate(store, VersionRoutes(redis_client, topics.redis_prefix))
     m1, m2 = ResumerMetrics(), ResumerMetrics()
     g1, g2 = OpenRunsGauge(store, m1.open_runs, "m1"), OpenRunsGauge(store, m2.open_runs, "m2")
     assert g1.refresh() and g2.refresh()
@@ -184,7 +184,7 @@ def test_the_open_runs_gauge_is_counted_by_one_member_per_period(
 
 def test_a_resumer_member_refreshes_the_open_runs_gauge(topics: Settings, redis_client: redis.Redis) -> None:
     store = RedisStore(redis_client, topics.redis_prefix)
-    _populate(store, VersionRoutes(redis_client, topics.redis_prefix))
+    populate(store, VersionRoutes(redis_client, topics.redis_prefix))
     s = topics.with_(resumer_group=f"t-drain-{uuid.uuid4().hex[:8]}")
     service = ResumerService(s, toy("other").app())  # the gauge counts every workflow
     stop = threading.Event()
