@@ -26,6 +26,15 @@ raised, which blocks the run. Stage code gets recorded sources for what would
 diverge on a re-run: :meth:`StageContext.now`, :meth:`StageContext.random`,
 :meth:`StageContext.uuid` are calls like any other, so a resume reads them back.
 
+Patches: ``ctx.patched(patch_id)`` lets a stage change its calls for new runs while runs recorded
+before the change replay as they were. At the stage's next call position it is True, and a marker
+call (tool ``runlog.patched``, request ``{"patch": patch_id}``, result ``true``) is recorded there,
+when that position holds the same patch's marker (a replay of a run that took the patch) or lies
+past every call recorded for the stage (a run reaching it on new code). It is False, recording
+nothing and taking no position, when the stage's recorded calls go on at or past that position
+without the marker (a run recorded before the patch existed): the calls after it keep their
+recorded positions. A patch id is decided once per stage execution: asked again, it answers the same.
+
 The effects ledger: before an effect tool executes, its delivery key is opened in
 the ledger shared by all runs (:mod:`producers.calls._ledger`). Done in another run: the
 tool is not called, ``EFFECT_RECONCILED`` (attribute ``source=ledger``, ``from_run``)
@@ -52,6 +61,7 @@ from producers.calls._call_ledger import EffectsLedgerSteps
 from producers.calls._calls import (
     _WAIT_TOOL,
     JSON,
+    PATCHED,
     WAIT,
     RecordedCall,
     RunWaits,
@@ -95,6 +105,11 @@ class _ContextCore(EffectsLedgerSteps):
         recorded = [_recorded(k, v) for k, v in recorded_calls.items()]
         self._recorded = {r.call_id: r for r in recorded}
         self._at_index = {r.index: r for r in recorded if r.stage == stage and r.index is not None}
+        # one past the last position the log records for this stage (a call, a reconciled one, a wait)
+        known = [*recorded, *(RecordedCall(k, None, None) for k in (*reconciled, *(deadlines or {})))]
+        self._recorded_end = 1 + max((r.index for r in known if r.stage == stage and r.index is not None),
+                                     default=-1)
+        self._patches: dict[str, bool] = {}
         self._reconciled = reconciled
         self._ledger = ledger
         self._deadlines = deadlines or {}
@@ -103,6 +118,8 @@ class _ContextCore(EffectsLedgerSteps):
         self._tracer = tracer
         self._span = span
         self._lock = threading.Lock()
+        self._patch_lock = threading.Lock()  # ctx.patched of a def stage: one asker at a time
+        self._apatch_lock: asyncio.Lock | None = None  # ... of an async def stage (made on its loop)
         self._next_index = 0
         self._artifacts: dict[str, ArtifactRef] = {}
         self.failure: BaseException | None = None
@@ -273,6 +290,33 @@ class _ContextCore(EffectsLedgerSteps):
         yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)},
                           **common)
         return result
+
+    # -- a patch ----------------------------------------------------------------------------------
+
+    def _patched_steps(self, patch_id: str) -> Steps[bool]:
+        """Whether this execution of the stage takes patch ``patch_id`` (see the module docstring)."""
+        if not isinstance(patch_id, str) or not patch_id:
+            raise WorkflowDefinitionError(f"patched() needs a non-empty patch id, got {patch_id!r}")
+        args = {"patch": patch_id}
+        with self._lock:
+            known = self._patches.get(patch_id)
+            if known is not None:
+                return known
+            if self.failure is not None:
+                raise self.failure
+            index = self._next_index
+            rec = self._at_index.get(index)
+            if rec is None:
+                taken = index >= self._recorded_end  # new territory: this run reaches it on new code
+            else:  # the marker of this very patch, or a run recorded before the patch existed
+                taken = (rec.call_id == f"{self.stage}/{PATCHED.name}/{index}"
+                         and rec.request_hash in (None, sha256_hex(canonical_json(args))))
+            self._patches[patch_id] = taken
+            if taken:
+                self._next_index += 1
+        if taken:
+            yield from self._call_steps(PATCHED, index, args)
+        return taken
 
     # -- a durable wait -------------------------------------------------------------------------
 

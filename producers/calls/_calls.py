@@ -1,5 +1,6 @@
 """What a tool call records and hands back: recorded calls, the recorded sources (``now``,
-``random``, ``uuid``), the wait signal, stage outputs, and the error record of a failure."""
+``random``, ``uuid``), the patch marker, the wait signal, stage outputs, and the error record of a
+failure."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from schemas.errors import (
 __all__ = [
     "JSON",
     "NOW",
+    "PATCHED",
     "RANDOM",
     "UUID",
     "WAIT",
@@ -83,13 +85,16 @@ def _sources_fn(kind: str) -> Any:
 
 
 NOW = Tool("runlog.now", _sources_fn("now"), ReplayPolicy.SAFE)
+"""The recorded clock: ``ctx.now()``."""
 _WAIT_TOOL = Tool("runlog.wait", _sources_fn("never"), ReplayPolicy.SAFE)
 """A wait's position as the determinism guard sees it (its function is never called)."""
-"""The recorded clock: ``ctx.now()``."""
 RANDOM = Tool("runlog.random", _sources_fn("random"), ReplayPolicy.SAFE)
 """The recorded random source: ``ctx.random()``."""
 UUID = Tool("runlog.uuid", _sources_fn("uuid"), ReplayPolicy.SAFE)
 """The recorded id source: ``ctx.uuid()``."""
+PATCHED = Tool("runlog.patched", lambda call, **_: True, ReplayPolicy.SAFE)
+"""The marker of a patch a stage took (``ctx.patched(patch_id)`` returned True): its request is
+``{"patch": patch_id}``, its recorded result ``true``."""
 
 
 WAIT = "runlog.wait"

@@ -64,6 +64,34 @@ class StageContext(_ContextCore):
         """A random UUID (text), recorded: a resume of this stage reads the same value back."""
         return str(self.call(UUID))
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes patch ``patch_id``: True on new code, False when replaying a run
+        recorded before the patch existed. Lets a stage change its calls without a new workflow version::
+
+            if ctx.patched("fix-123"):
+                ctx.call(new_tool, ...)   # runs that reach this point on the new code
+            else:
+                ctx.call(old_tool, ...)   # runs recorded before: replayed as they were
+
+        Decided at the stage's next call position. True, recorded as a marker call there (tool
+        ``runlog.patched``, request ``{"patch": patch_id}``), when the position lies past every
+        call the log records for this stage (a new run, or a resumed one beyond what it recorded),
+        or when it holds this patch's marker (a resume of a run that took the patch: True again,
+        also after a crash in the middle of the stage). False, recording nothing and taking no call
+        position, when the stage's recorded calls go on at or past that position without the marker:
+        the calls after it keep the positions they were recorded at, so the determinism guard sees
+        the old run's calls. Asked again in the same stage, a patch id answers the same.
+
+        Once no run recorded before the patch can be resumed any more, the ``else`` branch can
+        go; keep the ``ctx.patched(patch_id)`` call itself, since a run that recorded the marker,
+        resumed on code that no longer asks for it, diverges at the marker's position.
+
+        Raises:
+            WorkflowDefinitionError: ``patch_id`` is not a non-empty string.
+        """
+        with self._patch_lock:  # a second asker of the same patch waits until its marker is appended
+            return self._run(self._patched_steps(patch_id))
+
     def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
                  default: Any = None) -> Any:
         return self._run(self._wait_steps(signal, timeout, on_timeout, default))
@@ -129,6 +157,15 @@ class AsyncStageContext(_ContextCore):
     async def uuid(self) -> str:
         """A random UUID (text), recorded: a resume of this stage reads the same value back."""
         return str(await self.call(UUID))
+
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this run takes patch ``patch_id``, as :meth:`StageContext.patched` (awaited):
+        True on new code (a marker call recorded), False when replaying a run recorded before the
+        patch existed (nothing recorded, no call position taken)."""
+        if self._apatch_lock is None:
+            self._apatch_lock = asyncio.Lock()
+        async with self._apatch_lock:  # a second asker of the same patch waits for its marker
+            return await self._run(self._patched_steps(patch_id))
 
     async def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
                        default: Any = None) -> Any:
