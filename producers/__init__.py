@@ -3,9 +3,10 @@
 Workflows and stages (``Workflow``, ``rule``), tools with replay and retry policies (``tool``,
 ``ReplayPolicy``, ``RetryPolicy``, ``CallInfo``), the runner and its result (``Runner``,
 ``RunResult``), the stage context (``StageContext``: ``call``, ``now``, ``random``, ``uuid``,
-``wait_for``), the resumer's application object (``App``), input sources, the artifact store,
-settings, and the errors an author catches. Crash points for testing one's own workflows'
-crash safety are the public module :mod:`producers.crash`. Plumbing (the writer, sessions,
+``wait_for``), the resumer's application object (``App``), input sources, the artifact store
+(``load_args`` reads a call's recorded arguments back), settings, and the errors an author
+catches. Crash points for testing one's own workflows' crash safety are the public module
+:mod:`producers.crash`. Plumbing (the writer, sessions,
 leases, the ledger, key helpers) lives in the private modules and is not part of this surface.
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
@@ -15,6 +16,7 @@ everything else is confirmed at each stage end (see :mod:`producers.log._writer`
 
 from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
 from producers.calls._calls import WaitTimedOut
+from producers.calls._stored_args import load_args
 from producers.define._app import App
 from producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
 from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
@@ -83,6 +85,7 @@ __all__ = [
     "Workflow",
     "WorkflowDefinitionError",
     "WorkflowRegistry",
+    "load_args",
     "rule",
     "tool",
 ]

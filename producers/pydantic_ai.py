@@ -1,6 +1,8 @@
 """A durable Pydantic AI agent: its model requests and tool calls are recorded Runlog calls.
 
-Install with ``pip install "runlog[pydantic-ai]"``. Inside an ``async def`` stage::
+Install with ``pip install "runlog[pydantic-ai-openai]"`` (Pydantic AI with its OpenAI provider), or
+``pip install "runlog[pydantic-ai]"`` and the provider of your model (``"pydantic-ai-slim[anthropic]"``,
+...). Inside an ``async def`` stage::
 
     durable = RunlogAgent(agent, name="support")
 
@@ -18,8 +20,12 @@ the agent's toolsets whose ``call_tool`` is a recorded call, installed for one r
 * **Model requests.** Each request is a call of the Runlog tool ``pydantic_ai.model.<name>``
   (``SAFE`` by default, or ``IDEMPOTENT``): its arguments are the model, the messages (through
   Pydantic AI's ``ModelMessagesTypeAdapter``), the model settings and the request parameters as
-  JSON; its result is the ``ModelResponse`` as JSON. On resume a recorded turn is read back and
-  the model is not called. Fields that change on every run and are not the request
+  JSON; its result is the ``ModelResponse`` as JSON. The messages and the request parameters are
+  stored by reference (``Tool.args_by_ref``): each message once, content-addressed, the call's
+  recorded arguments naming them by hash, so a conversation of ``n`` turns stores its messages
+  once, not ``n`` times (:func:`producers.load_args` reads a request back whole); the request hash
+  is over the whole request, as before. On resume a recorded turn is read back and the model is
+  not called. Fields that change on every run and are not the request
   (``timestamp``, ``run_id``, ``conversation_id`` of messages and parts, and tool call ids Pydantic
   AI generated, ``pyd_ai_...``) are left out of the recorded arguments, so the determinism guard
   compares what was asked: a request at a recorded position that is not the recorded request (a
@@ -69,7 +75,9 @@ from __future__ import annotations
 try:
     import pydantic_ai as _pydantic_ai  # noqa: F401
 except ImportError as _err:  # pragma: no cover - exercised without the extra installed
-    raise ImportError('producers.pydantic_ai needs Pydantic AI: pip install "runlog[pydantic-ai]"') from _err
+    raise ImportError('producers.pydantic_ai needs Pydantic AI: pip install "runlog[pydantic-ai]" (with a '
+                      'model provider: "runlog[pydantic-ai-openai]", or "pydantic-ai-slim[<provider>]")'
+                      ) from _err
 
 import dataclasses
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
@@ -268,7 +276,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                                               f"Runlog Tool, got {type(t).__name__}")
         self._auto: dict[str, Tool] = {}
         self.model_tool = Tool(f"pydantic_ai.model.{self.name}", _unbound, model_policy,
-                               retry=model_retry or RetryPolicy())
+                               retry=model_retry or RetryPolicy(), args_by_ref=("messages", "parameters"))
         """The Runlog tool the model requests are recorded as."""
 
     def tool_for(self, agent_tool: str) -> Tool:

@@ -74,6 +74,7 @@ from producers.calls._calls import (
 )
 from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
 from producers.calls._ledger import EffectLedger
+from producers.calls._stored_args import StoredArgsSteps
 from producers.define._tools import CallInfo, Tool, retry_steps
 from producers.log._session import AppendResult, RunSession
 from producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
@@ -90,7 +91,7 @@ from schemas.errors import (
 __all__: list[str] = []
 
 
-class _ContextCore(EffectsLedgerSteps):
+class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
     """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
@@ -218,7 +219,7 @@ class _ContextCore(EffectsLedgerSteps):
         idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
                 if tool.policy is ReplayPolicy.IDEMPOTENT else None)
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
-        args_ref = yield from self._put(args_bytes)
+        args_ref = yield from self._put_args(tool, args, args_bytes)  # by reference as the tool declares
         # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
         # starts no further tool call, even before its heartbeat notices (LeaseLost).
         yield self._verify()

@@ -13,7 +13,7 @@ else (preferably :class:`~schemas.errors.TerminalToolError`) for terminal ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,12 @@ class Tool:
     delivery: DeliveryFn | None = None
     reconcile: ReconcileFn | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    args_by_ref: tuple[str, ...] = ()
+    """Arguments stored by reference: each stored once in the artifact store, content-addressed, and
+    named by hash in the call's recorded arguments; a list as a hash chain of its items, so a list that
+    grows from call to call (a conversation's messages) stores only its new items
+    (:mod:`producers.calls._stored_args`). The request hash is the same either way: it is computed
+    over the full arguments. Not for effect tools (their reconcile function reads the recorded ones)."""
 
     def __post_init__(self) -> None:
         where = f"tool {self.name!r}"
@@ -115,6 +121,13 @@ class Tool:
                     f"{where} changes the outside world: declare delivery=fn(args, call) -> "
                     "(account, platform, object_id, revision)"
                 )
+        if isinstance(self.args_by_ref, str) or not all(isinstance(a, str) for a in self.args_by_ref):
+            raise WorkflowDefinitionError(f"{where}: args_by_ref must be a tuple of argument names")
+        object.__setattr__(self, "args_by_ref", tuple(self.args_by_ref))
+        if self.args_by_ref and self.effect:
+            raise WorkflowDefinitionError(
+                f"{where} changes the outside world: its arguments are stored whole (args_by_ref is "
+                "for tools without effects), so its reconcile function reads them as they were")
 
 
 def tool(
@@ -126,20 +139,26 @@ def tool(
     delivery: DeliveryFn | None = None,
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
+    args_by_ref: Sequence[str] = (),
 ) -> Callable[[ToolFn], Tool]:
     """Decorator declaring ``fn(call, **args)`` as a tool.
 
     ``NEVER`` and ``RECONCILE_FIRST`` tools are always effect tools (``effect=False``
-    with them is an error); others are effect tools when ``effect=True``.
+    with them is an error); others are effect tools when ``effect=True``. ``args_by_ref`` names
+    arguments stored by reference (:attr:`Tool.args_by_ref`).
     """
     forced = policy in (ReplayPolicy.NEVER, ReplayPolicy.RECONCILE_FIRST)
     if forced and effect is False:
         raise WorkflowDefinitionError(f"tool {name!r}: {policy.value} tools are effect tools; "
                                       "effect=False contradicts the policy")
     is_effect = forced or bool(effect)
+    if isinstance(args_by_ref, str):
+        raise WorkflowDefinitionError(f"tool {name!r}: args_by_ref must be a tuple of argument names, "
+                                      f"not the string {args_by_ref!r}")
 
     def deco(fn: ToolFn) -> Tool:
-        return Tool(name, fn, policy, is_effect, target, delivery, reconcile, retry or RetryPolicy())
+        return Tool(name, fn, policy, is_effect, target, delivery, reconcile, retry or RetryPolicy(),
+                    tuple(args_by_ref))
 
     return deco
 

@@ -29,7 +29,8 @@ EXPORTS = {
         "RetryableToolError", "Rule", "RunConflict", "RunHandle", "RunResult", "Runner", "RunlogError",
         "Settings", "Stage",
         "StageContext", "StageFn", "TerminalToolError", "Tool", "ToolError", "ToolFn", "VerificationFailed",
-        "WaitTimedOut", "Workflow", "WorkflowDefinitionError", "WorkflowRegistry", "rule", "tool",
+        "WaitTimedOut", "Workflow", "WorkflowDefinitionError", "WorkflowRegistry", "load_args", "rule",
+        "tool",
     ],
     "schemas": [
         "ArtifactCorrupt", "ArtifactError", "ArtifactMissing", "ArtifactRef", "AuthenticationFailed",

@@ -30,7 +30,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, rule, tool
+from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, load_args, rule, tool
+from producers.calls._keys import canonical_json, sha256_hex
 from producers.log._memory import (
     InMemoryLeaseManager,
 )
@@ -149,10 +150,15 @@ def test_each_model_request_and_tool_call_is_one_recorded_call(world: World) -> 
     assert done is not None and done.done and done.external_id == "row-o-1"
     state = fold_all(evs)
     assert state is not None and state.status is RunStatus.COMPLETED and state.rejected_total == 0
-    # the recorded request: the messages as JSON, without what changes on every run
+    # the recorded request: the messages as JSON, without what changes on every run; the messages
+    # and tool definitions by reference (stored once), the request hash over the whole request
     called = [e for e in evs if e.type is T.TOOL_CALLED and e.tool == MODEL]
     assert called[0].payload_ref is not None
-    args = json.loads(world.store.get(called[0].payload_ref))
+    recorded = json.loads(world.store.get(called[0].payload_ref))
+    assert set(recorded["args"]) == {"model", "system", "model_settings"}
+    assert set(recorded["refs"]) == {"messages", "parameters"}
+    args = load_args(world.store, called[0].payload_ref)
+    assert sha256_hex(canonical_json(args)) == called[0].request_hash
     assert set(args) == {"model", "system", "messages", "model_settings", "parameters"}
     assert args["messages"][0]["parts"][0]["content"] == PROMPT["prompt"]
     assert "timestamp" not in args["messages"][0] and "run_id" not in args["messages"][0]
