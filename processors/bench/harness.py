@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from processors.bench._concurrency import bench_async_runs, bench_threaded_runs
+from processors.bench._conversation import bench_conversation
+from processors.bench._conversation import unavailable as conversation_unavailable
 from processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
 from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
 from processors.bench._resume import bench_resume, bench_resumer_group
@@ -40,6 +42,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "async_memory_per_run_kb": ("<=", 32.0),
     "intent_over_raw_ms": ("<=", 1.0),
     "concurrent_runs_completed": (">=", 1.0),
+    "conversation_kb_per_call": ("<=", 24.0),
+    "conversation_mb_200": ("<=", 5.0),
+    "conversation_growth_ratio": ("<=", 1.1),
 }
 
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -50,10 +55,13 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "lag": ("lag_p99_ms",),
     "resume": ("resume_tail_ratio",),
     "concurrency": ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed"),
+    "conversation": ("conversation_kb_per_call", "conversation_mb_200", "conversation_growth_ratio"),
 }
 """What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
 rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
-runs in one process, the AsyncRunner's one loop against the Runner's thread per run."""
+runs in one process, the AsyncRunner's one loop against the Runner's thread per run; ``conversation``
+is what a long agent conversation costs to record (log plus artifact bytes per model call; it needs
+the ``pydantic-ai`` extra, and is left out of a run of every section without it)."""
 
 
 def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
@@ -74,7 +82,7 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
     """How many progress ticks a run of this size makes."""
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
            "projector": 3 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
-           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8}
+           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3}
     return sum(per[s] for s in sections) + 1
 
 
@@ -208,6 +216,9 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
         f["async_memory_per_run_kb"] = a["memory_per_run_kb"]
         f["intent_over_raw_ms"] = a["intent_over_raw_ms"]
         f["concurrent_runs_completed"] = min(a["completed"] / a["runs"], t["completed"] / t["runs"])
+    if "conversation" in result:
+        for name in SECTIONS["conversation"]:
+            f[name] = result["conversation"][name]
     return f
 
 
@@ -219,10 +230,16 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
     Raises:
         PlotUnavailable: ``plot`` asked for (and the resume section runs) without matplotlib.
         ConfigError: the settings replicate the bench's topics less than the brokers' own defaults
-            (:func:`processors.bench._env.replication_mismatch`), or a topic could not be created.
+            (:func:`processors.bench._env.replication_mismatch`), or a topic could not be created;
+            or ``only`` names the conversation section without the ``pydantic-ai`` extra installed.
     """
     sz = SIZES[size] if isinstance(size, str) else size
     sections = _sections(only)
+    skipped: dict[str, str] = {}
+    if "conversation" in sections and (why := conversation_unavailable()) is not None:
+        if only is not None:
+            raise ConfigError(f"bench: {why}")
+        sections, skipped["conversation"] = tuple(s for s in sections if s != "conversation"), why
     if plot and "resume" in sections:
         require_plot()  # before the run, not after it
     kafka = kafka_replication(settings)
@@ -234,6 +251,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
     env = BenchEnv(settings)
     result: dict[str, Any] = {"size": sz.name, "tag": env.tag, "sections": list(sections),
                               "machine": machine(), "kafka": kafka}
+    if skipped:
+        result["skipped"] = skipped
     try:
         if "append" in sections:
             result["append"] = bench_append(env, events=sz.append_events, runs=sz.append_runs,
@@ -276,6 +295,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["threaded_runs"] = bench_threaded_runs(env, runs=sz.threaded_runs,
                                                           raw_samples=sz.concurrency_raw_samples,
                                                           warmup=sz.concurrency_warmup, tick=tick)
+        if "conversation" in sections:
+            result["conversation"] = bench_conversation(env, calls=sz.conversation_calls, tick=tick)
     finally:
         env.close()
         tick("cleaned up")

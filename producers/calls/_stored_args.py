@@ -54,6 +54,8 @@ BIG_STRING = 1024
 _MARK = "runlog.stored_args"
 
 Path = list[str | int]
+NodeKey = tuple[str | None, str]
+"""A chain node's identity before it is built: the previous node and the sha256 of the item's JSON."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class StoredArgs:
     """sha256 -> bytes, in the order to store them (what a blob names comes before it)."""
     recorded: bytes = b""
     """The recorded arguments (canonical JSON, media type :data:`STORED_ARGS`)."""
+    nodes: dict[NodeKey, str] = field(default_factory=dict)
+    """The chain nodes built here (not found in ``known``), for the next call's ``known``."""
 
 
 def _lift(value: Any, blobs: dict[str, bytes]) -> tuple[Any, list[Path]]:
@@ -97,23 +101,39 @@ def _blob(fields: dict[str, Any], value: Any, blobs: dict[str, bytes]) -> str:
     return sha
 
 
-def stored_args(args: Mapping[str, Any], by_ref: Collection[str]) -> StoredArgs:
-    """How a call with ``args`` is stored when the arguments named in ``by_ref`` go by reference."""
+def _item_key(prev: str | None, item: Any) -> NodeKey:
+    # plain json.dumps (C): the arguments already passed canonical_json's checks
+    text = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return prev, sha256_hex(text.encode("utf-8"))
+
+
+def stored_args(args: Mapping[str, Any], by_ref: Collection[str],
+                known: Mapping[NodeKey, str] | None = None) -> StoredArgs:
+    """How a call with ``args`` is stored when the arguments named in ``by_ref`` go by reference.
+
+    ``known``: chain nodes already stored with all they name (:attr:`StoredArgs.nodes` of earlier
+    calls whose blobs were stored): not built again, and not in :attr:`StoredArgs.blobs`, so a
+    call costs its new items, not its whole list."""
     blobs: dict[str, bytes] = {}
     inline: dict[str, Any] = {}
     refs: dict[str, Any] = {}
+    nodes: dict[NodeKey, str] = {}
     for name, value in args.items():
         if name not in by_ref:
             inline[name] = value
         elif isinstance(value, list | tuple):
             head: str | None = None
             for item in value:
-                head = _blob({"prev": head}, item, blobs)
+                key = _item_key(head, item)
+                found = None if known is None else known.get(key)
+                if found is None:
+                    found = nodes[key] = _blob({"prev": head}, item, blobs)
+                head = found
             refs[name] = {"chain": head, "length": len(value)}
         else:
             refs[name] = {"blob": _blob({}, value, blobs)}
     recorded = canonical_json({_MARK: 1, "args": inline, "refs": refs})
-    return StoredArgs(blobs, recorded)
+    return StoredArgs(blobs, recorded, nodes)
 
 
 def _put_at(root: Any, path: Path, value: Any) -> Any:
@@ -199,10 +219,15 @@ class StoredArgsSteps:
         declares; a blob this stage already stored is not stored again."""
         if not tool.args_by_ref:
             return (yield from self._put(args_bytes))
-        form = stored_args(args, tool.args_by_ref)
+        nodes: dict[NodeKey, str] = self.__dict__.setdefault("_stored_nodes", {})
+        with self._lock:
+            known = dict(nodes)
+        form = stored_args(args, tool.args_by_ref, known)
         for sha, data in form.blobs.items():
             with self._lock:
-                known = sha in self._artifacts
-            if not known:
+                stored = sha in self._artifacts
+            if not stored:
                 yield from self._put(data)
+        with self._lock:  # only now: a node is known once everything it names is stored
+            nodes.update(form.nodes)
         return (yield from self._put(form.recorded, STORED_ARGS))

@@ -1,22 +1,25 @@
 """The bench's pure parts: synthetic histories fold cleanly, statistics, the target check, the topic
-specs, the plot."""
+specs, the plot, the conversation section's figures."""
 
 from __future__ import annotations
 
 import math
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from processors.bench import SIZES, PlotUnavailable, plot_result, targets_met
 from processors.bench._env import raw_topic_spec, replication_mismatch
 from processors.bench._events import CYCLE, history, median, percentile, ratio
+from processors.bench.harness import SECTIONS, steps_of
 from processors.cli import main
 from projections import OutcomeKind, fold
 from projections._state import RunStatus
-from schemas import Codec, EventType, Settings, Topics
+from schemas import Codec, ConfigError, EventType, Settings, Topics
 from tests.conftest import require_module
 
 
@@ -165,3 +168,39 @@ def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.Monke
     assert _plot_path(None, ["append", "resume"]) is None
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "runlog[plot]" in err
+
+
+def test_the_conversation_figures_tell_linear_from_quadratic_growth() -> None:
+    from processors.bench._conversation import conversation_figures
+
+    def points(cost: Callable[[int], float]) -> list[dict[str, Any]]:
+        return [{"model_calls": n, "total_bytes": cost(n)} for n in (50, 25, 12)]  # any order
+
+    linear = conversation_figures(points(lambda n: 230_000 + 6_000 * n))
+    assert linear["conversation_kb_per_call"] == pytest.approx(6.0)
+    assert linear["conversation_growth_ratio"] == pytest.approx(1.0)
+    assert linear["conversation_mb_200"] == pytest.approx(1.43)  # 50 calls measured, 150 more at 6 kB
+    # every request holding the conversation so far (200 kB of context, 3 kB more per turn)
+    whole = conversation_figures(points(lambda n: sum(200_000 + 3_000 * k for k in range(n))))
+    assert whole["conversation_growth_ratio"] > 1.1 and whole["conversation_mb_200"] > 5
+    assert not targets_met(whole, SECTIONS["conversation"])["conversation_mb_200"]["met"]
+    assert all(t["met"] for t in targets_met(linear, SECTIONS["conversation"]).values())
+
+
+def test_the_conversation_section_sizes_and_steps() -> None:
+    assert (SIZES["tiny"].conversation_calls, SIZES["quick"].conversation_calls,
+            SIZES["full"].conversation_calls) == (20, 50, 200)
+    assert steps_of(SIZES["quick"], ("conversation",)) == 3 + 1
+
+
+def test_the_conversation_section_without_pydantic_ai_names_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from processors.bench import run_bench
+    from processors.bench._conversation import unavailable
+
+    assert unavailable() is None
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # import pydantic_ai -> ImportError
+    assert "runlog[pydantic-ai]" in (unavailable() or "")
+    s = Settings(kafka_bootstrap_servers="127.0.0.1:9", redis_url="redis://127.0.0.1:9/0")
+    with pytest.raises(ConfigError, match=r"runlog\[pydantic-ai\]"):  # refused before any broker is asked
+        run_bench(s, "tiny", progress=None, only="conversation")

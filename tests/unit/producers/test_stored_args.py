@@ -72,6 +72,17 @@ def test_a_growing_list_stores_only_its_new_items_and_a_long_string_once() -> No
     assert _expand(b)["messages"][2]["instructions"] == BIG
 
 
+def test_known_nodes_are_not_built_again() -> None:
+    first = [_msg(i, BIG if i == 0 else "") for i in range(5)]
+    a = stored_args({"messages": first}, ["messages"])
+    assert len(a.nodes) == 5
+    b = stored_args({"messages": [*first, _msg(5)]}, ["messages"], known=a.nodes)
+    whole = stored_args({"messages": [*first, _msg(5)]}, ["messages"])
+    assert b.recorded == whole.recorded  # the same chain
+    assert list(b.blobs) == list(b.nodes.values()) and len(b.nodes) == 1  # only the new item's node
+    assert set(whole.blobs) == set(a.blobs) | set(b.blobs)
+
+
 def test_an_empty_list_a_value_and_a_long_string_by_reference() -> None:
     args = {"messages": [], "parameters": {"tools": [{"name": "lookup", "doc": BIG}]}, "prompt": BIG}
     form = stored_args(args, ["messages", "parameters", "prompt"])
