@@ -60,6 +60,9 @@ class CallStatus(StrEnum):
     CALLED = "called"
     RESULT = "result"
     FAILED = "failed"
+    SUPERSEDED = "superseded"
+    """A call of a stage an upgrade runs again on new code (``RUN_UPGRADED``): kept for its arguments
+    and open effect, never handed back nor compared by the determinism guard."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,9 @@ class RunState:
     ``last_seq``, the run's anchor (see :attr:`anchor`)."""
     waiting: WaitInfo | None = None
     """Set while stage code waits for a signal (``RUN_WAITING``) until the signal is received."""
+    stage_fingerprints: Mapping[str, str] = field(default_factory=dict)
+    """Stage name -> fingerprint of the definition the run is on (``RUN_STARTED`` or the latest
+    ``RUN_UPGRADED``, attribute ``runlog.stages``); empty for runs started before they were recorded."""
 
     @property
     def workflow_version(self) -> str:

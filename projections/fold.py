@@ -13,23 +13,38 @@ stage are dropped once it is verified (its checkpoint snapshot keeps them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 
+from projections._fold_operators import effect as _effect
+from projections._fold_operators import fingerprints as _fingerprints
+from projections._fold_operators import resolved as _resolved
+from projections._fold_operators import update_call as _update_call
+from projections._fold_operators import upgraded as _upgraded
+from projections._fold_outcome import (
+    _ACCEPTED,
+    CHECKPOINT_WINDOW,
+    DIGEST_WINDOW,
+    REJECTED_WINDOW,
+    Outcome,
+    OutcomeKind,
+    Position,
+)
 from projections._state import (
     CallRecord,
     CallStatus,
     CheckpointEntry,
-    EffectEntry,
     RejectedEvent,
     RunState,
     RunStatus,
     WaitInfo,
-    evolve_call,
     evolve_state,
 )
 from schemas._hash import event_hash
-from schemas._types import ArtifactRef, Checkpoint, EffectStatus, EventType, ReplayPolicy, RunEvent
+from schemas._types import (
+    Checkpoint,
+    EffectStatus,
+    EventType,
+    RunEvent,
+)
 
 __all__ = [
     "CHECKPOINT_WINDOW",
@@ -43,42 +58,6 @@ __all__ = [
     "fold_all",
     "fold_many",
 ]
-
-DIGEST_WINDOW = 64
-REJECTED_WINDOW = 32
-CHECKPOINT_WINDOW = 64
-
-Position = tuple[int, int]
-"""(partition, offset) of a record on the events topic."""
-
-
-class OutcomeKind(StrEnum):
-    ACCEPTED = "accepted"
-    DUPLICATE = "duplicate"
-    REJECTED_FENCED = "rejected_fenced"
-    REJECTED_OUT_OF_ORDER = "rejected_out_of_order"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What folding one event did, and what it produced for the compacted topics."""
-
-    kind: OutcomeKind
-    reason: str | None = None
-    checkpoint: Checkpoint | None = None
-    effects: tuple[EffectEntry, ...] = field(default=())
-
-    @property
-    def accepted(self) -> bool:
-        return self.kind is OutcomeKind.ACCEPTED
-
-    @property
-    def rejected(self) -> bool:
-        return self.kind in (OutcomeKind.REJECTED_FENCED, OutcomeKind.REJECTED_OUT_OF_ORDER)
-
-
-_ACCEPTED = Outcome(OutcomeKind.ACCEPTED)
-
 
 def event_digest(event: RunEvent, body: bytes | None = None) -> str:
     """The duplicate window's digest: the first 128 bits of ``event_hash``, so every field counts.
@@ -186,8 +165,11 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             parent_run_id=e.parent_run_id if e.parent_run_id is not None else s.parent_run_id,
             forked_from_seq=e.forked_from_seq if e.forked_from_seq is not None else s.forked_from_seq,
             next_stage=s.next_stage if s.completed_stages or wf is None else wf.next_stage(None),
+            stage_fingerprints=_fingerprints(e) or s.stage_fingerprints,
         )
         return s, _ACCEPTED
+    if t is EventType.RUN_UPGRADED and e.workflow is not None:
+        return _upgraded(s, e, pos)
     if t is EventType.LEASE_ACQUIRED:
         if s.status is not RunStatus.COMPLETED:
             s = evolve_state(s, status=RunStatus.RUNNING)
@@ -243,78 +225,6 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return evolve_state(s, status=RunStatus.CANCELLED, last_error=e.error or s.last_error), _ACCEPTED
     # UNKNOWN (a newer schema's type) or a malformed event: it holds its seq, nothing more.
     return s, _ACCEPTED
-
-
-def _resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
-    """``EFFECT_RESOLVED``: an operator decided an in-doubt effect (``processors.operate``).
-
-    ``decision=done``: the effect is closed ``DONE`` with the external id, and its call gets the
-    result ``payload_ref`` (``{"external_id": ...}``), which resume hands back instead of calling.
-    ``decision=not_done``: the effect is closed ``FAILED`` (it did not happen) and the call is marked
-    failed, so resume makes the call again, once. The run stays ``BLOCKED`` while another open
-    effect would block it again (``NEVER`` or unknown policy), else it is ``RUNNING`` (no writer:
-    resumers continue it). A ``CANCELLED`` run stays cancelled."""
-    done = e.attributes.get("decision") == "done"
-    s, out = _effect(s, e, EffectStatus.DONE if done else EffectStatus.FAILED)
-    if e.call_id is not None:
-        if not done:
-            s = _update_call(s, e, CallStatus.FAILED, None)
-        elif e.payload_ref is not None:
-            s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
-    if s.status is RunStatus.CANCELLED:
-        return s, out  # a cancelled run's in-doubt effect decided: it stays cancelled
-    blocking = any(x.replay_policy in (None, ReplayPolicy.NEVER) for x in s.open_effects.values())
-    if blocking:
-        s = evolve_state(s, status=RunStatus.BLOCKED)
-    elif s.status is RunStatus.BLOCKED:
-        s = evolve_state(s, status=RunStatus.RUNNING)
-    return s, out
-
-
-def _update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactRef | None) -> RunState:
-    assert e.call_id is not None
-    old = s.calls.get(e.call_id)
-    if old is None:
-        old = CallRecord(call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=status,
-                         stage=e.stage or s.stage, seq=e.seq, delivery_key=e.delivery_key)
-    call = evolve_call(old, status=status, result=result if result is not None else old.result)
-    return evolve_state(s, calls={**s.calls, e.call_id: call})
-
-
-def _effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, Outcome]:
-    dk = e.delivery_key
-    assert dk is not None
-    old = s.open_effects.get(dk) or s.closed_effects.get(dk)
-    entry = EffectEntry(
-        delivery_key=dk,
-        run_id=s.run_id,
-        target=e.target or (old.target if old else ""),
-        status=status,
-        seq=e.seq,
-        updated_at=e.occurred_at,
-        call_id=e.call_id or (old.call_id if old else None),
-        tool=e.tool or (old.tool if old else None),
-        stage=e.stage or (old.stage if old else s.stage),
-        external_id=e.external_id or (old.external_id if old else None),
-        replay_policy=e.replay_policy or (old.replay_policy if old else None),
-        request_hash=e.request_hash or (old.request_hash if old else None),
-        # When this run first opened the effect: fixed from then on, so the entry's sort key in the
-        # global ledger only improves (an entry from state JSON without it freezes its updated_at).
-        opened_at=(old.updated_at if old.opened_at is None else old.opened_at) if old else e.occurred_at,
-    )
-    opened = dict(s.open_effects)
-    closed = dict(s.closed_effects)
-    opened.pop(dk, None)
-    closed.pop(dk, None)
-    if status is EffectStatus.INTENT:
-        opened[dk] = entry
-    else:
-        closed[dk] = entry
-    calls = s.calls
-    if entry.call_id is not None and entry.call_id in calls and calls[entry.call_id].delivery_key != dk:
-        calls = {**calls, entry.call_id: evolve_call(calls[entry.call_id], delivery_key=dk)}
-    s = evolve_state(s, open_effects=opened, closed_effects=closed, calls=calls)
-    return s, Outcome(OutcomeKind.ACCEPTED, effects=(entry,))
 
 
 def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Outcome]:

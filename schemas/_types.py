@@ -61,6 +61,11 @@ class EventType(StrEnum):
     the checkpoint named in attributes (who, why, from, to) on the new code (``runlog upgrade``)."""
 
 
+STAGES_ATTRIBUTE = "runlog.stages"
+"""The attribute of ``RUN_STARTED`` (and ``RUN_UPGRADED``) holding the workflow's stage fingerprints:
+a JSON object, stage name -> 16 hex digits (``producers.Stage.fingerprint``)."""
+
+
 class ReplayPolicy(StrEnum):
     """What resume may do with a tool call that has no recorded result."""
 

@@ -33,6 +33,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors.console._cmd",
     "processors.cli.signal",
     "processors.cli.operate",
+    "processors.cli.upgrade",
 )
 
 

@@ -85,6 +85,14 @@ class FactsReader:
             raise UnknownRun(run_id)
         return state, n
 
+    def checkpoint_history(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
+        """Every checkpoint of the run with the state as of it, oldest first (an upgrade chooses)."""
+        return self._checkpoint_history(state)
+
+    def intact_problem(self, refs: Iterable[ArtifactRef]) -> str | None:
+        """None when every artifact of ``refs`` is intact, else the problems found."""
+        return self._intact(refs)[1]
+
     def _checkpoint_history(self, state: RunState) -> list[tuple[Checkpoint, RunState]]:
         """Every checkpoint of the run with the state as of it, oldest first."""
         stored = self.projection.checkpoints(state.run_id)

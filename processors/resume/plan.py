@@ -200,7 +200,8 @@ def calls_to_guard(state: RunState, chosen: CheckpointCheck | None,
     if calls_after:
         calls = {**calls_after, **calls}
     done = set(chosen.state.completed_stages) if chosen is not None else set()
-    return {k: c for k, c in calls.items() if c.stage not in done}
+    # an upgrade's superseded calls are history: the new code's calls are not compared with them
+    return {k: c for k, c in calls.items() if c.stage not in done and c.status is not CallStatus.SUPERSEDED}
 
 
 # -- the decisions ----------------------------------------------------------------------------

@@ -253,6 +253,38 @@ class Resumer:
             return self._early(run_id, early, plan, epoch)
         return self._continue(session, state, plan)
 
+    def upgrade(self, state: RunState, workflow: Workflow, attributes: Mapping[str, str], *,
+                stage: str | None, artifact_refs: tuple[ArtifactRef, ...],
+                operator: Mapping[str, str]) -> ResumeOutcome:
+        """Take the run's lease (``LEASE_ACQUIRED`` with ``operator``), append ``RUN_UPGRADED``
+        (``workflow``'s spec, ``stage`` and ``artifact_refs`` of the checkpoint kept, ``attributes``:
+        :func:`processors.upgrade.upgrade_attributes`), plan again from the upgraded state and go on
+        on ``workflow``'s code (:mod:`processors.upgrade`). ``contended``: a writer holds the run,
+        nothing was appended."""
+        run_id = state.run_id
+        plan = ResumePlan(run_id, state.status.value, state.partition, 0, None)
+        try:
+            session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
+                                            input_versions=state.input_versions, params=self._params(state),
+                                            last_epoch=state.epoch, force=False, last_hash=state.last_hash,
+                                            attributes=operator)
+        except LeaseHeld as err:
+            return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
+        confirmed, _ = self.reader.tail(run_id, state.partition, state.offset + 1, state)
+        early = outcome_after_lease(confirmed, session.epoch, session.last_seq)
+        if early is not None:
+            session.close(release=True)
+            epoch = state.epoch if early.result == "contended" else session.epoch
+            return self._early(run_id, early, plan, epoch)
+        try:
+            session.append(EventType.RUN_UPGRADED, confirm=True, workflow=workflow.spec(), stage=stage,
+                           artifact_refs=artifact_refs, attributes=dict(attributes))
+            plan, upgraded = self.plan(run_id)
+        except BaseException:
+            session.close(release=True)
+            raise
+        return self._continue(session, upgraded, plan)
+
     def _continue(self, session: Any, state: RunState, plan: ResumePlan) -> ResumeOutcome:
         """Steps 6 and 7 under the lease (released at the end, whatever happens)."""
         run_id = state.run_id

@@ -15,8 +15,11 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import re
+import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -94,6 +97,19 @@ class Stage:
     def spec(self) -> StageSpec:
         return StageSpec(self.name, self.inputs, tuple(r.name for r in self.rules), self.checkpoint)
 
+    def fingerprint(self) -> str:
+        """16 hex digits that change when the stage's definition changes: its name, inputs, rules and
+        checkpoint flag, the bytecode of its function and of its rules' checks (constants and names
+        included, not line numbers or comments). Code the stage calls is not covered, and another
+        Python version compiles other bytecode (the stage then counts as changed)."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.name, list(self.inputs), [r.name for r in self.rules], self.checkpoint],
+                            separators=(",", ":")).encode())
+        for fn in (self.fn, *(r.check for r in self.rules)):
+            h.update(b"\x00")
+            _feed_code(h, fn)
+        return h.hexdigest()[:16]
+
 
 class Workflow:
     """A named, versioned, ordered list of stages (declared in order with :meth:`stage`)."""
@@ -141,6 +157,11 @@ class Workflow:
     def input_names(self) -> tuple[str, ...]:
         """Every input any stage reads, sorted (what a run pins at start)."""
         return tuple(sorted({i for s in self._stages for i in s.inputs}))
+
+    def fingerprints(self) -> dict[str, str]:
+        """``stage name -> Stage.fingerprint()``: what ``RUN_STARTED`` records (attribute
+        ``runlog.stages``) so an upgrade knows which completed stages the new code left unchanged."""
+        return {st.name: st.fingerprint() for st in self._stages}
 
     def spec(self) -> WorkflowSpec:
         if not self._stages:
@@ -227,6 +248,39 @@ class WorkflowRegistry:
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._by_name)
+
+
+def _feed_code(h: Any, fn: object) -> None:
+    """Feed the bytecode of ``fn`` (unwrapped; a callable object's ``__call__``) into ``h``."""
+    target = inspect.unwrap(fn) if callable(fn) else fn
+    code = getattr(target, "__code__", None)
+    if code is None:
+        call = type(target).__dict__.get("__call__")  # a callable object: its class's method
+        code = getattr(call, "__code__", None)
+    if code is None:
+        h.update(repr(getattr(target, "__qualname__", type(target).__qualname__)).encode())
+        return
+    _feed(h, code)
+
+
+def _feed(h: Any, code: types.CodeType) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr(code.co_varnames).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed(h, const)
+        else:
+            h.update(_const(const).encode())
+
+
+def _const(c: object) -> str:
+    """A constant's text, the same in every process (a frozenset's order depends on string hashing)."""
+    if isinstance(c, tuple):
+        return "(" + ",".join(_const(x) for x in c) + ")"
+    if isinstance(c, frozenset):
+        return "frozenset(" + ",".join(sorted(_const(x) for x in c)) + ")"
+    return repr(c)
 
 
 def _numeric(version: str) -> tuple[int, ...] | None:

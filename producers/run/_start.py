@@ -42,7 +42,7 @@ from producers.run._protocol import (
 )
 from producers.run._runs import Claim, RunKeys, run_id_for_key
 from schemas._hash import event_hash
-from schemas._types import EventType
+from schemas._types import STAGES_ATTRIBUTE, EventType
 from schemas.errors import (
     RunlogError,
     WorkflowDefinitionError,
@@ -147,9 +147,11 @@ class _StartSteps:
         session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
                              inputs=pinned, params=json.loads(params_bytes))
         params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+        attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
+                                                            separators=(",", ":"))}
         yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
                                 input_versions=pinned.versions, payload_ref=params_ref,
-                                attributes=dict(attrs), parent_run_id=parent_run_id,
+                                attributes=attributes, parent_run_id=parent_run_id,
                                 forked_from_seq=forked_from_seq)
         yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
         return session

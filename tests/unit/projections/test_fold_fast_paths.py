@@ -24,6 +24,7 @@ from schemas import EventType, RunEvent
 from .runlogs import STAGES, RunBuilder, zombie
 
 fold_module = importlib.import_module("projections.fold")  # ``projections.fold`` is the function
+fold_operators = importlib.import_module("projections._fold_operators")
 
 
 def _logs(rng: random.Random) -> Iterator[list[tuple[RunEvent, tuple[int, int] | None]]]:
@@ -69,7 +70,8 @@ def test_fold_with_fast_copies_equals_fold_with_dataclasses_replace(monkeypatch:
     logs = list(_logs(random.Random(5)))
     fast = [_fold_log(log) for log in logs]
     monkeypatch.setattr(fold_module, "evolve_state", dataclasses.replace)
-    monkeypatch.setattr(fold_module, "evolve_call", dataclasses.replace)
+    monkeypatch.setattr(fold_operators, "evolve_state", dataclasses.replace)
+    monkeypatch.setattr(fold_operators, "evolve_call", dataclasses.replace)
     slow = [_fold_log(log) for log in logs]
     assert fast == slow
     for a, b in zip(fast, slow, strict=True):

@@ -1,0 +1,46 @@
+"""What folding one event did (:class:`Outcome`), and the fold's bounds (part of :mod:`projections.fold`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from projections._state import EffectEntry
+from schemas._types import Checkpoint
+
+__all__ = ["CHECKPOINT_WINDOW", "DIGEST_WINDOW", "REJECTED_WINDOW", "Outcome", "OutcomeKind", "Position"]
+
+DIGEST_WINDOW = 64
+REJECTED_WINDOW = 32
+CHECKPOINT_WINDOW = 64
+
+Position = tuple[int, int]
+"""(partition, offset) of a record on the events topic."""
+
+
+class OutcomeKind(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REJECTED_FENCED = "rejected_fenced"
+    REJECTED_OUT_OF_ORDER = "rejected_out_of_order"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What folding one event did, and what it produced for the compacted topics."""
+
+    kind: OutcomeKind
+    reason: str | None = None
+    checkpoint: Checkpoint | None = None
+    effects: tuple[EffectEntry, ...] = field(default=())
+
+    @property
+    def accepted(self) -> bool:
+        return self.kind is OutcomeKind.ACCEPTED
+
+    @property
+    def rejected(self) -> bool:
+        return self.kind in (OutcomeKind.REJECTED_FENCED, OutcomeKind.REJECTED_OUT_OF_ORDER)
+
+
+_ACCEPTED = Outcome(OutcomeKind.ACCEPTED)
