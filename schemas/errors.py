@@ -224,7 +224,8 @@ class Diverged(ResumeBlocked):
         self.recorded = recorded
         self.new = new
         super().__init__(run_id, f"call {call_id} diverged from the recorded run: recorded {recorded}, "
-                                 f"now {new}; branch the run to continue with the new behaviour")
+                                 f"now {new}; fix the stage and continue the run on the fixed code: "
+                                 f"runlog upgrade {run_id} --to VERSION (its own version for a fix)")
 
 
 class EffectInDoubt(ResumeBlocked):
