@@ -85,6 +85,7 @@ def _resume(args: argparse.Namespace) -> int:
               + (f" (run {state.status.value} at epoch {seen})" if state is not None else ""))
         return EXIT_OK
     from processors.resume import Resumer, UnknownRun, load_app
+    from processors.resume.resumer import NOT_ACTED
 
     if args.app is None:
         if not _run_known(settings, args.run_id):
@@ -115,7 +116,7 @@ def _resume(args: argparse.Namespace) -> int:
     print(f"reuse recorded results: {', '.join(plan['reused_calls']) or 'none'}")
     for e in plan["effects"]:
         print(f"effect {e['tool']} {e['call_id']} [{e['policy']}]: {e['action']} - {e['detail']}")
-    if plan["blocked_reason"] and outcome.result not in ("not_mine", "not_served"):
+    if plan["blocked_reason"] and outcome.result not in NOT_ACTED:
         print(f"would block: {plan['blocked_reason']}")
     if outcome.result == "nothing_to_do":
         print("nothing to do: the run is complete")

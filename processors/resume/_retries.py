@@ -14,7 +14,7 @@ import time
 import redis
 
 from processors.metrics import ResumerMetrics
-from processors.resume.resumer import ResumeOutcome
+from processors.resume.resumer import NOT_ACTED, ResumeOutcome
 from schemas import Settings
 
 __all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ContendedRetries"]
@@ -105,7 +105,7 @@ class ContendedRetries:
                 continue
             self.metrics.retries.inc()
             outcome = self._resume(run_id, None, seen_epoch)
-            if outcome is not None and outcome.result not in ("not_mine", "not_served"):
+            if outcome is not None and outcome.result not in NOT_ACTED:
                 out.append(outcome)
         return out
 

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from processors.resume.resumer import NOT_ACTED
+
 if TYPE_CHECKING:
     from processors.metrics import ResumerMetrics
     from processors.resume.resumer import ResumeOutcome
@@ -281,7 +283,7 @@ class VersionPickup:
                     continue  # another member claimed it first
                 log.info("resume %s: claimed, it waited for %s", run_id, lbl)
                 outcome = self._resume(run_id, None)
-                if outcome is not None and outcome.result not in ("not_mine", "not_served"):
+                if outcome is not None and outcome.result not in NOT_ACTED:
                     out.append(outcome)
         for view in self.routes.views():
             wf, _, version = view.label.rpartition("@")

@@ -129,6 +129,10 @@ class ResumeOutcome:
     """``not_served``: the ``workflow@version`` the run waits for a member serving."""
 
 
+NOT_ACTED = frozenset({"not_mine", "not_served"})
+"""Outcomes of a resume this App left to another (nothing done): not counted as handled."""
+
+
 class Resumer:
     """Runs the resume protocol for an application, through its ports.
 
@@ -236,11 +240,20 @@ class Resumer:
             workflow: Workflow = self.app.registry.get(wf.name, wf.version)
         except WorkflowDefinitionError:
             workflow = Workflow(wf.name, wf.version)  # only used to append RUN_BLOCKED
-        params = self._params(state)
         # 5. the lease, seen accepted in the log before anything else
+        taken = self._take_over(state, workflow, plan, force=force, attributes=attributes)
+        if isinstance(taken, ResumeOutcome):
+            return taken
+        return self._continue(taken, state, plan)
+
+    def _take_over(self, state: RunState, workflow: Workflow, plan: ResumePlan, *, force: bool,
+                   attributes: Mapping[str, str] | None) -> Any:
+        """The run's lease at a new epoch (``LEASE_ACQUIRED`` with ``attributes``), seen accepted by
+        the fold: the session, or the outcome when another writer holds or moved the run."""
+        run_id = state.run_id
         try:
             session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
-                                            input_versions=state.input_versions, params=params,
+                                            input_versions=state.input_versions, params=self._params(state),
                                             last_epoch=state.epoch, force=force,
                                             last_hash=state.last_hash, attributes=attributes)
         except LeaseHeld as err:
@@ -251,7 +264,7 @@ class Resumer:
             session.close(release=True)
             epoch = state.epoch if early.result == "contended" else session.epoch  # contended: not ours
             return self._early(run_id, early, plan, epoch)
-        return self._continue(session, state, plan)
+        return session
 
     def upgrade(self, state: RunState, workflow: Workflow, attributes: Mapping[str, str], *,
                 stage: str | None, artifact_refs: tuple[ArtifactRef, ...],
@@ -261,25 +274,14 @@ class Resumer:
         :func:`processors.upgrade.upgrade_attributes`), plan again from the upgraded state and go on
         on ``workflow``'s code (:mod:`processors.upgrade`). ``contended``: a writer holds the run,
         nothing was appended."""
-        run_id = state.run_id
-        plan = ResumePlan(run_id, state.status.value, state.partition, 0, None)
-        try:
-            session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
-                                            input_versions=state.input_versions, params=self._params(state),
-                                            last_epoch=state.epoch, force=False, last_hash=state.last_hash,
-                                            attributes=operator)
-        except LeaseHeld as err:
-            return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
-        confirmed, _ = self.reader.tail(run_id, state.partition, state.offset + 1, state)
-        early = outcome_after_lease(confirmed, session.epoch, session.last_seq)
-        if early is not None:
-            session.close(release=True)
-            epoch = state.epoch if early.result == "contended" else session.epoch
-            return self._early(run_id, early, plan, epoch)
+        plan = ResumePlan(state.run_id, state.status.value, state.partition, 0, None)
+        session = self._take_over(state, workflow, plan, force=False, attributes=operator)
+        if isinstance(session, ResumeOutcome):
+            return session
         try:
             session.append(EventType.RUN_UPGRADED, confirm=True, workflow=workflow.spec(), stage=stage,
                            artifact_refs=artifact_refs, attributes=dict(attributes))
-            plan, upgraded = self.plan(run_id)
+            plan, upgraded = self.plan(state.run_id)
         except BaseException:
             session.close(release=True)
             raise

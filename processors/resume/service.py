@@ -89,7 +89,7 @@ from processors.resume._drains import OpenRunsGauge
 from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from processors.resume._sweep import Sweeper, SweepReport
 from processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
-from processors.resume.resumer import App, ResumeOutcome, Resumer, UnknownRun
+from processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
 from producers.run._active import ActiveRuns
 from producers.run._lease import lease_key
 from projections import ProjectionStoreError, RedisStore
@@ -378,7 +378,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             wait = self.next_retry_in()
             msg_outcome = self.poll_once(0.5 if wait is None else min(0.5, wait))
             if msg_outcome is not None:
-                if msg_outcome.result not in ("not_mine", "not_served"):
+                if msg_outcome.result not in NOT_ACTED:
                     handled += 1
                 idle_since = time.monotonic()
             elif idle_exit_s is not None and not self._retries \
