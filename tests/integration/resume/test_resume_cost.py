@@ -7,13 +7,13 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from processors.resume import App, Resumer
 from producers import DictInputSource, LocalArtifactStore, Workflow, rule
 from producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
 from projections import rebuild
-from schemas import Codec, EventType, ReplayPolicy, RuleResult, RunEvent, Settings, Topics
+from schemas import EventType, ReplayPolicy, RuleResult, RunEvent, Settings
+from tests.integration.processors.harness import produce
 
 pytestmark = pytest.mark.integration
 
@@ -67,19 +67,7 @@ def test_resume_after_a_long_history_reads_only_the_tail(topics: Settings) -> No
     run_id = f"run-long-{uuid.uuid4().hex[:8]}"
     events = _events(run_id, wf, topics)
     assert len(events) == HISTORY + 1 + TAIL
-    codec = Codec()
-    p = Producer({**topics.producer_config(), "linger.ms": 50, "batch.num.messages": 10_000})
-    topic, key = Topics.of(topics).events, run_id.encode()
-    for ev in events:
-        value = codec.encode(ev)
-        while True:
-            try:
-                p.produce(topic, key=key, value=value)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                p.poll(0.5)
-        p.poll(0)
-    assert p.flush(60) == 0
+    produce(topics, events)
 
     # the projections, rebuilt from the log into their own prefix (checkpoint snapshots included)
     prefix = f"{topics.redis_prefix}:rebuilt"

@@ -15,15 +15,15 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 
 from processors.demo.run import wait_lease_gone
-from processors.resume import App, ResumeOutcome, Resumer, ResumerService, request_resume
+from processors.resume import ResumeOutcome, Resumer, request_resume
 from projections import RunStatus
 from schemas import Codec, EventType, Settings
+from tests.integration.resume._members import Member, until
 from tests.integration.resume._toy import crash, toy
 from tests.integration.resume.conftest import log_of
 
@@ -31,43 +31,6 @@ pytestmark = pytest.mark.integration
 
 RUNS = 8
 CYCLES = 3
-
-
-def _until(cond: Callable[[], bool], what: str, members: tuple[_Member, ...], timeout: float = 60) -> None:
-    """Wait for ``cond``; fail at once when one of ``members`` died (with what it raised)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        for m in members:
-            assert not m.errors and m.thread.is_alive(), f"member {m.name} died: {m.errors!r}"
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
-
-
-class _Member:
-    """One ResumerService serving on a thread of its own until stopped; what it raised."""
-
-    def __init__(self, settings: Settings, app: App, name: str, done: list[ResumeOutcome]) -> None:
-        self.name = name
-        self.service = ResumerService(settings, app, on_outcome=done.append)
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, name=f"resumer-{name}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.service.serve(stop=self.stop.is_set)
-        except BaseException as err:  # noqa: BLE001 - the test reports it
-            self.errors.append(err)
-
-    def assigned(self) -> int:
-        return len(self.service.partitions)  # the consumer belongs to the serving thread
-
-    def leave(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), f"member {self.name} did not stop"
-        self.service.close()  # closes the consumer: it leaves the group
 
 
 def test_members_survive_a_third_joining_and_leaving_and_every_run_completes(
@@ -79,8 +42,8 @@ def test_members_survive_a_third_joining_and_leaving_and_every_run_completes(
     for run_id in runs:
         wait_lease_gone(s, run_id, 10)
     done: list[ResumeOutcome] = []
-    a = _Member(s, t.app(), "a", done)
-    b = _Member(s, t.app(), "b", done)
+    a = Member(s, t.app(), "a", done)
+    b = Member(s, t.app(), "b", done)
     feeding = threading.Event()
     fed = [0]
 
@@ -103,22 +66,22 @@ def test_members_survive_a_third_joining_and_leaving_and_every_run_completes(
 
     feeder = threading.Thread(target=feed, name="feeder", daemon=True)
     try:
-        _until(lambda: a.assigned() > 0 and b.assigned() > 0, "both members' assignments", (a, b))
+        until(lambda: a.assigned() > 0 and b.assigned() > 0, "both members' assignments", (a, b))
         feeder.start()
         for cycle in range(CYCLES):
-            c = _Member(s, t.app(), f"c{cycle}", done)
+            c = Member(s, t.app(), f"c{cycle}", done)
             try:
                 member, seen = c, len(done)
-                _until(lambda: member.assigned() > 0, f"c{cycle}'s assignment", (a, b, c))  # noqa: B023
-                _until(lambda: len(done) >= seen + 5, f"requests handled while c{cycle} is a member",  # noqa: B023
+                until(lambda: member.assigned() > 0, f"c{cycle}'s assignment", (a, b, c))  # noqa: B023
+                until(lambda: len(done) >= seen + 5, f"requests handled while c{cycle} is a member",  # noqa: B023
                        (a, b, c))
             finally:
                 c.leave()
             assert not c.errors, c.errors
-            _until(lambda: a.assigned() + b.assigned() == s.partitions, "the partitions back with a and b",
+            until(lambda: a.assigned() + b.assigned() == s.partitions, "the partitions back with a and b",
                    (a, b))
             assert a.thread.is_alive() and b.thread.is_alive(), (a.errors, b.errors)
-        _until(lambda: {o.run_id for o in list(done) if o.result in ("completed", "nothing_to_do")}
+        until(lambda: {o.run_id for o in list(done) if o.result in ("completed", "nothing_to_do")}
                >= set(runs), "every run completed", (a, b))
         assert a.thread.is_alive() and b.thread.is_alive(), (a.errors, b.errors)
     finally:

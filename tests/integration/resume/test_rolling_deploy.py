@@ -17,19 +17,20 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from processors.cli import main
-from processors.resume import App, ResumeOutcome, Resumer, ResumerService
+from processors.resume import App, ResumeOutcome, Resumer
 from processors.resume._versions import VersionRoutes
 from producers import Runner
 from projections import RunStatus
 from schemas import EventType, Settings
 from schemas._redis import redis_client
+from tests.integration.resume._members import Member, until
 from tests.integration.resume._orders import orders_app
 from tests.integration.resume._toy import Abandon
 from tests.integration.resume.conftest import DemoWorld, log_of
@@ -59,30 +60,6 @@ class _Crashes:
         raise Abandon(f"order {params['order']}: crashed at the end of {stage}")
 
 
-class _Member:
-    """One ResumerService serving on a thread of its own until it leaves."""
-
-    def __init__(self, settings: Settings, app: App, name: str, done: list[ResumeOutcome]) -> None:
-        self.name = name
-        self.service = ResumerService(settings, app, on_outcome=done.append)
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, name=f"resumer-{name}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.service.serve(stop=self.stop.is_set)
-        except BaseException as err:  # noqa: BLE001 - the test reports it
-            self.errors.append(err)
-
-    def leave(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), f"member {self.name} did not stop"
-        self.service.close()
-
-
 def _start(settings: Settings, app: App, crashes: _Crashes, orders: list[str],
            started: dict[str, tuple[str, str]]) -> None:
     """Start one run per order on the App's newest version; most crash once (see POINTS)."""
@@ -100,15 +77,6 @@ def _start(settings: Settings, app: App, crashes: _Crashes, orders: list[str],
                 runner.execute(h.session, release=False)
         finally:
             runner.close()  # a crashed run's lease expires after its ttl: the sweep finds it
-
-
-def _until(cond: Callable[[], bool], what: str, members: list[_Member], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        for m in members:
-            assert not m.errors and m.thread.is_alive(), f"member {m.name} died: {m.errors!r}"
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.2)
 
 
 def _statuses(settings: Settings, app: App, run_ids: list[str]) -> dict[str, tuple[RunStatus, str]]:
@@ -138,24 +106,25 @@ def test_a_rolling_deploy_under_load_blocks_no_run_and_repeats_no_effect(
     v12 = lambda: orders_app(world.client, versions=("1", "2"), crash=crashes)  # noqa: E731
     started: dict[str, tuple[str, str]] = {}
     done: list[ResumeOutcome] = []
-    old = [_Member(s, v1(), "v1-a", done), _Member(s, v1(), "v1-b", done)]
-    new: list[_Member] = []
+    old = [Member(s, v1(), "v1-a", done), Member(s, v1(), "v1-b", done)]
+    new: list[Member] = []
     try:
         _start(s, v1(), crashes, [f"a{i}" for i in range(8)], started)  # the old code's runs
-        new = [_Member(s, v12(), "v12-a", done), _Member(s, v12(), "v12-b", done)]
+        new = [Member(s, v12(), "v12-a", done), Member(s, v12(), "v12-b", done)]
         _start(s, v1(), crashes, [f"b{i}" for i in range(4)], started)  # old writers still start v1
         _start(s, v12(), crashes, [f"c{i}" for i in range(8)], started)  # new writers start v2
 
         def all_complete() -> bool:
             return all(st is RunStatus.COMPLETED for st, _ in _statuses(s, v12(), list(started)).values())
 
-        _until(all_complete, "the runs so far completed", [*old, *new])  # old and new members together
+        # old and new members together
+        until(all_complete, "the runs so far completed", [*old, *new], timeout=120, every=0.2)
         _start(s, v1(), crashes, [f"e{i}" for i in range(4)], started)  # v1 runs in flight ...
         for m in old:  # ... when the version-1 members leave
             m.leave()
         _start(s, v12(), crashes, [f"d{i}" for i in range(4)], started)  # only the new members now
         run_ids = list(started)
-        _until(all_complete, "every run completed", new, timeout=180)
+        until(all_complete, "every run completed", new, timeout=180, every=0.2)
     finally:
         for m in [*old, *new]:
             if m.thread.is_alive():
@@ -194,12 +163,12 @@ def test_a_run_waits_while_no_member_serves_its_version_and_continues_when_one_j
     _start(s, orders_app(world.client, crash=crashes), crashes, ["w0"], started)  # crashed in pick
     (run_id,) = started
     done: list[ResumeOutcome] = []
-    v2_only = _Member(s, orders_app(world.client, versions=("2",), crash=crashes), "v2", done)
-    v1: _Member | None = None
+    v2_only = Member(s, orders_app(world.client, versions=("2",), crash=crashes), "v2", done)
+    v1: Member | None = None
     routes = VersionRoutes(redis_client(s), s.redis_prefix)
     try:
-        _until(lambda: routes.waiting_for([run_id]) == {run_id: "orders@1"}, "the run parked", [v2_only],
-               timeout=60)
+        until(lambda: routes.waiting_for([run_id]) == {run_id: "orders@1"}, "the run parked", [v2_only],
+              timeout=60, every=0.2)
         assert routes.live("orders@1") == () and routes.live("orders@2") == (v2_only.service.member,)
         for k, v in s.to_env().items():
             monkeypatch.setenv(k, v)
@@ -211,9 +180,9 @@ def test_a_run_waits_while_no_member_serves_its_version_and_continues_when_one_j
         time.sleep(2)  # a version-2 member does not touch it however long it waits
         assert _statuses(s, orders_app(world.client), [run_id])[run_id][0] is RunStatus.RUNNING
         assert [o for o in done if o.run_id == run_id] == []
-        v1 = _Member(s, orders_app(world.client, crash=crashes), "v1", done)
-        _until(lambda: any(o.run_id == run_id and o.result == "completed" for o in done),
-               "the run completed by the version-1 member", [v2_only, v1], timeout=60)
+        v1 = Member(s, orders_app(world.client, crash=crashes), "v1", done)
+        until(lambda: any(o.run_id == run_id and o.result == "completed" for o in done),
+               "the run completed by the version-1 member", [v2_only, v1], timeout=60, every=0.2)
         assert routes.waiting_for([run_id]) == {}
     finally:
         for m in (v2_only, v1):
