@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from processors.resume.resumer import NOT_ACTED
+from projections._state import RunStatus
 
 if TYPE_CHECKING:
     from processors.metrics import ResumerMetrics
     from processors.resume.resumer import ResumeOutcome
+    from projections.redis_store import RedisStore
 
 __all__ = ["ADVERTISE_S", "LIVE_MS", "PICKUP_S", "Advertiser", "VersionPickup", "VersionRoutes",
            "VersionView", "label"]
@@ -252,15 +254,27 @@ class VersionPickup:
     routes: VersionRoutes
     serves: tuple[str, ...]
     metrics: ResumerMetrics
+    projection: RedisStore
     not_served: int
     _warned: dict[str, float]
 
     def _resume(self, run_id: str, msg: Any, seen_epoch: int | None = None) -> ResumeOutcome | None:
         raise NotImplementedError
 
+    def _finished(self, run_id: str) -> bool:
+        """Whether the log says ``run_id`` is complete or cancelled."""
+        raise NotImplementedError
+
     def _park(self, run_id: str, lbl: str) -> None:
         self.not_served += 1
         self.routes.park(run_id, lbl)
+        # the request was read before another member (serving ``lbl``) may have finished the run and
+        # settled its parking: read the log again after parking, so a finished run is never left
+        # parked (the finisher's settle came after this park, or its last event is read here)
+        if self._finished(run_id):
+            self.routes.settle([run_id])
+            log.info("resume %s: finished meanwhile, not parked", run_id)
+            return
         live = self.routes.live(lbl)
         log.info("resume %s: parked for a member serving %s (%s)", run_id, lbl,
                  f"live: {', '.join(live)}" if live else "none live")
@@ -272,6 +286,21 @@ class VersionPickup:
         if now - self._warned.get(lbl, -_WARN_EVERY_S) >= _WARN_EVERY_S:
             self._warned[lbl] = now
             log.warning("no member serves %s: its runs wait until one joins (runlog versions)", lbl)
+
+    def _forget_finished(self, limit: int) -> None:
+        """Unpark the runs waiting for versions this member does not serve that are complete or
+        cancelled meanwhile: a member may park a run from a request it read just before another
+        member finished it, and no member serving that version may be left to claim it (a drained
+        version would never show drained)."""
+        parked = {r: lbl for lbl in self.routes.labels() if lbl not in self.serves
+                  for r in self.routes.parked(lbl, limit)}
+        if not parked:
+            return
+        states = self.projection.load_states(parked)
+        done = [r for r, st in states.items() if st.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)]
+        if done:
+            log.info("unparked %d finished run(s): %s", len(done), ", ".join(sorted(done)[:5]))
+            self.routes.settle(done)
 
     def pick_up_parked(self, limit: int = 100) -> list[ResumeOutcome]:
         """Claim and resume the runs parked for the versions this member serves (up to ``limit``
@@ -285,6 +314,7 @@ class VersionPickup:
                 outcome = self._resume(run_id, None)
                 if outcome is not None and outcome.result not in NOT_ACTED:
                     out.append(outcome)
+        self._forget_finished(limit)
         for view in self.routes.views():
             wf, _, version = view.label.rpartition("@")
             self.metrics.waiting_for_version.labels(wf, version).set(view.waiting)

@@ -71,6 +71,7 @@ version and status (:mod:`processors.resume._drains`), and the appends of the re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -92,7 +93,7 @@ from processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, Ver
 from processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
 from producers.run._active import ActiveRuns
 from producers.run._lease import lease_key
-from projections import ProjectionStoreError, RedisStore
+from projections import ProjectionStoreError, RedisStore, RunStatus
 from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
 from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
@@ -309,6 +310,13 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         self._settle(outcome, seen_epoch)
         return outcome
 
+    def _finished(self, run_id: str) -> bool:
+        try:
+            return self.resumer.load(run_id)[0].status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+        except (LogUnavailable, redis.RedisError) as err:  # parked all the same: a pickup round unparks it
+            log.warning("resume %s: its state not read again after parking (%s)", run_id, err)
+            return False
+
     def _count(self, outcome: str, t0: float) -> None:
         self.metrics.resumes.labels(outcome).inc()
         self.metrics.resume_seconds.observe(time.perf_counter() - t0)
@@ -330,6 +338,8 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             self._seen.pop(run_id, None)
             if outcome.result in _DONE:
                 self.active.remove(run_id)
+                with contextlib.suppress(redis.RedisError):  # else the next pickup round unparks it
+                    self.routes.settle([run_id])  # parked meanwhile by a member not serving its version
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
