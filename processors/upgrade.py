@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from processors.operate import OperatorRefused
@@ -37,6 +37,7 @@ from schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
     from processors.resume.resumer import ResumeOutcome
+    from producers.calls._ledger import LedgerEntry
     from schemas.settings import Settings
 
 __all__ = ["UpgradePlan", "UpgradeResult", "plan_upgrade", "upgrade_run", "upgrade_runs"]
@@ -115,11 +116,15 @@ def _old_fingerprints(state: RunState, app: App) -> tuple[dict[str, str], str]:
 
 def plan_upgrade(state: RunState, app: App, to_version: str,
                  history: Sequence[tuple[Checkpoint, RunState]],
-                 intact: Callable[[Iterable[ArtifactRef]], str | None]) -> UpgradePlan:
+                 intact: Callable[[Iterable[ArtifactRef]], str | None],
+                 ledger: Mapping[str, LedgerEntry] | None = None) -> UpgradePlan:
     """Decide the upgrade of the run ``state`` to ``to_version`` of its workflow in ``app``.
 
     ``history``: the run's checkpoints with the state as of each, oldest first; ``intact(refs)``: None
-    when the artifacts are all intact, else the problem.
+    when the artifacts are all intact, else the problem; ``ledger``: the effects ledger's entries for
+    the delivery keys of the run's open effects (a ``NEVER`` effect the ledger records done happened:
+    the writer died after the call returned, before the log had its result; the ledger hands its id
+    back to the new code, so it is not in doubt).
 
     Raises:
         OperatorRefused: the run is settled (completed, cancelled) or has no workflow; ``app`` does
@@ -158,8 +163,11 @@ def plan_upgrade(state: RunState, app: App, to_version: str,
     kept = tuple(chosen[1].completed_stages) if chosen is not None else ()
     rerun = tuple(n for n in new_names if n not in kept)
     effects: list[str] = []
+    known = ledger or {}
+    settled = {k for k, entry in known.items() if entry.done}
     doubt = [e for e in state.open_effects.values()
-             if e.stage not in kept and e.replay_policy in (None, ReplayPolicy.NEVER)]
+             if e.stage not in kept and e.replay_policy in (None, ReplayPolicy.NEVER)
+             and e.delivery_key not in settled]
     if doubt:
         keys = ", ".join(f"{e.tool or '?'} {e.delivery_key[:16]}..." for e in doubt)
         raise OperatorRefused(f"run {state.run_id} has effects in doubt in stages that would run again "
@@ -170,7 +178,11 @@ def plan_upgrade(state: RunState, app: App, to_version: str,
         effects.append(f"{e.tool or '?'} in {e.stage} happened under {wf.version} (external id "
                        f"{e.external_id}): not executed again, the effects ledger hands its id back")
     for e in state.open_effects.values():
-        if e.stage not in kept:
+        if e.stage not in kept and e.delivery_key in settled:
+            effects.append(f"{e.tool or '?'} in {e.stage} happened (the effects ledger records external id "
+                           f"{known[e.delivery_key].external_id}): not executed again, the ledger hands "
+                           "its id back")
+        elif e.stage not in kept:
             policy = e.replay_policy.value if e.replay_policy else "?"
             effects.append(f"{e.tool or '?'} in {e.stage} is open ({policy}): handled by its policy on the "
                            "new code")
@@ -215,7 +227,8 @@ def upgrade_run(settings: Settings, app: App, run_id: str, to_version: str, *, b
         except UnknownRun as err:
             raise OperatorRefused(str(err)) from err
         history = r.reader.checkpoint_history(state) if state.checkpoints else []
-        plan = plan_upgrade(state, app, to_version, history, r.reader.intact_problem)
+        ledger = r.reader.ledger_entries(state)
+        plan = plan_upgrade(state, app, to_version, history, r.reader.intact_problem, ledger)
         if dry_run:
             return UpgradeResult(plan)
         new = app.registry.get(plan.workflow, to_version)

@@ -199,11 +199,15 @@ class FactsReader:
                 _, problem = self._intact([call.result])
                 if problem is not None:
                     problems[call.call_id] = problem
+        return PlanFacts(state, n, checks, known, after, read, problems, self.ledger_entries(state))
+
+    def ledger_entries(self, state: RunState) -> dict[str, LedgerEntry]:
+        """The effects ledger's entries for the delivery keys of ``state``'s open effects."""
         ledger: dict[str, LedgerEntry] = {}
         if self.ledger is not None:
             for eff in state.open_effects.values():
                 entry = self.ledger.lookup(eff.delivery_key)
                 if entry is not None:
                     ledger[eff.delivery_key] = entry
-        return PlanFacts(state, n, checks, known, after, read, problems, ledger)
+        return ledger
 
