@@ -17,6 +17,7 @@ from processors.audit.report import (
     RunAudit,
     effect_dict,
 )
+from processors.inspect.upgrades import describe_upgrade
 from producers import LocalArtifactStore
 from projections import OutcomeKind, RunState, RunStatus, fold
 from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
@@ -269,4 +270,6 @@ def _entry(ev: RunEvent, partition: int, offset: int, outcome: str, reason: str 
         for k in ("decision", "action"):
             if a.get(k):
                 d[k] = a[k]
+    if ev.type is EventType.RUN_UPGRADED:  # what the upgrade kept and re-ran, beside who and why
+        d["action"] = describe_upgrade(a)
     return d

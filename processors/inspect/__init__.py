@@ -16,6 +16,7 @@ from typing import Any
 from processors.inspect.calls import HOW, CallView, call_views
 from processors.inspect.log import LoggedEvent, partitions_of, run_history, runs_from_log
 from processors.inspect.payloads import payload_text, payload_value, redact, redact_text
+from processors.inspect.upgrades import describe_upgrade
 from projections import OutcomeKind, RunState, RunStatus
 from schemas import EventType
 
@@ -116,6 +117,8 @@ def render_timeline(history: list[LoggedEvent]) -> str:
         for k in ("source", "signal", "by", "reason"):
             if e.attributes.get(k):
                 bits.append(f"{k}={redact_text(e.attributes[k])}")
+        if e.type is EventType.RUN_UPGRADED:
+            bits += [describe_upgrade(e.attributes), f"by={redact_text(e.attributes.get('operator', '?'))}"]
         if e.type is EventType.VERIFIED:
             bits.append(f"{len(e.artifact_refs)} artifacts, rules: "
                         + ", ".join(r.rule for r in e.verification))
