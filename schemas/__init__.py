@@ -19,6 +19,7 @@ from schemas._types import (
     RuleResult,
     RunEvent,
     StageSpec,
+    Usage,
     WorkflowSpec,
     now_ms,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "TopicConfigConflict",
     "TopicSpec",
     "Topics",
+    "Usage",
     "VerificationFailed",
     "WorkflowDefinitionError",
     "WorkflowSpec",

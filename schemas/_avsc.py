@@ -53,7 +53,8 @@ RECORD_FILES = {
 }
 # Earlier versions of a record's schema, still read (their data is on topics with unlimited retention).
 _PAST_FILES: dict[str, tuple[str, ...]] = {
-    "runlog.RunEvent": ("run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc"),
+    "runlog.RunEvent": ("run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc",
+                         "run_event.v4.avsc"),
     "runlog.ResumeRequest": ("resume_request.v1.avsc",),
 }
 

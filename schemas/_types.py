@@ -19,6 +19,7 @@ __all__ = [
     "RuleResult",
     "RunEvent",
     "StageSpec",
+    "Usage",
     "WorkflowSpec",
     "now_ms",
 ]
@@ -158,6 +159,33 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """What one model call spent (see ``run_event.avsc``, field ``usage``): tokens as the model's
+    response counted them, and the cost the application's price table gives (None: no price known).
+
+    Framework-neutral: any integration that calls a model can report one for its call
+    (``Tool(usage=...)``); ``producers.pydantic_ai`` reads Pydantic AI's ``RequestUsage``."""
+
+    model: str
+    """The model asked, as the price table names it (``"openai:gpt-5.2"``)."""
+    input_tokens: int = 0
+    """All input tokens, cached ones included."""
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    """Input tokens read from the provider's cache (part of ``input_tokens``)."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's cache (part of ``input_tokens``)."""
+    cost_nanos: int | None = None
+    """The cost in billionths of a US dollar (``cost_nanos / 1e9`` dollars); None when the price
+    table has no price for the model."""
+
+    @property
+    def cost(self) -> float | None:
+        """The cost in US dollars (None: no price known)."""
+        return None if self.cost_nanos is None else self.cost_nanos / 1e9
+
+
+@dataclass(frozen=True, slots=True)
 class RunEvent:
     """One immutable fact about a run (see ``run_event.avsc``)."""
 
@@ -190,6 +218,9 @@ class RunEvent:
     """How this event's own hash is computed (:func:`schemas.event_hash`): 1, sha256 of its canonical
     JSON (the default: every event written before the field existed reads as 1); 2, sha256 of its
     Avro body as written. Runlog's writers set 2."""
+    usage: Usage | None = None
+    """What the call spent (``TOOL_RESULT`` of a call that reported it, a model request): tokens and
+    cost, recorded once with the call's result, so a reused recorded result adds nothing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ AVRO = SCHEMAS / "avro"
 RECORD_FILES = {"runlog.RunEvent": "run_event.avsc", "runlog.Checkpoint": "checkpoint.avsc",
                 "runlog.Effect": "effect.avsc", "runlog.ResumeRequest": "resume_request.avsc"}
 FINGERPRINTS = {  # part of the wire format: single-object values start with these (little-endian hex)
-    "run_event.avsc": "6f5c0ff9c364832e",
+    "run_event.avsc": "f34cf1b192e8baa4",
     "run_event.v1.avsc": "1aebfbaadf2ee791",
     "run_event.v2.avsc": "66a270337b3e0467",
     "run_event.v3.avsc": "5bdea74cdcbde605",
+    "run_event.v4.avsc": "6f5c0ff9c364832e",
     "checkpoint.avsc": "2b630c062e741e1a",
     "effect.avsc": "bb092aec091ca42f",
     "resume_request.avsc": "8fdf50d9c39d5c82",
@@ -150,20 +151,21 @@ def test_each_avsc_file_is_self_contained_and_keeps_its_fingerprint() -> None:
         assert load_schema(name) == avsc(f)  # what the codec writes with is the file as it stands
         assert codec.fingerprint(name).hex() == FINGERPRINTS[f]
     assert load_past_schemas("runlog.RunEvent") == [avsc("run_event.v1.avsc"), avsc("run_event.v2.avsc"),
-                                                    avsc("run_event.v3.avsc")]
+                                                    avsc("run_event.v3.avsc"), avsc("run_event.v4.avsc")]
     assert load_past_schemas("runlog.ResumeRequest") == [avsc("resume_request.v1.avsc")]
 
 
 def test_shared_types_are_defined_alike_wherever_they_are_defined() -> None:
     shared = {f"runlog.{avsc(f)['name']}": avsc(f) for f in ("artifact_ref.avsc", "rule_result.avsc")}
     seen: dict[str, list[str]] = {}
-    for f in [*RECORD_FILES.values(), "run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc"]:
+    for f in [*RECORD_FILES.values(), "run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc",
+              "run_event.v4.avsc"]:
         for d in named_definitions(avsc(f)):
             full = d["name"] if "." in d["name"] else f"{d.get('namespace', 'runlog')}.{d['name']}"
             if full in shared:
                 assert d == shared[full], (f, full)
                 seen.setdefault(full, []).append(f)
-    past = ["run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc"]
+    past = ["run_event.v1.avsc", "run_event.v2.avsc", "run_event.v3.avsc", "run_event.v4.avsc"]
     assert seen == {"runlog.ArtifactRef": ["run_event.avsc", "checkpoint.avsc", *past],
                     "runlog.RuleResult": ["run_event.avsc", "checkpoint.avsc", *past]}
 

@@ -144,15 +144,17 @@ def _event_body(**fields: Any) -> tuple[bytes, bytes]:
 
 @pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40, -(2**62)])
 def test_an_int_outside_32_bits_on_the_wire_is_refused_by_the_generated_reader(value: int) -> None:
-    """``hash_version`` is an Avro ``int`` (the last field of a ``RunEvent``): a body whose varint
-    there holds more than 32 bits is refused, not read as a Python int (fastavro would read it)."""
+    """``hash_version`` is an Avro ``int`` (the field before ``usage``, the last of a ``RunEvent``): a
+    body whose varint there holds more than 32 bits is refused, not read as a Python int (fastavro
+    would read it)."""
     head, body = _event_body(hash_version=2)
-    assert body.endswith(write_long(2))
+    no_usage = b"\x00"  # the usage union's null branch
+    assert body.endswith(write_long(2) + no_usage)
     decode = compile_schema(PARSED["runlog.RunEvent"])[1]
     for edge in (2**31 - 1, -(2**31)):  # the last values that fit are read
-        ok = body[:-1] + write_long(edge)
+        ok = body[:-2] + write_long(edge) + no_usage
         assert decode(ok, 0) == ({**decode(body, 0)[0], "hash_version": edge}, len(ok))
-    bad = body[:-1] + write_long(value)
+    bad = body[:-2] + write_long(value) + no_usage
 
     with pytest.raises(ValueError, match="int range"):
         decode(bad, 0)

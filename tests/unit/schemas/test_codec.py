@@ -7,6 +7,7 @@ import io
 import json
 import struct
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import fastavro
@@ -355,3 +356,34 @@ def test_every_single_byte_mutation_of_the_type_enum_reads_as_the_bytes_say() ->
     n = len(symbols)
     assert outcomes["decoded"] == n and outcomes["decoded_noncanonical"] == 0  # 0..n-1 only
     assert outcomes["invalid_body"] + outcomes["truncated"] == 256 - n
+
+
+def test_usage_is_a_compatible_addition_of_tool_results() -> None:
+    """``RunEvent.usage`` (run_event.avsc) round-trips; an event written before it existed
+    (run_event.v4.avsc) reads with no usage; a reader of v4 reads an event with usage, without it."""
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    from schemas import Usage, load_past_schemas
+
+    v4 = load_past_schemas("runlog.RunEvent")[-1]
+    assert "usage" not in {f["name"] for f in v4["fields"]}
+    codec = Codec()
+    used = RunEvent("r", 3, 1, EventType.TOOL_RESULT, 9, stage="draft", call_id="draft/m/0",
+                    usage=Usage("openai:gpt-5.2", 1200, 80, 1000, 0, 2_340_000))
+    assert codec.decode(codec.encode(used), RunEvent) == used
+    unpriced = replace(used, usage=Usage("local:llama", 5, 6))
+    assert codec.decode(codec.encode(unpriced), RunEvent).usage == Usage("local:llama", 5, 6, 0, 0, None)
+    # written with v4 (no usage field): read with usage None
+    fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(v4), "CRC-64-AVRO"))
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + fp)
+    old_fields = {f["name"] for f in v4["fields"]}
+    current = load_schema("runlog.RunEvent")
+    as_dict = fastavro.schemaless_reader(io.BytesIO(codec.encode(used)[10:]), fastavro.parse_schema(current))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v4),
+                               {k: v for k, v in as_dict.items() if k in old_fields})
+    assert codec.decode(buf.getvalue(), RunEvent) == replace(used, usage=None)
+    # a v4 reader reads the new event and skips the usage
+    old = fastavro.schemaless_reader(io.BytesIO(codec.encode(used)[10:]), fastavro.parse_schema(current),
+                                     fastavro.parse_schema(v4))
+    assert "usage" not in old and old["call_id"] == "draft/m/0"
