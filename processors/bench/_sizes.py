@@ -38,6 +38,8 @@ class BenchSize:
     concurrency_warmup: int = 50
     """Runs made one at a time (no tool latency) before the concurrent ones: the idle intent latency."""
     conversation_calls: int = 50
+    steps_runs: tuple[int, ...] = (100, 1_000)
+    """Concurrent runs of the steps section's points (eight durable calls each)."""
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 
@@ -49,7 +51,7 @@ SIZES: dict[str, BenchSize] = {
                       resume_rounds=3, crashed_runs=2, resumer_members=1, scale_runs=50,
                       scale_events_per_run=2,
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
-                      concurrency_warmup=20, conversation_calls=20),
+                      concurrency_warmup=20, conversation_calls=20, steps_runs=(50,)),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,
@@ -57,5 +59,6 @@ SIZES: dict[str, BenchSize] = {
                       resume_lengths=(20, 1_000, 10_000, 100_000), resume_rounds=30, crashed_runs=1_000,
                       resumer_members=4,
                       scale_runs=10_000, scale_events_per_run=10, async_runs=10_000, threaded_runs=1_000,
-                      concurrency_raw_samples=500, conversation_calls=200),
+                      concurrency_raw_samples=500, conversation_calls=200,
+                      steps_runs=(100, 1_000, 10_000)),
 }

@@ -24,6 +24,7 @@ from processors.bench._env import BenchEnv, kafka_replication, replication_misma
 from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
 from processors.bench._resume import bench_resume, bench_resumer_group
 from processors.bench._sizes import SIZES, BenchSize
+from processors.bench._steps import bench_steps
 from processors.bench._write import bench_append, bench_intent, bench_writer_scale
 from processors.projector import ProjectorOptions
 from schemas.errors import ConfigError
@@ -45,6 +46,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "conversation_kb_per_call": ("<=", 24.0),
     "conversation_mb_200": ("<=", 5.0),
     "conversation_growth_ratio": ("<=", 1.1),
+    "steps_ratio": (">=", 0.5),
+    "steps_calls_per_s": (">=", 2000.0),
 }
 
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -56,12 +59,15 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "resume": ("resume_tail_ratio",),
     "concurrency": ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed"),
     "conversation": ("conversation_kb_per_call", "conversation_mb_200", "conversation_growth_ratio"),
+    "steps": ("steps_ratio", "steps_calls_per_s"),
 }
 """What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
 rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
 runs in one process, the AsyncRunner's one loop against the Runner's thread per run; ``conversation``
 is what a long agent conversation costs to record (log plus artifact bytes per model call; it needs
-the ``pydantic-ai`` extra, and is left out of a run of every section without it)."""
+the ``pydantic-ai`` extra, and is left out of a run of every section without it); ``steps`` is
+orchestration throughput, durable calls per second of runs whose tools return at once, against the
+raw clients doing the I/O those calls need."""
 
 
 def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
@@ -82,7 +88,8 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
     """How many progress ticks a run of this size makes."""
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
            "projector": 3 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
-           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3}
+           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
+           "steps": 3 * len(size.steps_runs)}
     return sum(per[s] for s in sections) + 1
 
 
@@ -219,6 +226,9 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
     if "conversation" in result:
         for name in SECTIONS["conversation"]:
             f[name] = result["conversation"][name]
+    if "steps" in result:
+        for name in SECTIONS["steps"]:
+            f[name] = result["steps"][name]
     return f
 
 
@@ -297,6 +307,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
                                                           warmup=sz.concurrency_warmup, tick=tick)
         if "conversation" in sections:
             result["conversation"] = bench_conversation(env, calls=sz.conversation_calls, tick=tick)
+        if "steps" in sections:
+            result["steps"] = bench_steps(env, runs=sz.steps_runs, tick=tick)
     finally:
         env.close()
         tick("cleaned up")

@@ -14,7 +14,8 @@ from processors.cli import main
 from schemas.settings import Settings
 
 KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "resume_tail_ratio",
-        "rebuild_ratio", "async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
+        "rebuild_ratio", "async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed",
+        "steps_ratio", "steps_calls_per_s")
 CONCURRENCY = ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
 
 
@@ -37,6 +38,27 @@ def _check_concurrent(doc: dict[str, Any]) -> None:
     assert doc["async_memory_per_run_kb"] == doc["async_runs"]["memory_per_run_kb"]
     assert doc["intent_over_raw_ms"] == doc["async_runs"]["intent_over_raw_ms"]
     assert doc["concurrent_runs_completed"] == 1
+
+
+def _check_steps(doc: dict[str, Any]) -> None:
+    """The steps section: every run of each side completed, the events each run appends (RUN_STARTED,
+    LEASE_ACQUIRED, per stage STAGE_STARTED and VERIFIED, per call TOOL_CALLED and TOOL_RESULT, the
+    effect's EFFECT_INTENT and EFFECT_RESULT, RUN_COMPLETED ...) produced by the baseline too, and
+    the ratios are the calls per second side by side (no timings asserted)."""
+    st = doc["steps"]
+    assert st["points"] and [p["runs"] for p in st["points"]] == [50]
+    for p in st["points"]:
+        raw = p["raw"]
+        for side in ("asyncio", "threads"):
+            r = p[side]
+            assert r["completed"] == r["runs"] == p["runs"] and r["failed"] == 0, r["errors"]
+            assert r["calls"] == 8 * r["runs"] and r["cpu_us_per_call"] > 0
+            assert r["events"] == 24 * r["runs"], r  # every event of every run on the log
+            assert r["ratio"] == pytest.approx(r["calls_per_s"] / raw["calls_per_s"], rel=1e-3)
+        assert raw["events_per_run"] == 24 and raw["cpu_us_per_call"] > 0 and raw["calls_per_s"] > 0
+    assert st["raw_delivery_errors"] == 0
+    assert doc["steps_ratio"] == st["steps_ratio"] == st["points"][-1]["asyncio"]["ratio"]
+    assert doc["steps_calls_per_s"] == st["points"][-1]["asyncio"]["calls_per_s"]
 
 
 def _check_exit(code: int, doc: dict[str, Any]) -> None:
@@ -71,6 +93,7 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     assert doc["resumer_group"]["completed"] == doc["resumer_group"]["runs"]
     assert doc["scale"]["writer"]["events_per_s"] > 0
     _check_concurrent(doc)
+    _check_steps(doc)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.path.basename(doc["plot"]) == "bench.png"
     # nothing of this bench run is left behind in Redis

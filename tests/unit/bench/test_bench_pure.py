@@ -193,6 +193,18 @@ def test_the_conversation_section_sizes_and_steps() -> None:
     assert steps_of(SIZES["quick"], ("conversation",)) == 3 + 1
 
 
+def test_the_steps_section_sizes_targets_and_progress() -> None:
+    assert [SIZES[n].steps_runs for n in ("tiny", "quick", "full")] == [(50,), (100, 1_000),
+                                                                       (100, 1_000, 10_000)]
+    assert SECTIONS["steps"] == ("steps_ratio", "steps_calls_per_s")
+    assert steps_of(SIZES["full"], ("steps",)) == 3 * 3 + 1  # async, raw and threads per point
+    slow = targets_met({"steps_ratio": 0.12, "steps_calls_per_s": 377.0}, SECTIONS["steps"])
+    assert not slow["steps_ratio"]["met"]
+    assert slow["steps_ratio"]["missed_by_factor"] == pytest.approx(0.5 / 0.12)
+    assert all(t["met"] for t in targets_met({"steps_ratio": 0.5, "steps_calls_per_s": 2000.0},
+                                             SECTIONS["steps"]).values())
+
+
 def test_the_conversation_section_without_pydantic_ai_names_the_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from processors.bench import run_bench
