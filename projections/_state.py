@@ -201,6 +201,10 @@ class RunState:
     stage_fingerprints: Mapping[str, str] = field(default_factory=dict)
     """Stage name -> fingerprint of the definition the run is on (``RUN_STARTED`` or the latest
     ``RUN_UPGRADED``, attribute ``runlog.stages``); empty for runs started before they were recorded."""
+    traceparent: str | None = None
+    """The W3C trace context the run started in (``RUN_STARTED`` attributes ``traceparent`` and
+    ``tracestate``): a resume continues the run's trace from it. None: started untraced."""
+    tracestate: str | None = None
 
     @property
     def workflow_version(self) -> str:

@@ -39,6 +39,7 @@ from projections._state import (
     evolve_state,
 )
 from schemas._hash import event_hash
+from schemas._tracecontext import TRACEPARENT, TRACESTATE
 from schemas._types import (
     Checkpoint,
     EffectStatus,
@@ -166,6 +167,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             forked_from_seq=e.forked_from_seq if e.forked_from_seq is not None else s.forked_from_seq,
             next_stage=s.next_stage if s.completed_stages or wf is None else wf.next_stage(None),
             stage_fingerprints=_fingerprints(e) or s.stage_fingerprints,
+            traceparent=e.attributes.get(TRACEPARENT) or s.traceparent,
+            tracestate=e.attributes.get(TRACESTATE) if TRACEPARENT in e.attributes else s.tracestate,
         )
         return s, _ACCEPTED
     if t is EventType.RUN_UPGRADED and e.workflow is not None:

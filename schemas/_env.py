@@ -69,6 +69,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
     ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
      " pages still readable)"),
+    ("RUNLOG_TRACING", "true", "the resumer, the projector and the operator commands open OpenTelemetry spans"
+     " (global tracer provider; needs `runlog[otel]`) and put their trace context on the records they"
+     " write; `false`: none"),
 )
 
 _SR_OWN = ("RUNLOG_SCHEMA_REGISTRY_URL", "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER")
@@ -153,6 +156,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         group_instance_id=e.get("RUNLOG_GROUP_INSTANCE_ID", "").strip() or None,
         fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
+        tracing=_bool(e, "RUNLOG_TRACING", True),
     )
 
 
@@ -181,6 +185,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         else str(f["redis_wait_replicas"]),
         "RUNLOG_REDIS_WAIT_MS": str(f["redis_wait_ms"]),
         "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if f["schema_registry_auto_register"] else "false",
+        "RUNLOG_TRACING": "true" if f["tracing"] else "false",
     }
     optional = {
         "RUNLOG_SCHEMA_REGISTRY_URL": f["schema_registry_url"],

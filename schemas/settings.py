@@ -100,6 +100,10 @@ class Settings(ClientConfig):
     """Where the fault suite writes its machine-readable summary."""
     console_token: str | None = None
     """The token every action of ``runlog console`` requires; None refuses every action."""
+    tracing: bool = True
+    """Runlog's processors (resumer, projector, operator commands) open OpenTelemetry spans through
+    the global tracer provider (or one passed in) and put their W3C trace context on the records
+    they write; needs the ``otel`` extra. False: no spans, no trace headers from them."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -23,6 +23,7 @@ from producers import (
 )
 from producers.log._log import DeliveryCallback
 from producers.log._writer import RunWriter
+from schemas._tracecontext import TraceContext
 from schemas._types import EventType, RunEvent
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
@@ -61,7 +62,8 @@ class TimedWriter(RunWriter):
         self.queue_peak = 0
         self._count_lock = threading.Lock()
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback,
+                trace: TraceContext | None = None) -> str:
         t0 = time.perf_counter() if event.type is EventType.EFFECT_INTENT else None
         _INTENT_T0.set(t0)  # this task's (thread's) context: the effect tool reads it
 
@@ -75,7 +77,7 @@ class TimedWriter(RunWriter):
                     self.intent_ack_ms.append((time.perf_counter() - t0) * 1000)
             on_delivery(err, partition, offset)
 
-        return super().produce(event, cb)
+        return super().produce(event, cb, trace)
 
     def effect_entered(self) -> None:
         """The effect tool was entered: its run's intent is acknowledged (the protocol awaited it)."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from processors._tracing import command_span
 from processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from producers.crash import arm_from_env
 from schemas._kafka_auth import quiet_auth_lines
@@ -65,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too
     try:
-        return func(args)
+        with command_span(args):  # an operator command is a span; what it appends carries its context
+            return func(args)
     except AuthenticationFailed as err:
         print(f"runlog: {err}", file=sys.stderr)
         return EXIT_AUTH

@@ -13,6 +13,9 @@ committed) is rebuilt from the log before the projector goes on
 (:mod:`projections.recovery`). Instances sharing the app id
 form one consumer group and split the partitions.
 
+Tracing (``RUNLOG_TRACING``, :mod:`processors._tracing`): each batch is a span ``runlog.project``
+(kind consumer) linked to the distinct trace contexts its records carry (``traceparent`` headers).
+
 The app is this module. Faust's Kafka client is aiokafka, not librdkafka, so the security
 settings (``RUNLOG_KAFKA_*``) are translated for it in :mod:`processors.projector._security`,
 with the setting lists in ``_keys``, the TLS context in ``_tls`` and OAUTHBEARER in ``_oidc``.
@@ -33,6 +36,7 @@ from typing import Any
 
 import faust
 
+from processors._tracing import Tracing
 from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
 from processors.projector._auth import check_credentials
@@ -43,6 +47,7 @@ from projections.recovery import lost_at_start, recover
 from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
 from projections.store import StoreWentBack
 from schemas._codec import Codec
+from schemas._tracecontext import from_headers
 from schemas._types import Checkpoint
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -122,8 +127,9 @@ def observe(metrics: ProjectorMetrics, res: BatchResult, records: int, seconds: 
 
 
 def build_app(settings: Settings, opts: ProjectorOptions | None = None,
-              metrics: ProjectorMetrics | None = None) -> faust.App:
-    """The projector app (not started); it counts into ``metrics`` (a private registry when None)."""
+              metrics: ProjectorMetrics | None = None, tracer_provider: Any = None) -> faust.App:
+    """The projector app (not started); it counts into ``metrics`` (a private registry when None) and
+    traces into ``tracer_provider`` (None: the global provider)."""
     o = opts or ProjectorOptions()
     m = metrics if metrics is not None else ProjectorMetrics()
     app = faust.App(settings.group_id(o.app_id), **faust_settings(settings, o))  # app id = group id
@@ -145,6 +151,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     guard = OffsetGuard(committed, gaps.range)
     core.heal = gaps.run  # a run whose state has a seq gap is re-folded from its partition
     rebalanced = [False]  # set on the loop, read by the worker: drop the cached run states
+    tracing = Tracing(settings, tracer_provider)
 
     def on_rebalance(partitions: Any) -> None:
         mine = [tp.partition for tp in partitions if tp.topic == names.events]
@@ -276,8 +283,16 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         async for batch in stream.take_events(o.batch_size, within=o.within):
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
                               e.message.key, e.message.value) for e in batch]
+            links = [from_headers(e.message.headers) for e in batch] if tracing.enabled else []
+            span = tracing.start("runlog.project", kind="consumer", attributes={"records": len(recs)},
+                                 links=links)
             t0 = time.perf_counter()
-            res, filled = await loop.run_in_executor(worker, guarded, recs)
+            try:
+                res, filled = await loop.run_in_executor(worker, guarded, recs)
+            except BaseException as err:
+                span.end(err)
+                raise
+            span.end()
             took = time.perf_counter() - t0
             sent: list[Awaitable[Any]] = []
             for dl in res.dead_letters:

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from processors._tracing import Tracing
 from processors.resume.facts import FactsReader, UnknownRun
 from processors.resume.plan import (
     Early,
@@ -64,6 +65,7 @@ from schemas import (
     Settings,
     now_ms,
 )
+from schemas._tracecontext import TraceContext, current, parse
 from schemas.errors import LeaseLost, ResumeBlocked, ToolError, VerificationFailed, WorkflowDefinitionError
 
 if TYPE_CHECKING:
@@ -149,20 +151,23 @@ class Resumer:
         events: reads the run's events back from the log (the events topic on Kafka when None).
         metrics_registry: when the runner is made here, its writer counts its appends in this
             ``prometheus_client`` registry (``runlog_writer_*``).
+        tracer_provider: where the spans of a resume (and of the runner made here) go; None: the
+            global provider (:mod:`processors._tracing`, off with ``RUNLOG_TRACING=false``).
     """
 
     def __init__(self, settings: Settings, app: App, *, runner: Runner | None = None,
                  artifacts: ArtifactStore | None = None, projection: ProjectionStore | None = None,
                  events: RunEventReader | None = None,
-                 metrics_registry: CollectorRegistry | None = None) -> None:
+                 metrics_registry: CollectorRegistry | None = None, tracer_provider: Any = None) -> None:
         self.settings = settings
         self.app = app
+        self.tracing = Tracing(settings, tracer_provider)
         self.artifacts = artifacts or LocalArtifactStore(settings.artifact_root)
         self._own_runner = runner is None
         self._writer = RunWriter(settings, metrics_registry=metrics_registry) \
             if runner is None and metrics_registry is not None else None
         self.runner = runner or Runner.from_settings(settings, source=app.source, store=self.artifacts,
-                                                     writer=self._writer)
+                                                     writer=self._writer, tracer=self.tracing.runner_tracer())
         self._own_projection: Any = None
         if projection is None:
             from projections.redis_store import RedisStore
@@ -219,7 +224,8 @@ class Resumer:
         return ResumeOutcome(run_id, early.result, plan, epoch, early.detail, early.waiting_for)
 
     def resume(self, run_id: str, *, dry_run: bool = False, force: bool = False, retry: bool = False,
-               attributes: Mapping[str, str] | None = None, seen_epoch: int | None = None) -> ResumeOutcome:
+               attributes: Mapping[str, str] | None = None, seen_epoch: int | None = None,
+               request: TraceContext | None = None) -> ResumeOutcome:
         """Resume a run (see the module docstring). ``dry_run`` only returns the plan.
 
         A resume is exclusive and final: a ``CANCELLED`` run is never resumed (outcome
@@ -227,7 +233,10 @@ class Resumer:
         ``seen_epoch`` (the epoch the request saw; outcome ``superseded``). A ``FAILED`` or
         ``BLOCKED`` run is resumed only with ``retry`` (:func:`processors.operate.retry_run`: a
         person says the cause is fixed); otherwise the outcome is ``failed`` / ``blocked`` and
-        nothing is done. ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry)."""
+        nothing is done. ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry).
+
+        A resume that acts is a span ``runlog.resume`` continuing the run's trace (the context its
+        ``RUN_STARTED`` recorded), linked to ``request`` (the resume request's context) and the caller's."""
         plan, state = self.plan(run_id)
         early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms(),
                                      seen_epoch=seen_epoch)
@@ -240,11 +249,15 @@ class Resumer:
             workflow: Workflow = self.app.registry.get(wf.name, wf.version)
         except WorkflowDefinitionError:
             workflow = Workflow(wf.name, wf.version)  # only used to append RUN_BLOCKED
-        # 5. the lease, seen accepted in the log before anything else
-        taken = self._take_over(state, workflow, plan, force=force, attributes=attributes)
-        if isinstance(taken, ResumeOutcome):
-            return taken
-        return self._continue(taken, state, plan)
+        run = parse(state.traceparent, state.tracestate)
+        with self.tracing.span("runlog.resume", parent=run, links=(request, current() if run else None),
+                               attributes={"run_id": run_id, "workflow": wf.name}) as span:
+            # 5. the lease, seen accepted in the log before anything else
+            taken = self._take_over(state, workflow, plan, force=force, attributes=attributes)
+            outcome = taken if isinstance(taken, ResumeOutcome) else self._continue(taken, state, plan)
+            span.set("epoch", outcome.epoch)
+            span.set("outcome", outcome.result)
+        return outcome
 
     def _take_over(self, state: RunState, workflow: Workflow, plan: ResumePlan, *, force: bool,
                    attributes: Mapping[str, str] | None) -> Any:

@@ -97,6 +97,7 @@ from projections import ProjectionStoreError, RedisStore, RunStatus
 from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
 from schemas._kafka import commit_refused_by_rebalance
 from schemas._redis import redis_client
+from schemas._tracecontext import from_headers
 
 __all__ = ["CONTENDED_RETRIES", "PICKUP_S", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
            "group_id"]
@@ -139,11 +140,12 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             of its own when None.
         metrics_port: serve the registry on ``GET /metrics`` at this port (0: a free one, see
             ``metrics_server.port``); None (the default): no HTTP server.
+        tracer_provider: where resume spans go (None: the global provider; :mod:`processors._tracing`).
     """
 
     def __init__(self, settings: Settings, app: App, *,
                  on_outcome: Callable[[ResumeOutcome], None] | None = None,
-                 accept: Callable[[str], bool] | None = None,
+                 accept: Callable[[str], bool] | None = None, tracer_provider: object = None,
                  metrics: ResumerMetrics | None = None, metrics_port: int | None = None) -> None:
         self.settings = settings
         self.app = app
@@ -152,7 +154,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         self.metrics = metrics if metrics is not None else ResumerMetrics()
         self.projection = RedisStore.from_settings(settings)
         self.resumer = Resumer(settings, app, projection=self.projection,
-                               metrics_registry=self.metrics.registry)
+                               metrics_registry=self.metrics.registry, tracer_provider=tracer_provider)
         self.redis = redis_client(settings)
         self.active = ActiveRuns(self.redis, settings.redis_prefix)
         self.producer = Producer(settings.producer_config())
@@ -283,7 +285,8 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
                 seen_epoch: int | None = None) -> ResumeOutcome | None:
         t0 = time.perf_counter()
         try:
-            outcome = self.resumer.resume(run_id, seen_epoch=seen_epoch)
+            request = from_headers(msg.headers()) if msg is not None else None  # who asked, traced
+            outcome = self.resumer.resume(run_id, seen_epoch=seen_epoch, request=request)
         except UnknownRun as err:
             self._count("unknown_run", t0)
             # a request for a run nobody knows would be redelivered forever: dead-letter it

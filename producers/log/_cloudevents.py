@@ -14,6 +14,9 @@ Every record the writer produces carries, as UTF-8 header values:
   ``dev.runlog.resume.requested`` for a resume request;
 * ``ce_time``: ``occurred_at`` (``requested_at``) in RFC 3339, UTC, milliseconds;
 * ``ce_subject``: the run id (also the record key);
+* ``traceparent`` and ``tracestate`` (W3C Trace Context, the CloudEvents distributed-tracing
+  extension's attributes) when the record is written while a trace is active
+  (:mod:`schemas._tracecontext`); absent otherwise, so an untraced record costs nothing more;
 * ``content-type``: ``application/avro; framing=single-object`` for Avro
   single-object encoding (``C3 01``, the 8-byte little-endian CRC-64-AVRO
   fingerprint of the writer schema, the body), ``application/avro;
@@ -31,6 +34,7 @@ import time
 import uuid
 from urllib.parse import quote
 
+from schemas._tracecontext import TraceContext
 from schemas._types import EventType, ResumeRequest, RunEvent
 
 __all__ = [
@@ -105,9 +109,9 @@ class CloudEventHeaders:
         self._source = self.source.encode()
         self._types = {t: (RUN_EVENT_TYPE_PREFIX + t.value).encode() for t in EventType}
 
-    def run_event(self, event: RunEvent, value: bytes) -> Headers:
-        """The headers of one run event whose encoded value is ``value``."""
-        return [
+    def run_event(self, event: RunEvent, value: bytes, trace: TraceContext | None = None) -> Headers:
+        """The headers of one run event whose encoded value is ``value`` (``trace``: its context)."""
+        h: Headers = [
             ("ce_specversion", _SPECVERSION),
             ("ce_id", f"{event.run_id}:{event.seq}:{event.epoch}"),
             ("ce_source", self._source),
@@ -116,10 +120,15 @@ class CloudEventHeaders:
             ("ce_subject", event.run_id),
             ("content-type", content_type(value)),
         ]
+        if trace is not None:
+            h.extend(trace.headers)
+        return h
 
-    def resume_request(self, request: ResumeRequest, value: bytes, request_id: str | None = None) -> Headers:
-        """The headers of one resume request (``ce_id``: ``request_id``, else a new random UUID)."""
-        return [
+    def resume_request(self, request: ResumeRequest, value: bytes, request_id: str | None = None,
+                       trace: TraceContext | None = None) -> Headers:
+        """The headers of one resume request (``ce_id``: ``request_id``, else a new random UUID;
+        ``trace``: the context of who asked)."""
+        h: Headers = [
             ("ce_specversion", _SPECVERSION),
             ("ce_id", request_id or str(uuid.uuid4())),
             ("ce_source", self._source),
@@ -128,3 +137,6 @@ class CloudEventHeaders:
             ("ce_subject", request.run_id),
             ("content-type", content_type(value)),
         ]
+        if trace is not None:
+            h.extend(trace.headers)
+        return h

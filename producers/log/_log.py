@@ -17,6 +17,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from schemas._tracecontext import TraceContext
 from schemas._types import RunEvent
 from schemas.errors import DeliveryError
 from schemas.settings import Settings
@@ -40,8 +41,10 @@ class EventLog(abc.ABC):
     """How long a record may take before its delivery is reported failed."""
 
     @abc.abstractmethod
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback,
+                trace: TraceContext | None = None) -> str:
         """Append one event; ``on_delivery`` is called once, when it is stored or has failed.
+        ``trace``: the W3C trace context the record carries (Kafka: ``traceparent`` headers).
 
         Returns:
             The event's hash, ``schemas.event_hash(event, body)`` with the Avro body of the very

@@ -22,6 +22,7 @@ from producers.log._runlog import RunLog
 from producers.run._lease import Lease, LeaseHeld, LeaseManager
 from schemas._codec import Codec, body_of
 from schemas._hash import event_hash
+from schemas._tracecontext import TraceContext
 from schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
 from schemas.settings import Settings
@@ -69,6 +70,8 @@ class InMemoryEventLog(EventLog, RunLog):
         self.resume_requests: list[ResumeRequest] = []
         self._partitions: dict[int, list[RunEvent]] = defaultdict(list)
         self._by_run: dict[str, list[LoggedEvent]] = defaultdict(list)
+        self.traces: dict[tuple[str, int, int], TraceContext] = {}
+        """(run id, seq, epoch) -> the trace context an event was produced with (Kafka: its headers)."""
         self._failing: dict[str, str] = {}
         self._lock = threading.Lock()
         self.closed = False
@@ -90,7 +93,8 @@ class InMemoryEventLog(EventLog, RunLog):
     def partition_of(self, run_id: str) -> int:
         return partition_for(run_id, self.settings.partitions)
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback,
+                trace: TraceContext | None = None) -> str:
         if self.closed:
             raise DeliveryError(self.topic, event.run_id, "the event log is closed")
         data = self.codec.encode(event)
@@ -103,6 +107,8 @@ class InMemoryEventLog(EventLog, RunLog):
                 part = self._partitions[p]
                 logged = LoggedEvent(stored, p, len(part), hashed)
                 part.append(stored)
+                if trace is not None:
+                    self.traces[(event.run_id, event.seq, event.epoch)] = trace
                 self._by_run[event.run_id].append(logged)
         if reason is not None:
             on_delivery(DeliveryError(self.topic, event.run_id, reason), -1, -1)

@@ -23,11 +23,13 @@ from producers.log._log import EventLog
 from producers.run._lease import Lease, LeaseManager
 from producers.run._protocol import IO, Steps, drive
 from schemas._hash import HASH_VERSION
+from schemas._tracecontext import TraceContext, current
 from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
 
 if TYPE_CHECKING:
     from producers.define._workflow import Workflow
+    from producers.run._trace import Span
 
 __all__ = ["AppendResult", "RunSession"]
 
@@ -89,6 +91,13 @@ class RunSession:
         self._flushers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._error: DeliveryError | None = None
         self.closed = False
+        self.trace: TraceContext | None = current()
+        """The W3C trace context its events carry (``traceparent`` headers): the run span's once the
+        runner opened one, else the one current where the session was made (a resume's, an
+        operator's), else None (no headers)."""
+        self.run_span: Span | None = None
+        """The run span the start opened (its context is in ``RUN_STARTED``), ended by the execution
+        that takes it, or by :meth:`close` when the run is never executed."""
 
     # -- building ---------------------------------------------------------------------------
 
@@ -187,7 +196,8 @@ class RunSession:
             with self._cond:
                 self._outstanding += 1
             try:
-                hashed = self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o))
+                hashed = self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o),
+                                             self.trace)
             except BaseException:
                 with self._cond:
                     self._outstanding -= 1
@@ -299,6 +309,7 @@ class RunSession:
         if self.closed:
             return
         self.closed = True
+        self.end_run_span()
         try:
             self.flush()
         finally:
@@ -310,11 +321,18 @@ class RunSession:
         if self.closed:
             return
         self.closed = True
+        self.end_run_span()
         try:
             await self.aflush()
         finally:
             if release:
                 await self.lease.arelease()
+
+    def end_run_span(self) -> None:
+        """End the run span the start opened, unless an execution took it."""
+        span, self.run_span = self.run_span, None
+        if span is not None:
+            span.end()
 
     def closing(self, *, release: bool = True) -> IO:
         """The protocol step of :meth:`close`."""

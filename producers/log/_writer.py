@@ -16,7 +16,10 @@ log).
 Every record carries the CloudEvents Kafka binding's binary-mode headers
 (``ce_specversion``, ``ce_id``, ``ce_source``, ``ce_type``, ``ce_time``,
 ``ce_subject``, ``content-type``; :mod:`producers.log._cloudevents`); a producer retry
-resends a record with its headers, so every copy of an event has the same ``ce_id``.
+resends a record with its headers, so every copy of an event has the same ``ce_id``. A record
+written while a trace is active also carries ``traceparent`` (and ``tracestate``): a run event
+its session's context (:attr:`RunSession.trace`), a resume request the asker's
+(:func:`schemas._tracecontext.current`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from producers.log._cloudevents import CloudEventHeaders
 from producers.log._log import DeliveryCallback, EventLog
 from schemas._codec import Codec, body_of
 from schemas._hash import event_hash
+from schemas._tracecontext import TraceContext, current
 from schemas._types import ResumeRequest, RunEvent, now_ms
 from schemas.errors import AuthenticationFailed, DeliveryError
 from schemas.settings import Settings
@@ -49,9 +53,11 @@ __all__ = ["DeliveryCallback", "RunWriter", "send_resume_request"]
 
 def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: Codec, request: ResumeRequest,
                         *, topic: str, timeout: float = 30.0,
-                        wait: Callable[[threading.Event, float], bool] | None = None) -> None:
+                        wait: Callable[[threading.Event, float], bool] | None = None,
+                        trace: TraceContext | None = None) -> None:
     """Produce ``request`` to the resume topic ``topic`` keyed by its run id, with the CloudEvents
-    headers of ``headers`` (the sender's), and wait for its acknowledgement.
+    headers of ``headers`` (the sender's) and the trace context ``trace`` (default: the current one,
+    :func:`schemas._tracecontext.current`), and wait for its acknowledgement.
 
     ``wait(done, timeout)`` waits for the delivery report (``done`` is set by it) and says whether
     it came; the default flushes the producer.
@@ -69,7 +75,7 @@ def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: C
         done.set()
 
     producer.produce(topic, value=data, key=request.run_id.encode("utf-8"), on_delivery=cb,
-                     headers=headers.resume_request(request, data))
+                     headers=headers.resume_request(request, data, trace=trace or current()))
     acked = wait(done, timeout) if wait is not None else producer.flush(timeout) == 0 and done.is_set()
     if not acked or errors:
         raise DeliveryError(topic, request.run_id, errors[0] if errors else "resume request not acknowledged")
@@ -146,13 +152,14 @@ class RunWriter(EventLog):
                 self._wake.wait(0.01)  # nothing in flight: sleep until an append comes
                 self._wake.clear()
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback,
+                trace: TraceContext | None = None) -> str:
         """Encode and produce one event keyed by its run id (blocks while the local queue is full);
         its hash from the bytes produced (:meth:`EventLog.produce`)."""
         data = self.codec.encode(event)
         hashed = event_hash(event, body_of(data))
         topic, key, metrics = self.topic, event.run_id, self.metrics
-        headers = self._ce.run_event(event, data)
+        headers = self._ce.run_event(event, data, trace)
         self._raise_failure()
 
         def cb(err: KafkaError | None, msg: Message) -> None:

@@ -47,7 +47,7 @@ from producers.run._protocol import (
 )
 from producers.run._runs import RunKeys
 from producers.run._start import _StartSteps
-from producers.run._trace import NO_TRACE, Span, Tracer
+from producers.run._trace import NO_TRACE, Span, Tracer, context_of
 from schemas._types import ArtifactRef, ErrorInfo, EventType
 from schemas.errors import (
     DeliveryError,
@@ -112,8 +112,11 @@ class _RunnerCore(_StartSteps):
         if start is not None and start not in names:
             raise WorkflowDefinitionError(f"workflow {wf.name!r} has no stage {start!r}")
         todo = wf.stages[names.index(start):] if start is not None else ()
-        span = self.tracer.start("run", wf.name, None, {"run_id": session.run_id, "workflow": wf.name,
-                                                         "epoch": session.epoch})
+        span, session.run_span = session.run_span, None  # the one the start opened, if any
+        if span is None:
+            span = self.tracer.start("run", wf.name, None, {"run_id": session.run_id, "workflow": wf.name,
+                                                             "epoch": session.epoch})
+            session.trace = context_of(span) or session.trace
         outcome = "stopped"
         error: BaseException | None = None
         try:

@@ -41,6 +41,7 @@ from producers.run._protocol import (
     Steps,
 )
 from producers.run._runs import Claim, RunKeys, run_id_for_key
+from producers.run._trace import Tracer, context_of
 from schemas._hash import event_hash
 from schemas._types import STAGES_ATTRIBUTE, EventType
 from schemas.errors import (
@@ -73,6 +74,7 @@ class _StartSteps:
     run_log: RunLog | None
     lease_wait_s: float
     active: ActiveRuns | None
+    tracer: Tracer
 
     def _start_steps(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
@@ -146,14 +148,26 @@ class _StartSteps:
                       forked_from_seq: int | None) -> Steps[RunSession]:
         session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
                              inputs=pinned, params=json.loads(params_bytes))
-        params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
-        attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
-                                                            separators=(",", ":"))}
-        yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
-                                input_versions=pinned.versions, payload_ref=params_ref,
-                                attributes=attributes, parent_run_id=parent_run_id,
-                                forked_from_seq=forked_from_seq)
-        yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
+        # the run span opens before RUN_STARTED, which records its context (the run's trace, which a
+        # resume elsewhere continues); the execution that follows takes it over
+        span = session.run_span = self.tracer.start("run", workflow.name, None, {
+            "run_id": run_id, "workflow": workflow.name, "epoch": lease.epoch})
+        session.trace = context_of(span) or session.trace
+        try:
+            params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+            attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
+                                                                separators=(",", ":")),
+                          **(session.trace.attributes() if session.trace is not None else {})}
+            yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
+                                    input_versions=pinned.versions, payload_ref=params_ref,
+                                    attributes=attributes, parent_run_id=parent_run_id,
+                                    forked_from_seq=forked_from_seq)
+            yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
+        except BaseException as err:
+            session.run_span = None
+            span.set("outcome", "stopped")
+            span.end(err)
+            raise
         return session
 
     def _acquire_waiting(self, run_id: str) -> Steps[Lease | None]:
@@ -198,6 +212,7 @@ class _StartSteps:
         # whether the log's first event is the one this writer (this code, this schema) just produced
         if first is None or event_hash(first) != session.last_hash:
             # another writer's first event is on the log before ours: ours is rejected by the fold
+            session.end_run_span()
             session.closed = True
             yield IO(lease, "release", "arelease")
             yield mark

@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
-__all__ = ["NO_TRACE", "AttrValue", "NoSpan", "Span", "SpanKind", "Tracer"]
+from schemas._tracecontext import TraceContext
+
+__all__ = ["NO_TRACE", "AttrValue", "NoSpan", "Span", "SpanKind", "Tracer", "context_of"]
 
 AttrValue = str | int | float | bool
 SpanKind = Literal["run", "stage", "call"]
@@ -75,3 +77,11 @@ class _NoTrace:
 
 NO_TRACE: Tracer = _NoTrace()
 """The default tracer: no spans."""
+
+
+def context_of(span: Span) -> TraceContext | None:
+    """The W3C trace context a span gives the records written under it (its ``trace_context``
+    attribute, which ``producers.otel.OtelSpan`` has), or None: a span without one (``NoSpan``)
+    puts no ``traceparent`` on the records."""
+    ctx = getattr(span, "trace_context", None)
+    return ctx if isinstance(ctx, TraceContext) else None

@@ -13,6 +13,7 @@ from producers import CallInfo, StageContext, Workflow, rule, tool
 from producers.log._writer import DeliveryCallback, RunWriter
 from projections.log_reader import read_topic
 from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings
+from schemas._tracecontext import TraceContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,8 @@ class AckLog(RunWriter):
         self.acked: dict[tuple[str, int], float] = {}
         self.errors: list[tuple[str, int, str]] = []
 
-    def produce(self, event: RunEvent, on_delivery: DeliveryCallback) -> str:
+    def produce(self, event: RunEvent, on_delivery: DeliveryCallback,
+                trace: TraceContext | None = None) -> str:
         key = (event.run_id, event.seq)
 
         def cb(err: DeliveryError | None, partition: int, offset: int) -> None:
@@ -61,7 +63,7 @@ class AckLog(RunWriter):
 
         with self.lock:
             self.produced[key] = time.monotonic()
-        return super().produce(event, cb)
+        return super().produce(event, cb, trace)
 
     def acked_seqs(self, run_id: str) -> list[int]:
         with self.lock:

@@ -118,7 +118,7 @@ class _ScriptedResumer:
         self.calls = 0
         self.seen: list[int | None] = []
 
-    def resume(self, run_id: str, *, seen_epoch: int | None = None) -> ResumeOutcome:
+    def resume(self, run_id: str, *, seen_epoch: int | None = None, request: object = None) -> ResumeOutcome:
         res = self.results[min(self.calls, len(self.results) - 1)]
         self.calls += 1
         self.seen.append(seen_epoch)

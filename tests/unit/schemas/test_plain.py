@@ -171,6 +171,8 @@ RICH = RunState(
     verified_artifacts=(ART,),
     stage_outputs={"draft": ART},
     stage_fingerprints={"draft": "0123456789abcdef", "publish": "fedcba9876543210"},
+    traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    tracestate="congo=t61rcWkgMzE",
     completed_stages=("draft",),
     calls={"c1": CallRecord("c1", "publish", ReplayPolicy.IDEMPOTENT, CallStatus.RESULT,
                             "draft", 6, args=ART, result=ART, idempotency_key="ik", delivery_key="dk",
@@ -209,7 +211,9 @@ RICH_JSON = (
     '"params_ref":' + A + ',"parent_run_id":"run-0","partition":3,"recent":[[9,"d9"]],'
     '"recent_rejected":[[12,2,"TOOL_CALLED","gap",41]],"rejected":{"gap":1},"run_id":"run-1","stage":"draft",'
     '"stage_fingerprints":{"draft":"0123456789abcdef","publish":"fedcba9876543210"},'
-    '"stage_outputs":{"draft":' + A + '},"started_at":100,"status":"WAITING","updated_at":120,"v":1,'
+    '"stage_outputs":{"draft":' + A + '},"started_at":100,"status":"WAITING",'
+    '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
+    '"updated_at":120,"v":1,'
     '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500],'
     '"workflow":{"name":"wf","stages":[["draft",["brief"],["r1"],true],["publish",[],[],true]],"version":"1"}}'
 )
