@@ -22,7 +22,7 @@ from producers.define._inputs import DictInputSource, InputNotFound, InputSource
 from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from producers.run._arunner import AsyncRunner
-from producers.run._context import AsyncStageContext, StageContext
+from producers.run._context import AsyncStageContext, CallPosition, StageContext
 from producers.run._core import RunResult
 from producers.run._runner import Runner
 from producers.run._start import RunHandle
@@ -51,6 +51,7 @@ __all__ = [
     "AsyncRunner",
     "AsyncStageContext",
     "CallInfo",
+    "CallPosition",
     "DeliveryError",
     "DeliveryFn",
     "DictInputSource",

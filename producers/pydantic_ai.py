@@ -49,8 +49,13 @@ the agent's toolsets whose ``call_tool`` is a recorded call, installed for one r
 
 Rules of the road (the determinism guard enforces them):
 
-* Tool calls run one at a time, in the order the model asked for them (the run is made in
-  Pydantic AI's ``sequential`` tool execution mode), so each call keeps its position.
+* The tool calls of one model response run concurrently (Pydantic AI's ``parallel_ordered_events``
+  mode: results reach the agent in the response's order once all have finished, and a failing call
+  never cancels a sibling in the middle of its effect; a tool declared ``sequential=True`` still runs
+  alone). Their positions are taken in the response's order when it arrives (recorded or new),
+  before any of them runs, so the order they start or finish in never matters to the guard; a call
+  the agent does not make (invalid arguments, a call after the output) leaves its position empty,
+  the same on every re-run.
 * Anything that feeds a request must be the same on a re-run: instructions and system prompts
   that read the clock or a random source diverge; read them in the stage with ``ctx.now()`` /
   ``ctx.random()`` and pass them in ``deps`` or the prompt.
@@ -90,6 +95,7 @@ from pydantic_ai import (
     CallDeferred,
     DeferredToolResults,
     ModelRetry,
+    ToolDenied,
     ToolFailed,
     WrapperToolset,
 )
@@ -100,7 +106,7 @@ from pydantic_ai.exceptions import (
     ModelServerError,
     ModelUnavailableError,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import KnownModelName, Model, ModelRequestParameters, StreamedResponse, infer_model
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputDataT
@@ -126,7 +132,7 @@ from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext
+    from producers import AsyncStageContext, CallPosition
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
 
@@ -162,13 +168,38 @@ def _calling(call: CallInfo) -> Iterator[None]:
 # -- the model and the toolsets -------------------------------------------------------------------
 
 
+class _Positions:
+    """The call positions of the tool calls of the latest model response of one durable run, taken
+    in the response's order when the response arrives (recorded or new), before any of its calls
+    runs: calls that run concurrently keep the order the model gave them, not the order they finish."""
+
+    def __init__(self, stage: AsyncStageContext) -> None:
+        self._stage = stage
+        self._by_call: dict[tuple[str | None, str], list[CallPosition]] = {}
+
+    def reserve(self, parts: Sequence[ToolCallPart]) -> None:
+        """The positions of ``parts`` (the calls of one response, in its order); the previous
+        response's unused ones stay empty (a call the agent did not make: invalid arguments, ...)."""
+        self._by_call = {}
+        for part, position in zip(parts, self._stage.reserve(len(parts)) if parts else [], strict=True):
+            self._by_call.setdefault((part.tool_call_id, part.tool_name), []).append(position)
+
+    def take(self, tool_call_id: str | None, name: str) -> CallPosition | None:
+        """The reserved position of a call (None: not from the latest response, e.g. a deferred
+        call resolved inside the run: it takes the next position when it is made)."""
+        found = self._by_call.get((tool_call_id, name))
+        return found.pop(0) if found else None
+
+
 class _RunlogModel(WrapperModel):
     """The agent's model for one durable run: each ``request`` is a recorded Runlog call."""
 
-    def __init__(self, wrapped: Model, durable: RunlogAgent[Any, Any], stage: AsyncStageContext) -> None:
+    def __init__(self, wrapped: Model, durable: RunlogAgent[Any, Any], stage: AsyncStageContext,
+                 positions: _Positions | None = None) -> None:
         super().__init__(wrapped)
         self._durable = durable
         self._stage = stage
+        self._positions = positions or _Positions(stage)
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
@@ -184,7 +215,11 @@ class _RunlogModel(WrapperModel):
             return encode_response(response)
 
         recorded = await self._stage.call(dataclasses.replace(self._durable.model_tool, fn=fn), **args)
-        return decode_response(recorded)
+        response = decode_response(recorded)
+        names = {t.name for t in model_request_parameters.function_tools}  # not output tools
+        self._positions.reserve([p for p in response.parts
+                                 if isinstance(p, ToolCallPart) and p.tool_name in names])
+        return response
 
     @asynccontextmanager
     async def request_stream(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
@@ -203,6 +238,7 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
 
     durable: RunlogAgent[Any, Any] = dataclasses.field(kw_only=True)
     stage: AsyncStageContext = dataclasses.field(kw_only=True)
+    positions: _Positions = dataclasses.field(kw_only=True)
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
                         tool: ToolsetTool[AgentDepsT]) -> Any:
@@ -225,7 +261,10 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
                     return encode_signal(signal)
             return encode_result(result, name, effect=spec.effect)
 
-        recorded = await self.stage.call(dataclasses.replace(spec, fn=fn), **args)
+        position = self.positions.take(ctx.tool_call_id, name)
+        declared = dataclasses.replace(spec, fn=fn)
+        recorded = await (position.call(declared, **args) if position is not None
+                          else self.stage.call(declared, **args))
         return decode_result(recorded)
 
 
@@ -310,8 +349,11 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         """Run the agent to its output inside an async stage; every model request and tool call
         is a recorded call of ``ctx`` (see the module docstring). The arguments are those of
         ``Agent.run``; ``toolsets`` are added to the agent's and recorded the same way."""
-        model = _RunlogModel(self._wrapped_model(), self, ctx)
-        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx)
+        positions = _Positions(ctx)
+        if deferred_tool_results is not None and message_history:  # approved calls run first
+            positions.reserve(_approved_calls(message_history, deferred_tool_results))
+        model = _RunlogModel(self._wrapped_model(), self, ctx, positions)
+        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
                    for ts in [*self.agent.toolsets, *(toolsets or ())]]
         kwargs: dict[str, Any] = {"infer_name": False}
         for key, value in (("output_type", output_type), ("message_history", message_history),
@@ -321,9 +363,19 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
             if value is not None:
                 kwargs[key] = value
         with self.agent.override(model=model, toolsets=wrapped, tools=[]), \
-                self.agent.parallel_tool_call_execution_mode("sequential"):
+                self.agent.parallel_tool_call_execution_mode("parallel_ordered_events"):
             result: AgentRunResult[Any] = await self.agent.run(user_prompt, **kwargs)
         return result
+
+
+def _approved_calls(history: Sequence[ModelMessage], results: DeferredToolResults) -> list[ToolCallPart]:
+    """The calls of the history's last response that ``results`` approves: the run makes them first."""
+    last = next((m for m in reversed(history) if isinstance(m, ModelResponse)), None)
+    if last is None:
+        return []
+    return [p for p in last.parts if isinstance(p, ToolCallPart) and p.tool_call_id in results.approvals
+            and not isinstance(results.approvals[p.tool_call_id], ToolDenied)
+            and results.approvals[p.tool_call_id] is not False]
 
 
 async def _unbound(call: CallInfo, **_: Any) -> Any:

@@ -12,7 +12,9 @@ verified with a round trip to Redis, so a writer whose lease was taken (a takeov
 operator's ``runlog cancel``) starts no further call: it raises ``LeaseLost``.
 
 Call ids are ``f"{stage}/{tool}/{index}"``, ``index`` counting this stage's calls
-in submission order, so re-running a stage reproduces them. Calls whose id is in
+in the order they are made (``ctx.call`` invoked, ``ctx.submit``, or positions reserved for a
+parallel group), never the order they finish, so re-running a stage reproduces them however its
+concurrent calls' timing differs. Calls whose id is in
 ``recorded_calls`` are not made again: their recorded result is returned and
 nothing is appended. Calls in ``reconciled`` are not made either: the external
 record stands in for the result and one ``TOOL_RESULT`` with attribute
@@ -170,6 +172,16 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
             i = self._next_index
             self._next_index += 1
             return i
+
+    def _reserve(self, n: int) -> list[int]:
+        """Take the next ``n`` call positions of this stage at once, in order (a parallel group's
+        positions, given before any of its calls is awaited)."""
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            first = self._next_index
+            self._next_index += n
+            return list(range(first, first + n))
 
     def _fail(self, err: BaseException) -> None:
         with self._lock:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
@@ -14,8 +14,9 @@ from producers.calls._calls import NOW, RANDOM, UUID
 from producers.define._tools import Tool
 from producers.run._protocol import INLINE, Mode, Steps, adrive, drive
 from schemas._types import ArtifactRef
+from schemas.errors import WorkflowDefinitionError
 
-__all__ = ["AsyncStageContext", "StageContext"]
+__all__ = ["AsyncStageContext", "CallPosition", "StageContext"]
 
 T = TypeVar("T")
 
@@ -124,6 +125,38 @@ class StageContext(_ContextCore):
             pool.shutdown(wait=True)
 
 
+async def _raise(err: BaseException) -> Any:
+    raise err
+
+
+class CallPosition:
+    """A call position of an async stage taken ahead (:meth:`AsyncStageContext.reserve`): the one
+    call made through it is recorded there, whenever it is made."""
+
+    __slots__ = ("_ctx", "_used", "index")
+
+    def __init__(self, ctx: AsyncStageContext, index: int) -> None:
+        self._ctx = ctx
+        self._used = False
+        self.index = index
+        """The position in the stage (the last part of the call's id)."""
+
+    def call(self, tool: Tool, /, **args: Any) -> Coroutine[Any, Any, Any]:
+        """Make this position's call: ``await position.call(tool, **args)``.
+
+        Raises:
+            WorkflowDefinitionError: the position was used already.
+        """
+        if self._used:
+            raise WorkflowDefinitionError(f"call position {self.index} of stage {self._ctx.stage!r} "
+                                          "was used already: reserve one position per call")
+        self._used = True
+        return self._ctx._call_at(self.index, tool, args)
+
+    def __repr__(self) -> str:
+        return f"CallPosition({self._ctx.stage!r}, {self.index})"
+
+
 class AsyncStageContext(_ContextCore):
     """What an ``async def`` stage function gets as ``ctx``: the same calls, awaited.
 
@@ -142,9 +175,42 @@ class AsyncStageContext(_ContextCore):
         """Store bytes (off the loop); the ref is listed in this stage's ``VERIFIED`` artifacts."""
         return await self._run(self._put(data, media_type))
 
-    async def call(self, tool: Tool, /, **args: Any) -> Any:
-        """Call a tool now and return its result (recorded on the log)."""
-        return await self._run(self._call_steps(tool, self._claim_index(), args))
+    def call(self, tool: Tool, /, **args: Any) -> Coroutine[Any, Any, Any]:
+        """Call a tool and return its result (recorded on the log): ``await ctx.call(tool, ...)``.
+
+        The call's position in the stage is taken when ``call`` is invoked, before anything is
+        awaited: ``await asyncio.gather(ctx.call(a), ctx.call(b))`` gives ``a`` the position before
+        ``b``'s whichever finishes first, so a resume whose calls finish in another order is the same
+        run to the determinism guard. A call started only after another one's result (a chain in a
+        concurrent branch) takes its position then: reserve it first with :meth:`reserve`."""
+        try:
+            index = self._claim_index()
+        except BaseException as err:  # noqa: BLE001 - the stage failed: raised when awaited, as any call's
+            return _raise(err)
+        return self._run(self._call_steps(tool, index, args))
+
+    def reserve(self, n: int) -> list[CallPosition]:
+        """Take the stage's next ``n`` call positions now, in order; each makes one call later with
+        ``await position.call(tool, **args)``, whenever its branch gets there::
+
+            async def branch(pos: list[CallPosition], q: str) -> Any:
+                hits = await pos[0].call(search, q=q)
+                return await pos[1].call(summarize, hits=hits)   # its position is pos[1], not "next"
+
+            positions = [ctx.reserve(2) for _ in queries]
+            out = await asyncio.gather(*(branch(p, q) for p, q in zip(positions, queries)))
+
+        A position left unused stays empty (the same on every re-run of the stage).
+
+        Raises:
+            WorkflowDefinitionError: ``n`` is not a positive int.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise WorkflowDefinitionError(f"reserve() needs a positive number of positions, got {n!r}")
+        return [CallPosition(self, i) for i in self._reserve(n)]
+
+    def _call_at(self, index: int, tool: Tool, args: Mapping[str, Any]) -> Coroutine[Any, Any, Any]:
+        return self._run(self._call_steps(tool, index, args))
 
     async def now(self) -> float:
         """Seconds since the epoch, recorded: a resume of this stage reads the same value back."""

@@ -23,7 +23,7 @@ def test_all_names_exist(name: str) -> None:
 EXPORTS = {
     "producers": [
         "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "CallInfo",
-        "DeliveryError", "DeliveryFn",
+        "CallPosition", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
         "LeaseLost", "LocalArtifactStore", "ReconcileFn", "ReplayPolicy", "ResumeBlocked", "RetryPolicy",
         "RetryableToolError", "Rule", "RunConflict", "RunHandle", "RunResult", "Runner", "RunlogError",
