@@ -2,7 +2,9 @@
 
 The branch is a new run (``parent_run_id``, ``forked_from_seq``) forked at the last
 checkpoint before the first stage that reads a changed input. Its log starts with
-``RUN_STARTED`` (the new pinned versions), ``RUN_BRANCHED``, and one ``VERIFIED``
+``RUN_STARTED`` (the new pinned versions), ``RUN_BRANCHED`` (with the parent's model usage at the
+fork, attribute ``runlog.usage.inherited``: the branch's totals start from it, shown apart from
+what the branch spends itself), and one ``VERIFIED``
 per inherited stage (the parent's verified outputs, attribute ``inherited_from``),
 so it is resumable on its own; the affected stages then run and are verified
 again. The parent run's log is not touched. The branch's effects go through the
@@ -21,6 +23,7 @@ from typing import Any
 from processors.inspect import run_history
 from processors.resume import App
 from producers import ArtifactStore, LocalArtifactStore, Runner
+from projections._usage import INHERITED_ATTRIBUTE
 from schemas import (
     ArtifactRef,
     ConfigError,
@@ -135,16 +138,19 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
     if state.params_ref is not None:
         params = dict(json.loads(store.get(state.params_ref)))
     own = runner is None
-    r = runner or Runner.from_settings(settings, source=app.source, store=store)
+    r = runner or Runner.from_settings(settings, source=app.source, store=store, prices=app.prices)
     try:
         pinned = {**state.input_versions, **changes}
         handle = r.start_run(workflow, params, pinned, parent_run_id=parent_run_id,
                              forked_from_seq=fork_seq)
         session = handle.session
         assert session is not None
+        attrs = {"changed_inputs": ",".join(sorted(changed)), "first_affected": first}
+        spent = inherited_state.total_usage if inherited_state is not None else None
+        if spent is not None and spent.calls:  # the parent's spend at the fork, kept apart
+            attrs[INHERITED_ATTRIBUTE] = spent.to_json()
         session.append(EventType.RUN_BRANCHED, confirm=True, parent_run_id=parent_run_id,
-                       forked_from_seq=fork_seq,
-                       attributes={"changed_inputs": ",".join(sorted(changed)), "first_affected": first})
+                       forked_from_seq=fork_seq, attributes=attrs)
         for stage_name in order[:cut]:
             ref = inherited.get(stage_name)
             if ref is None:

@@ -19,6 +19,7 @@ from producers.calls._calls import WaitTimedOut
 from producers.calls._stored_args import load_args
 from producers.define._app import App
 from producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
+from producers.define._prices import Price, PriceTable
 from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from producers.run._arunner import AsyncRunner
@@ -26,7 +27,7 @@ from producers.run._context import AsyncStageContext, CallPosition, StageContext
 from producers.run._core import RunResult
 from producers.run._runner import Runner
 from producers.run._start import RunHandle
-from schemas._types import ReplayPolicy
+from schemas._types import ReplayPolicy, Usage
 from schemas.errors import (
     ArtifactError,
     DeliveryError,
@@ -62,6 +63,8 @@ __all__ = [
     "JsonDirInputSource",
     "LeaseLost",
     "LocalArtifactStore",
+    "Price",
+    "PriceTable",
     "ReconcileFn",
     "ReplayPolicy",
     "ResumeBlocked",
@@ -81,6 +84,7 @@ __all__ = [
     "Tool",
     "ToolError",
     "ToolFn",
+    "Usage",
     "VerificationFailed",
     "WaitTimedOut",
     "Workflow",

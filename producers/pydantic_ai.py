@@ -128,6 +128,7 @@ from producers.integrations._pydantic_ai_json import (
     load_messages,
     request_args,
 )
+from producers.integrations._pydantic_ai_usage import usage_reader
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 
@@ -214,7 +215,8 @@ class _RunlogModel(WrapperModel):
                     raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
             return encode_response(response)
 
-        recorded = await self._stage.call(dataclasses.replace(self._durable.model_tool, fn=fn), **args)
+        model_tool = dataclasses.replace(self._durable.model_tool, fn=fn, usage=usage_reader(wrapped))
+        recorded = await self._stage.call(model_tool, **args)
         response = decode_response(recorded)
         names = {t.name for t in model_request_parameters.function_tools}  # not output tools
         self._positions.reserve([p for p in response.parts

@@ -16,9 +16,10 @@ from projections._state import (
     evolve_call,
     evolve_state,
 )
+from projections._usage import NO_USAGE
 from schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, RunEvent
 
-__all__ = ["effect", "fingerprints", "resolved", "update_call", "upgraded"]
+__all__ = ["effect", "fingerprints", "resolved", "spent", "update_call", "upgraded"]
 
 
 def fingerprints(e: RunEvent) -> dict[str, str]:
@@ -144,3 +145,16 @@ def effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, Ou
         calls = {**calls, entry.call_id: evolve_call(calls[entry.call_id], delivery_key=dk)}
     s = evolve_state(s, open_effects=opened, closed_effects=closed, calls=calls)
     return s, Outcome(OutcomeKind.ACCEPTED, effects=(entry,))
+
+
+def spent(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
+    """A ``TOOL_RESULT`` with usage: the call's tokens and cost added to the run's totals, its stage's
+    and its model's (:mod:`projections._usage`); the outcome carries the usage (the projector's
+    metrics count it once, as the fold accepts it once)."""
+    u = e.usage
+    assert u is not None
+    stage = e.stage or s.stage or ""
+    stages = {**s.stage_usage, stage: s.stage_usage.get(stage, NO_USAGE).add(u)}
+    models = {**s.model_usage, u.model: s.model_usage.get(u.model, NO_USAGE).add(u)}
+    s = evolve_state(s, usage=s.usage.add(u), stage_usage=stages, model_usage=models)
+    return s, Outcome(OutcomeKind.ACCEPTED, usage=u)

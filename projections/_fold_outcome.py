@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from projections._state import EffectEntry
-from schemas._types import Checkpoint
+from schemas._types import Checkpoint, Usage
 
 __all__ = ["CHECKPOINT_WINDOW", "DIGEST_WINDOW", "REJECTED_WINDOW", "Outcome", "OutcomeKind", "Position"]
 
@@ -33,6 +33,8 @@ class Outcome:
     reason: str | None = None
     checkpoint: Checkpoint | None = None
     effects: tuple[EffectEntry, ...] = field(default=())
+    usage: Usage | None = None
+    """What an accepted ``TOOL_RESULT`` recorded as spent (counted once: a duplicate is not accepted)."""
 
     @property
     def accepted(self) -> bool:

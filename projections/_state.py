@@ -9,6 +9,7 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
+from projections._usage import NO_USAGE, UsageTotals
 from schemas._plain import PlainMapping
 from schemas._types import (
     ArtifactRef,
@@ -198,6 +199,15 @@ class RunState:
     ``last_seq``, the run's anchor (see :attr:`anchor`)."""
     waiting: WaitInfo | None = None
     """Set while stage code waits for a signal (``RUN_WAITING``) until the signal is received."""
+    usage: UsageTotals = NO_USAGE
+    """What this run's own model calls spent: the usage recorded with its ``TOOL_RESULT`` events, each
+    counted once (:mod:`projections._usage`); a branch's inherited spend is apart."""
+    stage_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
+    """Stage name -> what that stage's model calls spent (this run's own calls)."""
+    model_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
+    """Model name -> what this run's own calls of that model spent."""
+    inherited_usage: UsageTotals | None = None
+    """A branch's parent's totals at the fork (``RUN_BRANCHED``); None for a run that is no branch."""
     stage_fingerprints: Mapping[str, str] = field(default_factory=dict)
     """Stage name -> fingerprint of the definition the run is on (``RUN_STARTED`` or the latest
     ``RUN_UPGRADED``, attribute ``runlog.stages``); empty for runs started before they were recorded."""
@@ -221,6 +231,11 @@ class RunState:
         hashes to something else, or that ends before it, is not the log this state was folded
         from. None before any accepted event, and for state JSON written before hashes existed."""
         return None if self.last_hash is None or self.last_seq <= 0 else (self.last_seq, self.last_hash)
+
+    @property
+    def total_usage(self) -> UsageTotals:
+        """What the run spent in all: its own calls and, for a branch, its parent's at the fork."""
+        return self.usage.plus(self.inherited_usage)
 
     @property
     def rejected_total(self) -> int:
@@ -293,7 +308,8 @@ evolve_call: Callable[..., CallRecord] = _evolver(CallRecord)
 # -- JSON ------------------------------------------------------------------------------------------
 
 STATE_JSON = PlainMapping(
-    positional=(ArtifactRef, RuleResult, ErrorInfo, StageSpec, CheckpointEntry, RejectedEvent, WaitInfo),
+    positional=(ArtifactRef, RuleResult, ErrorInfo, StageSpec, CheckpointEntry, RejectedEvent, WaitInfo,
+                UsageTotals),
     keyed={(RunState, "calls"): "call_id", (RunState, "open_effects"): "delivery_key",
            (RunState, "closed_effects"): "delivery_key"},
 )

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from projections._fold_operators import effect as _effect
 from projections._fold_operators import fingerprints as _fingerprints
 from projections._fold_operators import resolved as _resolved
+from projections._fold_operators import spent as _spent
 from projections._fold_operators import update_call as _update_call
 from projections._fold_operators import upgraded as _upgraded
 from projections._fold_outcome import (
@@ -38,6 +39,7 @@ from projections._state import (
     WaitInfo,
     evolve_state,
 )
+from projections._usage import INHERITED_ATTRIBUTE, inherited_from
 from schemas._hash import event_hash
 from schemas._tracecontext import TRACEPARENT, TRACESTATE
 from schemas._types import (
@@ -154,6 +156,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         if t is EventType.EFFECT_RESOLVED and e.delivery_key is not None:
             return _resolved(s, e)
         return s, _ACCEPTED
+    if t is EventType.RUN_BRANCHED and INHERITED_ATTRIBUTE in e.attributes:
+        s = evolve_state(s, inherited_usage=inherited_from(e.attributes))  # the parent's at the fork
     if t in (EventType.RUN_STARTED, EventType.RUN_BRANCHED):
         wf = e.workflow if e.workflow is not None else s.workflow
         s = evolve_state(
@@ -188,7 +192,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         )
         return evolve_state(s, calls={**s.calls, e.call_id: call}), _ACCEPTED
     if t is EventType.TOOL_RESULT and e.call_id is not None:
-        return _update_call(s, e, CallStatus.RESULT, e.payload_ref), _ACCEPTED
+        s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+        return _spent(s, e) if e.usage is not None else (s, _ACCEPTED)
     if t is EventType.EFFECT_INTENT and e.delivery_key is not None:
         return _effect(s, e, EffectStatus.INTENT)
     if t in (EventType.EFFECT_RESULT, EventType.EFFECT_RECONCILED) and e.delivery_key is not None:

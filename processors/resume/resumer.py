@@ -167,7 +167,8 @@ class Resumer:
         self._writer = RunWriter(settings, metrics_registry=metrics_registry) \
             if runner is None and metrics_registry is not None else None
         self.runner = runner or Runner.from_settings(settings, source=app.source, store=self.artifacts,
-                                                     writer=self._writer, tracer=self.tracing.runner_tracer())
+                                                     writer=self._writer, tracer=self.tracing.runner_tracer(),
+                                                     prices=app.prices)
         self._own_projection: Any = None
         if projection is None:
             from projections.redis_store import RedisStore

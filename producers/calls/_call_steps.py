@@ -77,6 +77,7 @@ from producers.calls._calls import (
 from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
 from producers.calls._ledger import EffectLedger
 from producers.calls._stored_args import StoredArgsSteps
+from producers.define._prices import PriceTable, usage_of
 from producers.define._tools import CallInfo, Tool, retry_steps
 from producers.log._session import AppendResult, RunSession
 from producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
@@ -100,7 +101,8 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
                  recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
                  reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
                  ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
-                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None) -> None:
+                 mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None,
+                 prices: PriceTable | None = None) -> None:
         self.session = session
         self.stage = stage
         self.store = store
@@ -119,6 +121,7 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
         self._max_parallel = max_parallel
         self._mode = mode or self._default_mode()
         self._tracer = tracer
+        self._prices = prices if prices is not None else PriceTable()  # prices what calls report spent
         self._span = span
         self._lock = threading.Lock()
         self._patch_lock = threading.Lock()  # ctx.patched of a def stage: one asker at a time
@@ -278,6 +281,7 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
         try:
             result, attempts = yield from retry_steps(attempt, tool.retry, before_retry)
             result_bytes = canonical_json(result)
+            spent = usage_of(tool.usage, result, self._prices, f"tool {tool.name!r}")
             if tool.effect and _external_id(result) is None:
                 raise TerminalToolError(f"effect tool {tool.name!r} must return a JSON object with a "
                                         f"string 'external_id', got {type(result).__name__}",
@@ -301,7 +305,7 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
                               external_id=_external_id(result), **common)
         ref = yield from self._put(result_bytes)
         yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)},
-                          **common)
+                          usage=spent, **common)
         return result
 
     # -- a patch ----------------------------------------------------------------------------------

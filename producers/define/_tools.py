@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producers.run._protocol import Sleep, Steps
-from schemas._types import ReplayPolicy
+from schemas._types import ReplayPolicy, Usage
 from schemas.errors import RetryableToolError, WorkflowDefinitionError
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "RetryPolicy",
     "Tool",
     "ToolFn",
+    "UsageFn",
     "retry_steps",
     "tool",
 ]
@@ -57,6 +58,8 @@ DeliveryFn = Callable[[Mapping[str, Any], CallInfo], tuple[str, str, str, str]]
 """``(args, call) -> (account, platform, canonical object id, revision)``."""
 ReconcileFn = Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None]
 """``(delivery_key, request_args) -> existing external record (with "external_id") or None``."""
+UsageFn = Callable[[Any], Usage | None]
+"""``(result) -> Usage or None``: what a call spent, read from its (JSON) result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,11 @@ class Tool:
     grows from call to call (a conversation's messages) stores only its new items
     (:mod:`producers.calls._stored_args`). The request hash is the same either way: it is computed
     over the full arguments. Not for effect tools (their reconcile function reads the recorded ones)."""
+    usage: UsageFn | None = None
+    """Reads what a call spent from its result (a model request's tokens): recorded with the call's
+    ``TOOL_RESULT`` (``RunEvent.usage``), priced by the runner's price table (the App's
+    ``prices``). Called once, when the call is made; a recorded result handed back on a replay is
+    not new spend and records nothing. None (the default): the tool reports no usage."""
 
     def __post_init__(self) -> None:
         where = f"tool {self.name!r}"
@@ -140,12 +148,14 @@ def tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     args_by_ref: Sequence[str] = (),
+    usage: UsageFn | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Decorator declaring ``fn(call, **args)`` as a tool.
 
     ``NEVER`` and ``RECONCILE_FIRST`` tools are always effect tools (``effect=False``
     with them is an error); others are effect tools when ``effect=True``. ``args_by_ref`` names
-    arguments stored by reference (:attr:`Tool.args_by_ref`).
+    arguments stored by reference (:attr:`Tool.args_by_ref`); ``usage`` reads what a call spent
+    from its result (:attr:`Tool.usage`).
     """
     forced = policy in (ReplayPolicy.NEVER, ReplayPolicy.RECONCILE_FIRST)
     if forced and effect is False:
@@ -158,7 +168,7 @@ def tool(
 
     def deco(fn: ToolFn) -> Tool:
         return Tool(name, fn, policy, is_effect, target, delivery, reconcile, retry or RetryPolicy(),
-                    tuple(args_by_ref))
+                    tuple(args_by_ref), usage)
 
     return deco
 

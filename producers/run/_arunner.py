@@ -14,6 +14,7 @@ from producers.calls._calls import RecordedCall
 from producers.calls._ledger import EffectLedger, RedisEffectLedger
 from producers.calls._ledger_topic import EffectsTopic
 from producers.define._inputs import InputSource
+from producers.define._prices import Price, PriceTable
 from producers.define._workflow import Workflow
 from producers.log._log import EventLog
 from producers.log._runlog import KafkaRunLog, RunLog
@@ -59,10 +60,11 @@ class AsyncRunner(_RunnerCore):
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
-                 executor: Executor | None = None, max_threads: int = 32) -> None:
+                 executor: Executor | None = None, max_threads: int = 32,
+                 prices: PriceTable | Mapping[str, Price] | None = None) -> None:
         super().__init__(writer, leases, store, source=source, run_keys=run_keys, max_parallel=max_parallel,
                          ledger=ledger, run_log=run_log, lease_wait_s=lease_wait_s, active=active,
-                         tracer=tracer)
+                         tracer=tracer, prices=PriceTable.of(prices))
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="runlog-async")
         self._loop_mode = LoopMode(self.executor)
@@ -75,7 +77,8 @@ class AsyncRunner(_RunnerCore):
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
                       writer: EventLog | None = None, store: ArtifactStore | None = None,
                       tracer: Tracer = NO_TRACE, max_connections: int = 256,
-                      pool_timeout: float | None = None, metrics_registry: Any = None) -> AsyncRunner:
+                      pool_timeout: float | None = None, metrics_registry: Any = None,
+                      prices: PriceTable | Mapping[str, Price] | None = None) -> AsyncRunner:
         """An async runner on the real services (Redis via redis-py's asyncio client).
 
         ``max_connections``: the asyncio pool the runs share; a run waits for a free connection up
@@ -97,7 +100,8 @@ class AsyncRunner(_RunnerCore):
                 ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient, waits=waits,
                                          effects_topic=topic),
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
-                active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer)
+                active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer,
+                prices=prices)
         r._owned = [topic, beat, leases, client, aclient] + ([w] if own_writer else [])
         return r
 

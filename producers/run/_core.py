@@ -29,6 +29,7 @@ from producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_i
 from producers.calls._keys import canonical_json
 from producers.calls._ledger import EffectLedger
 from producers.define._inputs import DictInputSource, InputSource
+from producers.define._prices import PriceTable
 from producers.define._workflow import Stage, evaluate_rules
 from producers.log._log import EventLog
 from producers.log._runlog import RunLog
@@ -84,7 +85,8 @@ class _RunnerCore(_StartSteps):
                  source: InputSource | None = None, run_keys: RunKeys | None = None,
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
-                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE) -> None:
+                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
+                 prices: PriceTable | None = None) -> None:
         self.writer = writer
         self.leases = leases
         self.store = store
@@ -96,6 +98,8 @@ class _RunnerCore(_StartSteps):
         self.lease_wait_s = lease_wait_s
         self.active = active
         self.tracer = tracer
+        self.prices = PriceTable.of(prices)
+        """Prices the model calls stages make (the App's ``prices``): a call's usage gets its cost."""
 
     def _modes(self) -> tuple[Mode, Mode]:
         """The modes of a ``def`` stage's and an ``async def`` stage's context."""
@@ -201,7 +205,8 @@ class _RunnerCore(_StartSteps):
         kind = AsyncStageContext if is_async else StageContext
         ctx = kind(s, stage.name, self.store, outputs, recorded_calls=recorded, reconciled=reconciled,
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
-                   mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span)
+                   mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
+                   prices=self.prices)
         yield s.crashing(f"inside:STAGE:{stage.name}")
         try:
             inputs = s.inputs.load(stage.inputs)

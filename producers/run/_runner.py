@@ -10,6 +10,7 @@ from producers.calls._calls import RecordedCall
 from producers.calls._ledger import EffectLedger, RedisEffectLedger
 from producers.calls._ledger_topic import EffectsTopic
 from producers.define._inputs import InputSource
+from producers.define._prices import Price, PriceTable
 from producers.define._workflow import Workflow
 from producers.log._log import EventLog
 from producers.log._runlog import KafkaRunLog, RunLog
@@ -50,22 +51,26 @@ class Runner(_RunnerCore):
         lease_wait_s: how long a keyed start waits for a crashed starter's lease to expire.
         active: the registry of active runs the resumers' sweep reads (no projector needed).
         tracer: spans per run, stage and call (``producers.otel.OtelTracer``; none by default).
+        prices: the price table of the model calls its stages make (the App's ``prices``): each
+            call's recorded usage gets its cost (none for a model without a price).
     """
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
                  source: InputSource | None = None, run_keys: RunKeys | None = None,
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
-                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE) -> None:
+                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
+                 prices: PriceTable | Mapping[str, Price] | None = None) -> None:
         super().__init__(writer, leases, store, source=source, run_keys=run_keys, max_parallel=max_parallel,
                          ledger=ledger, run_log=run_log, lease_wait_s=lease_wait_s, active=active,
-                         tracer=tracer)
+                         tracer=tracer, prices=PriceTable.of(prices))
         self._owned: list[Any] = []
 
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
                       writer: EventLog | None = None, store: ArtifactStore | None = None,
-                      tracer: Tracer = NO_TRACE, metrics_registry: Any = None) -> Runner:
+                      tracer: Tracer = NO_TRACE, metrics_registry: Any = None,
+                      prices: PriceTable | Mapping[str, Price] | None = None) -> Runner:
         """A runner on the real services: Redis leases and run keys, the local artifact store.
         ``metrics_registry``: a ``prometheus_client.CollectorRegistry`` its own writer counts into."""
         # Blocking pool: many run threads share a bounded set of connections and wait for one.
@@ -81,7 +86,7 @@ class Runner(_RunnerCore):
                 ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits, effects_topic=topic),
                 run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
-                active=ActiveRuns(client, settings.redis_prefix), tracer=tracer)
+                active=ActiveRuns(client, settings.redis_prefix), tracer=tracer, prices=prices)
         r._owned = [topic, beat, leases, client] + ([w] if own_writer else [])
         return r
 

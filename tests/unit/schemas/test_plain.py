@@ -22,6 +22,7 @@ from projections._state import (
     state_from_json,
     state_to_json,
 )
+from projections._usage import UsageTotals
 from schemas import (
     ArtifactRef,
     Checkpoint,
@@ -189,6 +190,10 @@ RICH = RunState(
     recent=((9, "d9"),),
     last_hash="h9",
     waiting=WaitInfo("draft/runlog.wait/0", "approve", 500),
+    usage=UsageTotals(2, 30, 4, 10, 0, 70, 1),
+    stage_usage={"draft": UsageTotals(2, 30, 4, 10, 0, 70, 1)},
+    model_usage={"a:m": UsageTotals(1, 20, 3, 10, 0, 70, 0), "b:n": UsageTotals(1, 10, 1, 0, 0, None, 1)},
+    inherited_usage=UsageTotals(1, 5, 1, 0, 0, 9, 0),
 )
 
 A = '["file:///a","' + "ab" * 32 + '",12,"application/json"]'
@@ -203,17 +208,20 @@ RICH_JSON = (
     '"closed_effects":[{"call_id":null,"delivery_key":"dk","external_id":"x","opened_at":null,'
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":7,"stage":null,"status":"DONE",'
     '"target":"cms","tool":null,"updated_at":105}],'
-    '"completed_stages":["draft"],"epoch":2,"forked_from_seq":5,"input_versions":{"brief":"v2"},'
-    '"last_error":["Timeout","slow",true],"last_hash":"h9","last_seq":9,"next_stage":"publish","offset":40,'
+    '"completed_stages":["draft"],"epoch":2,"forked_from_seq":5,"inherited_usage":[1,5,1,0,0,9,0],'
+    '"input_versions":{"brief":"v2"},'
+    '"last_error":["Timeout","slow",true],"last_hash":"h9","last_seq":9,'
+    '"model_usage":{"a:m":[1,20,3,10,0,70,0],"b:n":[1,10,1,0,0,null,1]},"next_stage":"publish","offset":40,'
     '"open_effects":[{"call_id":"c2","delivery_key":"dk2","external_id":null,"opened_at":108,'
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":8,"stage":null,"status":"INTENT",'
     '"target":"cms","tool":null,"updated_at":110}],'
     '"params_ref":' + A + ',"parent_run_id":"run-0","partition":3,"recent":[[9,"d9"]],'
     '"recent_rejected":[[12,2,"TOOL_CALLED","gap",41]],"rejected":{"gap":1},"run_id":"run-1","stage":"draft",'
     '"stage_fingerprints":{"draft":"0123456789abcdef","publish":"fedcba9876543210"},'
-    '"stage_outputs":{"draft":' + A + '},"started_at":100,"status":"WAITING",'
+    '"stage_outputs":{"draft":' + A + '},"stage_usage":{"draft":[2,30,4,10,0,70,1]},"started_at":100,'
+    '"status":"WAITING",'
     '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
-    '"updated_at":120,"v":1,'
+    '"updated_at":120,"usage":[2,30,4,10,0,70,1],"v":1,'
     '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500],'
     '"workflow":{"name":"wf","stages":[["draft",["brief"],["r1"],true],["publish",[],[],true]],"version":"1"}}'
 )

@@ -1,0 +1,43 @@
+"""What a Pydantic AI model request spent, read from its recorded response: Pydantic AI's
+:class:`~pydantic_ai.usage.RequestUsage` as a Runlog :class:`~schemas.Usage` (part of
+:mod:`producers.pydantic_ai`).
+
+The model is named as the request asked for it, ``"<system>:<model_name>"`` of the wrapped model
+(``"openai:gpt-5.2"``), not the response's ``model_name`` (a dated snapshot, say), so a price table
+names a model as the agent does. ``input_tokens`` counts every input token, cache reads and writes
+included (Pydantic AI's convention for every provider); a response without usage (its provider
+sent none) reports nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic_ai.models import Model
+
+from producers.integrations._pydantic_ai_json import decode_response
+from schemas._types import Usage
+
+__all__ = ["model_label", "usage_reader"]
+
+
+def model_label(model: Model) -> str:
+    """How a model's calls name it in their usage: ``"<system>:<model_name>"``."""
+    return f"{model.system}:{model.model_name}"
+
+
+def usage_reader(model: Model) -> Callable[[Any], Usage | None]:
+    """``Tool.usage`` of the requests to ``model``: the recorded response's ``RequestUsage``."""
+    label = model_label(model)
+
+    def read(result: Any) -> Usage | None:
+        if not isinstance(result, Mapping) or "usage" not in result:
+            return None
+        u = decode_response(result).usage
+        if not u.has_values():
+            return None
+        return Usage(label, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                     cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens)
+
+    return read
