@@ -122,6 +122,7 @@ from producers.integrations._pydantic_ai_json import (
     decode_result,
     dump_messages,
     encode_response,
+from producers.calls._replay_hook import model_override
     encode_result,
     encode_signal,
     jsonable,
@@ -335,8 +336,8 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         ``App.of(..., tools=...)``: resume reconciles ``RECONCILE_FIRST`` intents with them."""
         return [self.model_tool, *self._mapped.values()]
 
-    def _wrapped_model(self) -> Model:
-        model = self._model if self._model is not None else self.agent.model
+    def _wrapped_model(self, run_id: str) -> Model:
+        model = model_override(run_id) or (self._model if self._model is not None else self.agent.model)
         if model is None:
             raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: the agent has no model; pass "
                                           "RunlogAgent(agent, model=...)")
@@ -354,7 +355,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         positions = _Positions(ctx)
         if deferred_tool_results is not None and message_history:  # approved calls run first
             positions.reserve(_approved_calls(message_history, deferred_tool_results))
-        model = _RunlogModel(self._wrapped_model(), self, ctx, positions)
+        model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions)
         wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
                    for ts in [*self.agent.toolsets, *(toolsets or ())]]
         kwargs: dict[str, Any] = {"infer_name": False}

@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors.cli.signal",
     "processors.cli.operate",
     "processors.cli.upgrade",
+    "processors.cli.replay",
 )
 
 

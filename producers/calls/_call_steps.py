@@ -76,6 +76,7 @@ from producers.calls._calls import (
 )
 from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
 from producers.calls._ledger import EffectLedger
+from producers.calls._replay_hook import tool_function
 from producers.calls._stored_args import StoredArgsSteps
 from producers.define._prices import PriceTable, usage_of
 from producers.define._tools import CallInfo, Tool, retry_steps
@@ -270,7 +271,8 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
 
         def attempt(n: int) -> Steps[Any]:
             s.check()
-            return (yield Invoke(tool.fn, (dataclasses.replace(info, attempt=n),), dict(args)))
+            call = dataclasses.replace(info, attempt=n)
+            return (yield Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
 
         def before_retry(n: int) -> Steps[None]:
             if tool.effect:

@@ -1,0 +1,118 @@
+"""``runlog replay`` (counterfactual replay for evaluation) over the orders workflow and the demo
+world's services: a replay never executes an effect, serves recorded results whose requests match,
+and stops at an effect whose request changed. Real broker, Redis and demo world.
+
+What each test would catch: a replay that charges, reserves or emails again (the services' own
+counts), that writes into the live namespace (the live topics' and projection's contents), that
+serves a result to a changed request, or whose report misstates what happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.replay import ANEW, NOT_MADE, SERVED, STOPPED, replay_cohort, replay_run, summary_table
+from producers import Runner
+from projections import RedisStore, RunStatus
+from schemas import Settings
+from tests.integration.resume._orders import orders_app
+from tests.integration.resume.conftest import DemoWorld, log_of, project
+
+pytestmark = pytest.mark.integration
+
+
+def _orders(settings: Settings, world: DemoWorld, n: int) -> list[str]:
+    app = orders_app(world.client)
+    ids = []
+    with Runner.from_settings(settings, source=app.source) as runner:
+        for i in range(n):
+            res = runner.run(app.registry.get("orders"), {"order": f"r-{i}", "mode": "ctx"})
+            assert res.completed
+            ids.append(res.run_id)
+    return ids
+
+
+def test_a_cohort_replayed_with_another_model_makes_no_effect_and_reports_what_changed(
+        topics: Settings, world: DemoWorld) -> None:
+    ids = _orders(topics, world, 20)
+    project(topics)
+    before = world.stats()
+    assert (before["charges"], before["assets"], before["publishes"]) == (20, 20, 20), before
+    live = {run_id: len(log_of(topics, run_id)) for run_id in ids}
+    app = orders_app(world.client)
+    namespace, reports = replay_cohort(topics, app, "orders", 0, model="test")
+    assert sorted(r.run_id for r in reports) == sorted(ids)
+    after = world.stats()
+    keys = ("charges", "uploads", "assets", "publishes", "research_calls")
+    assert {k: after[k] for k in keys} == {k: before[k] for k in keys}, reports[0].calls  # not even a search
+    for rep in reports:
+        assert rep.namespace == namespace and rep.status == "completed", (rep.status, rep.reason)
+        assert rep.outputs == {"pick": "same", "pay": "same", "notify": "same"}, rep.outputs
+        # random, quote, reserve, charge, email: every recorded call served, none run
+        assert [(c.tool, c.how) for c in rep.calls] == [
+            ("runlog.random", SERVED), ("quote", SERVED), ("reserve", SERVED), ("charge", SERVED),
+            ("email", SERVED)], rep.calls
+    # the live runs were not touched: their logs are as they were, the replays are elsewhere
+    assert {run_id: len(log_of(topics, run_id)) for run_id in ids} == live
+    store = RedisStore.from_settings(topics)
+    try:
+        assert sorted(store.runs(RunStatus.COMPLETED)) == sorted(ids)
+    finally:
+        store.client.close()
+    table = summary_table(reports)
+    assert len(table.splitlines()) == 21 and all(r.run_id in table for r in reports)
+
+
+def test_a_changed_parameter_stops_the_replay_at_the_effect_whose_request_changed(
+        topics: Settings, world: DemoWorld) -> None:
+    (run_id,) = _orders(topics, world, 1)
+    before = world.stats()
+    rep = replay_run(topics, orders_app(world.client), run_id, set_params={"order": "r-other"})
+    assert rep.status == "stopped" and "reserve" in rep.reason
+    assert "request is not the recorded one" in rep.reason
+    assert rep.params["order"] == "r-other"
+    hows = {c.tool: c.how for c in rep.calls}
+    assert hows == {"runlog.random": SERVED, "quote": SERVED, "reserve": STOPPED, "charge": NOT_MADE,
+                    "email": NOT_MADE}, rep.calls
+    assert rep.outputs == {"pick": "not reached", "pay": "not reached", "notify": "not reached"}
+    after = world.stats()
+    keys = ("charges", "uploads", "assets", "publishes")
+    assert {k: after[k] for k in keys} == {k: before[k] for k in keys}
+
+
+def test_an_agent_replayed_calls_its_model_anew_and_with_another_model_never_saves_again(
+        topics: Settings, tmp_path: Path) -> None:
+    from tests.integration.resume._pydantic_ai_agent import (
+        LOOKUP_TOOL,
+        MODEL_TOOL,
+        SAVE_TOOL,
+        ShopWorld,
+        agent_app,
+    )
+
+    root = tmp_path / "shop"
+    app = agent_app(root)
+    world = ShopWorld(root)
+    with Runner.from_settings(topics, source=app.source, prices=app.prices) as runner:
+        res = runner.run(app.registry.get("agent-shop"), {"sku": "sku-1", "order": "o-9"})
+    assert res.completed
+    turns, lookups, rows = len(world.model_turns()), world.lookups(), world.rows()
+    assert (lookups, len(rows), world.attempts()) == (1, 1, 1)
+
+    same = replay_run(topics, app, res.run_id)  # the same model: asked again, answers alike
+    assert same.status == "completed", same.reason
+    # the same answers; the research stage's output also holds the messages, stamped with their time
+    assert same.outputs == {"research": "changed (messages)", "order": "same"}, same.outputs
+    assert len(world.model_turns()) == 2 * turns  # every model request made anew
+    assert (world.lookups(), world.rows(), world.attempts()) == (lookups, rows, 1)  # tools served
+    hows = {(c.tool, c.how) for c in same.calls}
+    assert hows == {(MODEL_TOOL, ANEW), (LOOKUP_TOOL, SERVED), (SAVE_TOOL, SERVED)}, same.calls
+
+    other = replay_run(topics, app, res.run_id, model="test")  # Pydantic AI's TestModel, no network
+    assert len(world.model_turns()) == 2 * turns  # the agent's own model was not asked
+    assert other.model == "test" and other.status == "stopped", other.reason
+    assert f"effect {SAVE_TOOL} (RECONCILE_FIRST) not made in a replay" in other.reason, other.reason
+    assert (world.rows(), world.attempts()) == (rows, 1)  # the order was never saved again
+    # TestModel asks for every tool in its first response: the save is stopped inside research
+    assert other.outputs == {"research": "not reached", "order": "not reached"}, other.outputs
