@@ -73,6 +73,18 @@ class ProjectorMetrics:
                                   ["reason"], registry=r)
         for reason in RECOVERY_REASONS:
             self.recoveries.labels(reason)
+        self.model_calls = Counter("runlog_model_calls_total",
+                                   "Model calls whose usage the fold accepted (recorded once each: a "
+                                   "reused recorded call is not counted again), by workflow and model.",
+                                   ["workflow", "model"], registry=r)
+        self.model_tokens = Counter("runlog_model_tokens_total",
+                                    "Tokens of those calls by kind: input (all input tokens, cached ones "
+                                    "included), output, cache_read, cache_write.",
+                                    ["workflow", "model", "kind"], registry=r)
+        self.model_cost = Counter("runlog_model_cost_usd_total",
+                                  "Cost of those calls in US dollars, from the App's price table (calls of "
+                                  "a model without a price add nothing here).", ["workflow", "model"],
+                                  registry=r)
         self._lag_partitions: set[str] = set()
 
     def observe_batch(self, res: BatchResult, records: int, seconds: float | None = None) -> None:
@@ -88,6 +100,13 @@ class ProjectorMetrics:
             self.dead_letters.labels(dl.reason).inc()
         if seconds is not None:
             self.apply_seconds.observe(seconds)
+        for workflow, u in res.usage:
+            self.model_calls.labels(workflow, u.model).inc()
+            for kind, n in (("input", u.input_tokens), ("output", u.output_tokens),
+                            ("cache_read", u.cache_read_tokens), ("cache_write", u.cache_write_tokens)):
+                self.model_tokens.labels(workflow, u.model, kind).inc(n)
+            if u.cost_nanos is not None:
+                self.model_cost.labels(workflow, u.model).inc(u.cost_nanos / 1e9)
 
     def set_lag(self, lags: Iterable[tuple[int, int | None]]) -> None:
         """The lag of every assigned partition (None: not known yet, the last value stays);

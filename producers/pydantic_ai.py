@@ -31,6 +31,12 @@ the agent's toolsets whose ``call_tool`` is a recorded call, installed for one r
   compares what was asked: a request at a recorded position that is not the recorded request (a
   different prompt, history, tool set or model) raises :class:`~schemas.errors.Diverged` and the
   run blocks.
+* **Usage.** Each model request records what its response's ``RequestUsage`` says it used (input,
+  output, cache read and cache write tokens) with its result (``RunEvent.usage``), the model named
+  ``"<system>:<model_name>"``, and the cost the runner's price table gives (``App.of(...,
+  prices={"gpt-5.2": Price(input=..., output=...)})``, ``Runner.from_settings(...,
+  prices=app.prices)``; no price, no cost). A request read back on resume records nothing again, so
+  the projection's totals (``RunState.usage``) count each request once.
 * **Tool calls.** Each call of an agent tool is a recorded call of a Runlog tool with the
   model's (validated) arguments as its arguments: ``pydantic_ai.tool.<name>.<tool>`` with
   ``tools_policy`` (``SAFE`` by default), or the Runlog :class:`~producers.Tool` that ``tools=``

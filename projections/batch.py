@@ -17,7 +17,7 @@ from projections.fold import Outcome, OutcomeKind, Position, fold
 from projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
 from schemas._codec import Codec
 from schemas._hash import event_hash
-from schemas._types import Checkpoint, RunEvent
+from schemas._types import Checkpoint, RunEvent, Usage
 from schemas.errors import DecodeError, RunlogError
 
 __all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "Received", "decode_records"]
@@ -72,6 +72,9 @@ class BatchResult:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     effects: list[EffectEntry] = field(default_factory=list)
     conflicts: int = 0
+    usage: list[tuple[str, Usage]] = field(default_factory=list)
+    """(workflow name, usage) of each accepted ``TOOL_RESULT`` that recorded usage, once per event
+    applied (a redelivered or retried batch folds to duplicates and adds nothing)."""
 
     @property
     def applied(self) -> int:
@@ -216,6 +219,8 @@ class BatchProjector:
                     if out.rejected and out.reason:
                         result.rejected[out.reason] += 1
                     result.effects.extend(out.effects)
+                    if out.usage is not None and f.state is not None:
+                        result.usage.append((f.state.workflow_name, out.usage))
                 result.checkpoints.extend(c.checkpoint for c in f.checkpoints)
             if not retry:
                 return result

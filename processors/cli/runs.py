@@ -20,7 +20,8 @@ _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", 
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects",
+    p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects, "
+                       "tokens and cost",
                        description="From the Redis projection; when no projector has written it (or it "
                        "lists no runs), from the events topic, with a note on stderr. A projection not "
                        "marked ready (a rebuild --swap moving it) is listed with a note on stderr.")
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("show", help="draw a run's timeline and calls from the log",
                        description="Stages, events, checkpoints with artifacts, each tool call (full "
                        "delivery key, external id, whether its result was executed, reused, reconciled "
-                       "or resolved), effects, lease epochs and rejected events, all from the events "
+                       "or resolved), effects, lease epochs, rejected events and model usage (tokens and "
+                       "cost; a branch's inherited spend apart), all from the events "
                        "topic. --payloads adds each call's arguments and result from the artifact store "
                        "(truncated; anything that looks like a credential is masked).")
     p.add_argument("run_id", help="the run to show")
@@ -121,11 +123,11 @@ def _runs(args: argparse.Namespace) -> int:
     cells: list[tuple[str, ...]] = [
         (str(d["run_id"]), f"{d['workflow']}@{d['workflow_version']}" if d["workflow"] else "-",
          str(d["status"]), str(d["stage"] or "-"), str(d["next_stage"] or "-"), str(d["last_seq"]),
-         str(d["epoch"]), _age(d["updated_at"])) for d in docs]
-    head = ("run", "workflow", "status", "stage", "next", "seq", "epoch", "age")
+         str(d["epoch"]), _age(d["updated_at"]), *_spend(d["usage"]["total"])) for d in docs]
+    head = ("run", "workflow", "status", "stage", "next", "seq", "epoch", "age", "tokens", "cost")
     # each column as wide as its widest cell (long workflow or stage names do not shift the others)
     widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
-    right = {5, 6, 7}
+    right = {5, 6, 7, 8, 9}
 
     def line(cells: tuple[str, ...]) -> str:
         return " ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -145,6 +147,18 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 _OPEN = ("PENDING", "RUNNING", "WAITING")
+
+
+def _spend(total: dict[str, Any]) -> tuple[str, str]:
+    """The tokens and cost cells of a run (``-`` when it recorded none, ``?`` for a cost without a
+    price for some of its calls)."""
+    if not total["calls"]:
+        return "-", "-"
+    tokens = total["input_tokens"] + total["output_tokens"]
+    cost = "-" if total["cost_nanos"] is None else f"${total['cost_nanos'] / 1e9:.4f}"
+    if total["unpriced_calls"] and total["cost_nanos"] is not None:
+        cost += "+?"
+    return f"{tokens:,}", cost
 
 
 def _version_waits(settings: Settings, run_ids: list[str]) -> dict[str, Any]:
@@ -188,6 +202,7 @@ def _show(args: argparse.Namespace) -> int:
         render_timeline,
         run_history,
         run_summary,
+        usage_lines,
     )
     from producers import LocalArtifactStore
     from projections._state import effect_to_dict
@@ -209,7 +224,7 @@ def _show(args: argparse.Namespace) -> int:
         call_docs = [c.to_dict() for c in calls]
         doc: dict[str, Any] = {
             "state": _state_dict(state), "reason": summary["reason"], "waiting": summary["waiting"],
-            "calls": call_docs, "effects": [effect_to_dict(e) for e in effects],
+            "calls": call_docs, "effects": [effect_to_dict(e) for e in effects], "usage": summary["usage"],
             "waiting_for_version": None if wait_view is None else {"version": wait_view.label,
                                                                    "members": list(wait_view.members)},
             "events": [{"seq": h.event.seq, "epoch": h.event.epoch, "type": h.event.type.value,
@@ -233,6 +248,8 @@ def _show(args: argparse.Namespace) -> int:
         print(wait_view.describe())
     if state.parent_run_id:
         print(f"branched from {state.parent_run_id} at seq {state.forked_from_seq}")
+    for line in usage_lines(state):
+        print(line)
     print(render_timeline(history))
     for cp in [h.outcome.checkpoint for h in history if h.outcome.checkpoint is not None]:
         print(f"checkpoint {cp.checkpoint_id} stage={cp.stage} next={cp.next_stage} "

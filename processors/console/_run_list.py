@@ -42,6 +42,12 @@ class RunRow:
     version_wait: str = ""
     """``waits for a member serving orders@1 (none live)`` for a run parked for a member serving its
     version (:mod:`processors.resume._versions`), else empty."""
+    tokens: int = 0
+    """Input and output tokens of the run's model calls (a branch's inherited ones included)."""
+    cost_usd: float | None = None
+    """Their cost in US dollars from the App's price table (None: no call had a price)."""
+    usage: str = ""
+    """The run's model usage in one line (``UsageTotals.describe``), empty without any."""
 
     @classmethod
     def of(cls, s: RunState) -> RunRow:
@@ -55,6 +61,8 @@ class RunRow:
             updated_at=s.updated_at, reason=reason,
             open_effects=tuple(f"{e.tool or '?'} {e.call_id or ''}".strip() for e in s.open_intents),
             waiting_for=s.waiting.signal if s.waiting is not None else "",
+            tokens=s.total_usage.tokens, cost_usd=s.total_usage.cost,
+            usage=s.total_usage.describe() if s.total_usage.calls else "",
         )
 
     def matches(self, q: str) -> bool:

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException
 from processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console
 from processors.console._guard import COOKIE
 from processors.console._reads import RunFollower, list_runs, read_health, timeline_items
+from processors.inspect import usage_doc
 from processors.resume._drains import OPEN, version_table
 from processors.resume._versions import VersionRoutes
 from projections import RunState, RunStatus
@@ -251,6 +252,7 @@ async def run_json(request: web.Request) -> web.Response:
     run["projected_seq"] = projected.last_seq if projected is not None else None
     state = follower.state
     run["waiting_for"] = state.waiting.signal if state is not None and state.waiting is not None else None
+    run["usage"] = usage_doc(state) if state is not None else None
     return web.json_response(run)
 
 

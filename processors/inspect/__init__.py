@@ -35,6 +35,8 @@ __all__ = [
     "run_history",
     "run_summary",
     "runs_from_log",
+    "usage_doc",
+    "usage_lines",
 ]
 
 
@@ -59,6 +61,32 @@ def reason_of(state: RunState) -> str | None:
     return None
 
 
+def usage_doc(state: RunState) -> dict[str, Any]:
+    """What the run's model calls spent: ``total`` (its own and, for a branch, what its parent had
+    spent at the fork), ``own``, ``inherited`` (None for a run that is no branch), and its own by
+    stage and by model (:class:`projections._usage.UsageTotals` as dicts)."""
+    inherited = state.inherited_usage
+    return {"total": state.total_usage.to_dict(), "own": state.usage.to_dict(),
+            "inherited": None if inherited is None else inherited.to_dict(),
+            "stages": {k: v.to_dict() for k, v in sorted(state.stage_usage.items())},
+            "models": {k: v.to_dict() for k, v in sorted(state.model_usage.items())}}
+
+
+def usage_lines(state: RunState) -> list[str]:
+    """``runlog show``'s usage lines: the total, a branch's inherited and own spend apart, per stage
+    and per model; none for a run without model usage."""
+    if not state.total_usage.calls:
+        return []
+    lines = [f"usage: {state.total_usage.describe()}"]
+    if state.inherited_usage is not None:
+        lines.append(f"    inherited from {state.parent_run_id} at seq {state.forked_from_seq}: "
+                     f"{state.inherited_usage.describe()}")
+        lines.append(f"    this branch: {state.usage.describe()}")
+    lines += [f"    stage {k}: {v.describe()}" for k, v in sorted(state.stage_usage.items())]
+    lines += [f"    model {k}: {v.describe()}" for k, v in sorted(state.model_usage.items())]
+    return lines
+
+
 def run_summary(state: RunState) -> dict[str, Any]:
     """A run as ``runlog runs`` lists it: workflow, status, where it is, why it stopped, what it
     waits for, and its open effects with full delivery keys."""
@@ -81,6 +109,7 @@ def run_summary(state: RunState) -> dict[str, Any]:
                           "policy": None if e.replay_policy is None else e.replay_policy.value,
                           "status": e.status.value}
                          for e in state.open_intents],
+        "usage": usage_doc(state),
     }
 
 
