@@ -26,6 +26,7 @@ from schemas import (
     EventType,
     RunEvent,
     StageSpec,
+    Usage,
     WorkflowSpec,
     event_hash,
 )
@@ -137,6 +138,9 @@ def test_event_hash_equals_the_reference_over_random_events() -> None:
         assert event_hash(ev) == reference_hash(ev), (i, ev)
         upgraded = replace(ev, type=EventType.RUN_UPGRADED)
         assert event_hash(upgraded) == reference_hash(upgraded), (i, upgraded)
+        spent = replace(ev, usage=Usage(_s(rng, empty=False), _int(rng), _int(rng), rng.choice([0, 5]), 0,
+                                        _opt(rng, lambda: _int(rng))))
+        assert event_hash(spent) == reference_hash(spent), (i, spent)
 
 
 def test_event_hash_of_bench_histories_equals_the_reference() -> None:
