@@ -39,8 +39,7 @@ class Tracing:
 
     Args:
         settings: ``settings.tracing`` False turns every span off.
-        tracer_provider: an OpenTelemetry ``TracerProvider``; None: the global one (looked up when
-            a span starts, so a provider set later is used).
+        tracer_provider: an OpenTelemetry ``TracerProvider``; None: the global one.
     """
 
     def __init__(self, settings: Settings | None = None, tracer_provider: Any = None) -> None:

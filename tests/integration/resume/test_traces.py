@@ -20,12 +20,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Message
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from processors.demo.run import wait_lease_gone, worker_env
+from processors.resume import Resumer
 from schemas import Codec, EventType, RunEvent, Settings, Topics
 from schemas._tracecontext import TraceContext, from_attributes, from_headers
 from tests.conftest import ROOT
 from tests.integration.producers.test_cloudevents_headers import records
+from tests.integration.resume._traced import app
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +132,13 @@ def test_a_run_crashed_in_one_process_and_resumed_in_another_is_one_trace(topics
     (request,) = resume_requests(s, run_id)
     asked = from_headers(request.headers())
     assert asked is not None and (asked.trace_id, asked.span_id) == (command["trace_id"], command["span_id"])
+    # a resume that has nothing to do opens no span (here with a provider passed in)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with Resumer(s, app, tracer_provider=provider) as again:
+        assert again.resume(run_id).result == "nothing_to_do"
+    assert exporter.get_finished_spans() == ()
 
     # D: a projector's batch spans link to the contexts of the records they folded
     projector = traced(s, "cli", d_spans, "project", "--app-id", "trace-projector")

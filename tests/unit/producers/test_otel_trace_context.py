@@ -172,3 +172,50 @@ def test_a_failed_block_marks_its_span_failed_with_the_type_only(spans: Spans) -
     (s,) = spans.named("runlog cancel")
     assert s.status.status_code is trace.StatusCode.ERROR and s.status.description == "ValueError"
     assert "s3cr3t" not in repr(s.to_json()) and current() is None
+
+
+def test_without_opentelemetry_nothing_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for name in [m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "producers.otel")
+    tracing = Tracing(Settings())
+    assert not tracing.enabled and tracing.runner_tracer() is NO_TRACE
+    with tracing.span("runlog cancel") as span:
+        assert isinstance(span, NoSpan) and current() is None
+
+
+def test_with_no_provider_a_recorded_context_is_still_passed_on() -> None:
+    tracing = Tracing(Settings(), trace.NoOpTracerProvider())
+    recorded = parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v")
+    with tracing.span("runlog.resume", parent=recorded):
+        assert current() == recorded
+    with tracing.span("runlog cancel"):
+        assert current() is None  # nothing to pass on: no headers
+
+
+def test_the_headers_are_what_opentelemetrys_w3c_propagator_reads(spans: Spans) -> None:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    world = MemoryWorld(tracer=OtelTracer(spans.provider))
+    res = world.runner.run(workflow(), {})
+    (run,) = spans.named("runlog.run ")
+    tc = world.log.traces[(res.run_id, 2, 1)]
+    carrier = {k: v.decode() for k, v in tc.headers}
+    extracted = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
+    assert run.context is not None
+    assert (extracted.trace_id, extracted.span_id) == (run.context.trace_id, run.context.span_id)
+
+
+def test_an_async_runner_puts_the_same_context_on_its_records(spans: Spans) -> None:
+    import asyncio
+
+    world = MemoryWorld()
+    runner = world.async_runner(tracer=OtelTracer(spans.provider))
+    res = asyncio.run(runner.run(workflow(), {}))
+    assert res.completed
+    (run,) = spans.named("runlog.run ")
+    events = world.events(res.run_id)
+    assert traces(world, events) == [ctx_of(run)] * len(events)
+    assert from_attributes(events[0].attributes) == ctx_of(run)
