@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import TypeAdapter
 from pydantic_ai.models import Model
+from pydantic_ai.usage import RequestUsage
 
-from producers.integrations._pydantic_ai_json import decode_response
 from schemas._types import Usage
 
 __all__ = ["model_label", "usage_reader"]
+
+_REQUEST_USAGE = TypeAdapter(RequestUsage)
+"""Reads the ``usage`` of a recorded ``ModelResponse`` alone (the response is not validated again)."""
 
 
 def model_label(model: Model) -> str:
@@ -32,9 +36,10 @@ def usage_reader(model: Model) -> Callable[[Any], Usage | None]:
     label = model_label(model)
 
     def read(result: Any) -> Usage | None:
-        if not isinstance(result, Mapping) or "usage" not in result:
+        raw = result.get("usage") if isinstance(result, Mapping) else None
+        if not isinstance(raw, Mapping):
             return None
-        u = decode_response(result).usage
+        u = _REQUEST_USAGE.validate_python(raw)
         if not u.has_values():
             return None
         return Usage(label, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
