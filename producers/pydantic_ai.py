@@ -122,13 +122,13 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 
+from producers.calls._replay_hook import model_override
 from producers.define._tools import CallInfo, RetryPolicy, Tool
 from producers.integrations._pydantic_ai_json import (
     decode_response,
     decode_result,
     dump_messages,
     encode_response,
-from producers.calls._replay_hook import model_override
     encode_result,
     encode_signal,
     jsonable,
