@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, RunContext, ToolDefinition
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -365,3 +365,50 @@ def test_a_tool_declared_sequential_still_runs_alone_at_its_position(world: Worl
     assert res.completed and shop.ran[0] == "slow" and 0.38 < elapsed < 0.58  # slow, then the other two
     assert sorted(e.call_id or "" for e in world.events(res.run_id) if e.type is T.TOOL_CALLED
                   and e.tool != MODEL) == [f"ask/{TOOL}.fast/2", f"ask/{TOOL}.mid/3", f"ask/{TOOL}.slow/1"]
+
+
+def test_calls_approved_through_deferred_results_keep_the_response_positions(world: World) -> None:
+    ran: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+            return ModelResponse(parts=[ToolCallPart("first", {"q": "1"}, tool_call_id="x"),
+                                        ToolCallPart("second", {"q": "2"}, tool_call_id="y")])
+        return ModelResponse(parts=[TextPart("approved and done")])
+
+    def durable() -> RunlogAgent[None, Any]:
+        agent = Agent(FunctionModel(respond), name="ok", output_type=[str, DeferredToolRequests],
+                      capabilities=[Gate({"first": 0.1})])  # second reaches the toolset first
+        for name, delay in (("first", 0.15), ("second", 0.0)):
+            async def fn(q: str, name: str = name, delay: float = delay) -> str:
+                await asyncio.sleep(delay)
+                ran.append(name)
+                return f"{name}:{q}"
+            agent.tool_plain(name=name, requires_approval=True)(fn)
+        return RunlogAgent(agent)
+
+    def workflow() -> Workflow:
+        d = durable()
+        wf = Workflow("approve", "1")
+
+        @wf.stage("ask")
+        async def ask(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            asked = await d.run(ctx, "go")
+            assert isinstance(asked.output, DeferredToolRequests)
+            approvals = DeferredToolResults(approvals={c.tool_call_id: True for c in asked.output.approvals})
+            done = await d.run(ctx, message_history=asked.all_messages(), deferred_tool_results=approvals)
+            return {"answer": done.output}
+
+        return wf
+
+    first = arun(lambda: world.aio.run(workflow(), {}))
+    assert first.completed and first.outputs["ask"]["answer"] == "approved and done"
+    assert ran == ["second", "first"]
+    # deferred in the first agent run, positions 1 and 2 stay empty; the second agent run's approved
+    # calls take its first positions, in the response's order (second reached the toolset first)
+    assert sorted(e.call_id or "" for e in world.events(first.run_id) if e.type is T.TOOL_CALLED) == [
+        "ask/pydantic_ai.model.ok/0", "ask/pydantic_ai.model.ok/5", "ask/pydantic_ai.tool.ok.first/3",
+        "ask/pydantic_ai.tool.ok.second/4"]
+    ran.clear()
+    again = world.rerun(first.run_id, workflow(), world.recorded(first.run_id))
+    assert again.completed and again.outputs == first.outputs and ran == []
