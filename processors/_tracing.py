@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from producers.run._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
-from schemas._tracecontext import TraceContext, carrying
+from schemas._tracecontext import TraceContext, carrying, current
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Tracing:
                                      attributes=attributes, kind=kind)
         token = otel_context.attach(span.context)
         try:
-            with carrying(context_of(span) or parent):
+            with carrying(context_of(span) or parent or current()):
                 yield span
         except BaseException as err:
             span.end(err)

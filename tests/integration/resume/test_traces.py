@@ -188,3 +188,23 @@ def test_with_tracing_off_an_operator_command_opens_no_span_and_writes_no_contex
     by_operator = [(e, ctx) for e, ctx in run_records(s, run_id) if e.epoch == 2]
     assert [e.type for e, _ in by_operator] == [EventType.LEASE_ACQUIRED, EventType.RUN_CANCELLED]
     assert [ctx for _, ctx in by_operator] == [None, None]
+
+
+def test_an_approval_is_a_span_its_signal_and_resume_request_carry(topics: Settings, tmp_path: Path) -> None:
+    from producers import Runner
+    from tests.integration.resume import _ops_app as ops
+
+    with Runner.from_settings(topics, source=ops.app.source) as r:
+        waiting = r.run(ops.approvals, {})
+    assert waiting.waiting == "approval"
+    rc, _, err = finished(traced(topics, "cli", tmp_path / "c.json", "approve", waiting.run_id,
+                                 "--by", "ops"))
+    assert rc == 0, err
+    command = one(read_spans(tmp_path / "c.json"), "runlog approve")
+    ctx = (command["trace_id"], command["span_id"])
+    by_operator = [(e, c) for e, c in run_records(topics, waiting.run_id) if e.epoch == 2]
+    assert [e.type for e, _ in by_operator] == [EventType.LEASE_ACQUIRED, EventType.SIGNAL_RECEIVED]
+    assert [(c.trace_id, c.span_id) if c else None for _, c in by_operator] == [ctx, ctx]
+    (request,) = resume_requests(topics, waiting.run_id)
+    asked = from_headers(request.headers())
+    assert asked is not None and (asked.trace_id, asked.span_id) == ctx

@@ -22,7 +22,7 @@ from producers.run._context import StageContext
 from producers.run._trace import NO_TRACE, NoSpan
 from projections.fold import fold_all
 from schemas import EventType, RunEvent
-from schemas._tracecontext import TraceContext, current, from_attributes, parse
+from schemas._tracecontext import TraceContext, carrying, current, from_attributes, parse
 from schemas.settings import Settings
 from tests.unit.producers._replay import MemoryWorld, _take_over_args
 
@@ -193,6 +193,8 @@ def test_with_no_provider_a_recorded_context_is_still_passed_on() -> None:
         assert current() == recorded
     with tracing.span("runlog cancel"):
         assert current() is None  # nothing to pass on: no headers
+    with carrying(recorded), tracing.span("runlog cancel"):
+        assert current() == recorded  # a no-op span hides no context already carried
 
 
 def test_the_headers_are_what_opentelemetrys_w3c_propagator_reads(spans: Spans) -> None:
