@@ -2,7 +2,8 @@
 App's workflows whose writer is gone (their lease expired) get a resume request, and waits whose
 deadline passed are handed to their policy. Candidates are the writers' active set and, when the
 projection is whole (marker ``ready``), its ``RUNNING`` index; while a rebuild, a swap or a replay
-moves the indexes, only the active set is swept."""
+moves the indexes, only the active set is swept. The serving loop sweeps when it holds the group's
+turn (:meth:`Sweeper.sweep_turn`): one member per interval, however many the group has."""
 
 from __future__ import annotations
 
@@ -45,8 +46,19 @@ class Sweeper:
     codec: Any
     routes: VersionRoutes
 
+    group: str
+    member: str
+
     def lease_key(self, run_id: str) -> str:
         raise NotImplementedError
+
+    def sweep_turn(self, interval_ms: int) -> bool:
+        """Whether this member sweeps now: one member of the group per interval (the first to take
+        ``P:sweep:<group>`` for ``interval_ms``), not every member (which asked N resumes of each
+        dead run). A member that dies holding the turn leaves it to expire: the next interval,
+        another takes it."""
+        key = f"{self.settings.redis_prefix}:sweep:{self.group}"
+        return bool(self.redis.set(key, self.member, nx=True, px=max(interval_ms - 50, 50)))
 
     def _candidates(self) -> list[str]:
         """Runs of this App's workflows that may need a resume: the active set's, then the
@@ -71,6 +83,13 @@ class Sweeper:
                 if name in mine:
                     found.setdefault(run_id, None)
         return list(found)
+
+    def sweep_if_turn(self) -> SweepReport | None:
+        """:meth:`sweep` when this member holds the group's turn (the serving loop's sweep); None when
+        another member swept this interval."""
+        if not self.sweep_turn(self.settings.sweep_interval_ms):
+            return None
+        return self.sweep()
 
     def sweep(self) -> SweepReport:
         """Request the resume of every run of this App's workflows that is active (or projected

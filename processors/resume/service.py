@@ -372,7 +372,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             if interval > 0 and now - self._last_sweep >= interval:
                 self._last_sweep = now
                 try:
-                    self.sweep()
+                    self.sweep_if_turn()
                 except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
                     log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
             retried = self.run_due_retries()

@@ -168,3 +168,21 @@ def test_dead_lettered_requests_are_logged_with_their_reason(
                 if rec.name == "runlog.resumer" and rec.levelno == logging.WARNING]
     assert any("run-nobody-knows" in m and "unknown_run" in m for m in warnings), warnings
     assert any("run-junk" in m and by_key[b"run-junk"] in m for m in warnings), warnings
+
+
+def test_one_member_of_a_group_sweeps_per_interval(topics: Settings) -> None:
+    """The serving loop's sweep (``sweep_if_turn``): two members of one group, one dead run; the
+    first member to take the turn requests it, the other does not sweep that interval (it asked a
+    second resume of every dead run), and once the interval passed a member sweeps again."""
+    s = _settings(topics).with_(sweep_interval_ms=1_500)
+    alpha = toy("alpha")
+    (r1,) = _crashed(s, alpha, 1)
+    ActiveRuns(redis.Redis.from_url(s.redis_url), s.redis_prefix).add(r1, "alpha", at_ms=1)
+    with ResumerService(s, alpha.app()) as one, ResumerService(s, alpha.app()) as two:
+        assert one.group == two.group and one.member != two.member
+        first = one.sweep_if_turn()
+        assert first is not None and first.requested == [r1]
+        assert two.sweep_if_turn() is None and one.sweep_if_turn() is None  # the turn is taken
+        time.sleep(1.6)
+        again = two.sweep_if_turn()
+        assert again is not None and again.requested == [r1]  # still dead: asked again, once
