@@ -1,0 +1,162 @@
+"""The parts of a durable OpenAI Agents SDK run (part of :mod:`producers.openai_agents`): the call
+a function tool runs in (:func:`current_call`), the run's state (:class:`Run`: the positions of a
+response's tool calls, the first error a recorded call raised) and the model whose calls are
+recorded (:class:`RunlogModel`)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import openai
+from agents import (
+    AgentOutputSchemaBase,
+    FunctionTool,
+    Handoff,
+    ModelResponse,
+    ModelSettings,
+    TResponseInputItem,
+)
+from agents import Tool as AgentTool
+from agents.items import TResponseStreamEvent
+from agents.models.interface import Model, ModelTracing
+from openai.types.responses import ResponseFunctionToolCall
+from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+from producers.define._tools import CallInfo, Tool
+from producers.integrations._openai_agents_json import (
+    decode_response,
+    encode_response,
+    request_args,
+    usage_reader,
+)
+from schemas.errors import RetryableToolError, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from producers import AsyncStageContext, CallPosition
+
+__all__ = ["Run", "RunlogModel", "calling", "current_call"]
+
+_RETRYABLE_MODEL_ERRORS = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
+"""Model errors the model tool's RetryPolicy may call again (``APITimeoutError`` is a connection error)."""
+_current: ContextVar[CallInfo | None] = ContextVar("runlog_openai_agents_call", default=None)
+
+
+def current_call() -> CallInfo:
+    """The :class:`~producers.CallInfo` of the recorded call a function tool runs in.
+
+    An effect tool hands ``call.delivery_key`` (or ``call.idempotency_key`` of an ``IDEMPOTENT``
+    tool) to the external system, as a Runlog tool function does with its ``call`` argument.
+
+    Raises:
+        RuntimeError: outside a tool call of :meth:`RunlogAgent.run`.
+    """
+    call = _current.get()
+    if call is None:
+        raise RuntimeError("current_call() is only available inside a tool call of RunlogAgent.run")
+    return call
+
+
+@contextmanager
+def calling(call: CallInfo) -> Iterator[None]:
+    token = _current.set(call)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class Run:
+    """One durable run: the stage, the positions of the latest response's tool calls, and the first
+    error a recorded call raised (the SDK wraps a tool's exception in a ``UserError``; the run
+    raises the recorded call's own error, a :class:`~schemas.errors.Diverged` say)."""
+
+    def __init__(self, stage: AsyncStageContext) -> None:
+        self.stage = stage
+        self.error: BaseException | None = None
+        self._by_call: dict[tuple[str, str], CallPosition] = {}
+
+    def reserve(self, calls: Sequence[ResponseFunctionToolCall]) -> None:
+        """The positions of ``calls`` (the function tool calls of one response, in its order); the
+        previous response's unused ones stay empty (a call the SDK did not make)."""
+        self._by_call = {}
+        for c, position in zip(calls, self.stage.reserve(len(calls)) if calls else [], strict=True):
+            self._by_call.setdefault((c.call_id, c.name), position)
+
+    def call(self, tool: Tool, tool_call: tuple[str, str], args: Mapping[str, Any]) -> Awaitable[Any]:
+        """The recorded call of ``tool`` for the function tool call ``(call id, tool name)`` at its
+        reserved position (None: not from the latest response; it takes the stage's next one)."""
+        position = self._by_call.pop(tool_call, None)
+        return position.call(tool, **args) if position is not None else self.stage.call(tool, **args)
+
+    async def guard(self, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            if self.error is None:
+                self.error = err
+            raise
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+class RunlogModel(Model):
+    """The agent's model for one durable run: each ``get_response`` is a recorded Runlog call."""
+
+    def __init__(self, wrapped: Model, label: str, name: str, model_tool: Tool, run: Run) -> None:
+        self.wrapped = wrapped
+        self.label = label
+        self._name = name
+        self._model_tool = model_tool
+        self._run = run
+
+    async def get_response(self, system_instructions: str | None, input: str | list[TResponseInputItem],
+                           model_settings: ModelSettings, tools: list[AgentTool],
+                           output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff[Any, Any]],
+                           tracing: ModelTracing, *, previous_response_id: str | None,
+                           conversation_id: str | None, prompt: ResponsePromptParam | None) -> ModelResponse:
+        if model_settings.retry is not None:
+            raise WorkflowDefinitionError(
+                f"agent {self._name!r}: ModelSettings.retry (the SDK's own model retries) is not "
+                "supported by RunlogAgent; use RunlogAgent(..., model_retry=RetryPolicy(...))")
+        args = request_args(self.label, system_instructions, input, model_settings, tools, output_schema,
+                            handoffs, previous_response_id=previous_response_id,
+                            conversation_id=conversation_id, prompt=prompt)
+        wrapped = self.wrapped
+
+        async def fn(call: CallInfo, **_: Any) -> Any:
+            with calling(call):
+                try:
+                    response = await wrapped.get_response(
+                        system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                        previous_response_id=previous_response_id, conversation_id=conversation_id,
+                        prompt=prompt)
+                except _RETRYABLE_MODEL_ERRORS as err:
+                    raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
+            return encode_response(response)
+
+        model_tool = dataclasses.replace(self._model_tool, fn=fn, usage=usage_reader(self.label))
+        recorded = await self._run.guard(self._run.stage.call(model_tool, **args))
+        response = decode_response(recorded)
+        names = {t.name for t in tools if isinstance(t, FunctionTool)}
+        self._run.reserve([item for item in response.output
+                           if isinstance(item, ResponseFunctionToolCall) and item.name in names])
+        return response
+
+    async def stream_response(self, system_instructions: str | None,
+                              input: str | list[TResponseInputItem], model_settings: ModelSettings,
+                              tools: list[AgentTool], output_schema: AgentOutputSchemaBase | None,
+                              handoffs: list[Handoff[Any, Any]], tracing: ModelTracing, *,
+                              previous_response_id: str | None, conversation_id: str | None,
+                              prompt: ResponsePromptParam | None) -> AsyncIterator[TResponseStreamEvent]:
+        raise WorkflowDefinitionError(
+            f"agent {self._name!r}: streaming (Runner.run_streamed) is not supported by "
+            "RunlogAgent; use RunlogAgent.run, whose model calls are recorded whole")
+        yield  # pragma: no cover - makes this an async generator

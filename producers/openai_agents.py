@@ -1,0 +1,263 @@
+"""A durable OpenAI Agents SDK agent: its model calls and tool calls are recorded Runlog calls.
+
+Install with ``pip install "runlog[openai-agents]"``. Inside an ``async def`` stage::
+
+    durable = RunlogAgent(agent, tools={"save_order": save_tool})
+
+    @wf.stage("answer")
+    async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        result = await durable.run(ctx, ctx.params["question"])
+        return {"answer": result.final_output}
+
+Built on the SDK's public extension points, as its Temporal integration is: a
+:class:`~agents.models.interface.Model` whose ``get_response`` is a recorded call (given to
+``Runner.run`` as ``RunConfig(model=...)``), and each :class:`~agents.FunctionTool` of the agent
+with an ``on_invoke_tool`` that is a recorded call (the agent cloned for the run with those tools).
+
+* **Model calls.** Each call is a call of the Runlog tool ``openai_agents.model.<name>`` (``SAFE``
+  by default, or ``IDEMPOTENT``): its arguments are the model's name, the instructions, the input
+  items, the model settings, the tools, the output schema, the handoffs, the previous response
+  and conversation ids and the prompt, as JSON; the input items and the tools are stored by
+  reference (:attr:`producers.Tool.args_by_ref`: a conversation's items once, not once per
+  turn). Its result is the ``ModelResponse``: its output items (the ``openai`` package's pydantic
+  models) in their wire form, its usage and ids. On resume a recorded call is read back and the
+  model is not called; a call at a recorded position that asks something else (another prompt,
+  history, tool set, model or settings) raises :class:`~schemas.errors.Diverged` and the run
+  blocks. The response's usage (input, output, cached and cache-write tokens) is recorded with
+  the call's ``TOOL_RESULT`` under the model's name, priced by the App's price table.
+* **Tool calls.** Each call of a function tool is a recorded call of a Runlog tool whose arguments
+  are the model's JSON arguments: ``openai_agents.tool.<name>.<tool>`` with ``tools_policy``
+  (``SAFE`` by default), or the Runlog :class:`~producers.Tool` that ``tools=`` maps the function
+  tool's name to. A mapped tool keeps its whole declaration (replay policy, effect, target,
+  delivery key, reconcile function, retry policy); what runs inside the recorded call is the
+  function tool itself (the mapped tool's ``fn`` is not called, so declare it around the same
+  function), which reads the call's :class:`~producers.CallInfo` (delivery key, idempotency key,
+  fencing epoch) with :func:`current_call`. An effect tool returns a JSON object with a string
+  ``"external_id"``; declare its function tool with ``failure_error_function=None`` so that its
+  failure fails the call (the SDK's default turns an exception into a message for the model,
+  which an effect tool may not answer with). Arguments that are not a JSON object are answered
+  by the function tool itself, unrecorded (the same answer on every re-run).
+* What the agent gets back is always the recorded JSON form (in the first run too), so a first run
+  and its replay see the same values.
+
+Rules of the road:
+
+* The function tool calls of one model response run concurrently, as the SDK runs them; their
+  positions are taken in the response's order when it arrives (recorded or new), so the order they
+  finish in never matters to the determinism guard.
+* Anything that feeds a model call must be the same on a re-run (instructions, the input, tool
+  definitions): read the clock or a random source in the stage (``ctx.now()``, ``ctx.random()``)
+  and pass the value in the input or the context.
+* Out of scope, refused with :class:`~schemas.errors.WorkflowDefinitionError`: streaming
+  (``Runner.run_streamed``), handoffs, MCP servers, local tools other than function tools (computer,
+  shell, apply-patch, custom tools), tools that need approval, and the SDK's own model retries
+  (``ModelSettings.retry``: use ``model_retry``). Guardrails run again on a re-run (keep them
+  pure). An agent spans several stages by passing its items on: return ``result.to_input_list()``
+  from one stage and give it (with the new message appended) as the input in the next.
+* Resume needs the mapped effect tools registered in the :class:`~producers.App`
+  (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
+  reconciled with the registered tool's reconcile function before the stage runs again.
+"""
+
+from __future__ import annotations
+
+try:
+    import agents as _agents  # noqa: F401
+except ImportError as _err:  # pragma: no cover - exercised without the extra installed
+    raise ImportError('producers.openai_agents needs the OpenAI Agents SDK: '
+                      'pip install "runlog[openai-agents]"') from _err
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agents import (
+    Agent,
+    CodeInterpreterTool,
+    FileSearchTool,
+    FunctionTool,
+    HostedMCPTool,
+    ImageGenerationTool,
+    RunConfig,
+    Runner,
+    RunResult,
+    ToolSearchTool,
+    TResponseInputItem,
+    WebSearchTool,
+)
+from agents import Tool as AgentTool
+from agents.models.interface import Model
+from agents.run import DEFAULT_MAX_TURNS
+from agents.tool_context import ToolContext
+
+from producers.define._tools import CallInfo, RetryPolicy, Tool
+from producers.integrations._openai_agents_json import encode_result
+from producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
+from schemas._types import ReplayPolicy
+from schemas.errors import TerminalToolError, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from producers import AsyncStageContext
+
+__all__ = ["RunlogAgent", "current_call"]
+
+_HOSTED_TOOLS = (CodeInterpreterTool, FileSearchTool, HostedMCPTool, ImageGenerationTool, ToolSearchTool,
+                 WebSearchTool)
+"""Tools the model's provider runs: their calls and results are part of the recorded response."""
+
+# -- the durable agent -------------------------------------------------------------------------
+
+
+class RunlogAgent:
+    """An OpenAI Agents SDK agent whose runs inside async Runlog stages are recorded call by call.
+
+    Args:
+        agent: the agent (its instructions, function tools, output type, settings and guardrails
+            are used as they are).
+        name: names the Runlog tools of this agent (default: ``agent.name``; without '/').
+        model: the model to use (default: the run config's, else the agent's, else the SDK's
+            default): a ``Model`` or a model name the run config's ``model_provider`` resolves.
+        model_name: how the model's calls name it in their recorded arguments and usage (default:
+            the model name given, or the ``Model``'s ``model`` attribute).
+        model_policy: replay policy of the model calls, ``SAFE`` (default) or ``IDEMPOTENT``.
+        model_retry: retry policy of a model call, applied to the model's rate-limit, connection
+            and server errors (others fail the call at once).
+        tools: function tool name -> the Runlog :class:`~producers.Tool` its calls are recorded as.
+        tools_policy: replay policy of every other function tool, ``SAFE`` (default) or ``IDEMPOTENT``.
+
+    Raises:
+        WorkflowDefinitionError: a name with '/', a policy that needs a declaration, a mapping that
+            is not a Runlog Tool.
+    """
+
+    def __init__(self, agent: Agent[Any], *, name: str | None = None, model: Model | str | None = None,
+                 model_name: str | None = None, model_policy: ReplayPolicy = ReplayPolicy.SAFE,
+                 model_retry: RetryPolicy | None = None, tools: Mapping[str, Tool] | None = None,
+                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE) -> None:
+        self.agent = agent
+        self.name = name or agent.name
+        if not self.name or "/" in self.name:
+            raise WorkflowDefinitionError(
+                f"RunlogAgent needs a name without '/' (got {self.name!r}; RunlogAgent(agent, name=...)): "
+                "it names the agent's recorded calls, which a resume must find again")
+        for what, policy in (("model_policy", model_policy), ("tools_policy", tools_policy)):
+            if policy not in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
+                raise WorkflowDefinitionError(
+                    f"RunlogAgent {self.name!r}: {what} must be SAFE or IDEMPOTENT, not {policy.value}; "
+                    "map an effect tool to a declared Runlog Tool with tools={name: tool(...)}")
+        self._model = model
+        self._model_name = model_name
+        self.tools_policy = tools_policy
+        self._mapped: dict[str, Tool] = dict(tools or {})
+        for agent_tool, t in self._mapped.items():
+            if not isinstance(t, Tool):
+                raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: tools[{agent_tool!r}] must be a "
+                                              f"Runlog Tool, got {type(t).__name__}")
+        self._auto: dict[str, Tool] = {}
+        self.model_tool = Tool(f"openai_agents.model.{self.name}", _unbound, model_policy,
+                               retry=model_retry or RetryPolicy(), args_by_ref=("input", "tools"))
+        """The Runlog tool the model calls are recorded as."""
+
+    def tool_for(self, agent_tool: str) -> Tool:
+        """The Runlog tool calls of the function tool named ``agent_tool`` are recorded as."""
+        if agent_tool in self._mapped:
+            return self._mapped[agent_tool]
+        t = self._auto.get(agent_tool)
+        if t is None:
+            t = self._auto[agent_tool] = Tool(f"openai_agents.tool.{self.name}.{agent_tool}", _unbound,
+                                              self.tools_policy)
+        return t
+
+    def tools(self) -> list[Tool]:
+        """The Runlog tools declared for this agent (the model's and the mapped ones), for
+        ``App.of(..., tools=...)``: resume reconciles ``RECONCILE_FIRST`` intents with them."""
+        return [self.model_tool, *self._mapped.values()]
+
+    def _resolved_model(self, config: RunConfig) -> tuple[Model, str]:
+        chosen = self._model if self._model is not None else (
+            config.model if config.model is not None else self.agent.model)
+        model = chosen if isinstance(chosen, Model) else config.model_provider.get_model(chosen)
+        attr = getattr(model, "model", None)
+        label = self._model_name or (chosen if isinstance(chosen, str) else None) \
+            or (attr if isinstance(attr, str) else type(model).__name__)
+        return model, label
+
+    def _check(self) -> None:
+        a = self.agent
+        why = ("handoffs" if a.handoffs else "MCP servers (mcp_servers)" if a.mcp_servers else None)
+        if why:
+            raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: {why} are not supported; give the "
+                                          "agent function tools, or run each agent in a stage of its own")
+        for t in a.tools:
+            if isinstance(t, _HOSTED_TOOLS):
+                continue
+            if not isinstance(t, FunctionTool):
+                raise WorkflowDefinitionError(
+                    f"RunlogAgent {self.name!r}: tool {t.name!r} is a {type(t).__name__}, which runs locally "
+                    "and is not recorded; only function tools and the provider's hosted tools are supported")
+            if t.needs_approval is not False:
+                raise WorkflowDefinitionError(
+                    f"RunlogAgent {self.name!r}: tool {t.name!r} needs approval, which interrupts the run "
+                    "outside the log; wait for a person in a stage with ctx.wait_for(...) instead")
+
+    def _durable_tool(self, t: AgentTool, run: Run) -> AgentTool:
+        if not isinstance(t, FunctionTool):
+            return t  # a hosted tool: the provider runs it inside the recorded model call
+        spec = self.tool_for(t.name)
+        original = t.on_invoke_tool
+
+        async def invoke(tool_ctx: ToolContext[Any], arguments: str) -> Any:
+            try:
+                args = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                args = None
+            if not isinstance(args, dict):  # the tool's own answer to arguments it cannot read
+                return await original(tool_ctx, arguments)
+
+            async def fn(call: CallInfo, **_: Any) -> Any:
+                with calling(call):
+                    result = await original(tool_ctx, arguments)
+                if spec.effect and isinstance(result, str):
+                    raise TerminalToolError(
+                        f"effect tool {spec.name!r} (function tool {t.name!r}) answered with text "
+                        f"({result[:200]!r}) instead of {{'external_id': ...}}: the SDK turns a tool's "
+                        "exception into a message for the model; declare the function tool with "
+                        "failure_error_function=None so its failure fails the call",
+                        kind="EffectAnsweredText")
+                return encode_result(result, t.name)
+
+            declared = dataclasses.replace(spec, fn=fn)
+            return await run.guard(run.call(declared, (tool_ctx.tool_call_id, t.name), args))
+
+        return dataclasses.replace(t, on_invoke_tool=invoke)
+
+    async def run(self, ctx: AsyncStageContext, input: str | list[TResponseInputItem], *,
+                  context: Any = None, max_turns: int = DEFAULT_MAX_TURNS,
+                  run_config: RunConfig | None = None,
+                  previous_response_id: str | None = None, conversation_id: str | None = None) -> RunResult:
+        """Run the agent to its final output inside an async stage (``Runner.run``); every model
+        call and function tool call is a recorded call of ``ctx`` (see the module docstring)."""
+        self._check()
+        config = run_config or RunConfig()
+        run = Run(ctx)
+        model, label = self._resolved_model(config)
+        durable_agent = self.agent.clone(tools=[self._durable_tool(t, run) for t in self.agent.tools])
+        config = dataclasses.replace(config, model=RunlogModel(model, label, self.name, self.model_tool, run))
+        try:
+            result = await Runner.run(durable_agent, input, context=context, max_turns=max_turns,
+                                      run_config=config, previous_response_id=previous_response_id,
+                                      conversation_id=conversation_id)
+        except BaseException as err:
+            if run.error is not None and run.error is not err:
+                raise run.error from None  # the recorded call's own error, not the SDK's wrapper
+            raise
+        if run.error is not None:  # a recorded call failed and the SDK went on: the stage fails
+            raise run.error
+        return result
+
+
+async def _unbound(call: CallInfo, **_: Any) -> Any:
+    """The declared tools' function: each recorded call runs with the live request bound instead."""
+    raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
+                            kind="NotCallable")
