@@ -11,11 +11,13 @@ Every response carries a ``RequestUsage`` that depends only on its turn (:func:`
 :data:`WRITE_USAGE`). The App's price table prices ``priced`` and not ``free``.
 
 Run as a worker: ``python -m tests.integration.resume._usage_agent`` prints ``run_id=<id>`` and
-executes one run (with ``RUNLOG_CRASH_AT`` it SIGKILLs itself at that point).
+executes one run (with ``RUNLOG_CRASH_AT`` it SIGKILLs itself at that point; with
+``USAGE_AGENT_FAIL_AT_TURN=N`` the research model fails at turn N and the run is ``FAILED``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -36,6 +38,8 @@ PRICED, FREE = "function:priced", "function:free"
 PRICES = {"priced": Price(input="2", output="8", cache_read="0.5")}
 """US dollars per million tokens; ``free`` has no price."""
 WRITE_USAGE = RequestUsage(input_tokens=500, output_tokens=200)
+FAIL_AT = "USAGE_AGENT_FAIL_AT_TURN"
+"""Environment variable: the research model raises at this turn (the run's call fails: FAILED)."""
 
 
 def research_usage(turn: int) -> RequestUsage:
@@ -45,6 +49,8 @@ def research_usage(turn: int) -> RequestUsage:
 
 def _research(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     turn = sum(isinstance(m, ModelResponse) for m in messages)
+    if os.environ.get(FAIL_AT) == str(turn):
+        raise RuntimeError(f"the model is down at turn {turn}")
     done = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
     part = ToolCallPart("lookup", {"n": done}) if done < 3 else TextPart(f"found {done} facts")
     return ModelResponse(parts=[part], usage=research_usage(turn))

@@ -23,6 +23,7 @@ from processors.cli import main
 from processors.demo.run import wait_lease_gone
 from processors.inspect import run_history
 from processors.metrics import ProjectorMetrics
+from processors.operate import retry_run
 from processors.resume import Resumer
 from producers import PriceTable
 from projections import BatchProjector, RawRecord, RedisStore, RunState
@@ -32,6 +33,7 @@ from schemas import Codec, EventType, Settings, Usage
 from schemas._redis import redis_client
 from tests.integration.resume._toy import wait_events_topic_ready
 from tests.integration.resume._usage_agent import (
+    FAIL_AT,
     FREE,
     PRICED,
     PRICES,
@@ -82,9 +84,10 @@ def _states(settings: Settings, *run_ids: str, prefix: str | None = None) -> dic
         store.client.close()
 
 
-def _worker(settings: Settings, tmp: Path, name: str, crash_at: str | None = None) -> tuple[int, str]:
-    rc, out = finish(spawn_worker("tests.integration.resume._usage_agent", [], settings, crash_at=crash_at),
-                     tmp / f"{name}.log")
+def _worker(settings: Settings, tmp: Path, name: str, crash_at: str | None = None,
+            env: dict[str, str] | None = None) -> tuple[int, str]:
+    rc, out = finish(spawn_worker("tests.integration.resume._usage_agent", [], settings, crash_at=crash_at,
+                                  env=env), tmp / f"{name}.log")
     return rc, next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("run_id="))
 
 
@@ -186,3 +189,21 @@ def test_usage_is_counted_once_across_a_crash_a_resume_a_branch_and_a_rebuild(
         a = again[rid]
         assert (a.usage, a.stage_usage, a.model_usage, a.inherited_usage) == \
             (s.usage, s.stage_usage, s.model_usage, s.inherited_usage), rid
+
+
+def test_a_failed_run_retried_by_an_operator_counts_its_recorded_calls_once(
+        topics: Settings, tmp_path: Path) -> None:
+    """``runlog retry`` runs the failed stage again: the three model calls recorded before the
+    failure are handed back (not spent again), the failed one is asked again, once."""
+    wait_events_topic_ready(topics)
+    research, write = _expected()
+    rc, run_id = _worker(topics, tmp_path, "failing", env={FAIL_AT: "3"})
+    assert rc != 0
+    failed = [le.state for le in run_history(topics, run_id)][-1]
+    assert failed.status.value == "FAILED" and failed.usage.calls == 3
+    assert retry_run(topics, usage_app(), run_id, by="ops", force=True, reason="model back").result == \
+        "completed"
+    history = run_history(topics, run_id)
+    state = history[-1].state
+    assert state.usage == research.plus(write) and state.stage_usage == {"research": research, "write": write}
+    assert sum(1 for le in history if le.outcome.accepted and le.event.usage is not None) == 5
