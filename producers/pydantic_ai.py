@@ -101,7 +101,6 @@ from pydantic_ai import (
     CallDeferred,
     DeferredToolResults,
     ModelRetry,
-    ToolDenied,
     ToolFailed,
     WrapperToolset,
 )
@@ -135,12 +134,13 @@ from producers.integrations._pydantic_ai_json import (
     load_messages,
     request_args,
 )
+from producers.integrations._pydantic_ai_positions import Positions, pending_calls
 from producers.integrations._pydantic_ai_usage import usage_reader
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext, CallPosition
+    from producers import AsyncStageContext
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
 
@@ -176,38 +176,15 @@ def _calling(call: CallInfo) -> Iterator[None]:
 # -- the model and the toolsets -------------------------------------------------------------------
 
 
-class _Positions:
-    """The call positions of the tool calls of the latest model response of one durable run, taken
-    in the response's order when the response arrives (recorded or new), before any of its calls
-    runs: calls that run concurrently keep the order the model gave them, not the order they finish."""
-
-    def __init__(self, stage: AsyncStageContext) -> None:
-        self._stage = stage
-        self._by_call: dict[tuple[str | None, str], list[CallPosition]] = {}
-
-    def reserve(self, parts: Sequence[ToolCallPart]) -> None:
-        """The positions of ``parts`` (the calls of one response, in its order); the previous
-        response's unused ones stay empty (a call the agent did not make: invalid arguments, ...)."""
-        self._by_call = {}
-        for part, position in zip(parts, self._stage.reserve(len(parts)) if parts else [], strict=True):
-            self._by_call.setdefault((part.tool_call_id, part.tool_name), []).append(position)
-
-    def take(self, tool_call_id: str | None, name: str) -> CallPosition | None:
-        """The reserved position of a call (None: not from the latest response, e.g. a deferred
-        call resolved inside the run: it takes the next position when it is made)."""
-        found = self._by_call.get((tool_call_id, name))
-        return found.pop(0) if found else None
-
-
 class _RunlogModel(WrapperModel):
     """The agent's model for one durable run: each ``request`` is a recorded Runlog call."""
 
     def __init__(self, wrapped: Model, durable: RunlogAgent[Any, Any], stage: AsyncStageContext,
-                 positions: _Positions | None = None) -> None:
+                 positions: Positions | None = None) -> None:
         super().__init__(wrapped)
         self._durable = durable
         self._stage = stage
-        self._positions = positions or _Positions(stage)
+        self._positions = positions or Positions(stage)
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
@@ -247,7 +224,7 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
 
     durable: RunlogAgent[Any, Any] = dataclasses.field(kw_only=True)
     stage: AsyncStageContext = dataclasses.field(kw_only=True)
-    positions: _Positions = dataclasses.field(kw_only=True)
+    positions: Positions = dataclasses.field(kw_only=True)
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
                         tool: ToolsetTool[AgentDepsT]) -> Any:
@@ -358,9 +335,8 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         """Run the agent to its output inside an async stage; every model request and tool call
         is a recorded call of ``ctx`` (see the module docstring). The arguments are those of
         ``Agent.run``; ``toolsets`` are added to the agent's and recorded the same way."""
-        positions = _Positions(ctx)
-        if deferred_tool_results is not None and message_history:  # approved calls run first
-            positions.reserve(_approved_calls(message_history, deferred_tool_results))
+        positions = Positions(ctx)
+        positions.reserve(pending_calls(message_history, deferred_tool_results))  # made before any request
         model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions)
         wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
                    for ts in [*self.agent.toolsets, *(toolsets or ())]]
@@ -375,16 +351,6 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                 self.agent.parallel_tool_call_execution_mode("parallel_ordered_events"):
             result: AgentRunResult[Any] = await self.agent.run(user_prompt, **kwargs)
         return result
-
-
-def _approved_calls(history: Sequence[ModelMessage], results: DeferredToolResults) -> list[ToolCallPart]:
-    """The calls of the history's last response that ``results`` approves: the run makes them first."""
-    last = next((m for m in reversed(history) if isinstance(m, ModelResponse)), None)
-    if last is None:
-        return []
-    return [p for p in last.parts if isinstance(p, ToolCallPart) and p.tool_call_id in results.approvals
-            and not isinstance(results.approvals[p.tool_call_id], ToolDenied)
-            and results.approvals[p.tool_call_id] is not False]
 
 
 async def _unbound(call: CallInfo, **_: Any) -> Any:

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from producers import (
@@ -412,3 +420,31 @@ def test_calls_approved_through_deferred_results_keep_the_response_positions(wor
     ran.clear()
     again = world.rerun(first.run_id, workflow(), world.recorded(first.run_id))
     assert again.completed and again.outputs == first.outputs and ran == []
+
+
+def test_the_calls_of_a_history_ending_in_a_response_keep_its_order(world: World) -> None:
+    """An agent run given a history that ends with a response makes that response's calls first."""
+    shop = Agentic({"slow": 0.1, "fast": 0.0, "mid": 0.05}, hold={"slow": 0.05})
+    pending = [ModelRequest(parts=[UserPromptPart("go")]),
+               ModelResponse(parts=[ToolCallPart(n, {"q": n}, tool_call_id=f"h{i}")
+                                    for i, n in enumerate(["slow", "fast", "mid"])])]
+
+    def workflow(durable: RunlogAgent[None, str]) -> Workflow:
+        wf = Workflow("history", "1")
+
+        @wf.stage("ask")
+        async def ask(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            return {"answer": (await durable.run(ctx, message_history=pending)).output}
+
+        return wf
+
+    first = arun(lambda: world.aio.run(workflow(shop.durable()), {}))
+    assert first.completed and first.outputs["ask"]["answer"] == "slow:slow fast:fast mid:mid"
+    assert shop.ran == ["fast", "mid", "slow"] and shop.turns == [1]
+    assert sorted(e.call_id or "" for e in world.events(first.run_id) if e.type is T.TOOL_CALLED) == [
+        f"ask/{MODEL}/3", f"ask/{TOOL}.fast/1", f"ask/{TOOL}.mid/2", f"ask/{TOOL}.slow/0"]
+    again_shop = Agentic({"slow": 0.0, "fast": 0.1, "mid": 0.0})
+    again = world.rerun(first.run_id, workflow(again_shop.durable()),
+                        _partial(world.recorded(first.run_id), {f"ask/{TOOL}.fast/1"}, set()))
+    assert again.completed and again.outputs == first.outputs and sorted(again_shop.ran) == ["mid", "slow"]
+    assert T.CALL_DIVERGED not in [e.type for e in world.events(first.run_id)]
