@@ -118,3 +118,32 @@ def test_the_console_reads_the_projector_endpoint() -> None:
     assert doc["error"] == ""
     assert doc["recoveries"] == {"lost_at_start": 0.0, "lost": 1.0, "went_back": 0.0}
     assert (doc["dead_letters"], doc["lag"]) == (2.0, 7.0)
+
+
+def test_model_usage_is_counted_per_workflow_and_model_once_per_accepted_event() -> None:
+    """The projector's ``runlog_model_*`` counters move by the usage of the events the fold accepted:
+    a batch delivered again (its events duplicates) adds nothing; a model without a price adds
+    tokens and calls, no cost."""
+    from projections import BatchProjector, MemoryStore
+    from schemas import Codec, EventType, RunEvent, StageSpec, Usage, WorkflowSpec
+
+    codec = Codec()
+    wf = WorkflowSpec("shop", "1", (StageSpec("ask"),))
+    events = [RunEvent("r1", 1, 1, EventType.RUN_STARTED, 1, workflow=wf),
+              RunEvent("r1", 2, 1, EventType.TOOL_RESULT, 2, stage="ask", call_id="ask/m/0",
+                       usage=Usage("a:priced", 100, 10, 40, 0, 2_500)),
+              RunEvent("r1", 3, 1, EventType.TOOL_RESULT, 3, stage="ask", call_id="ask/m/1",
+                       usage=Usage("a:free", 7, 3))]
+    records = [RawRecord("t.events", 0, i, b"r1", codec.encode(e)) for i, e in enumerate(events)]
+    proj, m = BatchProjector(MemoryStore(), codec), ProjectorMetrics()
+    for _ in range(2):  # the second delivery folds to duplicates
+        m.observe_batch(proj.process(records), len(records))
+    def v(name: str, model: str, **labels: str) -> float | None:
+        return m.registry.get_sample_value(name, {"workflow": "shop", "model": model, **labels})
+
+    assert v("runlog_model_calls_total", "a:priced") == 1 and v("runlog_model_calls_total", "a:free") == 1
+    assert v("runlog_model_tokens_total", "a:priced", kind="input") == 100
+    assert v("runlog_model_tokens_total", "a:priced", kind="cache_read") == 40
+    assert v("runlog_model_tokens_total", "a:free", kind="output") == 3
+    assert v("runlog_model_cost_usd_total", "a:priced") == 2_500 / 1e9
+    assert v("runlog_model_cost_usd_total", "a:free") is None
