@@ -59,7 +59,9 @@ class Price:
         """(input, output, cache read, cache write) in dollars per million tokens, checked."""
         i = _rate(name, self.input, "input")
         o = _rate(name, self.output, "output")
-        assert i is not None and o is not None
+        if i is None or o is None:
+            raise WorkflowDefinitionError(f"price of {name!r}: input and output are required (US dollars "
+                                          "per million tokens)")
         r = _rate(name, self.cache_read, "cache_read")
         w = _rate(name, self.cache_write, "cache_write")
         return i, o, i if r is None else r, i if w is None else w

@@ -154,6 +154,8 @@ def test_the_app_declares_prices_and_a_bad_one_is_refused() -> None:
     for bad in (Price(-1, 1), Price("x", 1), Price(1, float("inf")), Price(True, 1)):
         with pytest.raises(WorkflowDefinitionError, match="finite number"):
             PriceTable({"m": bad})
+    with pytest.raises(WorkflowDefinitionError, match="input and output are required"):
+        PriceTable({"m": Price(None, 1)})  # type: ignore[arg-type]
     with pytest.raises(WorkflowDefinitionError, match="must be a Price"):
         PriceTable({"m": (1, 2)})  # type: ignore[dict-item]
     with pytest.raises(WorkflowDefinitionError, match="token counts"):
