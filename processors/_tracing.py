@@ -55,6 +55,12 @@ class Tracing:
     def enabled(self) -> bool:
         return self._otel is not None
 
+    @property
+    def recording(self) -> bool:
+        """Enabled, and its provider can record (see ``OtelTracer.configured``): the projector reads
+        its records' trace contexts only then."""
+        return self._otel is not None and self._otel.configured
+
     def runner_tracer(self) -> Tracer:
         """The runner's tracer (run, stage and call spans) on the same provider, or ``NO_TRACE``."""
         return self._otel if self._otel is not None else NO_TRACE

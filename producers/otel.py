@@ -144,6 +144,14 @@ class OtelTracer:
     def __init__(self, tracer_provider: trace.TracerProvider | None = None, *,
                  name: str = "runlog") -> None:
         self._tracer = trace.get_tracer(name, tracer_provider=tracer_provider)
+        self._provider = tracer_provider
+
+    @property
+    def configured(self) -> bool:
+        """Whether its provider can record: one was passed in, or the global one was set (else
+        OpenTelemetry's default records nothing, and work done only for a span can be skipped)."""
+        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
     def start(self, kind: SpanKind, name: str, parent: Span | None,
               attributes: Mapping[str, AttrValue]) -> Span:

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["TRACEPARENT", "TRACESTATE", "TraceContext", "carrying", "current", "from_attributes",
-           "from_headers", "parse"]
+__all__ = ["TRACEPARENT", "TRACESTATE", "TraceContext", "carrying", "current", "distinct_contexts",
+           "from_attributes", "from_headers", "parse"]
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -109,6 +110,32 @@ def from_headers(headers: Iterable[tuple[str, str | bytes | None]] | Mapping[str
     if TRACEPARENT in found:
         return parse(found[TRACEPARENT], found.get(TRACESTATE))
     return parse(found.get(_CE_TRACEPARENT), found.get(_CE_TRACESTATE))
+
+
+_Headers = Iterable[tuple[str, str | bytes | None]] | Mapping[str, bytes] | None
+
+
+def distinct_contexts(records: Iterable[_Headers]) -> list[TraceContext]:
+    """The distinct valid trace contexts of many records' headers, in first-seen order; each distinct
+    header value is parsed once (a run's records mostly share one)."""
+    seen: dict[tuple[Any, Any], TraceContext | None] = {}
+    for headers in records:
+        if not headers:
+            continue
+        tp = ts = ce_tp = ce_ts = None
+        for k, v in (headers.items() if isinstance(headers, Mapping) else headers):
+            if k == TRACEPARENT:
+                tp = v
+            elif k == TRACESTATE:
+                ts = v
+            elif k == _CE_TRACEPARENT:
+                ce_tp = v
+            elif k == _CE_TRACESTATE:
+                ce_ts = v
+        key = (tp, ts) if tp is not None else (ce_tp, ce_ts)
+        if key[0] is not None and key not in seen:
+            seen[key] = parse(key[0], key[1])
+    return [tc for tc in seen.values() if tc is not None]
 
 
 def from_attributes(attributes: Mapping[str, str]) -> TraceContext | None:

@@ -47,7 +47,7 @@ from projections.recovery import lost_at_start, recover
 from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
 from projections.store import StoreWentBack
 from schemas._codec import Codec
-from schemas._tracecontext import from_headers
+from schemas._tracecontext import distinct_contexts
 from schemas._types import Checkpoint
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -283,7 +283,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         async for batch in stream.take_events(o.batch_size, within=o.within):
             recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
                               e.message.key, e.message.value) for e in batch]
-            links = [from_headers(e.message.headers) for e in batch] if tracing.enabled else []
+            links = distinct_contexts(e.message.headers for e in batch) if tracing.recording else []
             span = tracing.start("runlog.project", kind="consumer", attributes={"records": len(recs)},
                                  links=links)
             t0 = time.perf_counter()

@@ -221,3 +221,9 @@ def test_an_async_runner_puts_the_same_context_on_its_records(spans: Spans) -> N
     events = world.events(res.run_id)
     assert traces(world, events) == [ctx_of(run)] * len(events)
     assert from_attributes(events[0].attributes) == ctx_of(run)
+
+
+def test_recording_says_whether_the_provider_can_record(spans: Spans) -> None:
+    assert Tracing(Settings(), spans.provider).recording
+    assert not Tracing(Settings(), trace.NoOpTracerProvider()).recording
+    assert not Tracing(Settings(tracing=False), spans.provider).recording

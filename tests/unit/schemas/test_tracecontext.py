@@ -10,6 +10,7 @@ from schemas._tracecontext import (
     TraceContext,
     carrying,
     current,
+    distinct_contexts,
     from_attributes,
     from_headers,
     parse,
@@ -101,3 +102,19 @@ def test_records_carry_the_trace_headers_only_when_traced() -> None:
     plain_req = ce.resume_request(req, value, "id-1")
     assert len(plain_req) == 7 and from_headers(plain_req) is None
     assert from_headers(ce.resume_request(req, value, "id-1", trace=tc)) == tc
+
+
+def test_the_distinct_contexts_of_a_batch_are_parsed_once_each_in_first_seen_order() -> None:
+    other = "00-11111111111111111111111111111111-2222222222222222-01"
+    batch = [
+        [("ce_id", b"a"), ("traceparent", TP.encode()), ("tracestate", TS.encode())],
+        None,
+        [("ce_id", b"b")],
+        [("traceparent", other.encode())],
+        [("traceparent", TP.encode()), ("tracestate", TS.encode())],
+        [("traceparent", b"00-bad")],
+        {"ce_traceparent": other.encode()},
+        [("traceparent", TP.encode())],  # another tracestate: another context
+    ]
+    assert distinct_contexts(batch) == [TraceContext(TP, TS), TraceContext(other), TraceContext(TP)]
+    assert distinct_contexts([]) == [] and distinct_contexts([None, [("ce_id", b"x")]]) == []
