@@ -112,6 +112,16 @@ class _FakeActive:
         self.removed.append(run_id)
 
 
+class _FakeRoutes:
+    """The version routes: which runs were settled (unparked) with their outcome."""
+
+    def __init__(self) -> None:
+        self.settled: list[str] = []
+
+    def settle(self, run_ids: list[str]) -> None:
+        self.settled.extend(run_ids)
+
+
 class _ScriptedResumer:
     def __init__(self, results: list[str]) -> None:
         self.results = results
@@ -132,6 +142,7 @@ def _service(results: list[str]) -> tuple[ResumerService, _FakeRedis, _ScriptedR
     svc.redis = fake  # type: ignore[assignment]
     svc.resumer = scripted  # type: ignore[assignment]
     svc.active = active  # type: ignore[assignment]
+    svc.routes = _FakeRoutes()  # type: ignore[assignment]
     svc.on_outcome = None
     svc.outcomes = []
     svc.not_mine = 0
@@ -156,6 +167,7 @@ def test_contended_is_retried_after_the_leases_remaining_lifetime(monkeypatch: p
     assert [o.result for o in svc.run_due_retries()] == ["completed"]
     assert scripted.calls == 2 and svc.next_retry_in() is None
     assert active.removed == ["run-1"] and svc._attempts == {}
+    assert svc.routes.settled == ["run-1"]  # type: ignore[attr-defined]  # unparked with its outcome
 
 
 def test_a_retry_keeps_the_epoch_its_request_saw(monkeypatch: pytest.MonkeyPatch) -> None:
