@@ -39,6 +39,8 @@ with an ``on_invoke_tool`` that is a recorded call (the agent cloned for the run
   by the function tool itself, unrecorded (the same answer on every re-run).
 * What the agent gets back is always the recorded JSON form (in the first run too), so a first run
   and its replay see the same values.
+* An agent given as a tool (``Agent.as_tool``) runs inside the outer agent's recorded tool call, on
+  its own model (or the run config's): its model calls are part of that call.
 
 Rules of the road:
 
@@ -79,6 +81,7 @@ from agents import (
     FunctionTool,
     HostedMCPTool,
     ImageGenerationTool,
+    ModelSettings,
     RunConfig,
     Runner,
     RunResult,
@@ -92,10 +95,15 @@ from agents.run import DEFAULT_MAX_TURNS
 from agents.tool_context import ToolContext
 
 from producers.define._tools import CallInfo, RetryPolicy, Tool
-from producers.integrations._openai_agents_json import encode_result
+from producers.integrations._openai_agents_json import SDK_ERROR_ATTR, decode_result, encode_result
 from producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
 from schemas._types import ReplayPolicy
 from schemas.errors import TerminalToolError, WorkflowDefinitionError
+
+try:
+    from agents.run_internal.turn_preparation import get_model_settings as _resolve_settings
+except ImportError:  # pragma: no cover - the SDK moved its resolver: the agent's own settings
+    _resolve_settings = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from producers import AsyncStageContext
@@ -225,10 +233,13 @@ class RunlogAgent:
                         "exception into a message for the model; declare the function tool with "
                         "failure_error_function=None so its failure fails the call",
                         kind="EffectAnsweredText")
-                return encode_result(result, t.name)
+                if spec.effect:  # the record of the effect: a JSON object with "external_id"
+                    return encode_result(result, t.name)
+                return encode_result(result, t.name, sdk_error=bool(getattr(tool_ctx, SDK_ERROR_ATTR, False)))
 
             declared = dataclasses.replace(spec, fn=fn)
-            return await run.guard(run.call(declared, (tool_ctx.tool_call_id, t.name), args))
+            recorded = await run.guard(run.call(declared, (tool_ctx.tool_call_id, t.name), args))
+            return decode_result(recorded, tool_ctx)
 
         return dataclasses.replace(t, on_invoke_tool=invoke)
 
@@ -242,8 +253,16 @@ class RunlogAgent:
         config = run_config or RunConfig()
         run = Run(ctx)
         model, label = self._resolved_model(config)
-        durable_agent = self.agent.clone(tools=[self._durable_tool(t, run) for t in self.agent.tools])
-        config = dataclasses.replace(config, model=RunlogModel(model, label, self.name, self.model_tool, run))
+        durable_model = RunlogModel(model, label, self.name, self.model_tool, run)
+        # the agent's own model is the durable one (an agent given as a tool keeps its own model); the
+        # settings are those the SDK gives the model as named (a name's defaults, not a Model's none)
+        settings = _sdk_settings(self.agent if self._model is None else self.agent.clone(model=self._model),
+                                 config)
+        durable_agent = self.agent.clone(model=durable_model,
+                                         tools=[self._durable_tool(t, run) for t in self.agent.tools])
+        durable_agent.model_settings = settings  # set after: Agent() resets a model's default settings
+        if config.model is not None:  # the run config's model wins over the agent's
+            config = dataclasses.replace(config, model=durable_model)
         try:
             result = await Runner.run(durable_agent, input, context=context, max_turns=max_turns,
                                       run_config=config, previous_response_id=previous_response_id,
@@ -255,6 +274,14 @@ class RunlogAgent:
         if run.error is not None:  # a recorded call failed and the SDK went on: the stage fails
             raise run.error
         return result
+
+
+def _sdk_settings(agent: Agent[Any], config: RunConfig) -> ModelSettings:
+    """The model settings the SDK resolves for ``agent`` under ``config`` (its defaults for a model
+    given by name, the agent's and the run config's settings over them)."""
+    if _resolve_settings is None:  # pragma: no cover - an SDK without the resolver
+        return agent.model_settings.resolve(config.model_settings)
+    return _resolve_settings(agent, config)
 
 
 async def _unbound(call: CallInfo, **_: Any) -> Any:

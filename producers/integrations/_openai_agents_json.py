@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import agents.tool
 from agents import (
     AgentOutputSchemaBase,
     FunctionTool,
@@ -28,8 +29,15 @@ from producers.calls._keys import canonical_json
 from schemas._types import Usage
 from schemas.errors import TerminalToolError, WorkflowDefinitionError
 
-__all__ = ["decode_response", "encode_response", "encode_result", "jsonable", "request_args",
-           "tool_description", "usage_reader"]
+__all__ = ["decode_response", "decode_result", "encode_response", "encode_result", "jsonable",
+           "request_args", "tool_description", "usage_reader"]
+
+_MARK = "$openai_agents"
+"""Key of the envelope a recorded tool result uses for what is not the tool's plain return value."""
+SDK_ERROR_ATTR: str = getattr(agents.tool, "_DEFAULT_FAILURE_HANDLED_ATTR",
+                              "_function_tool_default_failure_handled")
+"""The flag the SDK sets on a ``ToolContext`` when its default failure handler answered for the
+tool (the answer then bypasses the tool's output schema): recorded, and set again on replay."""
 
 _OUTPUT_ITEMS: TypeAdapter[list[TResponseOutputItem]] = TypeAdapter(list[TResponseOutputItem])
 
@@ -111,11 +119,29 @@ def decode_response(data: Any) -> ModelResponse:
                          response_id=data.get("response_id"), request_id=data.get("request_id"))
 
 
-def encode_result(result: Any, tool: str) -> Any:
+def encode_result(result: Any, tool: str, *, sdk_error: bool = False) -> Any:
     """A tool's return value as recorded, and as the agent gets it (in the first run too): JSON data
     (a pydantic model as its JSON object, which the SDK reads as it reads the model itself for its
-    structured outputs ``ToolOutputText``, ``ToolOutputImage``, ``ToolOutputFileContent``)."""
-    return jsonable(lambda: to_jsonable_python(result, by_alias=True), f"the result of tool {tool!r}")
+    structured outputs ``ToolOutputText``, ``ToolOutputImage``, ``ToolOutputFileContent``); the SDK's
+    own answer to the tool's exception (``sdk_error``) in an envelope that says so."""
+    value = jsonable(lambda: to_jsonable_python(result, by_alias=True), f"the result of tool {tool!r}")
+    if sdk_error:
+        return {_MARK: "sdk_error", "value": value}
+    if isinstance(value, dict) and _MARK in value:
+        return {_MARK: "value", "value": value}
+    return value
+
+
+def decode_result(data: Any, tool_ctx: Any) -> Any:
+    """A recorded tool result back (the SDK's answer to an exception flagged on ``tool_ctx`` again)."""
+    if not (isinstance(data, dict) and isinstance(data.get(_MARK), str)):
+        return data  # a plain return value, or an effect's record (as executed or reconciled)
+    if data[_MARK] == "sdk_error":
+        setattr(tool_ctx, SDK_ERROR_ATTR, True)
+    elif data[_MARK] != "value":
+        raise TerminalToolError(f"a recorded tool result has an unknown kind {data[_MARK]!r}",
+                                kind="InvalidToolResult")
+    return data["value"]
 
 
 def _usage(label: str, u: AgentsUsage) -> Usage | None:

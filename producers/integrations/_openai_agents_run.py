@@ -122,6 +122,11 @@ class RunlogModel(Model):
                            output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff[Any, Any]],
                            tracing: ModelTracing, *, previous_response_id: str | None,
                            conversation_id: str | None, prompt: ResponsePromptParam | None) -> ModelResponse:
+        if _current.get() is not None:  # an agent run inside a recorded tool call (an agent as a tool
+            # inheriting the run config's model): its model calls are part of that call, not recorded
+            return await self.wrapped.get_response(
+                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt)
         if model_settings.retry is not None:
             raise WorkflowDefinitionError(
                 f"agent {self._name!r}: ModelSettings.retry (the SDK's own model retries) is not "

@@ -138,8 +138,9 @@ class ShopWorld(Model):
         return {"external_id": f"row-{found[0]}"} if found else None
 
 
-def agent_app(root: Path) -> App:
-    """The application (workflow, tools, inputs, prices) on the world under ``root``."""
+def agent_app(root: Path, *, instructions: str = "Look prices up, then save the order.") -> App:
+    """The application (workflow, tools, inputs, prices) on the world under ``root`` (the agent's
+    ``instructions`` changed: another version of the code, whose model calls diverge)."""
     world = ShopWorld(root)
 
     @function_tool
@@ -152,7 +153,7 @@ def agent_app(root: Path) -> App:
         """Save an order."""
         return await world.save_order(order, price)
 
-    agent = Agent(name="shop", instructions="Look prices up, then save the order.", model=world,
+    agent = Agent(name="shop", instructions=instructions, model=world,
                   tools=[lookup, save_order])
     save = tool(SAVE_TOOL, policy=ReplayPolicy.RECONCILE_FIRST, target="sqlite:orders",
                 delivery=lambda args, call: (ACCOUNT, "sqlite", str(args["order"]), "1"),

@@ -27,6 +27,7 @@ from processors.demo.run import wait_lease_gone
 from processors.inspect import run_history
 from processors.resume import Resumer
 from producers import LocalArtifactStore
+from projections import RunStatus
 from projections.fold import fold_all
 from schemas import EventType, RunEvent, Settings
 from tests.faults.machinery.points import boundaries, crash_points
@@ -134,3 +135,31 @@ def test_a_durable_openai_agent_crashed_at_every_call_boundary_resumes_without_r
                if SAVE_TOOL in e["point"]}
     assert actions["after:EFFECT_INTENT"] == ["rerun"] and actions["inside:TOOL"] == ["rerun"]
     assert actions["before:EFFECT_RESULT"] == ["reconciled"]
+
+
+def test_a_resume_on_changed_instructions_diverges_and_blocks_with_the_reason(
+        topics: Settings, tmp_path: Path) -> None:
+    """Killed after the research stage's last model call (before the stage is verified); resumed by
+    code whose agent has other instructions: the recorded call is not handed to the changed request,
+    the run blocks, its ``RUN_BLOCKED`` names the call, nothing is asked of the model again and no
+    row is written."""
+    settings = topics.with_(lease_ttl_ms=1000)
+    world_dir = tmp_path / "world"
+    point = f"after:TOOL_RESULT:research/{MODEL_TOOL}/2"
+    rc, out = finish(spawn(settings, world_dir, order="o-div", crash_at=point), tmp_path / "worker.log")
+    assert rc == -9, out
+    run_id = _run_id(out)
+    wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 6)
+    with Resumer(settings, agent_app(world_dir, instructions="Look prices up, save, and be brief.")) as r:
+        res = r.resume(run_id)
+    assert res.result == "blocked", (res.result, res.detail)
+    evs = _accepted(settings, run_id)
+    [diverged] = [e for e in evs if e.type is T.CALL_DIVERGED]
+    assert diverged.call_id == f"research/{MODEL_TOOL}/0"
+    blocked = evs[-1]
+    assert blocked.type is T.RUN_BLOCKED and blocked.error is not None
+    assert f"research/{MODEL_TOOL}/0" in blocked.error.message and "diverged" in blocked.error.message
+    state = fold_all(evs)
+    assert state is not None and state.status is RunStatus.BLOCKED
+    world = ShopWorld(world_dir)
+    assert world.model_turns() == [0, 1] and world.lookups() == 1 and world.rows() == []

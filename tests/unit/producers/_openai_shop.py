@@ -59,7 +59,8 @@ class ScriptModel(Model):
                            tools: Any, output_schema: Any, handoffs: Any, tracing: Any, *,
                            previous_response_id: str | None, conversation_id: str | None,
                            prompt: Any) -> ModelResponse:
-        turn = len(outputs(input))
+        items = [] if isinstance(input, str) else list(input)
+        turn = sum(item(i, "type") == "function_call_output" for i in items)
         self.turns.append(turn)
         self.inputs.append(input)
         if turn == self.fail_at_turn:

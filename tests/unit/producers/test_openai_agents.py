@@ -391,3 +391,4 @@ def test_run_config_model_and_names_are_used(world: World) -> None:
     assert res.completed and shop.model.turns == [0, 1, 2]
     spent = [e.usage for e in world.events(res.run_id) if e.type is T.TOOL_RESULT and e.usage]
     assert [u.model for u in spent] == ["gpt-test"] * 3
+
