@@ -58,7 +58,10 @@ def tool_description(tool: Tool) -> dict[str, Any]:
     if isinstance(tool, FunctionTool):
         return {"type": "function", "name": tool.name, "description": tool.description,
                 "parameters": tool.params_json_schema, "strict": tool.strict_json_schema}
-    config = getattr(tool, "tool_config", None)  # hosted tools (web search, file search, MCP, ...)
+    try:  # a hosted tool (web search, file search, code interpreter, ...): its settings
+        config = to_jsonable_python(tool)
+    except (PydanticSerializationError, TypeError, ValueError):  # a callback among them: its config
+        config = getattr(tool, "tool_config", None)
     return {"type": type(tool).__name__, "name": tool.name,
             "config": jsonable(lambda: to_jsonable_python(config),
                                f"the configuration of tool {tool.name!r}")}

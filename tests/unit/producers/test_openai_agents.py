@@ -24,6 +24,7 @@ from agents import (
     RunConfig,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrailData,
+    WebSearchTool,
     function_tool,
     handoff,
     tool_input_guardrail,
@@ -392,3 +393,17 @@ def test_run_config_model_and_names_are_used(world: World) -> None:
     spent = [e.usage for e in world.events(res.run_id) if e.type is T.TOOL_RESULT and e.usage]
     assert [u.model for u in spent] == ["gpt-test"] * 3
 
+
+
+def test_a_hosted_tools_changed_settings_diverge(world: World) -> None:
+    """A tool the provider runs (web search) is part of the request with its settings."""
+    model = ScriptModel(lambda turn, input: [assistant_message("saved nothing")])
+    agent = Agent(name="web", model=model, tools=[WebSearchTool(search_context_size="low")])
+    durable = RunlogAgent(agent)
+    first = world.runner.run(one_stage(durable, "web"), PROMPT)
+    assert first.completed and model.turns == [0]
+    agent.tools[:] = [WebSearchTool(search_context_size="high")]
+    with pytest.raises(Diverged) as info:
+        world.again(first.run_id, one_stage(durable, "web"), PROMPT,
+                    recorded_calls=world.recorded(first.run_id))
+    assert info.value.call_id == "order/openai_agents.model.web/0" and model.turns == [0]
