@@ -18,6 +18,7 @@ from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
 from producers.calls._calls import WaitTimedOut
 from producers.calls._stored_args import load_args
 from producers.define._app import App
+from producers.define._budget import Budget
 from producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
 from producers.define._prices import Price, PriceTable
 from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
@@ -51,6 +52,7 @@ __all__ = [
     "ArtifactStore",
     "AsyncRunner",
     "AsyncStageContext",
+    "Budget",
     "CallInfo",
     "CallPosition",
     "DeliveryError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from projections._budget import BUDGET_ATTRIBUTE, BUDGET_SIGNAL, BudgetCaps
 from projections._fold_outcome import _ACCEPTED, CHECKPOINT_WINDOW, Outcome, OutcomeKind, Position
 from projections._state import (
     CallRecord,
@@ -19,7 +20,30 @@ from projections._state import (
 from projections._usage import NO_USAGE
 from schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, RunEvent
 
-__all__ = ["effect", "fingerprints", "resolved", "spent", "update_call", "upgraded"]
+__all__ = ["budget_of", "effect", "fingerprints", "raised", "resolved", "spent", "update_call", "upgraded"]
+
+
+def budget_of(e: RunEvent) -> BudgetCaps | None:
+    """The budget a ``RUN_STARTED`` records (None: none, or not a budget)."""
+    raw = e.attributes.get(BUDGET_ATTRIBUTE)
+    if not raw:
+        return None
+    try:
+        return BudgetCaps.from_json(raw)
+    except (ValueError, TypeError):
+        return None
+
+
+def raised(s: RunState, e: RunEvent) -> RunState:
+    """A budget signal (``runlog budget``): the new caps; a run waiting at a cap goes on."""
+    caps: BudgetCaps | None
+    try:
+        caps = (s.usage_budget or BudgetCaps()).raised(e.attributes)
+    except (ValueError, TypeError):
+        caps = s.usage_budget
+    waiting = s.waiting if s.waiting is None or s.waiting.signal != BUDGET_SIGNAL else None
+    status = RunStatus.RUNNING if s.status is RunStatus.WAITING and waiting is None else s.status
+    return evolve_state(s, usage_budget=caps, waiting=waiting, status=status)
 
 
 def fingerprints(e: RunEvent) -> dict[str, str]:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
+from projections._budget import BudgetCaps
 from projections._usage import NO_USAGE, UsageTotals
 from schemas._plain import PlainMapping
 from schemas._types import (
@@ -207,6 +208,9 @@ class RunState:
     model_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
     """Model name -> what this run's own calls of that model spent."""
     inherited_usage: UsageTotals | None = None
+    usage_budget: BudgetCaps | None = None
+    """The run's budget (``RUN_STARTED`` attribute ``runlog.budget``, raised by ``runlog budget``:
+    :mod:`projections._budget`); None: no cap."""
     """A branch's parent's totals at the fork (``RUN_BRANCHED``); None for a run that is no branch."""
     stage_fingerprints: Mapping[str, str] = field(default_factory=dict)
     """Stage name -> fingerprint of the definition the run is on (``RUN_STARTED`` or the latest
@@ -309,7 +313,7 @@ evolve_call: Callable[..., CallRecord] = _evolver(CallRecord)
 
 STATE_JSON = PlainMapping(
     positional=(ArtifactRef, RuleResult, ErrorInfo, StageSpec, CheckpointEntry, RejectedEvent, WaitInfo,
-                UsageTotals),
+                UsageTotals, BudgetCaps),
     keyed={(RunState, "calls"): "call_id", (RunState, "open_effects"): "delivery_key",
            (RunState, "closed_effects"): "delivery_key"},
 )

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from projections._budget import BUDGET_SIGNAL
+from projections._fold_operators import budget_of, raised
 from projections._fold_operators import effect as _effect
 from projections._fold_operators import fingerprints as _fingerprints
 from projections._fold_operators import resolved as _resolved
@@ -173,6 +175,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             stage_fingerprints=_fingerprints(e) or s.stage_fingerprints,
             traceparent=e.attributes.get(TRACEPARENT) or s.traceparent,
             tracestate=e.attributes.get(TRACESTATE) if TRACEPARENT in e.attributes else s.tracestate,
+            usage_budget=budget_of(e) or s.usage_budget,
         )
         return s, _ACCEPTED
     if t is EventType.RUN_UPGRADED and e.workflow is not None:
@@ -220,6 +223,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         deadline = e.attributes.get("deadline_ms", "0")
         wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0)
         return evolve_state(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
+    if t is EventType.SIGNAL_RECEIVED and e.attributes.get("signal") == BUDGET_SIGNAL:
+        return raised(s, e), _ACCEPTED  # new caps, not a call's result
     if t is EventType.SIGNAL_RECEIVED and e.call_id is not None and e.payload_ref is not None:
         # the signal's data is the wait's recorded result; the run goes on when a resumer takes it
         s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)

@@ -36,6 +36,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors.cli.operate",
     "processors.cli.upgrade",
     "processors.cli.replay",
+    "processors.cli.budget",
 )
 
 

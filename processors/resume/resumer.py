@@ -51,6 +51,7 @@ from processors.resume.plan import (
 )
 from processors.resume.ports import KafkaRunEvents, RunEventReader
 from producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
+from producers.calls._call_budget import BudgetGuard
 from producers.log._writer import RunWriter
 from producers.run._lease import LeaseHeld
 from projections._state import RunState
@@ -278,6 +279,8 @@ class Resumer:
             session.close(release=True)
             epoch = state.epoch if early.result == "contended" else session.epoch  # contended: not ours
             return self._early(run_id, early, plan, epoch)
+        if state.usage_budget is not None:  # the caps as raised; the spend the log records (each call once)
+            session.budget = BudgetGuard(state.usage_budget, state.total_usage)
         return session
 
     def upgrade(self, state: RunState, workflow: Workflow, attributes: Mapping[str, str], *,

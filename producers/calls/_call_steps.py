@@ -59,11 +59,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from producers.calls._artifacts import ArtifactStore
+from producers.calls._call_budget import BudgetSteps
 from producers.calls._call_ledger import EffectsLedgerSteps
+from producers.calls._call_patch import PatchSteps
 from producers.calls._calls import (
     _WAIT_TOOL,
     JSON,
-    PATCHED,
     WAIT,
     RecordedCall,
     RunWaits,
@@ -95,7 +96,7 @@ from schemas.errors import (
 __all__: list[str] = []
 
 
-class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
+class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps):
     """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
@@ -232,12 +233,12 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
                               attributes={"source": "reconciled"}, **common)
             _reused(span, "reconciled")
             return record
+        yield from self._within_budget(tool, call_id, common)  # a model call: not past a hard cap
         idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
                 if tool.policy is ReplayPolicy.IDEMPOTENT else None)
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
         args_ref = yield from self._put_args(tool, args, args_bytes)  # by reference as the tool declares
-        # A round trip before every call: a writer whose lease was taken (a takeover, `runlog cancel`)
-        # starts no further tool call, even before its heartbeat notices (LeaseLost).
+        # a round trip before every call: a writer whose lease was taken starts no further call (LeaseLost)
         yield self._verify()
         called: AppendResult = yield s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
                                                  payload_ref=args_ref, request_hash=request_hash, **common)
@@ -306,36 +307,9 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps):
             yield s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
                               external_id=_external_id(result), **common)
         ref = yield from self._put(result_bytes)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, attributes={"attempts": str(attempts)},
-                          usage=spent, **common)
+        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
+                          attributes={"attempts": str(attempts), **self._spent(spent)})
         return result
-
-    # -- a patch ----------------------------------------------------------------------------------
-
-    def _patched_steps(self, patch_id: str) -> Steps[bool]:
-        """Whether this execution of the stage takes patch ``patch_id`` (see the module docstring)."""
-        if not isinstance(patch_id, str) or not patch_id:
-            raise WorkflowDefinitionError(f"patched() needs a non-empty patch id, got {patch_id!r}")
-        args = {"patch": patch_id}
-        with self._lock:
-            known = self._patches.get(patch_id)
-            if known is not None:
-                return known
-            if self.failure is not None:
-                raise self.failure
-            index = self._next_index
-            rec = self._at_index.get(index)
-            if rec is None:
-                taken = index >= self._recorded_end  # new territory: this run reaches it on new code
-            else:  # the marker of this very patch, or a run recorded before the patch existed
-                taken = (rec.call_id == f"{self.stage}/{PATCHED.name}/{index}"
-                         and rec.request_hash in (None, sha256_hex(canonical_json(args))))
-            self._patches[patch_id] = taken
-            if taken:
-                self._next_index += 1
-        if taken:
-            yield from self._call_steps(PATCHED, index, args)
-        return taken
 
     # -- a durable wait -------------------------------------------------------------------------
 

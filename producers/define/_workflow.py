@@ -22,10 +22,13 @@ import re
 import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from schemas._types import RuleResult, StageSpec, WorkflowSpec
 from schemas.errors import WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from producers.define._budget import Budget
 
 __all__ = ["Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "evaluate_rules", "rule"]
 
@@ -114,12 +117,14 @@ class Stage:
 class Workflow:
     """A named, versioned, ordered list of stages (declared in order with :meth:`stage`)."""
 
-    def __init__(self, name: str, version: str) -> None:
+    def __init__(self, name: str, version: str, *, budget: Budget | None = None) -> None:
         _check_name("workflow", name)
         if not version:
             raise WorkflowDefinitionError(f"workflow {name!r} needs a version")
         self.name = name
         self.version = version
+        self.budget = budget
+        """What each run's model calls may spend (:class:`~producers.Budget`); a run's own wins."""
         self._stages: list[Stage] = []
 
     def stage(self, name: str, *, inputs: Sequence[str] = (), rules: Sequence[Rule] = (),

@@ -41,6 +41,11 @@ class WriterMetrics:
         self.failures = Counter("runlog_writer_delivery_failures_total",
                                 "Run events whose delivery failed, by librdkafka error name.", ["error"],
                                 registry=registry)
+        self.budget = Counter("runlog_writer_budget_events_total",
+                              "Model-call budget events by kind: soft (a soft cap reached: a warning on "
+                              "the call's TOOL_RESULT), wait (a hard cap reached: the run waits for runlog "
+                              "budget), fail (a hard cap reached: the run failed).", ["workflow", "kind"],
+                              registry=registry)
         self.confirmed_sync = self.confirmed.labels("sync")
         self.confirmed_async = self.confirmed.labels("async")
 

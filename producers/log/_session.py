@@ -28,6 +28,7 @@ from schemas._types import EventType, RunEvent, now_ms
 from schemas.errors import DeliveryError
 
 if TYPE_CHECKING:
+    from producers.calls._call_budget import BudgetGuard
     from producers.define._workflow import Workflow
     from producers.run._trace import Span
 
@@ -82,6 +83,8 @@ class RunSession:
         self.workflow = workflow
         self.inputs = inputs
         self.params: dict[str, Any] = dict(params)
+        self.budget: BudgetGuard | None = None
+        """The run's budget, checked before each model call it makes (``producers.Budget``)."""
         self.last_hash = last_hash
         """``event_hash`` of the run's last event, from the bytes the writer produced (version 2):
         the next one's ``prev_hash`` (None before seq 1)."""

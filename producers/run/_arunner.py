@@ -13,6 +13,7 @@ from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
 from producers.calls._calls import RecordedCall
 from producers.calls._ledger import EffectLedger, RedisEffectLedger
 from producers.calls._ledger_topic import EffectsTopic
+from producers.define._budget import Budget
 from producers.define._inputs import InputSource
 from producers.define._prices import Price, PriceTable
 from producers.define._workflow import Workflow
@@ -130,9 +131,10 @@ class AsyncRunner(_RunnerCore):
 
     async def start_run(self, workflow: Workflow, params: Mapping[str, Any],
                         inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
-                        parent_run_id: str | None = None, forked_from_seq: int | None = None) -> RunHandle:
+                        parent_run_id: str | None = None, forked_from_seq: int | None = None,
+                        budget: Budget | None = None) -> RunHandle:
         return await adrive(self._start_steps(workflow, params, inputs, idempotency_key, parent_run_id,
-                                              forked_from_seq), self._loop_mode)
+                                              forked_from_seq, budget), self._loop_mode)
 
     start_run.__doc__ = _START_DOC
 

@@ -25,9 +25,11 @@ from typing import Any
 import redis
 
 from producers.calls._artifacts import ArtifactStore
+from producers.calls._call_budget import BudgetGuard
 from producers.calls._calls import JSON
 from producers.calls._keys import canonical_json, sha256_hex
 from producers.crash import crash_point, kill_self
+from producers.define._budget import Budget
 from producers.define._inputs import InputSource, PinnedInputs
 from producers.define._workflow import Workflow
 from producers.log._log import EventLog
@@ -42,6 +44,7 @@ from producers.run._protocol import (
 )
 from producers.run._runs import Claim, RunKeys, run_id_for_key
 from producers.run._trace import Tracer, context_of
+from projections._budget import BUDGET_ATTRIBUTE
 from schemas._hash import event_hash
 from schemas._types import STAGES_ATTRIBUTE, EventType
 from schemas.errors import (
@@ -78,7 +81,7 @@ class _StartSteps:
 
     def _start_steps(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
-                     forked_from_seq: int | None) -> Steps[RunHandle]:
+                     forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunHandle]:
         workflow.spec()  # refuses a workflow without stages before anything is claimed
         params_bytes = canonical_json(dict(params))
         params_hash = sha256_hex(params_bytes)
@@ -101,7 +104,7 @@ class _StartSteps:
                     return RunHandle(claim.run_id, False, params_hash)
                 return (yield from self._settle_start(workflow, params_bytes, pinned, attrs, idempotency_key,
                                                       run_id, params_hash, wf_name, parent_run_id,
-                                                      forked_from_seq))
+                                                      forked_from_seq, budget))
             if (yield from self._existed(run_id)):
                 # the claim was lost with Redis's data, not the run: settle the key, resume the run
                 yield IO(self.run_keys, "mark_started", "amark_started",
@@ -112,7 +115,7 @@ class _StartSteps:
         lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
-                                                    parent_run_id, forked_from_seq)
+                                                    parent_run_id, forked_from_seq, budget)
         except BaseException:
             yield IO(lease, "release", "arelease")
             raise  # a keyed claim stays pending: the next caller settles it from the log
@@ -145,9 +148,14 @@ class _StartSteps:
 
     def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
                       pinned: PinnedInputs, attrs: Mapping[str, str], parent_run_id: str | None,
-                      forked_from_seq: int | None) -> Steps[RunSession]:
+                      forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunSession]:
         session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
                              inputs=pinned, params=json.loads(params_bytes))
+        chosen = budget or workflow.budget
+        caps = chosen.caps() if chosen is not None else None
+        if caps is not None:
+            session.budget = BudgetGuard(caps)
+            attrs = {**attrs, BUDGET_ATTRIBUTE: caps.to_json()}
         # the run span opens before RUN_STARTED, which records its context (the run's trace, which a
         # resume elsewhere continues); the execution that follows takes it over
         span = session.run_span = self.tracer.start("run", workflow.name, None, {
@@ -184,7 +192,8 @@ class _StartSteps:
 
     def _settle_start(self, workflow: Workflow, params_bytes: bytes, pinned: PinnedInputs,
                       attrs: Mapping[str, str], key: str, run_id: str, params_hash: str, wf_name: str,
-                      parent_run_id: str | None, forked_from_seq: int | None) -> Steps[RunHandle]:
+                      parent_run_id: str | None, forked_from_seq: int | None,
+                      budget: Budget | None = None) -> Steps[RunHandle]:
         """A ``pending`` claim: its starter died somewhere between the claim and the claim's
         ``started`` mark. The log decides whether the run exists."""
         assert self.run_keys is not None
@@ -203,7 +212,7 @@ class _StartSteps:
             return RunHandle(run_id, False, params_hash)
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
-                                                    parent_run_id, forked_from_seq)
+                                                    parent_run_id, forked_from_seq, budget)
         except BaseException:
             yield IO(lease, "release", "arelease")
             raise

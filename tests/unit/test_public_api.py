@@ -22,7 +22,7 @@ def test_all_names_exist(name: str) -> None:
 # The exact public surface of each package: adding or removing a name is a decision, made here.
 EXPORTS = {
     "producers": [
-        "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "CallInfo",
+        "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "Budget", "CallInfo",
         "CallPosition", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
         "LeaseLost", "LocalArtifactStore", "Price", "PriceTable", "ReconcileFn", "ReplayPolicy",

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 import pytest
 
+from projections._budget import BudgetCaps
 from projections._state import (
     CallRecord,
     CallStatus,
@@ -194,6 +195,7 @@ RICH = RunState(
     stage_usage={"draft": UsageTotals(2, 30, 4, 10, 0, 70, 1)},
     model_usage={"a:m": UsageTotals(1, 20, 3, 10, 0, 70, 0), "b:n": UsageTotals(1, 10, 1, 0, 0, None, 1)},
     inherited_usage=UsageTotals(1, 5, 1, 0, 0, 9, 0),
+    usage_budget=BudgetCaps(1000, 5_000_000, 800, None, "wait"),
 )
 
 A = '["file:///a","' + "ab" * 32 + '",12,"application/json"]'
@@ -221,7 +223,7 @@ RICH_JSON = (
     '"stage_outputs":{"draft":' + A + '},"stage_usage":{"draft":[2,30,4,10,0,70,1]},"started_at":100,'
     '"status":"WAITING",'
     '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
-    '"updated_at":120,"usage":[2,30,4,10,0,70,1],"v":1,'
+    '"updated_at":120,"usage":[2,30,4,10,0,70,1],"usage_budget":[1000,5000000,800,null,"wait"],"v":1,'
     '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500],'
     '"workflow":{"name":"wf","stages":[["draft",["brief"],["r1"],true],["publish",[],[],true]],"version":"1"}}'
 )

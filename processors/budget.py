@@ -1,0 +1,76 @@
+"""``runlog budget``: raise (or set) a run's budget, an operator event on the log like ``approve``.
+
+It takes the run's lease at a new epoch (``LEASE_ACQUIRED`` with who and what), appends
+``SIGNAL_RECEIVED`` of signal ``runlog.budget`` whose attributes carry the new caps (``tokens``,
+``cost_nanos``, ``soft_tokens``, ``soft_cost_nanos``; a cap not given is kept), who and why, releases
+the lease, and asks the resumer group for a resume when the run waits at its cap. The fold applies
+the caps (:mod:`projections._budget`); the resumed run checks its next model call against them.
+
+Refused, with nothing appended, for a settled run (completed or cancelled), without ``--by`` or
+``--reason``, or with no cap to set.
+"""
+
+from __future__ import annotations
+
+from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
+from producers import Runner
+from producers.define._budget import Budget
+from producers.run._lease import LeaseHeld
+from projections import RunStatus
+from projections._budget import BUDGET_SIGNAL
+from schemas import EventType, Settings, WorkflowDefinitionError
+
+__all__ = ["raise_budget"]
+
+
+def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, cost_usd: float | None = None,
+                 soft_tokens: int | None = None, soft_cost_usd: float | None = None, by: str, reason: str,
+                 runner: Runner | None = None) -> OperatorResult:
+    """Set the caps given (the others are kept) and resume the run if it waits at its cap.
+
+    Raises:
+        OperatorRefused: see the module docstring (nothing appended).
+    """
+    if not by or not by.strip():
+        raise OperatorRefused("say who is acting: --by is required")
+    if not reason or not reason.strip():
+        raise OperatorRefused("say why: --reason is required (recorded on the log)")
+    try:
+        caps = Budget(tokens, cost_usd, soft_tokens, soft_cost_usd).caps()
+    except WorkflowDefinitionError as err:
+        raise OperatorRefused(str(err)) from err
+    given = {k: v for k, v in (("tokens", caps.tokens), ("cost_nanos", caps.cost_nanos),
+                               ("soft_tokens", caps.soft_tokens), ("soft_cost_nanos", caps.soft_cost_nanos))
+             if v is not None}
+    if not given:
+        raise OperatorRefused("give a cap to set: --tokens, --cost-usd, --soft-tokens or --soft-cost-usd")
+    state = load_run(settings, run_id)
+    if state is None:
+        raise OperatorRefused(f"no run {run_id!r} in Redis or on the events topic")
+    if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise OperatorRefused(f"run {run_id} is {state.status.value}: its budget no longer matters")
+    waits = state.waiting is not None and state.waiting.signal == BUDGET_SIGNAL
+    own = runner is None
+    r = runner or Runner.from_settings(settings)
+    try:
+        try:
+            taken = take_lease(settings, r, state, by=by, action="budget", reason=reason, force=False)
+        except LeaseHeld as err:
+            raise OperatorRefused(f"run {run_id} is being executed right now ({err}); try again") from err
+        if taken is None:
+            raise OperatorRefused(f"run {run_id} moved while its budget was being set; try again")
+        session, _ = taken
+        try:
+            caps_set = {k: str(v) for k, v in given.items()}
+            attrs = {"signal": BUDGET_SIGNAL, "by": by, "reason": reason, **caps_set}
+            res = session.append(EventType.SIGNAL_RECEIVED, confirm=True, attributes=attrs)
+        finally:
+            session.close(release=True)
+        if waits:
+            r.writer.request_resume(run_id, f"budget raised by {by}", seen_epoch=session.epoch)
+    finally:
+        if own:
+            r.close()
+    what = ", ".join(f"{k}={v}" for k, v in given.items())
+    return OperatorResult(run_id, "budget", session.epoch, res.event.seq,
+                          f"budget set ({what}){'; resume requested' if waits else ''}")

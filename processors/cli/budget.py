@@ -1,0 +1,49 @@
+"""``runlog budget``: set a run's budget caps (:mod:`processors.budget`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from processors.cli.codes import EXIT_OK, EXIT_REFUSED
+from schemas import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "budget", help="raise (or set) a run's budget; a run waiting at its cap goes on",
+        description="Append SIGNAL_RECEIVED (signal runlog.budget) with the new caps, who and why under a "
+        "new lease epoch; a cap not given is kept. A run waiting at a hard cap is resumed and checks its "
+        "next model call against the new caps. Refused (exit 1, nothing appended) for a completed or "
+        "cancelled run, or without --by, --reason or a cap.")
+    p.add_argument("run_id", help="the run")
+    p.add_argument("--tokens", type=int, default=None, metavar="N", help="hard cap: input plus output tokens")
+    p.add_argument("--cost-usd", type=float, default=None, metavar="USD",
+                   help="hard cap: US dollars (priced by the App's prices)")
+    p.add_argument("--soft-tokens", type=int, default=None, metavar="N", help="soft cap (a warning): tokens")
+    p.add_argument("--soft-cost-usd", type=float, default=None, metavar="USD",
+                   help="soft cap (a warning): US dollars")
+    p.add_argument("--by", required=True, help="who is acting (recorded on the log)")
+    p.add_argument("--reason", default="", help="why (recorded on the log); required")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=_budget)
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from processors.budget import raise_budget
+    from processors.operate import OperatorRefused
+
+    try:
+        res = raise_budget(Settings.from_env(), args.run_id, tokens=args.tokens, cost_usd=args.cost_usd,
+                           soft_tokens=args.soft_tokens, soft_cost_usd=args.soft_cost_usd, by=args.by,
+                           reason=args.reason)
+    except OperatorRefused as err:
+        print(f"runlog budget: refused: {err}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps({"run_id": res.run_id, "action": res.action, "epoch": res.epoch, "seq": res.seq,
+                          "detail": res.detail}))
+    else:
+        print(f"{res.run_id}: {res.detail} (seq {res.seq}, epoch {res.epoch})")
+    return EXIT_OK
