@@ -46,7 +46,8 @@ Rules of the road:
 
 * The function tool calls of one model response run concurrently, as the SDK runs them; their
   positions are taken in the response's order when it arrives (recorded or new), so the order they
-  finish in never matters to the determinism guard.
+  finish in never matters to the determinism guard. The SDK cancels the others when one fails;
+  their recorded calls are shielded and finish (an effect records its result) before the run raises.
 * Anything that feeds a model call must be the same on a re-run (instructions, the input, tool
   definitions): read the clock or a random source in the stage (``ctx.now()``, ``ctx.random()``)
   and pass the value in the input or the context.
@@ -268,9 +269,11 @@ class RunlogAgent:
                                       run_config=config, previous_response_id=previous_response_id,
                                       conversation_id=conversation_id)
         except BaseException as err:
+            await run.settle()  # a sibling of a failed tool call finishes its call (an effect under way)
             if run.error is not None and run.error is not err:
                 raise run.error from None  # the recorded call's own error, not the SDK's wrapper
             raise
+        await run.settle()
         if run.error is not None:  # a recorded call failed and the SDK went on: the stage fails
             raise run.error
         return result

@@ -78,6 +78,7 @@ class Run:
     def __init__(self, stage: AsyncStageContext) -> None:
         self.stage = stage
         self.error: BaseException | None = None
+        self._pending: set[asyncio.Future[Any]] = set()
         self._by_call: dict[tuple[str, str], CallPosition] = {}
 
     def reserve(self, calls: Sequence[ResponseFunctionToolCall]) -> None:
@@ -94,14 +95,23 @@ class Run:
         return position.call(tool, **args) if position is not None else self.stage.call(tool, **args)
 
     async def guard(self, call: Awaitable[Any]) -> Any:
-        try:
-            return await call
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:
-            if self.error is None:
-                self.error = err
-            raise
+        """Make a recorded call that the SDK cannot cancel halfway: when a sibling tool fails, the
+        SDK cancels the others, and a cancelled effect would end with its intent and no result. The
+        call goes on (shielded) and :meth:`settle` waits for it; its error is the run's first."""
+        task = asyncio.ensure_future(call)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+        return await asyncio.shield(task)
+
+    def _done(self, task: asyncio.Future[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None and self.error is None:
+            self.error = task.exception()
+
+    async def settle(self) -> None:
+        """Wait for the recorded calls still under way (each ends recorded: a result or FAILED)."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
 
 # -- the model ---------------------------------------------------------------------------------

@@ -407,3 +407,44 @@ def test_a_hosted_tools_changed_settings_diverge(world: World) -> None:
         world.again(first.run_id, one_stage(durable, "web"), PROMPT,
                     recorded_calls=world.recorded(first.run_id))
     assert info.value.call_id == "order/openai_agents.model.web/0" and model.turns == [0]
+
+
+def test_a_failing_tool_never_cancels_a_sibling_effect_halfway(world: World) -> None:
+    """The SDK cancels a response's other tool calls when one fails; an effect under way finishes its
+    recorded call (its result and external id on the log, its key done in the ledger) before the
+    run raises the failing tool's error."""
+    done: list[str] = []
+
+    @function_tool(failure_error_function=None)
+    async def boom(x: int) -> int:
+        """Fails."""
+        raise ValueError("boom")
+
+    @function_tool(failure_error_function=None)
+    async def save(order: str) -> dict[str, Any]:
+        """Saves, slowly."""
+        await asyncio.sleep(0.1)
+        done.append(order)
+        return {"external_id": f"row-{order}"}
+
+    save_tool = tool("orders.save", policy=ReplayPolicy.IDEMPOTENT, effect=True, target="db",
+                     delivery=lambda args, call: ("acct", "db", args["order"], "1"))(lambda call, **a: None)
+    model = ScriptModel(lambda turn, input: [function_call("save", {"order": "o-1"}, call_id="c1"),
+                                             function_call("boom", {"x": 1}, call_id="c2")])
+    durable = RunlogAgent(Agent(name="sib", model=model, tools=[save, boom]), tools={"save": save_tool})
+    wf = Workflow("sib", "1")
+
+    @wf.stage("s")
+    async def s(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"out": (await durable.run(ctx, "go", run_config=CONFIG)).final_output}
+
+    with pytest.raises(ValueError, match="boom"):
+        world.runner.run(wf, {})
+    [run_id] = world.log.run_ids()
+    evs = world.events(run_id)
+    assert done == ["o-1"]
+    [effect] = [e for e in evs if e.type is T.EFFECT_RESULT]
+    assert effect.call_id == "s/orders.save/1" and effect.external_id == "row-o-1"
+    assert [e.call_id for e in evs if e.type is T.TOOL_RESULT][-1] == "s/orders.save/1"
+    entry = world.ledger.lookup(effect.delivery_key or "")
+    assert entry is not None and entry.done
