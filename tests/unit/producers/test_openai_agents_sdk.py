@@ -15,10 +15,13 @@ from agents.models import get_default_model_settings
 from agents.testing import assistant_message, function_call
 from pydantic import BaseModel
 
-from producers import AsyncStageContext, Workflow, load_args
+from producers import AsyncStageContext, Budget, Workflow, load_args
+from producers.calls._call_budget import BudgetExceeded
 from producers.openai_agents import RunlogAgent
+from projections import RunStatus
+from projections.fold import fold_all
 from schemas import EventType
-from tests.unit.producers._openai_shop import CONFIG, ScriptModel, item
+from tests.unit.producers._openai_shop import CONFIG, PROMPT, ScriptModel, Shop, item, one_stage
 from tests.unit.producers._replay import MemoryWorld
 
 T = EventType
@@ -168,3 +171,26 @@ def test_an_agent_as_a_tool_on_the_run_configs_model_is_part_of_the_tool_call(wo
         "s/openai_agents.model.outer/2"]
     again = world.again(first.run_id, wf, {}, recorded_calls=world.recorded(first.run_id))
     assert again.completed and model.turns == [0, 0, 1]
+
+
+@pytest.mark.parametrize("on_exceeded", ["fail", "wait"])
+def test_a_budget_stops_the_model_call_that_would_exceed_it(world: MemoryWorld, on_exceeded: str) -> None:
+    """The model calls report their usage, so a run's budget applies to them: the call after the
+    cap is not made; the run fails with BudgetExceeded, or waits for ``runlog budget`` (the SDK's
+    wrapping of errors does not hide either)."""
+    shop = Shop()
+    durable = shop.agent()
+    wf = one_stage(durable, f"budget-{on_exceeded}")
+    wf.budget = Budget(tokens=2000, on_exceeded=on_exceeded)  # turn 0 spends 1050, turn 1 1150
+    if on_exceeded == "fail":
+        with pytest.raises(BudgetExceeded):
+            world.runner.run(wf, PROMPT)
+        [run_id] = world.log.run_ids()
+    else:
+        res = world.runner.run(wf, PROMPT)
+        assert not res.completed and res.waiting is not None
+        run_id = res.run_id
+    assert shop.model.turns == [0, 1]  # the third call was not made
+    state = fold_all(world.events(run_id))
+    assert state is not None and state.usage.calls == 2
+    assert state.status is (RunStatus.FAILED if on_exceeded == "fail" else RunStatus.WAITING)
