@@ -53,10 +53,11 @@ Rules of the road:
   and pass the value in the input or the context.
 * Out of scope, refused with :class:`~schemas.errors.WorkflowDefinitionError`: streaming
   (``Runner.run_streamed``), handoffs, MCP servers, local tools other than function tools (computer,
-  shell, apply-patch, custom tools), tools that need approval, and the SDK's own model retries
-  (``ModelSettings.retry``: use ``model_retry``). Guardrails run again on a re-run (keep them
-  pure). An agent spans several stages by passing its items on: return ``result.to_input_list()``
-  from one stage and give it (with the new message appended) as the input in the next.
+  shell, apply-patch, custom tools), tools that need approval or have a timeout
+  (``function_tool(timeout=...)``), and the SDK's own model retries (``ModelSettings.retry``: use
+  ``model_retry``). Guardrails run again on a re-run (keep them pure). An agent spans several
+  stages by passing its items on: return ``result.to_input_list()`` from one stage and give it
+  (with the new message appended) as the input in the next.
 * Resume needs the mapped effect tools registered in the :class:`~producers.App`
   (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
   reconciled with the registered tool's reconcile function before the stage runs again.
@@ -205,6 +206,13 @@ class RunlogAgent:
                 raise WorkflowDefinitionError(
                     f"RunlogAgent {self.name!r}: tool {t.name!r} is a {type(t).__name__}, which runs locally "
                     "and is not recorded; only function tools and the provider's hosted tools are supported")
+            if t.timeout_seconds is not None:
+                raise WorkflowDefinitionError(
+                    f"RunlogAgent {self.name!r}: tool {t.name!r} has a timeout (function_tool(timeout=...)); "
+                    "the SDK would answer the model with a timeout while the recorded call goes on to its "
+                    "result, which a "
+                    "replay hands back instead: time out inside the tool function (raise "
+                    "RetryableToolError for the retry policy) or leave the timeout out")
             if t.needs_approval is not False:
                 raise WorkflowDefinitionError(
                     f"RunlogAgent {self.name!r}: tool {t.name!r} needs approval, which interrupts the run "

@@ -334,6 +334,8 @@ def test_declarations_are_checked(world: World) -> None:
         "is a ComputerTool, which runs locally": Agent(name="c", model=model,
                                                        tools=[ComputerTool(computer=object())]),  # type: ignore[arg-type]
         "needs approval": Agent(name="n", model=model, tools=[function_tool(_approve, needs_approval=True)]),
+        "has a timeout": Agent(name="t", model=model,
+                                     tools=[function_tool(_slow, timeout=5)]),
         r"ModelSettings.retry .* use RunlogAgent\(..., model_retry": Agent(
             name="r", model=model, model_settings=ModelSettings(retry={"max_retries": 2})),  # type: ignore[arg-type]
     }
@@ -351,6 +353,11 @@ def test_declarations_are_checked(world: World) -> None:
 
 def _approve(x: int) -> int:
     """Needs approval."""
+    return x
+
+
+async def _slow(x: int) -> int:
+    """Has a timeout."""
     return x
 
 
