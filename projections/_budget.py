@@ -7,8 +7,9 @@ attributes carry the new caps, who and why. What counts against the caps is the 
 fold sums it (:attr:`~projections.RunState.total_usage`: its own model calls, each once, and a
 branch's inherited spend): a reused recorded call is not new spend.
 
-* **Hard caps** (``tokens``: input plus output tokens; ``cost_nanos``): a model call is not made once
-  the spend has reached a cap. The run then waits for a person (``on_exceeded="wait"``: ``RUN_WAITING``
+* **Hard caps** (``tokens``: input plus output tokens; ``cost_nanos``): a model call that would pass
+  a cap is not made (its spend estimated as the run's average per call so far,
+  :meth:`BudgetCaps.exceeded`). The run then waits for a person (``on_exceeded="wait"``: ``RUN_WAITING``
   for signal :data:`BUDGET_SIGNAL`, until ``runlog budget`` raises the cap) or fails (``"fail"``).
 * **Soft caps**: the result of the call whose spend first reaches one carries the attribute
   :data:`SOFT_ATTRIBUTE` (a warning on the log) and the writer counts it in
@@ -83,12 +84,22 @@ class BudgetCaps:
         return spent.input_tokens + spent.output_tokens
 
     def exceeded(self, spent: UsageTotals) -> str | None:
-        """Why no further model call may be made (a hard cap reached), or None."""
-        if self.tokens is not None and self._tokens(spent) >= self.tokens:
-            return f"token budget reached: {self._tokens(spent)} of {self.tokens} tokens spent"
-        if self.cost_nanos is not None and (spent.cost_nanos or 0) >= self.cost_nanos:
-            return (f"cost budget reached: ${(spent.cost_nanos or 0) / 1e9:.6f} of "
-                    f"${self.cost_nanos / 1e9:.6f} spent")
+        """Why the next model call may not be made, or None: it would pass a hard cap. What a call
+        will spend is not known before it is made; the estimate is the run's average per call so far
+        (tokens over its calls, cost over its priced calls; 0 before its first call), a function of
+        the recorded totals alone, so a resumed run decides exactly as the uncrashed one would."""
+        tokens = self._tokens(spent)
+        if self.tokens is not None:
+            est = -(-tokens // spent.calls) if spent.calls else 0
+            if tokens + est > self.tokens:
+                return (f"token budget: {tokens} of {self.tokens} tokens spent; the next call (about {est}, "
+                        "the average so far) would pass it")
+        priced = spent.calls - spent.unpriced_calls
+        if self.cost_nanos is not None and spent.cost_nanos is not None and priced > 0:
+            est = -(-spent.cost_nanos // priced)
+            if spent.cost_nanos + est > self.cost_nanos:
+                return (f"cost budget: ${spent.cost_nanos / 1e9:.6f} of ${self.cost_nanos / 1e9:.6f} spent; "
+                        f"the next call (about ${est / 1e9:.6f}) would pass it")
         return None
 
     def soft_crossed(self, before: UsageTotals, after: UsageTotals) -> str | None:

@@ -24,7 +24,8 @@ class Budget:
     or ``runner.start_run(..., budget=Budget(...))`` for one run (it wins over the workflow's).
 
     ``tokens`` / ``cost_usd``: hard caps (input plus output tokens; US dollars, priced by the App's
-    ``prices``). Once the run's spend has reached one, a model call is not made: the run waits for a
+    ``prices``). A model call that would pass one (its spend estimated as the run's average per call
+    so far) is not made: the run waits for a
     person to raise the cap (``runlog budget RUN --tokens N --by WHO --reason WHY``, an event on the
     log) when ``on_exceeded="wait"`` (the default), or fails when ``"fail"``. ``soft_tokens`` /
     ``soft_cost_usd``: a warning (an attribute of the call's ``TOOL_RESULT`` and the writer metric

@@ -27,11 +27,23 @@ def test_caps_round_trip_and_a_raise_keeps_the_caps_it_does_not_name() -> None:
         BudgetCaps.from_json('["not", "a", "budget"]')
 
 
-def test_a_hard_cap_is_reached_at_its_value_and_a_soft_cap_warns_when_first_crossed() -> None:
-    caps = BudgetCaps(tokens=1000, cost_nanos=5_000, soft_tokens=800)
-    assert caps.exceeded(_spent(900, 99, 4_999)) is None
-    assert "token budget reached: 1000 of 1000" in (caps.exceeded(_spent(900, 100)) or "")
-    assert "cost budget reached" in (caps.exceeded(_spent(1, 1, 5_000)) or "")
+def _calls(n: int, tokens: int, cost: int | None = None) -> UsageTotals:
+    return UsageTotals(n, tokens, 0, 0, 0, cost, 0 if cost is not None else n)
+
+
+def test_a_call_that_would_pass_a_hard_cap_by_the_average_so_far_is_stopped() -> None:
+    caps = BudgetCaps(tokens=1000, cost_nanos=5_000)
+    assert caps.exceeded(UsageTotals()) is None  # no call yet: nothing to estimate from
+    assert caps.exceeded(_calls(2, 600)) is None  # 600 + 300 <= 1000
+    assert "token budget: 700 of 1000 tokens spent; the next call (about 350" in (
+        caps.exceeded(_calls(2, 700)) or "")  # 700 + 350 > 1000
+    assert caps.exceeded(_calls(2, 2, 3_000)) is None  # cost 3,000 + 1,500 <= 5,000
+    assert "cost budget" in (caps.exceeded(_calls(2, 2, 3_400)) or "")  # 3,400 + 1,700 > 5,000
+    assert caps.exceeded(_calls(2, 2, None)) is None  # unpriced calls: no cost to estimate
+
+
+def test_a_soft_cap_warns_when_first_crossed() -> None:
+    caps = BudgetCaps(soft_tokens=800)
     assert caps.soft_crossed(_spent(700, 0), _spent(800, 0)) == "tokens 800 >= soft cap 800"
     assert caps.soft_crossed(_spent(800, 0), _spent(900, 0)) is None  # already past: warned before
     assert BudgetCaps().exceeded(_spent(10**9, 10**9, 10**12)) is None  # no caps, no stop
