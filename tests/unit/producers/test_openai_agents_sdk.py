@@ -181,7 +181,8 @@ def test_a_budget_stops_the_model_call_that_would_exceed_it(world: MemoryWorld, 
     shop = Shop()
     durable = shop.agent()
     wf = one_stage(durable, f"budget-{on_exceeded}")
-    wf.budget = Budget(tokens=2000, on_exceeded=on_exceeded)  # turn 0 spends 1050, turn 1 1150
+    # turn 0 spends 1050 tokens, turn 1 1150: after them 2200, and the next (about 1100 more) would pass
+    wf.budget = Budget(tokens=2200, on_exceeded=on_exceeded)
     if on_exceeded == "fail":
         with pytest.raises(BudgetExceeded):
             world.runner.run(wf, PROMPT)
