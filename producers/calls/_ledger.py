@@ -42,13 +42,21 @@ import redis.asyncio
 from producers.calls._keys import canonical_json
 from producers.run._redis_io import Lua, Steps, arun, pipelined, run
 from projections._marker import READY, marker_key, parse_marker
+from projections._sharded import ProjectionStoreError
 from schemas._redis import index_shard, is_cluster
 from schemas._types import EffectStatus, now_ms
 from schemas.errors import RunlogError
 
-__all__ = ["EffectLedger", "InMemoryEffectLedger", "LedgerEntry", "RedisEffectLedger"]
+__all__ = ["EffectLedger", "InMemoryEffectLedger", "LedgerEntry", "LedgerUnavailable", "RedisEffectLedger"]
 
 _DONE = (EffectStatus.DONE, EffectStatus.RECONCILED)
+
+
+class LedgerUnavailable(RunlogError):
+    """The effects ledger could not be read or written (Redis unreachable, or a failover left a
+    write not known to be on a replica). The runner lets go of the run as a crash would, appending
+    no ``FAILED``: a resumer continues it from the log once Redis answers (the state between a claim
+    and its ``EFFECT_INTENT`` is one the crash points cover)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +242,8 @@ class RedisEffectLedger(EffectLedger):
     def _failing(doing: str, delivery_key: str) -> Iterator[None]:
         try:
             yield
-        except redis.RedisError as err:
-            raise RunlogError(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
+        except (redis.RedisError, ProjectionStoreError) as err:  # a failover, Redis unreachable
+            raise LedgerUnavailable(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
 
     # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
 

@@ -27,7 +27,7 @@ import redis
 from producers.calls._artifacts import ArtifactStore
 from producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
 from producers.calls._keys import canonical_json
-from producers.calls._ledger import EffectLedger
+from producers.calls._ledger import EffectLedger, LedgerUnavailable
 from producers.define._inputs import DictInputSource, InputSource
 from producers.define._prices import PriceTable
 from producers.define._workflow import Stage, evaluate_rules
@@ -214,8 +214,8 @@ class _RunnerCore(_StartSteps):
             if ctx.failure is not None:
                 raise ctx.failure  # the stage swallowed a failed tool call: it still failed
             out_bytes = canonical_json(require_mapping(stage.name, raw))
-        except (LeaseLost, DeliveryError):
-            raise
+        except (LeaseLost, DeliveryError, LedgerUnavailable):
+            raise  # the writer lets go as a crash would: no FAILED, a resumer continues the run
         except ResumeBlocked:
             if isinstance(ctx.failure, ResumeBlocked):
                 raise ctx.failure from None

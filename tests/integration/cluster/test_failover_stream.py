@@ -338,10 +338,14 @@ def stream_of_runs(topics: Settings, world: DemoWorld, tmp_path: Path, *, kill: 
     # A writer whose heartbeats could not reach the failing master for a lease ttl (3 s here, the
     # failover takes about 5 s) stops with LeaseLost: fenced, as it must be; its run is the
     # resumer's (the checks below require it COMPLETED, its effects once). A start refused during
-    # the failover is tried again with the same idempotency key (which finds the same run). Any
+    # the failover is tried again with the same idempotency key (which finds the same run). A
+    # writer whose effects-ledger claim hit the failover (LedgerUnavailable: the write not known to
+    # be on a replica, or the master gone) lets go of its run as a crash would, appending nothing;
+    # the resumer continues it (the checks below require it COMPLETED, its effects once). Any
     # other error is a problem.
     unexpected = [e for e in stream.errors
-                  if "LeaseLost" not in e[1] and not e[1].startswith("start attempt")]
+                  if "LeaseLost" not in e[1] and "LedgerUnavailable" not in e[1]
+                  and not e[1].startswith("start attempt")]
     if unexpected:
         problems.append(f"{len(unexpected)} writer errors other than a lost lease: {unexpected[:4]}")
 
