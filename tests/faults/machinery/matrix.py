@@ -161,6 +161,8 @@ class CrashMatrix:
         checkout, charge = charge_workflow(self.router)
         self.app = App.of([wf, checkout], [*tools, charge], source())
         self.outcomes: list[ResumeOutcome] = []
+        self.contended = 0
+        """Resumes of the matrix that answered ``contended`` and were retried by the service."""
         self.service = ResumerService(
             settings.with_(resumer_group=f"{settings.topic_prefix}faults-resumer", sweep_interval_ms=0),
             self.app, accept=self.router.select, on_outcome=self.outcomes.append)
@@ -234,10 +236,17 @@ class CrashMatrix:
                            producer=self.service.producer)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            # a contended resume (another holder, or this resume's own lease starved on a loaded
+            # machine: a 1 s ttl here) is retried by the service, as ``runlog resumer`` does; the
+            # outcome that counts is the one after it
+            self.service.run_due_retries()
             self.service.poll_once(0.2)
-            for o in self.outcomes:
+            for o in list(self.outcomes):
                 if o.run_id == run_id:
                     self.outcomes.remove(o)
+                    if o.result == "contended":
+                        self.contended += 1
+                        continue
                     return o
         raise MatrixError(f"the resumer did not handle the request for {run_id} in {timeout_s:.0f}s")
 
