@@ -46,14 +46,30 @@ class Unsupported(ValueError):
     """The schema uses a construct the generator does not handle (fastavro handles it)."""
 
 
-def _zigzag_varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
+def _varint(z: int) -> bytes:
     out = bytearray()
     while z & ~0x7F:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+_HIGH: dict[int, bytes] = {}
+"""Varints of ``z >> 14`` for large numbers: a millisecond timestamp's upper groups change every 16 s."""
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x4000:
+        return _varint(z)
+    # the two low 7-bit groups come first (varints are little-endian), the rest from a cache
+    high = _HIGH.get(z >> 14)
+    if high is None:
+        high = _varint(z >> 14)
+        if len(_HIGH) < 4096:
+            _HIGH[z >> 14] = high
+    return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80)) + high
 
 
 _SMALL = tuple(_zigzag_varint(i) for i in range(256))

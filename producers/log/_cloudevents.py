@@ -24,8 +24,9 @@ Every record the writer produces carries, as UTF-8 header values:
   big-endian schema id, the body).
 
 The record value is the CloudEvent's data, unchanged. The constant parts are
-encoded once per writer and topic (:class:`CloudEventHeaders`): the write path
-adds one formatted id and one formatted time per event.
+encoded once per writer and topic, the run's own (``ce_subject``) once per run
+(:class:`CloudEventHeaders`): the write path adds one formatted id and one
+formatted time per event.
 """
 
 from __future__ import annotations
@@ -102,22 +103,32 @@ class CloudEventHeaders:
         writer_id: the writer (named in ``ce_source``).
     """
 
-    __slots__ = ("_source", "_types", "source")
+    __slots__ = ("_runs", "_source", "_types", "source")
+
+    _RUNS_KEPT = 4096
+    """Runs whose constant headers are kept (all forgotten at once past it: rebuilt on next use)."""
 
     def __init__(self, topic: str, writer_id: str) -> None:
         self.source = source_uri(topic, writer_id)
         self._source = self.source.encode()
         self._types = {t: (RUN_EVENT_TYPE_PREFIX + t.value).encode() for t in EventType}
+        self._runs: dict[str, tuple[tuple[str, bytes], tuple[str, bytes], tuple[str, bytes]]] = {}
 
     def run_event(self, event: RunEvent, value: bytes, trace: TraceContext | None = None) -> Headers:
         """The headers of one run event whose encoded value is ``value`` (``trace``: its context)."""
+        run = self._runs.get(event.run_id)
+        if run is None:  # built once per run: the spec version, the source, the subject
+            if len(self._runs) >= self._RUNS_KEPT:
+                self._runs.clear()
+            run = self._runs[event.run_id] = (("ce_specversion", _SPECVERSION), ("ce_source", self._source),
+                                              ("ce_subject", event.run_id.encode()))
         h: Headers = [
-            ("ce_specversion", _SPECVERSION),
+            run[0],
             ("ce_id", f"{event.run_id}:{event.seq}:{event.epoch}"),
-            ("ce_source", self._source),
+            run[1],
             ("ce_type", self._types[event.type]),
             ("ce_time", rfc3339_millis(event.occurred_at)),
-            ("ce_subject", event.run_id),
+            run[2],
             ("content-type", content_type(value)),
         ]
         if trace is not None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from producers.crash import crash_point, event_subject, kill_self
@@ -47,6 +47,8 @@ class AppendResult:
 
 
 class _Ack:
+    """The delivery report of one confirmed append (an unconfirmed one has none: it is counted)."""
+
     __slots__ = ("done", "error", "offset", "partition", "waiter")
 
     def __init__(self) -> None:
@@ -89,9 +91,15 @@ class RunSession:
         """``event_hash`` of the run's last event, from the bytes the writer produced (version 2):
         the next one's ``prev_hash`` (None before seq 1)."""
         self._lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._outstanding = 0
-        self._flushers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._produced = 0
+        """Events handed to the writer (under ``_lock``; one taken back when its produce raised)."""
+        self._reported = 0
+        """Delivery reports received (under ``_ack_lock``): a flush waits until it reaches its target."""
+        self._ack_lock = threading.Lock()
+        self._waiters: list[tuple[int, Callable[[], object]]] = []
+        """Flushes waiting: (the count of reports they wait for, how to wake them)."""
+        self._report = self._on_report
+        """One delivery callback for every unconfirmed append (no per-append object)."""
         self._error: DeliveryError | None = None
         self.closed = False
         self.trace: TraceContext | None = current()
@@ -170,24 +178,27 @@ class RunSession:
             LeaseLost: before anything is produced, if the lease is gone.
             DeliveryError: a delivery of this run failed (now or earlier).
         """
-        ack, event, hashed, crash_after = self._produce(type, fields)
-        if confirm:
+        ack, event, hashed, crash_after = self._produce(type, fields, confirm)
+        if ack is not None:
             self._wait(ack, event)
         if crash_after:
             self.crash()
-        return AppendResult(event, ack.partition, ack.offset, hashed)
+        return AppendResult(event, -1, -1, hashed) if ack is None else \
+            AppendResult(event, ack.partition, ack.offset, hashed)
 
     async def aappend(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
         """:meth:`append`, awaiting the acknowledgement of a confirmed append on the running loop."""
-        ack, event, hashed, crash_after = self._produce(type, fields)
-        if confirm:
+        ack, event, hashed, crash_after = self._produce(type, fields, confirm)
+        if ack is not None:
             await self._await(ack, event)
         if crash_after:
             await self.acrash()
-        return AppendResult(event, ack.partition, ack.offset, hashed)
+        return AppendResult(event, -1, -1, hashed) if ack is None else \
+            AppendResult(event, ack.partition, ack.offset, hashed)
 
-    def _produce(self, type: EventType, fields: dict[str, Any]) -> tuple[_Ack, RunEvent, str, bool]:
-        ack = _Ack()
+    def _produce(self, type: EventType, fields: dict[str, Any],
+                 confirm: bool) -> tuple[_Ack | None, RunEvent, str, bool]:
+        ack = _Ack() if confirm else None
         with self._lock:
             self.check()
             event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
@@ -196,14 +207,13 @@ class RunSession:
             subject = f"{type.value}:{event_subject(event.stage, event.call_id)}"
             if crash_point(f"before:{subject}"):
                 self.crash()
-            with self._cond:
-                self._outstanding += 1
+            self._produced += 1  # before the produce: its report may come before produce returns
             try:
-                hashed = self.writer.produce(event, lambda err, p, o: self._delivered(ack, err, p, o),
-                                             self.trace)
+                hashed = self.writer.produce(event, self._report if ack is None else
+                                             lambda err, p, o: self._confirmed(ack, err, p, o), self.trace)
             except BaseException:
-                with self._cond:
-                    self._outstanding -= 1
+                self._produced -= 1
+                self._release_waiters()  # a flush that counted it waits for one report less
                 raise
             self.next_seq += 1
             self.last_hash = hashed  # from the bytes produced: no second walk of the event
@@ -234,22 +244,49 @@ class RunSession:
             await self.aflush()
         kill_self()
 
-    def _delivered(self, ack: _Ack, err: DeliveryError | None, partition: int, offset: int) -> None:
-        ack.error, ack.partition, ack.offset = err, partition, offset
-        with self._cond:
+    def _on_report(self, err: DeliveryError | None, partition: int, offset: int) -> None:
+        """Count one delivery report (any thread serving the producer's reports); wake the flushes
+        it completes."""
+        with self._ack_lock:
             if err is not None and self._error is None:
                 self._error = err
-            self._outstanding -= 1
-            self._cond.notify_all()
-            flushers = self._flushers if self._outstanding == 0 else []
-            if flushers:
-                self._flushers = []
+            self._reported += 1
+            if not self._waiters:
+                return
+        self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        with self._ack_lock:
+            reported, produced = self._reported, self._produced
+            ready = [w for t, w in self._waiters if reported >= min(t, produced)]
+            if ready:
+                self._waiters = [(t, w) for t, w in self._waiters if reported < min(t, produced)]
+        for wake in ready:
+            wake()
+
+    def _confirmed(self, ack: _Ack, err: DeliveryError | None, partition: int, offset: int) -> None:
+        ack.error, ack.partition, ack.offset = err, partition, offset
+        self._on_report(err, partition, offset)
         ack.done.set()
         waiter = ack.waiter
         if waiter is not None:
             waiter[0].call_soon_threadsafe(_wake, waiter[1])
-        for loop, fut in flushers:
-            loop.call_soon_threadsafe(_wake, fut)
+
+    def _wait_for(self, wake: Callable[[], object]) -> bool:
+        """Register ``wake`` until every event produced so far is reported; False when already so."""
+        with self._ack_lock:
+            target = self._produced
+            if self._reported >= target:
+                return False
+            self._waiters.append((target, wake))
+            return True
+
+    def _drop_waiter(self, wake: Callable[[], object]) -> None:
+        with self._ack_lock:
+            self._waiters = [(t, w) for t, w in self._waiters if w != wake]
+
+    def _outstanding(self) -> int:
+        return max(0, self._produced - self._reported)
 
     def _timeout(self) -> float:
         return self.writer.delivery_timeout_s + 10
@@ -281,29 +318,31 @@ class RunSession:
             DeliveryError: one of them was not delivered, or the wait timed out.
         """
         limit = self._timeout() if timeout is None else timeout
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._outstanding == 0, limit):
-                raise DeliveryError(self.writer.topic, self.run_id,
-                                    f"{self._outstanding} events not acknowledged within {limit}s")
-            if self._error is not None:
-                raise self._error
+        done = threading.Event()
+        if self._wait_for(done.set) and not done.wait(limit):
+            self._drop_waiter(done.set)
+            raise DeliveryError(self.writer.topic, self.run_id,
+                                f"{self._outstanding()} events not acknowledged within {limit}s")
+        if self._error is not None:
+            raise self._error
 
     async def aflush(self, timeout: float | None = None) -> None:
         """:meth:`flush` without blocking the running loop."""
         limit = self._timeout() if timeout is None else timeout
-        with self._cond:
-            if self._outstanding == 0:
-                fut = None
-            else:
-                loop = asyncio.get_running_loop()
-                fut = loop.create_future()
-                self._flushers.append((loop, fut))
-        if fut is not None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(_wake, fut)
+
+        if self._wait_for(wake):
             try:
                 await asyncio.wait_for(fut, limit)
             except TimeoutError:
+                self._drop_waiter(wake)
+                left = self._outstanding()
                 raise DeliveryError(self.writer.topic, self.run_id,
-                                    f"{self._outstanding} events not acknowledged within {limit}s") from None
+                                    f"{left} events not acknowledged within {limit}s") from None
         if self._error is not None:
             raise self._error
 
