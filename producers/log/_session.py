@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from producers.crash import crash_point, event_subject, kill_self
 from producers.define._inputs import InputSource, PinnedInputs
 from producers.log._log import EventLog
+from producers.log._new_event import new_event
 from producers.run._lease import Lease, LeaseManager
 from producers.run._protocol import IO, Steps, drive
 from schemas._hash import HASH_VERSION
@@ -201,9 +202,9 @@ class RunSession:
         ack = _Ack() if confirm else None
         with self._lock:
             self.check()
-            event = RunEvent(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
-                             occurred_at=now_ms(), prev_hash=self.last_hash, hash_version=HASH_VERSION,
-                             **fields)
+            event = new_event(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,
+                              occurred_at=now_ms(), prev_hash=self.last_hash, hash_version=HASH_VERSION,
+                              **fields)
             subject = f"{type.value}:{event_subject(event.stage, event.call_id)}"
             if crash_point(f"before:{subject}"):
                 self.crash()
