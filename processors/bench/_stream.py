@@ -3,7 +3,7 @@
 The projector is a Faust agent (``stream.take_events``, then the fold and the Redis apply on a worker
 thread). Faust's consumption itself (aiokafka's fetcher, one ``Event`` per record through the stream,
 the acknowledgements Faust tracks to commit offsets) costs Python time per record that the raw
-projector baseline (records already in memory) never pays. This measures it in the same run: the
+projector baseline (the raw client's batched ``consume``) never pays. This measures it in the same run: the
 same Faust settings, topic and batching as ``runlog project``, an agent that only counts the events
 it takes (one ``INCRBY`` per batch), so the projector's throughput can be read against the most
 Faust delivers here.

@@ -1,0 +1,28 @@
+"""The projector's raw baseline consumes the events itself (a plain consumer, batched ``consume``)
+and applies every one: each run's projected ``last_seq`` in Redis is its last event's."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.bench._env import BenchEnv
+from processors.bench._events import history
+from processors.bench._read import RawProjector, consume_and_apply, populate
+from projections import fold_all
+from schemas import Settings, Topics
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_raw_projector_consumes_and_applies_every_event(settings: Settings) -> None:
+    env = BenchEnv(settings)
+    try:
+        s = env.settings("rawproj")
+        ids = populate(env, s, events=1_200, runs=12, tag="rp")  # 100 events a run, interleaved
+        templates = {r: st for r in ids if (st := fold_all(history(r, 1, 100))) is not None}
+        prefix = f"{s.redis_prefix}.raw"
+        n, secs = consume_and_apply(s, Topics.of(s).events, RawProjector(env, prefix, templates), batch=50)
+        assert n == 1_200 and secs > 0
+        assert env.last_seqs(prefix, ids) == [100] * 12
+    finally:
+        env.close()
