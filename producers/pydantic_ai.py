@@ -67,15 +67,22 @@ Rules of the road (the determinism guard enforces them):
   ``ctx.random()`` and pass them in ``deps`` or the prompt.
 * Do not run two durable agents concurrently in one stage (their calls would interleave); use
   one stage each, or run them one after the other.
-* Out of scope: streaming (``run_stream``, ``iter`` with ``node.stream``, an
-  ``event_stream_handler``: the model raises :class:`~schemas.errors.WorkflowDefinitionError`),
-  token counting before a request and message compaction (not recorded), output functions
-  (``output_type=fn`` runs ``fn`` again on a re-run: keep it pure). An agent spans several
+* Out of scope: token counting before a request and message compaction (not recorded), output
+  functions (``output_type=fn`` runs ``fn`` again on a re-run: keep it pure). An agent spans several
   stages by passing its messages on: return ``dump_messages(result.all_messages())`` from one
   stage and give ``load_messages(ctx.output_of(...)[...])`` as ``message_history`` in the next.
 * Resume needs the mapped effect tools registered in the :class:`~producers.App`
   (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
   reconciled with the registered tool's reconcile function before the stage runs again.
+
+Streaming (``run_stream``, ``iter`` with ``node.stream``, ``run(..., event_stream_handler=...)``): a
+streaming model request is still one recorded call whose result is the whole ``ModelResponse``.
+While it runs, its events go to the streams topic as they arrive (:mod:`producers.streams`: text
+as ``DELTA`` records, other events as ``EVENT``, the whole response as ``FINAL``); the agent's own
+consumers (the stream of ``run_stream``, ``node.stream``, the handler) get the events of the
+recorded response once it is recorded, the same on a first run and a replay, as in Pydantic AI's
+durable integrations. A recorded request is read back and not streamed again; an attempt that
+follows one that died mid-stream (or a retry) starts with a ``SUPERSEDED`` record for the call.
 
 Anything that is not JSON data (arguments, results, settings, tool metadata) raises
 :class:`~schemas.errors.WorkflowDefinitionError` naming it.
@@ -91,9 +98,8 @@ except ImportError as _err:  # pragma: no cover - exercised without the extra in
                       ) from _err
 
 import dataclasses
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic
 
 from pydantic_ai import (
@@ -104,17 +110,19 @@ from pydantic_ai import (
     ToolFailed,
     WrapperToolset,
 )
-from pydantic_ai.agent import AbstractAgent, AgentRunResult
-from pydantic_ai.exceptions import (
-    ModelConnectionError,
-    ModelRateLimitError,
-    ModelServerError,
-    ModelUnavailableError,
-)
+from pydantic_ai.agent import AbstractAgent, AgentRun, AgentRunResult, EventStreamHandler
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-from pydantic_ai.models import KnownModelName, Model, ModelRequestParameters, StreamedResponse, infer_model
+from pydantic_ai.models import (
+    CompletedStreamedResponse,
+    KnownModelName,
+    Model,
+    ModelRequestParameters,
+    StreamedResponse,
+    infer_model,
+)
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputDataT
+from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -123,6 +131,7 @@ from pydantic_core import to_jsonable_python
 
 from producers.calls._replay_hook import model_override
 from producers.define._tools import CallInfo, RetryPolicy, Tool
+from producers.integrations._pydantic_ai_call import RETRYABLE_MODEL_ERRORS, calling, current_call, unbound
 from producers.integrations._pydantic_ai_json import (
     decode_response,
     decode_result,
@@ -135,43 +144,17 @@ from producers.integrations._pydantic_ai_json import (
     request_args,
 )
 from producers.integrations._pydantic_ai_positions import Positions, pending_calls
+from producers.integrations._pydantic_ai_stream import streamed_request
 from producers.integrations._pydantic_ai_usage import usage_reader
+from producers.streams import StreamWriter, default_stream_writer
 from schemas._types import ReplayPolicy
 from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+from schemas.settings import Settings
 
 if TYPE_CHECKING:
     from producers import AsyncStageContext
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
-
-_RETRYABLE_MODEL_ERRORS = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError)
-
-_current: ContextVar[CallInfo | None] = ContextVar("runlog_pydantic_ai_call", default=None)
-
-
-def current_call() -> CallInfo:
-    """The :class:`~producers.CallInfo` of the recorded call an agent tool runs in.
-
-    An effect tool hands ``call.delivery_key`` (or ``call.idempotency_key`` of an ``IDEMPOTENT``
-    tool) to the external system, as a Runlog tool function does with its ``call`` argument.
-
-    Raises:
-        RuntimeError: outside a tool call of :meth:`RunlogAgent.run`.
-    """
-    call = _current.get()
-    if call is None:
-        raise RuntimeError("current_call() is only available inside a tool call of RunlogAgent.run")
-    return call
-
-
-@contextmanager
-def _calling(call: CallInfo) -> Iterator[None]:
-    token = _current.set(call)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
 
 # -- the model and the toolsets -------------------------------------------------------------------
 
@@ -188,18 +171,28 @@ class _RunlogModel(WrapperModel):
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
-        args = request_args(self.wrapped, messages, model_settings, model_request_parameters)
         wrapped = self.wrapped
 
+        async def run(call: CallInfo) -> ModelResponse:
+            return await wrapped.request(messages, model_settings, model_request_parameters)
+
+        return await self._recorded(run, messages, model_settings, model_request_parameters)
+
+    async def _recorded(self, run: Callable[[CallInfo], Awaitable[ModelResponse]],
+                        messages: list[ModelMessage], model_settings: ModelSettings | None,
+                        model_request_parameters: ModelRequestParameters) -> ModelResponse:
+        """The request as a recorded call whose function is ``run`` (a response read back on resume)."""
+        args = request_args(self.wrapped, messages, model_settings, model_request_parameters)
+
         async def fn(call: CallInfo, **_: Any) -> Any:
-            with _calling(call):
+            with calling(call):
                 try:
-                    response = await wrapped.request(messages, model_settings, model_request_parameters)
-                except _RETRYABLE_MODEL_ERRORS as err:  # the tool's RetryPolicy may call it again
+                    response = await run(call)
+                except RETRYABLE_MODEL_ERRORS as err:  # the tool's RetryPolicy may call it again
                     raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
             return encode_response(response)
 
-        model_tool = dataclasses.replace(self._durable.model_tool, fn=fn, usage=usage_reader(wrapped))
+        model_tool = dataclasses.replace(self._durable.model_tool, fn=fn, usage=usage_reader(self.wrapped))
         recorded = await self._stage.call(model_tool, **args)
         response = decode_response(recorded)
         names = {t.name for t in model_request_parameters.function_tools}  # not output tools
@@ -211,11 +204,12 @@ class _RunlogModel(WrapperModel):
     async def request_stream(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                              model_request_parameters: ModelRequestParameters,
                              run_context: RunContext[Any] | None = None) -> AsyncGenerator[StreamedResponse]:
-        raise WorkflowDefinitionError(
-            f"agent {self._durable.name!r}: streaming (run_stream, iter with node.stream, an "
-            "event_stream_handler) is not supported by RunlogAgent; use RunlogAgent.run, whose "
-            "model requests are recorded whole")
-        yield  # pragma: no cover - makes this an async generator
+        stage = self._stage
+        run = streamed_request(self.wrapped, lambda: self._durable.stream_writer(stage), stage, messages,
+                               model_settings, model_request_parameters, run_context, encode_response)
+        response = await self._recorded(run, messages, model_settings, model_request_parameters)
+        yield CompletedStreamedResponse(response, model_request_parameters=model_request_parameters,
+                                        replay_events=True)
 
 
 @dataclasses.dataclass
@@ -233,7 +227,7 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
         wrapped = self.wrapped
 
         async def fn(call: CallInfo, **_: Any) -> Any:
-            with _calling(call):
+            with calling(call):
                 try:
                     result = await wrapped.call_tool(name, tool_args, ctx, tool)
                 except (ModelRetry, ToolFailed, CallDeferred, ApprovalRequired) as signal:
@@ -271,6 +265,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         tools: agent tool name -> the Runlog :class:`~producers.Tool` its calls are recorded as
             (replay policy, effect, target, delivery key, reconcile function, retry policy).
         tools_policy: replay policy of every other agent tool, ``SAFE`` (default) or ``IDEMPOTENT``.
+        stream: where streamed output is written (default: :func:`producers.streams.default_stream_writer`).
 
     Raises:
         WorkflowDefinitionError: no name, a name with '/', or a policy that needs a declaration.
@@ -280,8 +275,9 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                  model: Model | KnownModelName | str | None = None,
                  model_policy: ReplayPolicy = ReplayPolicy.SAFE, model_retry: RetryPolicy | None = None,
                  tools: Mapping[str, Tool] | None = None,
-                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE) -> None:
+                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE, stream: StreamWriter | None = None) -> None:
         self.agent = agent
+        self._stream = stream
         self.name = name or agent.name or ""
         if not self.name or "/" in self.name:
             raise WorkflowDefinitionError(
@@ -300,7 +296,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                 raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: tools[{agent_tool!r}] must be a "
                                               f"Runlog Tool, got {type(t).__name__}")
         self._auto: dict[str, Tool] = {}
-        self.model_tool = Tool(f"pydantic_ai.model.{self.name}", _unbound, model_policy,
+        self.model_tool = Tool(f"pydantic_ai.model.{self.name}", unbound, model_policy,
                                retry=model_retry or RetryPolicy(), args_by_ref=("messages", "parameters"))
         """The Runlog tool the model requests are recorded as."""
 
@@ -310,7 +306,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
             return self._mapped[agent_tool]
         t = self._auto.get(agent_tool)
         if t is None:
-            t = self._auto[agent_tool] = Tool(f"pydantic_ai.tool.{self.name}.{agent_tool}", _unbound,
+            t = self._auto[agent_tool] = Tool(f"pydantic_ai.tool.{self.name}.{agent_tool}", unbound,
                                               self.tools_policy)
         return t
 
@@ -326,34 +322,61 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                                           "RunlogAgent(agent, model=...)")
         return infer_model(model)
 
+    @contextmanager
+    def _installed(self, ctx: AsyncStageContext, kwargs: dict[str, Any]) -> Iterator[None]:
+        """This agent's model and toolsets made recorded calls of ``ctx`` for one run; ``kwargs``
+        (those of ``Agent.run``, ``toolsets`` among them) keep what the agent takes."""
+        toolsets = kwargs.pop("toolsets", None) or ()
+        positions = Positions(ctx)  # calls pending in the history are made before any request
+        positions.reserve(pending_calls(kwargs.get("message_history"), kwargs.get("deferred_tool_results")))
+        model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions)
+        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
+                   for ts in [*self.agent.toolsets, *toolsets]]
+        for key in [k for k, v in kwargs.items() if v is None]:
+            del kwargs[key]
+        kwargs["infer_name"] = False
+        with self.agent.override(model=model, toolsets=wrapped, tools=[]), \
+                self.agent.parallel_tool_call_execution_mode("parallel_ordered_events"):
+            yield
+
     async def run(self, ctx: AsyncStageContext, user_prompt: str | Sequence[Any] | None = None, *,
                   output_type: Any = None, message_history: Sequence[ModelMessage] | None = None,
                   deferred_tool_results: DeferredToolResults | None = None, deps: Any = None,
                   model_settings: ModelSettings | None = None, usage_limits: UsageLimits | None = None,
                   instructions: Any = None, metadata: Any = None,
-                  toolsets: Sequence[AbstractToolset[AgentDepsT]] | None = None) -> AgentRunResult[Any]:
+                  toolsets: Sequence[AbstractToolset[AgentDepsT]] | None = None,
+                  event_stream_handler: EventStreamHandler[AgentDepsT] | None = None) -> AgentRunResult[Any]:
         """Run the agent to its output inside an async stage; every model request and tool call
         is a recorded call of ``ctx`` (see the module docstring). The arguments are those of
-        ``Agent.run``; ``toolsets`` are added to the agent's and recorded the same way."""
-        positions = Positions(ctx)
-        positions.reserve(pending_calls(message_history, deferred_tool_results))  # made before any request
-        model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions)
-        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
-                   for ts in [*self.agent.toolsets, *(toolsets or ())]]
-        kwargs: dict[str, Any] = {"infer_name": False}
-        for key, value in (("output_type", output_type), ("message_history", message_history),
-                           ("deferred_tool_results", deferred_tool_results), ("deps", deps),
-                           ("model_settings", model_settings), ("usage_limits", usage_limits),
-                           ("instructions", instructions), ("metadata", metadata)):
-            if value is not None:
-                kwargs[key] = value
-        with self.agent.override(model=model, toolsets=wrapped, tools=[]), \
-                self.agent.parallel_tool_call_execution_mode("parallel_ordered_events"):
+        ``Agent.run``; ``toolsets`` are added to the agent's and recorded the same way. With an
+        ``event_stream_handler`` the model requests stream (see "Streaming")."""
+        kwargs = dict(output_type=output_type, message_history=message_history, deps=deps,
+                      deferred_tool_results=deferred_tool_results, model_settings=model_settings,
+                      usage_limits=usage_limits, instructions=instructions, metadata=metadata,
+                      toolsets=toolsets, event_stream_handler=event_stream_handler)
+        with self._installed(ctx, kwargs):
             result: AgentRunResult[Any] = await self.agent.run(user_prompt, **kwargs)
         return result
 
+    @asynccontextmanager
+    async def run_stream(self, ctx: AsyncStageContext, user_prompt: str | Sequence[Any] | None = None,
+                         **kwargs: Any) -> AsyncIterator[StreamedRunResult[Any, Any]]:
+        """``Agent.run_stream`` inside an async stage (the arguments of :meth:`run`); see "Streaming"."""
+        with self._installed(ctx, kwargs):
+            async with self.agent.run_stream(user_prompt, **kwargs) as streamed:
+                yield streamed
 
-async def _unbound(call: CallInfo, **_: Any) -> Any:
-    """The declared tools' function: each recorded call runs with the live request bound instead."""
-    raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
-                            kind="NotCallable")
+    @asynccontextmanager
+    async def iter(self, ctx: AsyncStageContext, user_prompt: str | Sequence[Any] | None = None,
+                   **kwargs: Any) -> AsyncIterator[AgentRun[Any, Any]]:
+        """``Agent.iter`` inside an async stage (the arguments of :meth:`run`); a model request
+        node's ``node.stream(...)`` streams (see "Streaming")."""
+        with self._installed(ctx, kwargs):
+            async with self.agent.iter(user_prompt, **kwargs) as agent_run:
+                yield agent_run
+
+    def stream_writer(self, ctx: AsyncStageContext) -> StreamWriter:
+        """The writer of this agent's streamed output in ``ctx``'s run: ``stream=``, or the process's
+        for the settings of the run's writer (:func:`producers.streams.default_stream_writer`)."""
+        settings = getattr(getattr(ctx.session, "writer", None), "settings", None)
+        return self._stream or default_stream_writer(settings if isinstance(settings, Settings) else None)

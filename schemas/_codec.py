@@ -45,7 +45,7 @@ from schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
 from schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
 from schemas._mapping import KINDS
 from schemas._registry_framing import RegistryFraming, SchemaRegistry
-from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent
+from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
 from schemas.errors import ConfigError, DecodeError
 from schemas.settings import Settings, redact_urls
 
@@ -156,7 +156,7 @@ class Codec:
 
     # -- encoding --------------------------------------------------------------------------
 
-    def encode(self, value: RunEvent | Checkpoint | Effect | ResumeRequest) -> bytes:
+    def encode(self, value: RunEvent | Checkpoint | Effect | ResumeRequest | StreamRecord) -> bytes:
         """Encode a record in the configured framing."""
         kind = KINDS.get(type(value))
         if kind is None:

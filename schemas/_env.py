@@ -23,6 +23,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_REPLICATION_FACTOR", "1", "replication factor of created topics"),
     ("RUNLOG_MIN_INSYNC_REPLICAS", "1", "min.insync.replicas of created topics"),
     ("RUNLOG_EVENTS_RETENTION_MS", "-1", "retention.ms of the events topic (-1: keep forever)"),
+    ("RUNLOG_STREAMS_RETENTION_MS", "604800000", "retention.ms of the streams topic, model output while it"
+     " streams (default 7 days; -1: keep forever)"),
     ("RUNLOG_SCHEMA_REGISTRY_URL", "", "Schema Registry URL (http(s)://..., several comma-separated; `mock://NAME`:"
      " an in-process one); when set, records are written in its wire format and both framings are read"),
     ("RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", "true", "writers register a record's schema on first use"
@@ -130,6 +132,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         replication_factor=_int(e, "RUNLOG_REPLICATION_FACTOR", 1),
         min_insync_replicas=_int(e, "RUNLOG_MIN_INSYNC_REPLICAS", 1),
         events_retention_ms=_int(e, "RUNLOG_EVENTS_RETENTION_MS", -1),
+        streams_retention_ms=_int(e, "RUNLOG_STREAMS_RETENTION_MS", 604_800_000),
         schema_registry_url=e.get("RUNLOG_SCHEMA_REGISTRY_URL") or None,
         schema_registry_auto_register=_bool(e, "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", True),
         schema_registry_extra=sr_extra,
@@ -171,6 +174,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_REPLICATION_FACTOR": str(f["replication_factor"]),
         "RUNLOG_MIN_INSYNC_REPLICAS": str(f["min_insync_replicas"]),
         "RUNLOG_EVENTS_RETENTION_MS": str(f["events_retention_ms"]),
+        "RUNLOG_STREAMS_RETENTION_MS": str(f["streams_retention_ms"]),
         "RUNLOG_ARTIFACT_ROOT": f["artifact_root"],
         "RUNLOG_LEASE_TTL_MS": str(f["lease_ttl_ms"]),
         "RUNLOG_MAX_RECORD_BYTES": str(f["max_record_bytes"]),

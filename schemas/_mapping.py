@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from schemas._plain import PlainMapping
-from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent
+from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
 
 __all__ = ["AVRO", "KINDS", "Kind"]
 
@@ -39,4 +39,5 @@ KINDS: dict[type[Any], Kind[Any]] = {
     Checkpoint: _kind("runlog.Checkpoint", Checkpoint),
     Effect: _kind("runlog.Effect", Effect),
     ResumeRequest: _kind("runlog.ResumeRequest", ResumeRequest),
+    StreamRecord: _kind("runlog.StreamRecord", StreamRecord),
 }

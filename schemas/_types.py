@@ -19,6 +19,8 @@ __all__ = [
     "RuleResult",
     "RunEvent",
     "StageSpec",
+    "StreamKind",
+    "StreamRecord",
     "Usage",
     "WorkflowSpec",
     "now_ms",
@@ -267,3 +269,35 @@ class ResumeRequest:
     seen_epoch: int | None = None
     """The run's lease epoch the requester saw: a resumer that finds a later one does nothing
     (outcome ``superseded``). None: unknown (requests written before the field, the sweep)."""
+
+
+class StreamKind(StrEnum):
+    """What a stream record carries (see ``stream_record.avsc``). ``UNKNOWN``: a kind from a newer
+    schema."""
+
+    UNKNOWN = "UNKNOWN"
+    BEGIN = "BEGIN"
+    DELTA = "DELTA"
+    EVENT = "EVENT"
+    FINAL = "FINAL"
+    SUPERSEDED = "SUPERSEDED"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """Partial output of a model call while it streams, on the streams topic keyed by run id (see
+    ``stream_record.avsc``); not the run's state: the call's recorded result is what replay reuses."""
+
+    run_id: str
+    stage: str
+    call_id: str
+    epoch: int
+    occurred_at: int
+    kind: StreamKind
+    attempt: int = 1
+    index: int = 0
+    part: int | None = None
+    text: str | None = None
+    data: str | None = None
+    produced_ns: int = 0
+    """``time.time_ns()`` of the writer when it produced the record."""

@@ -46,6 +46,8 @@ class Settings(ClientConfig):
     replication_factor: int = 1
     min_insync_replicas: int = 1
     events_retention_ms: int = -1
+    streams_retention_ms: int = 7 * 24 * 3600 * 1000
+    """retention.ms of the streams topic (model output while it streams; -1: keep forever)."""
     schema_registry_url: str | None = None
     """Schema Registry URL(s); None: records are single-object encoded and no registry is used."""
     schema_registry_auto_register: bool = True

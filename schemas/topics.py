@@ -43,6 +43,10 @@ class Topics:
         return f"{self.prefix}runlog.resume"
 
     @property
+    def streams(self) -> str:
+        return f"{self.prefix}runlog.streams"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}runlog.events.dlq"
 
@@ -71,6 +75,7 @@ class Topics:
             TopicSpec(self.checkpoints, p, rf, compact),
             TopicSpec(self.effects, p, rf, compact),
             TopicSpec(self.resume, p, rf, {**delete, "retention.ms": str(7 * 24 * 3600 * 1000)}),
+            TopicSpec(self.streams, p, rf, {**delete, "retention.ms": str(settings.streams_retention_ms)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
         )
 

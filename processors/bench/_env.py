@@ -138,7 +138,7 @@ class BenchEnv:
                             partitions=partitions or self.base.partitions)
         if topics:
             t = Topics.of(s)
-            self._topics.extend([t.events, t.checkpoints, t.effects, t.resume, t.dlq])
+            self._topics.extend([t.events, t.checkpoints, t.effects, t.resume, t.streams, t.dlq])
             bad = [r for r in ensure_topics(s) if r.action not in ("created", "ok")]
             if bad:
                 raise ConfigError(f"bench: topic {bad[0].name} is {bad[0].action}: "

@@ -20,6 +20,8 @@ class BenchSize:
     projector_marks: tuple[int, ...] = (5_000, 20_000)
     lag_seconds: float = 6.0
     lag_rate: int = 2_000
+    lag_rate_high: int = 10_000
+    """The lag section's second point: events/s offered (goal: p99 <= 100 ms, one projector)."""
     lag_runs: int = 50
     resume_lengths: tuple[int, ...] = (20, 1_000, 10_000)
     resume_rounds: int = 15
@@ -40,6 +42,11 @@ class BenchSize:
     conversation_calls: int = 50
     steps_runs: tuple[int, ...] = (100, 1_000)
     """Concurrent runs of the steps section's points (eight durable calls each)."""
+    streams_runs: int = 100
+    """Streaming runs (a subscriber each) of the streams section."""
+    streams_rate: int = 1_000
+    """Deltas per second over all of them."""
+    streams_seconds: float = 10.0
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 
@@ -51,7 +58,8 @@ SIZES: dict[str, BenchSize] = {
                       resume_rounds=3, crashed_runs=2, resumer_members=1, scale_runs=50,
                       scale_events_per_run=2,
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
-                      concurrency_warmup=20, conversation_calls=20, steps_runs=(50,)),
+                      concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), streams_runs=10,
+                      streams_rate=200, streams_seconds=2.0),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,
@@ -60,5 +68,5 @@ SIZES: dict[str, BenchSize] = {
                       resumer_members=4,
                       scale_runs=10_000, scale_events_per_run=10, async_runs=10_000, threaded_runs=1_000,
                       concurrency_raw_samples=500, conversation_calls=200,
-                      steps_runs=(100, 1_000, 10_000)),
+                      steps_runs=(100, 1_000, 10_000), streams_seconds=60.0),
 }

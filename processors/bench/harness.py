@@ -25,6 +25,7 @@ from processors.bench._read import bench_lag, bench_projector, bench_rebuild, ru
 from processors.bench._resume import bench_resume, bench_resumer_group
 from processors.bench._sizes import SIZES, BenchSize
 from processors.bench._steps import bench_steps
+from processors.bench._streams import bench_streams
 from processors.bench._write import bench_append, bench_intent, bench_writer_scale
 from processors.projector import ProjectorOptions
 from schemas.errors import ConfigError
@@ -38,6 +39,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "intent_latency_ratio": ("<=", 1.2),
     "projector_ratio": (">=", 0.6),
     "lag_p99_ms": ("<=", 50.0),
+    "lag_high_p99_ms": ("<=", 100.0),
     "resume_tail_ratio": ("<=", 1.5),
     "rebuild_ratio": (">=", 0.5),
     "async_memory_per_run_kb": ("<=", 32.0),
@@ -48,6 +50,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "conversation_growth_ratio": ("<=", 1.1),
     "steps_ratio": (">=", 0.5),
     "steps_calls_per_s": (">=", 2000.0),
+    "stream_p99_ms": ("<=", 50.0),
 }
 
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -55,11 +58,12 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "intent": ("intent_latency_ratio",),
     "scale": (),
     "projector": ("projector_ratio", "rebuild_ratio"),
-    "lag": ("lag_p99_ms",),
+    "lag": ("lag_p99_ms", "lag_high_p99_ms"),
     "resume": ("resume_tail_ratio",),
     "concurrency": ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed"),
     "conversation": ("conversation_kb_per_call", "conversation_mb_200", "conversation_growth_ratio"),
     "steps": ("steps_ratio", "steps_calls_per_s"),
+    "streams": ("stream_p99_ms",),
 }
 """What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
 rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
@@ -67,7 +71,8 @@ runs in one process, the AsyncRunner's one loop against the Runner's thread per 
 is what a long agent conversation costs to record (log plus artifact bytes per model call; it needs
 the ``pydantic-ai`` extra, and is left out of a run of every section without it); ``steps`` is
 orchestration throughput, durable calls per second of runs whose tools return at once, against the
-raw clients doing the I/O those calls need."""
+raw clients doing the I/O those calls need; ``streams`` is streamed model output, token produced to
+a subscriber per run."""
 
 
 def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
@@ -88,8 +93,8 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
     """How many progress ticks a run of this size makes."""
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
            "projector": 3 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
-           "lag": 2, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
-           "steps": 3 * len(size.steps_runs)}
+           "lag": 3, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
+           "steps": 3 * len(size.steps_runs), "streams": 2}
     return sum(per[s] for s in sections) + 1
 
 
@@ -216,6 +221,7 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
         f["rebuild_ratio"] = result["rebuild"]["rebuild_ratio"]
     if "lag" in result:
         f["lag_p99_ms"] = result["lag"]["lag_p99_ms"]
+        f["lag_high_p99_ms"] = result["lag_high"]["lag_p99_ms"]
     if "resume" in result:
         f["resume_tail_ratio"] = result["resume"]["resume_tail_ratio"]
     if "async_runs" in result:
@@ -229,6 +235,8 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
     if "steps" in result:
         for name in SECTIONS["steps"]:
             f[name] = result["steps"][name]
+    if "streams" in result:
+        f["stream_p99_ms"] = result["streams"]["stream_p99_ms"]
     return f
 
 
@@ -283,6 +291,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
                                       within=ProjectorOptions().within, tick=tick)
             result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds,
                                                  runs=sz.lag_runs, within=0.01, tick=tick)
+            result["lag_high"] = bench_lag(env, rate=sz.lag_rate_high, seconds=sz.lag_seconds,
+                                           runs=sz.lag_runs, within=ProjectorOptions().within, tick=tick)
         if "resume" in sections:
             result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.resume_rounds,
                                             tick=tick)
@@ -309,6 +319,9 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["conversation"] = bench_conversation(env, calls=sz.conversation_calls, tick=tick)
         if "steps" in sections:
             result["steps"] = bench_steps(env, runs=sz.steps_runs, tick=tick)
+        if "streams" in sections:
+            result["streams"] = bench_streams(env, runs=sz.streams_runs, rate=sz.streams_rate,
+                                              seconds=sz.streams_seconds, tick=tick)
     finally:
         env.close()
         tick("cleaned up")

@@ -37,6 +37,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "processors.cli.upgrade",
     "processors.cli.replay",
     "processors.cli.budget",
+    "processors.cli.tail",
 )
 
 

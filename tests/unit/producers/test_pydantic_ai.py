@@ -27,10 +27,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Tool, Workflow, load_args, rule, tool
+from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Workflow, load_args, rule, tool
 from producers.calls._keys import canonical_json, sha256_hex
 from producers.log._memory import (
     InMemoryLeaseManager,
@@ -357,32 +356,11 @@ def test_declarations_are_checked() -> None:
         current_call()
 
 
-def test_streaming_is_refused_with_a_clear_error() -> None:
-    from producers.pydantic_ai import _RunlogModel
-
-    agent = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("x")])), name="st")
-    model = _RunlogModel(FunctionModel(lambda m, i: ModelResponse(parts=[])), RunlogAgent(agent),
-                         _NoCalls())  # type: ignore[arg-type]
-
-    async def stream() -> None:
-        async with model.request_stream([], None, ModelRequestParameters()):
-            pass
-
-    with pytest.raises(WorkflowDefinitionError, match=r"streaming .* is not supported"):
-        asyncio.run(stream())
-
-
 def test_importing_without_pydantic_ai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "producers.pydantic_ai")
     monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # type: ignore[arg-type]
     with pytest.raises(ImportError, match=r'pip install "runlog\[pydantic-ai\]"'):
         importlib.import_module("producers.pydantic_ai")
-
-
-class _NoCalls:
-    async def call(self, tool: Tool, /, **args: Any) -> Any:
-        raise AssertionError("no call expected")
-
 
 
 def test_an_effect_tool_may_not_answer_with_a_retry(world: World) -> None:

@@ -1,0 +1,185 @@
+"""Reading a run's streamed model output from an offset (the client behind ``runlog tail``).
+
+The streams topic (:mod:`producers.streams`) keeps a run's records in one partition, in the order
+they were written; a record's address is its offset there. :class:`StreamReader` reads the run's
+partition from an offset (no consumer group: the reader keeps its own place), hands back the run's
+records with their offsets and :attr:`StreamReader.next_offset`, the offset to resume from after a
+disconnect (``StreamReader(settings, run_id, from_offset=reader.next_offset)``): nothing is missed
+and nothing is read twice. Records of other runs sharing the partition are skipped.
+
+A record that does not decode is handed back as an entry with its :class:`~schemas.errors.DecodeError`
+(``entry.error``, its ``reason``), and, with ``dead_letters`` given, produced to the dead-letter
+topic with the headers every dead letter carries (:func:`processors.dlq.headers`, the original
+topic, partition and offset: produced at least once, readers deduplicate by them).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from processors.dlq import headers
+from schemas._codec import Codec
+from schemas._kafka_auth import served
+from schemas._types import StreamKind, StreamRecord
+from schemas.errors import ConfigError, DecodeError, LogUnavailable
+from schemas.settings import Settings
+from schemas.topics import Topics, partition_for
+
+__all__ = ["StreamEntry", "StreamReader", "superseded"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One record of a run's partition: its offset and the record, or why it does not decode."""
+
+    offset: int
+    record: StreamRecord | None
+    error: DecodeError | None = None
+    run_id: str = ""
+
+
+def superseded(records: list[StreamRecord]) -> set[int]:
+    """Positions in ``records`` (a run's records in log order) that a later ``SUPERSEDED`` record of
+    their call marks as output of an attempt that did not finish."""
+    out: set[int] = set()
+    for i, r in enumerate(records):
+        if r.kind is StreamKind.SUPERSEDED:
+            out.update(j for j, old in enumerate(records[:i]) if old.call_id == r.call_id
+                       and (old.epoch, old.attempt) < (r.epoch, r.attempt))
+    return out
+
+
+class StreamReader:
+    """Reads one run's stream records from ``from_offset`` (0: the oldest kept); or, with
+    ``runs`` (run id -> first offset) instead, several runs' with one consumer, as a server
+    relaying many runs' streams does (:meth:`next_offset_of` each run's place).
+
+    Args:
+        settings: the cluster and topic prefix.
+        run_id: the run.
+        from_offset: the first offset to read (a previous reader's :attr:`next_offset`).
+        dead_letters: a producer to dead-letter undecodable records with (None: only reported).
+    """
+
+    def __init__(self, settings: Settings, run_id: str = "", *, from_offset: int = 0,
+                 runs: Mapping[str, int] | None = None, dead_letters: Producer | None = None,
+                 codec: Codec | None = None) -> None:
+        wanted = dict(runs) if runs is not None else {run_id: from_offset}
+        if not wanted or any(not r for r in wanted):
+            raise ConfigError("a stream reader needs a run id")
+        bad = {r: o for r, o in wanted.items() if o < 0}
+        if bad:
+            raise ConfigError(f"stream offsets must be 0 or more, got {bad}")
+        topics = Topics.of(settings)
+        self.topic = topics.streams
+        self.dlq_topic = topics.dlq
+        self.run_id = next(iter(wanted))
+        self._from = {r.encode("utf-8"): o for r, o in wanted.items()}
+        self._codec = codec or Codec.from_settings(settings)
+        self._dead_letters = dead_letters
+        self._consumer = Consumer(settings.consumer_config(
+            f"runlog-tail-{uuid.uuid4().hex[:12]}", **{"enable.auto.commit": False,
+                                                         "enable.partition.eof": False}))
+        n = self._partitions()
+        self._partition_of = {r: partition_for(r, n) for r in wanted}
+        self.partition = self._partition_of[self.run_id]
+        self._next: dict[int, int] = {}
+        for r, o in wanted.items():
+            p = self._partition_of[r]
+            self._next[p] = min(o, self._next.get(p, o))
+        self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._next.items()])
+
+    @property
+    def next_offset(self) -> int:
+        """The offset to resume the (first) run from: one past the last record read of its partition."""
+        return self.next_offset_of(self.run_id)
+
+    def next_offset_of(self, run_id: str) -> int:
+        """The offset to resume ``run_id`` from."""
+        return max(self._next[self._partition_of[run_id]], self._from[run_id.encode("utf-8")])
+
+    def _partitions(self) -> int:
+        md = served(self._consumer, lambda t: self._consumer.list_topics(self.topic, timeout=t), 10)
+        t = md.topics.get(self.topic)
+        if t is None or t.error is not None or not t.partitions:
+            raise ConfigError(f"the streams topic {self.topic} does not exist (create it with `runlog init`)")
+        return len(t.partitions)
+
+    def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[StreamEntry]:
+        """The runs' entries that arrive within ``timeout`` seconds (possibly none)."""
+        out: list[StreamEntry] = []
+        first = self._consumer.poll(timeout)  # returns as soon as one record is there (consume waits
+        if first is None:                     # for max_records or the whole timeout)
+            return out
+        for msg in [first, *self._consumer.consume(max_records - 1, 0)]:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise LogUnavailable(f"reading {self.topic}: {err}")
+            offset = msg.offset()
+            self._next[msg.partition()] = offset + 1
+            key = msg.key()
+            start = self._from.get(key) if key is not None else None
+            if start is None or offset < start:
+                continue
+            run = key.decode("utf-8") if key is not None else ""
+            try:
+                record = self._codec.decode(msg.value() or b"", StreamRecord)
+                out.append(StreamEntry(offset, record, None, run))
+            except DecodeError as bad:
+                self._dead_letter(msg, bad)
+                out.append(StreamEntry(offset, None, bad, run))
+        return out
+
+    def _dead_letter(self, msg: Any, err: DecodeError) -> None:
+        if self._dead_letters is None:
+            return
+        self._dead_letters.produce(self.dlq_topic, key=msg.key(), value=msg.value() or b"",
+                                   headers=list(headers(err.reason, err.detail, self.topic, msg.partition(),
+                                                        msg.offset())))
+        self._dead_letters.flush(10)
+
+    def follow(self, *, idle_timeout: float | None = None,
+               until_final: bool = False) -> Iterator[StreamEntry]:
+        """The run's entries as they arrive; stops after ``idle_timeout`` seconds without one (None:
+        never) or, with ``until_final``, after a ``FINAL`` record."""
+        last = time.monotonic()
+        while True:
+            got = self.poll(0.2)
+            for entry in got:
+                yield entry
+                if until_final and entry.record is not None and entry.record.kind is StreamKind.FINAL:
+                    return
+            if got:
+                last = time.monotonic()
+            elif idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                return
+
+    def end_offset(self) -> int:
+        """The (first) run's partition's end (high watermark) now: reading up to it reads everything
+        written so far."""
+        _, high = served(self._consumer, lambda t: self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, self.partition), timeout=t), 10)
+        return int(high)
+
+    def read_to_end(self) -> Iterator[StreamEntry]:
+        """The run's entries written so far (up to :meth:`end_offset` when called)."""
+        end = self.end_offset()
+        while self.next_offset < end:
+            yield from self.poll(0.5)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

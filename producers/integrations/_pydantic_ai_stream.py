@@ -1,0 +1,72 @@
+"""Streaming model requests of a :class:`~producers.pydantic_ai.RunlogAgent`: the recorded call's
+function streams the wrapped model, writing each event to the streams topic
+(:mod:`producers.streams`) as it arrives, and returns the whole response, which is what the call
+records; the agent gets a stream of that recorded response (Pydantic AI's
+``CompletedStreamedResponse`` with its events synthesized), the same on a first run and a replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+)
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
+from pydantic_core import to_jsonable_python
+
+from producers.define._tools import CallInfo
+from producers.streams import StreamAttempt, StreamWriter
+
+if TYPE_CHECKING:
+    from producers import AsyncStageContext
+
+__all__ = ["stream_event", "streamed_request", "was_called"]
+
+
+def was_called(stage: AsyncStageContext, index: int) -> bool:
+    """Whether the log records a call at ``index`` of the stage without a result: an earlier
+    attempt (a process that died mid-stream) whose streamed output a new attempt supersedes."""
+    recorded = getattr(stage, "_at_index", {}).get(index)
+    return recorded is not None and getattr(recorded, "result", None) is None
+
+
+def stream_event(attempt: StreamAttempt, event: Any) -> None:
+    """One model stream event as a stream record: text as ``DELTA``, anything else as ``EVENT``."""
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        attempt.delta(event.index, event.part.content)
+    elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        attempt.delta(event.index, event.delta.content_delta)
+    else:
+        attempt.event(json.dumps(to_jsonable_python(event), sort_keys=True, separators=(",", ":")))
+
+
+def streamed_request(wrapped: Model, writer: Callable[[], StreamWriter], stage: AsyncStageContext,
+                     messages: list[ModelMessage], model_settings: ModelSettings | None,
+                     parameters: ModelRequestParameters, run_context: RunContext[Any] | None,
+                     encode: Callable[[ModelResponse], Any],
+                     ) -> Callable[[CallInfo], Awaitable[ModelResponse]]:
+    """The function a streaming request's recorded call runs: stream ``wrapped``, writing each
+    event of this attempt to the streams topic, and return the whole response (``FINAL`` written
+    with ``encode(response)`` as JSON)."""
+
+    async def fn(call: CallInfo) -> ModelResponse:
+        attempt = writer().begin(run_id=call.run_id, stage=call.stage, call_id=call.call_id,
+                                 epoch=call.epoch, attempt=call.attempt,
+                                 supersedes=call.attempt > 1 or was_called(stage, call.index))
+        async with wrapped.request_stream(messages, model_settings, parameters, run_context) as streamed:
+            async for event in streamed:
+                stream_event(attempt, event)
+            response = streamed.get()
+        attempt.final(json.dumps(encode(response), sort_keys=True, separators=(",", ":")))
+        return response
+
+    return fn

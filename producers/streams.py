@@ -1,0 +1,149 @@
+"""The stream writer: partial model output on the streams topic, keyed by run id, off the run's log.
+
+A model call that streams (a :class:`~producers.pydantic_ai.RunlogAgent`'s ``run_stream``, ``iter``
+with ``node.stream``, an ``event_stream_handler``) is still one recorded call whose result is the
+whole response; while it runs, each piece of output is a :class:`~schemas.StreamRecord` on
+``<prefix>runlog.streams``: ``BEGIN``, then ``DELTA`` (text added to a response part) and ``EVENT``
+(any other model event, as JSON), then ``FINAL`` (the whole response). A record's address is its
+offset in the run's partition: a reader resumes from the offset after the last one it saw
+(:mod:`processors.streams`, ``runlog tail``).
+
+An attempt of a call that the log shows was made before without a result (the process died
+mid-stream), or a retry of the call in the same process, starts with a ``SUPERSEDED`` record:
+every earlier-``(epoch, attempt)`` record of that ``call_id`` is output of an attempt that did not
+finish. A recorded call is never streamed again (its result is read back, as without streaming).
+
+The writer has a producer of its own (``acks=1``, no idempotence, ``linger.ms=2``), so a stream
+never waits on or slows the events topic's producer; :meth:`StreamWriter.begin` and the records
+after it only enqueue (never block): a full local queue or a failed delivery loses that record,
+counted in :attr:`StreamWriter.dropped` / :attr:`StreamWriter.failed` and logged, never the run's
+result (the recorded call and its ``FINAL`` record hold the whole response).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from schemas._codec import Codec
+from schemas._types import StreamKind, StreamRecord, now_ms
+from schemas.settings import Settings
+from schemas.topics import Topics
+
+__all__ = ["StreamAttempt", "StreamWriter", "default_stream_writer"]
+
+log = logging.getLogger("runlog.streams")
+
+
+class StreamWriter:
+    """Writes stream records of any run of this process to the streams topic.
+
+    Args:
+        producer: a confluent-kafka producer of its own (not the run writer's).
+        codec: encodes the records.
+        topic: the streams topic (``Topics(prefix).streams``).
+    """
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StreamWriter:
+        """A writer with its own producer: ``acks=1``, not idempotent, ``linger.ms=2``."""
+        conf = settings.producer_config(**{"enable.idempotence": False, "acks": 1, "linger.ms": 2,
+                                           "message.timeout.ms": 30_000})
+        return cls(Producer(conf), Codec.from_settings(settings), Topics.of(settings).streams)
+
+    def __init__(self, producer: Producer, codec: Codec, topic: str) -> None:
+        self._producer = producer
+        self._codec = codec
+        self.topic = topic
+        self.produced = 0
+        """Records handed to the producer."""
+        self.dropped = 0
+        """Records not produced: the producer's local queue was full (never waited for)."""
+        self.failed = 0
+        """Records the broker did not acknowledge."""
+        self._lock = threading.Lock()
+
+    def begin(self, *, run_id: str, stage: str, call_id: str, epoch: int, attempt: int,
+              supersedes: bool) -> StreamAttempt:
+        """Start an attempt of a streaming call: ``SUPERSEDED`` first when ``supersedes`` (an
+        earlier attempt of ``call_id`` may have streamed), then ``BEGIN``."""
+        a = StreamAttempt(self, run_id, stage, call_id, epoch, attempt)
+        if supersedes:
+            a.write(StreamKind.SUPERSEDED)
+        a.write(StreamKind.BEGIN)
+        return a
+
+    def write(self, record: StreamRecord) -> None:
+        """Enqueue one record (never blocks: a full queue drops it, counted and logged)."""
+        value = self._codec.encode(record)
+        try:
+            self._producer.produce(self.topic, key=record.run_id.encode("utf-8"), value=value,
+                                   on_delivery=self._delivered)
+        except BufferError:
+            with self._lock:
+                self.dropped += 1
+            log.warning("stream record of run %s call %s dropped: the producer's queue is full",
+                        record.run_id, record.call_id)
+        else:
+            with self._lock:
+                self.produced += 1
+        self._producer.poll(0)
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            with self._lock:
+                self.failed += 1
+            log.warning("stream record not delivered to %s: %s", self.topic, err)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Wait up to ``timeout`` seconds for every enqueued record; returns how many are left."""
+        left: int = self._producer.flush(timeout)
+        return left
+
+
+class StreamAttempt:
+    """One attempt of one streaming call: its records, numbered from 0 (``index``)."""
+
+    def __init__(self, writer: StreamWriter, run_id: str, stage: str, call_id: str, epoch: int,
+                 attempt: int) -> None:
+        self._writer = writer
+        self._key = (run_id, stage, call_id, epoch, attempt)
+        self._index = 0
+
+    def write(self, kind: StreamKind, *, part: int | None = None, text: str | None = None,
+              data: str | None = None) -> None:
+        run_id, stage, call_id, epoch, attempt = self._key
+        self._writer.write(StreamRecord(run_id, stage, call_id, epoch, now_ms(), kind, attempt=attempt,
+                                        index=self._index, part=part, text=text, data=data,
+                                        produced_ns=time.time_ns()))
+        self._index += 1
+
+    def delta(self, part: int, text: str) -> None:
+        self.write(StreamKind.DELTA, part=part, text=text)
+
+    def event(self, data: str) -> None:
+        self.write(StreamKind.EVENT, data=data)
+
+    def final(self, data: str) -> None:
+        self.write(StreamKind.FINAL, data=data)
+
+
+_defaults: dict[tuple[str, str], StreamWriter] = {}
+_default_lock = threading.Lock()
+
+
+def default_stream_writer(settings: Settings | None = None) -> StreamWriter:
+    """The process's stream writer for the cluster and topic prefix of ``settings`` (default
+    ``Settings.from_env()``): made on first use, flushed at exit."""
+    settings = settings or Settings.from_env()
+    key = (settings.kafka_bootstrap_servers, settings.topic_prefix)
+    with _default_lock:
+        writer = _defaults.get(key)
+        if writer is None:
+            writer = _defaults[key] = StreamWriter.from_settings(settings)
+            atexit.register(writer.flush, 5.0)
+        return writer

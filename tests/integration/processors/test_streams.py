@@ -1,0 +1,104 @@
+"""The streams topic against the real broker: a reader resumes from an offset after a disconnect
+with no gap and no duplicate (the Python client and ``runlog tail --from``), and a record that does
+not decode is reported by ``runlog tail`` and goes to the dead-letter topic with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from processors.cli import main
+from processors.dlq import parse_headers
+from processors.streams import StreamReader
+from producers.streams import StreamWriter
+from schemas import Settings, StreamKind, Topics
+
+pytestmark = [pytest.mark.integration]
+
+
+def _write(settings: Settings, run_id: str, n: int, other: str | None = None) -> None:
+    writer = StreamWriter.from_settings(settings)
+    a = writer.begin(run_id=run_id, stage="s", call_id="s/model/0", epoch=1, attempt=1, supersedes=False)
+    b = writer.begin(run_id=other, stage="s", call_id="s/model/0", epoch=1, attempt=1,
+                     supersedes=False) if other else None
+    for i in range(n):
+        a.delta(0, f"t{i} ")
+        if b is not None:
+            b.delta(0, f"other{i} ")
+    a.final("{}")
+    assert writer.flush(30) == 0 and writer.failed == 0 and writer.dropped == 0
+
+
+def test_a_reader_resumes_from_next_offset_without_gap_or_duplicate(topics: Settings) -> None:
+    _write(topics, "run-a", 40, other="run-b")
+    seen: list[int] = []
+    texts: list[str] = []
+    with StreamReader(topics, "run-a") as first:
+        while len(seen) < 12:
+            for e in first.poll(5.0, max_records=5):
+                assert e.record is not None and e.run_id == "run-a"
+                seen.append(e.offset)
+                texts.append(e.record.text or "")
+        resume = first.next_offset  # the disconnect: whatever was handed out is counted, nothing else
+    with StreamReader(topics, "run-a", from_offset=resume) as second:
+        for e in second.read_to_end():
+            assert e.record is not None
+            seen.append(e.offset)
+            texts.append(e.record.text or "")
+    assert len(seen) == len(set(seen)) == 42  # BEGIN, 40 deltas, FINAL: each once
+    assert seen == sorted(seen)
+    assert "".join(texts) == "".join(f"t{i} " for i in range(40))
+
+
+def test_tail_from_an_offset_prints_exactly_the_rest(topics: Settings, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    _write(topics, "run-t", 20, other="run-u")
+    assert main(["tail", "run-t", "--json"]) == 0
+    out = capsys.readouterr()
+    every = [json.loads(line) for line in out.out.splitlines()]
+    assert [r["kind"] for r in every] == ["BEGIN", *["DELTA"] * 20, "FINAL"]
+    cut = every[9]["offset"]  # a follower that printed ten records, then lost its connection
+    assert main(["tail", "run-t", "--json", "--follow", "--until-final", "--from", str(cut + 1)]) == 0
+    out = capsys.readouterr()
+    rest = [json.loads(line) for line in out.out.splitlines()]
+    assert every[:10] + rest == every
+    assert f"next offset {every[-1]['offset'] + 1}" in out.err
+
+
+def test_an_undecodable_stream_record_is_reported_and_dead_lettered(
+        topics: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    t = Topics.of(topics)
+    p = Producer(topics.producer_config())
+    p.produce(t.streams, key=b"run-x", value=b"not avro")
+    assert p.flush(30) == 0
+    _write(topics, "run-x", 2)
+    assert main(["tail", "run-x", "--json"]) == 1
+    out = capsys.readouterr()
+    lines = [json.loads(line) for line in out.out.splitlines()]
+    assert lines[0]["error"] == "unknown_framing" and lines[0]["offset"] >= 0
+    assert [r.get("kind") for r in lines[1:]] == ["BEGIN", "DELTA", "DELTA", "FINAL"]
+    assert f"offset {lines[0]['offset']}: undecodable stream record (unknown_framing)" in out.err
+    c = Consumer(topics.consumer_config("dlq-check"))
+    try:
+        parts = c.list_topics(t.dlq, timeout=10).topics[t.dlq].partitions
+        c.assign([TopicPartition(t.dlq, q, 0) for q in parts])
+        msg = None
+        for _ in range(50):
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                break
+        assert msg is not None and msg.error() is None
+        assert msg.key() == b"run-x" and msg.value() == b"not avro"
+        h = parse_headers(msg.headers())
+        assert h["runlog.error.reason"] == "unknown_framing"
+        assert h["runlog.original.topic"] == t.streams
+        assert h["runlog.original.offset"] == str(lines[0]["offset"])
+    finally:
+        c.close()
+    assert StreamKind.FINAL.value == lines[-1]["kind"]

@@ -1,0 +1,170 @@
+"""Streaming with a durable Pydantic AI agent: a streaming model request is one recorded call whose
+result is the whole response, its events go to the streams topic while it runs (here a producer
+that keeps what it is given), and a recorded request is read back without streaming again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelServerError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from producers import AsyncStageContext, RetryPolicy, Workflow
+from producers.pydantic_ai import RunlogAgent
+from producers.streams import StreamWriter
+from schemas import Codec, EventType, StreamKind, StreamRecord
+from tests.unit.producers._replay import MemoryWorld
+
+MODEL = "pydantic_ai.model.talk"
+CHUNKS = ["Hel", "lo ", "wor", "ld"]
+
+
+class KeptProducer:
+    """A producer that keeps what it is given (``full``: refuses it, as a full local queue does)."""
+
+    def __init__(self) -> None:
+        self.values: list[tuple[bytes, bytes]] = []
+        self.full = False
+
+    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: Any = None) -> None:
+        if self.full:
+            raise BufferError("queue full")
+        self.values.append((key, value))
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+
+class Stream:
+    def __init__(self) -> None:
+        self.producer = KeptProducer()
+        self.codec = Codec()
+        self.writer = StreamWriter(self.producer, self.codec, "runlog.streams")  # type: ignore[arg-type]
+
+    def records(self) -> list[StreamRecord]:
+        return [self.codec.decode(v, StreamRecord) for _, v in self.producer.values]
+
+
+@pytest.fixture
+def world() -> Iterator[MemoryWorld]:
+    w = MemoryWorld()
+    yield w
+    w.runner.close()
+
+
+def talker(stream: Stream, *, fail_first: int = 0,
+           retry: RetryPolicy | None = None) -> RunlogAgent[None, str]:
+    asked: list[int] = []
+
+    async def stream_fn(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        asked.append(1)
+        for i, chunk in enumerate(CHUNKS):
+            if len(asked) <= fail_first and i == 2:
+                raise ModelServerError("talk", "overloaded mid-stream")
+            yield chunk
+
+    agent = Agent(FunctionModel(stream_function=stream_fn), name="talk")
+    return RunlogAgent(agent, stream=stream.writer, model_retry=retry)
+
+
+def workflow(durable: RunlogAgent[None, str], how: str, seen: list[str]) -> Workflow:
+    wf = Workflow("talk", "1")
+
+    @wf.stage("answer")
+    async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        if how == "run_stream":
+            async with durable.run_stream(ctx, "hi") as result:
+                async for text in result.stream_text(delta=True):
+                    seen.append(text)
+                return {"answer": await result.get_output()}
+
+        async def handler(ctx_: Any, events: Any) -> None:
+            async for event in events:
+                seen.append(type(event).__name__)
+
+        out = await durable.run(ctx, "hi", event_stream_handler=handler)
+        return {"answer": out.output}
+
+    return wf
+
+
+@pytest.mark.parametrize("how", ["run_stream", "event_stream_handler"])
+def test_a_streamed_request_is_one_recorded_call_and_its_deltas_are_stream_records(
+        world: MemoryWorld, how: str) -> None:
+    stream = Stream()
+    seen: list[str] = []
+    wf = workflow(talker(stream), how, seen)
+    res = world.runner.run(wf, {})
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    evs = world.events(res.run_id)
+    assert [e.tool for e in evs if e.type is EventType.TOOL_RESULT] == [MODEL]  # one recorded call
+    recs = stream.records()
+    D, E = StreamKind.DELTA, StreamKind.EVENT  # the model's events as they came: text deltas, others
+    assert [r.kind for r in recs] == [StreamKind.BEGIN, D, E, D, D, D, E, StreamKind.FINAL]
+    assert [r.text for r in recs if r.kind is D] == CHUNKS and {r.part for r in recs if r.kind is D} == {0}
+    assert ['"final_result"' in (r.data or "") for r in recs if r.kind is E] == [True, False]
+    assert [r.index for r in recs] == list(range(8))
+    ids = {(r.run_id, r.call_id, r.epoch, r.attempt) for r in recs}
+    assert ids == {(res.run_id, f"answer/{MODEL}/0", 1, 1)}
+    assert all(k == res.run_id.encode() for k, _ in stream.producer.values)  # keyed by run id
+    assert '"Hello world"' in (recs[-1].data or "")
+    assert seen  # the agent's own consumers got the recorded response's events
+    # re-executed with the recorded call: read back, not streamed again, the same output
+    n = len(recs)
+    again = world.again(res.run_id, wf, {}, recorded_calls=world.recorded(res.run_id))
+    assert again.completed and again.outputs == res.outputs
+    assert len(stream.records()) == n
+
+
+def test_a_retried_attempt_supersedes_the_partial_output_of_the_failed_one(world: MemoryWorld) -> None:
+    stream = Stream()
+    wf = workflow(talker(stream, fail_first=1, retry=RetryPolicy(attempts=2, backoff=0.0)), "run_stream", [])
+    res = world.runner.run(wf, {})
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    recs = stream.records()
+    first = [r for r in recs if r.attempt == 1]
+    assert [r.text for r in first if r.kind is StreamKind.DELTA] == CHUNKS[:2]
+    assert StreamKind.FINAL not in {r.kind for r in first}
+    second = [r for r in recs if r.attempt == 2]
+    assert second[0].kind is StreamKind.SUPERSEDED and second[0].call_id == first[0].call_id
+    assert [r.text for r in second if r.kind is StreamKind.DELTA] == CHUNKS
+    assert second[-1].kind is StreamKind.FINAL
+
+
+def test_a_full_queue_drops_stream_records_without_failing_the_call(world: MemoryWorld) -> None:
+    stream = Stream()
+    stream.producer.full = True
+    res = world.runner.run(workflow(talker(stream), "run_stream", []), {})
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    assert stream.writer.dropped == 8 and stream.writer.produced == 0
+
+
+def test_iter_with_node_stream_streams_a_recorded_request(world: MemoryWorld) -> None:
+    stream = Stream()
+    durable = talker(stream)
+    wf = Workflow("talk", "1")
+    texts: list[str] = []
+
+    @wf.stage("answer")
+    async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        async with durable.iter(ctx, "hi") as run:
+            async for node in run:
+                if Agent.is_model_request_node(node):
+                    async with node.stream(run.ctx) as events:
+                        async for text in events.stream_text(delta=True):
+                            texts.append(text)
+            assert run.result is not None
+            return {"answer": run.result.output}
+
+    res = asyncio.run(asyncio.to_thread(world.runner.run, wf, {}))
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    assert "".join(texts) == "Hello world"
+    assert [r.text for r in stream.records() if r.kind is StreamKind.DELTA] == CHUNKS
