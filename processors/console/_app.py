@@ -13,6 +13,7 @@ from aiohttp import web
 from processors.console import _actions, _views
 from processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console, ConsoleOptions
 from processors.console._guard import COOKIE, is_loopback
+from processors.console._stream_view import run_stream
 from schemas import ConfigError, RunlogError, Settings
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def make_app(settings: Settings, options: ConsoleOptions | None = None, *,
     web_app.router.add_get("/runs", _views.runs_part)
     web_app.router.add_get("/runs/{run_id}", _views.run_page)
     web_app.router.add_get("/runs/{run_id}/live", _views.run_live)
+    web_app.router.add_get("/runs/{run_id}/stream", run_stream)
     web_app.router.add_get("/versions", _views.versions_page)
     web_app.router.add_get("/versions/part", _views.versions_part)
     web_app.router.add_get("/api/versions", _views.versions_json)
