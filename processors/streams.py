@@ -93,6 +93,19 @@ class StreamReader:
         for r, o in wanted.items():
             p = self._partition_of[r]
             self._next[p] = min(o, self._next.get(p, o))
+        self.trimmed: dict[int, int] = {}
+        """Partition -> the oldest offset kept, where an asked offset was older (deleted by the
+        topic's retention): reading starts there, and the gap is named here."""
+        for p, o in list(self._next.items()):
+            low, high = self._watermarks(p)
+            if o > high:
+                self._consumer.close()
+                raise ConfigError(f"stream offset {o} is past the end ({high}) of partition {p} of "
+                                  f"{self.topic}")
+            if o < low:
+                self.trimmed[p] = self._next[p] = low
+                for r in [r for r, q in self._partition_of.items() if q == p]:
+                    self._from[r.encode("utf-8")] = max(self._from[r.encode("utf-8")], low)
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._next.items()])
 
     @property
@@ -103,6 +116,11 @@ class StreamReader:
     def next_offset_of(self, run_id: str) -> int:
         """The offset to resume ``run_id`` from."""
         return max(self._next[self._partition_of[run_id]], self._from[run_id.encode("utf-8")])
+
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        tp = TopicPartition(self.topic, partition)
+        low, high = served(self._consumer, lambda t: self._consumer.get_watermark_offsets(tp, timeout=t), 10)
+        return int(low), int(high)
 
     def _partitions(self) -> int:
         md = served(self._consumer, lambda t: self._consumer.list_topics(self.topic, timeout=t), 10)
@@ -165,9 +183,7 @@ class StreamReader:
     def end_offset(self) -> int:
         """The (first) run's partition's end (high watermark) now: reading up to it reads everything
         written so far."""
-        _, high = served(self._consumer, lambda t: self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, self.partition), timeout=t), 10)
-        return int(high)
+        return self._watermarks(self.partition)[1]
 
     def read_to_end(self) -> Iterator[StreamEntry]:
         """The run's entries written so far (up to :meth:`end_offset` when called)."""

@@ -39,6 +39,9 @@ def _tail(args: argparse.Namespace) -> int:
     dlq = Producer(settings.producer_config())
     bad = 0
     with StreamReader(settings, args.run_id, from_offset=args.from_offset, dead_letters=dlq) as reader:
+        if reader.partition in reader.trimmed:
+            print(f"runlog tail: records before offset {reader.trimmed[reader.partition]} are no longer kept "
+                  "(the streams topic's retention); reading from there", file=sys.stderr)
         entries: Iterator[StreamEntry] = (
             reader.follow(idle_timeout=args.idle_timeout, until_final=args.until_final) if args.follow
             else reader.read_to_end())

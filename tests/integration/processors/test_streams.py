@@ -102,3 +102,30 @@ def test_an_undecodable_stream_record_is_reported_and_dead_lettered(
     finally:
         c.close()
     assert StreamKind.FINAL.value == lines[-1]["kind"]
+
+
+def test_an_offset_past_the_end_is_refused_and_a_trimmed_start_is_named(
+        topics: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from schemas import ConfigError
+
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    _write(topics, "run-r", 6)
+    with StreamReader(topics, "run-r") as reader:
+        end = reader.end_offset()
+        partition = reader.partition
+    with pytest.raises(ConfigError, match=f"stream offset {end + 5} is past the end"):
+        StreamReader(topics, "run-r", from_offset=end + 5)
+    assert main(["tail", "run-r", "--from", str(end + 5)]) == 2
+    assert "past the end" in capsys.readouterr().err
+    # records deleted (as retention does): reading from 0 starts at the oldest kept, and says so
+    admin = AdminClient(topics.admin_config())
+    for f in admin.delete_records([TopicPartition(Topics.of(topics).streams, partition, 3)]).values():
+        f.result(30)
+    assert main(["tail", "run-r", "--json"]) == 0
+    out = capsys.readouterr()
+    offsets = [json.loads(line)["offset"] for line in out.out.splitlines()]
+    assert offsets == list(range(3, 8))  # BEGIN 0, deltas 1-6, FINAL 7: from 3 on
+    assert "records before offset 3 are no longer kept" in out.err
