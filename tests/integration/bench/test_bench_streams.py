@@ -27,6 +27,9 @@ def test_bench_streams_delivers_every_delta_and_reports_its_latency(
     assert s["stream_max_ms"] >= s["stream_p99_ms"] >= s["stream_p50_ms"] > 0
     assert doc["targets"]["stream_p99_ms"]["value"] == doc["stream_p99_ms"] == s["stream_p99_ms"]
     assert s["write_call_p99_us"] >= s["write_call_p50_us"] > 0
+    assert s["appends"] > 0  # the run's log timed beside the stream, and before it
+    assert s["append_streaming_p99_ms"] >= s["append_streaming_p50_ms"] > 0
+    assert s["append_idle_p99_ms"] >= s["append_idle_p50_ms"] > 0
     left = [t for t in AdminClient(settings.admin_config()).list_topics(timeout=10).topics
             if t.startswith(f"bench-{doc['tag']}-")]
     assert left == []
