@@ -224,10 +224,14 @@ def bench_projector(env: BenchEnv, *, events: int, runs: int, rounds: int, marks
 
 
 def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: float,
-              tick: Tick) -> dict[str, Any]:
-    """Broker ack to visible in Redis, at a steady offered load, with the real projector running."""
-    settings = env.settings(f"lag{int(within * 1000)}")
-    kid = env.start_projector(settings, f"lag{int(within * 1000)}", within=within)
+              tick: Tick, name: str | None = None) -> dict[str, Any]:
+    """Broker ack to visible in Redis, at a steady offered load, with the real projector running.
+
+    ``name``: the point's own namespace (topics, Redis prefix, projector group; default from
+    ``within``): two points must not share one, or the second's runs would continue the first's."""
+    name = name or f"lag{int(within * 1000)}"
+    settings = env.settings(name)
+    kid = env.start_projector(settings, name, within=within)
     ids = [f"run-l-{r:04d}" for r in range(runs)]
     writer = RunWriter(settings)
     acks: dict[tuple[str, int], float] = {}

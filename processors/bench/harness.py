@@ -292,7 +292,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["lag_low_within"] = bench_lag(env, rate=sz.lag_rate, seconds=sz.lag_seconds,
                                                  runs=sz.lag_runs, within=0.01, tick=tick)
             result["lag_high"] = bench_lag(env, rate=sz.lag_rate_high, seconds=sz.lag_seconds,
-                                           runs=sz.lag_runs, within=ProjectorOptions().within, tick=tick)
+                                           runs=sz.lag_runs, within=ProjectorOptions().within, tick=tick,
+                                           name="lag-high")
         if "resume" in sections:
             result["resume"] = bench_resume(env, lengths=list(sz.resume_lengths), rounds=sz.resume_rounds,
                                             tick=tick)

@@ -13,7 +13,8 @@ import redis
 from processors.cli import main
 from schemas.settings import Settings
 
-KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "resume_tail_ratio",
+KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "lag_high_p99_ms",
+        "resume_tail_ratio",
         "rebuild_ratio", "async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed",
         "steps_ratio", "steps_calls_per_s")
 CONCURRENCY = ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
@@ -89,6 +90,9 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     assert doc["projector"]["projector_of_faust_stream"] == pytest.approx(
         doc["projector"]["runlog_events_per_s"] / doc["projector"]["faust_stream_events_per_s"], rel=1e-3)
     assert doc["lag"]["lag_max_ms"] >= doc["lag"]["lag_p99_ms"] >= doc["lag"]["lag_p50_ms"] >= 0
+    high = doc["lag_high"]
+    assert high["lag_max_ms"] >= high["lag_p99_ms"] >= high["lag_p50_ms"] >= 0
+    assert high["offered_events_per_s"] > doc["lag"]["offered_events_per_s"]
     assert all(p["plan_ms"] > 0 for p in doc["resume"]["points"])
     assert doc["resumer_group"]["completed"] == doc["resumer_group"]["runs"]
     assert doc["scale"]["writer"]["events_per_s"] > 0

@@ -70,6 +70,15 @@ def test_targets_met_reports_the_miss_factor() -> None:
     assert t["rebuild_ratio"]["met"] is False
 
 
+def test_the_lag_section_has_a_point_at_10000_events_per_second_with_its_own_target() -> None:
+    assert SECTIONS["lag"] == ("lag_p99_ms", "lag_high_p99_ms")
+    assert (SIZES["quick"].lag_rate, SIZES["quick"].lag_rate_high) == (2_000, 10_000)
+    t = targets_met({"lag_p99_ms": 40.0, "lag_high_p99_ms": 250.0}, SECTIONS["lag"])
+    assert t["lag_p99_ms"]["met"] is True and t["lag_high_p99_ms"]["target"] == "<= 100"
+    assert t["lag_high_p99_ms"]["met"] is False and t["lag_high_p99_ms"]["missed_by_factor"] == 2.5
+    assert steps_of(SIZES["quick"], ("lag",)) == 3 + 1  # default within, within 0.01, the high rate
+
+
 def test_sizes_grow_from_tiny_to_full() -> None:
     assert SIZES["tiny"].append_events < SIZES["quick"].append_events < SIZES["full"].append_events
     assert SIZES["full"].scale_runs == 10_000
