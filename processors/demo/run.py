@@ -56,12 +56,19 @@ def _drop_group(settings: Settings, group: str) -> None:
     """Delete a consumer group this process made for itself and has left (best effort: a warning)."""
     from confluent_kafka.admin import AdminClient
 
-    try:
-        for fut in AdminClient(settings.admin_config()).delete_consumer_groups(
-                [group], request_timeout=15).values():
-            fut.result(30)
-    except Exception as err:  # noqa: BLE001 - leaving an empty group behind is not a demo failure
-        log.warning("demo: could not delete its consumer group %s: %s", group, err)
+    admin = AdminClient(settings.admin_config())
+    for attempt in range(10):  # the broker may not have processed this process's leave yet
+        try:
+            for fut in admin.delete_consumer_groups([group], request_timeout=15).values():
+                fut.result(30)
+            return
+        except Exception as err:  # noqa: BLE001 - leaving an empty group behind is not a demo failure
+            if "GROUP_ID_NOT_FOUND" in str(err):
+                return  # gone already
+            if attempt == 9:
+                log.warning("demo: could not delete its consumer group %s: %s", group, err)
+                return
+            time.sleep(0.5 * (attempt + 1))
 
 
 def worker_env(settings: Settings, world_url: str, crash_at: str | None = None) -> dict[str, str]:

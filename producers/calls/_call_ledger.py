@@ -14,7 +14,7 @@ from typing import Any
 
 from producers.calls._calls import JSON, _external_id
 from producers.calls._keys import canonical_json
-from producers.calls._ledger import EffectLedger, LedgerEntry
+from producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnavailable
 from producers.define._tools import CallInfo, Tool
 from producers.log._session import RunSession
 from producers.run._protocol import IO, Invoke, Steps
@@ -44,7 +44,9 @@ class EffectsLedgerSteps:
                             info.idempotency_key, tool.name)
         try:
             found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
-        except ReplicasBehind:
+        except (ReplicasBehind, LedgerUnavailable) as err:
+            if not isinstance(err, ReplicasBehind) and not isinstance(err.__cause__, ReplicasBehind):
+                raise  # Redis unreachable: nothing known of the claim; the run is let go of
             # The claim is on the primary, not known to be on a replica: the effect is not executed.
             # Release it (FAILED: did not happen), so another run is not left in doubt by a claim
             # nothing acted on; if a failover takes this release back, the claim reads in doubt
