@@ -12,8 +12,7 @@ Refused, with nothing appended, for a settled run (completed or cancelled), with
 
 from __future__ import annotations
 
-from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
-from producers import Runner
+from processors.operate import OperatorRefused, OperatorResult, _load, _runner, _who, _why, take_lease
 from producers.define._budget import Budget
 from producers.run._lease import LeaseHeld
 from projections import RunStatus
@@ -24,17 +23,14 @@ __all__ = ["raise_budget"]
 
 
 def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, cost_usd: float | None = None,
-                 soft_tokens: int | None = None, soft_cost_usd: float | None = None, by: str, reason: str,
-                 runner: Runner | None = None) -> OperatorResult:
+                 soft_tokens: int | None = None, soft_cost_usd: float | None = None, by: str,
+                 reason: str) -> OperatorResult:
     """Set the caps given (the others are kept) and resume the run if it waits at its cap.
 
     Raises:
         OperatorRefused: see the module docstring (nothing appended).
     """
-    if not by or not by.strip():
-        raise OperatorRefused("say who is acting: --by is required")
-    if not reason or not reason.strip():
-        raise OperatorRefused("say why: --reason is required (recorded on the log)")
+    who, why = _who(by), _why(reason)
     try:
         caps = Budget(tokens, cost_usd, soft_tokens, soft_cost_usd).caps()
     except WorkflowDefinitionError as err:
@@ -44,17 +40,13 @@ def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, 
              if v is not None}
     if not given:
         raise OperatorRefused("give a cap to set: --tokens, --cost-usd, --soft-tokens or --soft-cost-usd")
-    state = load_run(settings, run_id)
-    if state is None:
-        raise OperatorRefused(f"no run {run_id!r} in Redis or on the events topic")
+    state = _load(settings, run_id)
     if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         raise OperatorRefused(f"run {run_id} is {state.status.value}: its budget no longer matters")
     waits = state.waiting is not None and state.waiting.signal == BUDGET_SIGNAL
-    own = runner is None
-    r = runner or Runner.from_settings(settings)
-    try:
+    with _runner(settings) as r:
         try:
-            taken = take_lease(settings, r, state, by=by, action="budget", reason=reason, force=False)
+            taken = take_lease(settings, r, state, by=who, action="budget", reason=why, force=False)
         except LeaseHeld as err:
             raise OperatorRefused(f"run {run_id} is being executed right now ({err}); try again") from err
         if taken is None:
@@ -62,15 +54,12 @@ def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, 
         session, _ = taken
         try:
             caps_set = {k: str(v) for k, v in given.items()}
-            attrs = {"signal": BUDGET_SIGNAL, "by": by, "reason": reason, **caps_set}
+            attrs = {"signal": BUDGET_SIGNAL, "by": who, "reason": why, **caps_set}
             res = session.append(EventType.SIGNAL_RECEIVED, confirm=True, attributes=attrs)
         finally:
             session.close(release=True)
         if waits:
-            r.writer.request_resume(run_id, f"budget raised by {by}", seen_epoch=session.epoch)
-    finally:
-        if own:
-            r.close()
+            r.writer.request_resume(run_id, f"budget raised by {who}", seen_epoch=session.epoch)
     what = ", ".join(f"{k}={v}" for k, v in given.items())
     return OperatorResult(run_id, "budget", session.epoch, res.event.seq,
                           f"budget set ({what}){'; resume requested' if waits else ''}")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from processors.cli.codes import EXIT_OK, EXIT_REFUSED
+from processors.cli.codes import EXIT_REFUSED
 from schemas import Settings
 
 
@@ -32,6 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _budget(args: argparse.Namespace) -> int:
     from processors.budget import raise_budget
+    from processors.cli.signal import print_result
     from processors.operate import OperatorRefused
 
     try:
@@ -41,9 +41,4 @@ def _budget(args: argparse.Namespace) -> int:
     except OperatorRefused as err:
         print(f"runlog budget: refused: {err}", file=sys.stderr)
         return EXIT_REFUSED
-    if args.json:
-        print(json.dumps({"run_id": res.run_id, "action": res.action, "epoch": res.epoch, "seq": res.seq,
-                          "detail": res.detail}))
-    else:
-        print(f"{res.run_id}: {res.detail} (seq {res.seq}, epoch {res.epoch})")
-    return EXIT_OK
+    return print_result(res, as_json=args.json)

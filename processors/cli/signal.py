@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processors.cli.codes import EXIT_OK, EXIT_REFUSED
 from schemas import Settings
+
+if TYPE_CHECKING:
+    from processors.operate import OperatorResult
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,7 +47,12 @@ def _run(args: argparse.Namespace, name: str, data: Any) -> int:
     except OperatorRefused as err:
         print(f"runlog {args.command}: refused: {err}", file=sys.stderr)
         return EXIT_REFUSED
-    if args.json:
+    return print_result(res, as_json=args.json)
+
+
+def print_result(res: OperatorResult, *, as_json: bool) -> int:
+    """Print what an operator event appended (one JSON object, or one line); exit 0."""
+    if as_json:
         print(json.dumps({"run_id": res.run_id, "action": res.action, "epoch": res.epoch, "seq": res.seq,
                           "detail": res.detail}))
     else:
