@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -28,6 +26,7 @@ from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from producers.define._tools import CallInfo, Tool
+from producers.integrations._current_call import CurrentCall
 from producers.integrations._openai_agents_json import (
     decode_response,
     encode_response,
@@ -43,31 +42,10 @@ __all__ = ["Run", "RunlogModel", "calling", "current_call"]
 
 _RETRYABLE_MODEL_ERRORS = (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
 """Model errors the model tool's RetryPolicy may call again (``APITimeoutError`` is a connection error)."""
-_current: ContextVar[CallInfo | None] = ContextVar("runlog_openai_agents_call", default=None)
 
-
-def current_call() -> CallInfo:
-    """The :class:`~producers.CallInfo` of the recorded call a function tool runs in.
-
-    An effect tool hands ``call.delivery_key`` (or ``call.idempotency_key`` of an ``IDEMPOTENT``
-    tool) to the external system, as a Runlog tool function does with its ``call`` argument.
-
-    Raises:
-        RuntimeError: outside a tool call of :meth:`RunlogAgent.run`.
-    """
-    call = _current.get()
-    if call is None:
-        raise RuntimeError("current_call() is only available inside a tool call of RunlogAgent.run")
-    return call
-
-
-@contextmanager
-def calling(call: CallInfo) -> Iterator[None]:
-    token = _current.set(call)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+_CALL = CurrentCall("runlog_openai_agents_call")
+current_call = _CALL.current_call
+calling = _CALL.calling
 
 
 class Run:
@@ -132,7 +110,7 @@ class RunlogModel(Model):
                            output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff[Any, Any]],
                            tracing: ModelTracing, *, previous_response_id: str | None,
                            conversation_id: str | None, prompt: ResponsePromptParam | None) -> ModelResponse:
-        if _current.get() is not None:  # an agent run inside a recorded tool call (an agent as a tool
+        if _CALL.get() is not None:  # an agent run inside a recorded tool call (an agent as a tool
             # inheriting the run config's model): its model calls are part of that call, not recorded
             return await self.wrapped.get_response(
                 system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
