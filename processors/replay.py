@@ -27,7 +27,6 @@ model calls spent (tokens and cost: the recorded run's against the replay's).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -285,7 +284,3 @@ def summary_table(reports: Sequence[ReplayReport]) -> str:
                      f"{tokens(rep.replay_usage) + ' (' + tokens(rep.recorded_usage) + ')':>14} "
                      f"{cost(rep.replay_usage) + ' (' + cost(rep.recorded_usage) + ')':>20}")
     return "\n".join(lines)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

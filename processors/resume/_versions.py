@@ -287,12 +287,12 @@ class VersionPickup:
             self._warned[lbl] = now
             log.warning("no member serves %s: its runs wait until one joins (runlog versions)", lbl)
 
-    def _forget_finished(self, limit: int) -> None:
+    def _forget_finished(self, labels: Iterable[str], limit: int) -> None:
         """Unpark the runs waiting for versions this member does not serve that are complete or
         cancelled meanwhile: a member may park a run from a request it read just before another
         member finished it, and no member serving that version may be left to claim it (a drained
         version would never show drained)."""
-        parked = {r: lbl for lbl in self.routes.labels() if lbl not in self.serves
+        parked = {r: lbl for lbl in labels if lbl not in self.serves
                   for r in self.routes.parked(lbl, limit)}
         if not parked:
             return
@@ -314,8 +314,9 @@ class VersionPickup:
                 outcome = self._resume(run_id, None)
                 if outcome is not None and outcome.result not in NOT_ACTED:
                     out.append(outcome)
-        self._forget_finished(limit)
-        for view in self.routes.views():
+        labels = self.routes.labels()
+        self._forget_finished(labels, limit)
+        for view in self.routes.views(labels):
             wf, _, version = view.label.rpartition("@")
             self.metrics.waiting_for_version.labels(wf, version).set(view.waiting)
             self.metrics.version_members.labels(wf, version).set(len(view.members))
