@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import fastavro
-from confluent_kafka import Producer
 
 from processors.bench._concurrency import log_end
 from processors.bench._env import BenchEnv
@@ -190,8 +189,7 @@ class _RawSide:
         raw = RawWriter(env, settings, topic)
         self.schema, self.header = raw.schema, raw.header
         self.record = raw.as_record(next(history("run-steps-raw", 5, 5)))
-        raw.producer.flush(5)
-        self.producer = Producer(settings.producer_config())
+        self.producer = raw.producer  # the baseline's own producer (the same configuration as Runlog's)
         self.topic = topic
         self.errors = 0
         self._stop = threading.Event()
