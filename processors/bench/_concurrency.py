@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from processors.bench._concurrency_app import (
     ADMIT,
@@ -43,7 +43,7 @@ from processors.bench._concurrency_app import (
     latencies,
     sync_workflow,
 )
-from processors.bench._env import BenchEnv, rss_kib
+from processors.bench._env import BenchEnv, end_offsets, rss_kib
 from processors.bench._events import history, percentile
 from processors.bench._write import RawWriter
 from producers import (
@@ -72,8 +72,7 @@ def log_end(settings: Settings) -> int:
     topic = Topics.of(settings).events
     c = Consumer(settings.consumer_config("bench-watermarks"))
     try:
-        md = c.list_topics(topic, timeout=10).topics[topic]
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions)
+        return sum(end_offsets(c, topic).values())
     finally:
         c.close()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processors.bench._env import BenchEnv
+from processors.bench._env import BenchEnv, end_offsets
 from schemas.errors import RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics
@@ -91,8 +91,7 @@ def _log_bytes(settings: Settings, run_id: str) -> tuple[int, int, int]:
     c = Consumer(settings.consumer_config("bench-conversation"))
     total = n = largest = 0
     try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends = end_offsets(c, topic)
         todo = {p for p, end in ends.items() if end > 0}
         c.assign([TopicPartition(topic, p, 0) for p in todo])
         deadline = time.monotonic() + 60

@@ -19,7 +19,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from processors.admin import ensure_topics
@@ -31,8 +31,33 @@ from schemas.errors import ConfigError, RunlogError
 from schemas.settings import Settings
 from schemas.topics import Topics, TopicSpec
 
-__all__ = ["BenchEnv", "kafka_replication", "peak_rss_kib", "raw_topic_spec", "replication_mismatch",
-           "rss_kib"]
+__all__ = ["BenchEnv", "end_offsets", "kafka_replication", "peak_rss_kib", "raw_topic_spec",
+           "replication_mismatch", "rss_kib"]
+
+
+#: What a broker answers for a while after a topic is created, or while its leadership moves: asked again.
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT,
+})
+
+
+def end_offsets(consumer: Consumer, topic: str, timeout: float = 30.0) -> dict[int, int]:
+    """Each partition's high watermark of ``topic``, asked again while the broker answers that a
+    leader is not there yet (a topic the bench just created, or a leader moving under load), until
+    ``timeout``; then the last error is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        except KafkaException as err:
+            kerr = err.args[0] if err.args else None
+            if not isinstance(kerr, KafkaError) or kerr.code() not in _TRANSIENT \
+                    or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -237,16 +262,34 @@ class BenchEnv:
             self.stop(c)
         if self._topics:
             try:
-                admin = AdminClient(self.base.admin_config())
-                futs = admin.delete_topics(self._topics, operation_timeout=30)
-                for f in futs.values():
-                    with contextlib.suppress(KafkaException):  # already gone
-                        f.result(30)
+                self._delete_topics(self._topics)
             finally:
                 self._topics = []
         self.delete_keys(f"bench-{self.tag}-")
         self.redis.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _delete_topics(self, topics: list[str], timeout: float = 60.0) -> None:
+        """Delete ``topics`` and wait until the broker no longer lists them (a deletion is acknowledged
+        by the controller before every broker's metadata drops the topic); asked again while some
+        remain, so a deletion that timed out under load is not left behind."""
+        admin = AdminClient(self.base.admin_config())
+        deadline = time.monotonic() + timeout
+
+        def remaining() -> list[str]:
+            listed = admin.list_topics(timeout=10).topics
+            return [t for t in topics if t in listed]
+
+        left = list(topics)
+        while left:
+            for f in admin.delete_topics(left, operation_timeout=30).values():
+                with contextlib.suppress(KafkaException):  # already gone, or asked again below
+                    f.result(30)
+            if self.wait_until(lambda: not remaining(), 10, 0.2):
+                return
+            left = remaining()
+            if left and time.monotonic() >= deadline:
+                raise RunlogError(f"bench: could not delete its topics {left}")
 
     @staticmethod
     def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:

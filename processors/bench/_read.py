@@ -17,7 +17,7 @@ from typing import Any
 import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from processors.bench._env import BenchEnv, peak_rss_kib
+from processors.bench._env import BenchEnv, end_offsets, peak_rss_kib
 from processors.bench._events import history, median, percentile, ratio
 from processors.bench._stream import bench_stream_ceiling
 from processors.bench._write import _plain_schema, avro_body
@@ -47,8 +47,7 @@ def _fetch(settings: Settings, topic: str) -> list[tuple[int, int, bytes, bytes]
     c = Consumer(settings.consumer_config("bench-read", **{"enable.partition.eof": False}))
     out: list[tuple[int, int, bytes, bytes]] = []
     try:
-        md = c.list_topics(topic, timeout=10).topics[topic]
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions}
+        ends = end_offsets(c, topic)
         todo = {p for p, e in ends.items() if e > 0}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
         idle = 0
@@ -160,8 +159,7 @@ def consume_and_apply(settings: Settings, topic: str, rp: RawProjector, *, batch
     n = 0
     t_first: float | None = None
     try:
-        md = c.list_topics(topic, timeout=10).topics[topic]
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions}
+        ends = end_offsets(c, topic)
         todo = {p for p, e in ends.items() if e > 0}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
         idle = 0
