@@ -144,7 +144,7 @@ from producers.integrations._pydantic_ai_json import (
     request_args,
 )
 from producers.integrations._pydantic_ai_positions import Positions, pending_calls
-from producers.integrations._pydantic_ai_stream import streamed_request
+from producers.integrations._pydantic_ai_stream import StreamedTools, streamed_request
 from producers.integrations._pydantic_ai_usage import usage_reader
 from producers.streams import StreamWriter, default_stream_writer
 from schemas._types import ReplayPolicy
@@ -163,11 +163,12 @@ class _RunlogModel(WrapperModel):
     """The agent's model for one durable run: each ``request`` is a recorded Runlog call."""
 
     def __init__(self, wrapped: Model, durable: RunlogAgent[Any, Any], stage: AsyncStageContext,
-                 positions: Positions | None = None) -> None:
+                 positions: Positions | None = None, streaming: StreamedTools | None = None) -> None:
         super().__init__(wrapped)
         self._durable = durable
         self._stage = stage
         self._positions = positions or Positions(stage)
+        self._streaming = streaming or StreamedTools()
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
@@ -205,6 +206,7 @@ class _RunlogModel(WrapperModel):
                              model_request_parameters: ModelRequestParameters,
                              run_context: RunContext[Any] | None = None) -> AsyncGenerator[StreamedResponse]:
         stage = self._stage
+        self._streaming.on = True  # the run's tool calls stream from now on
         run = streamed_request(self.wrapped, lambda: self._durable.stream_writer(stage), stage, messages,
                                model_settings, model_request_parameters, run_context, encode_response)
         response = await self._recorded(run, messages, model_settings, model_request_parameters)
@@ -219,6 +221,7 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
     durable: RunlogAgent[Any, Any] = dataclasses.field(kw_only=True)
     stage: AsyncStageContext = dataclasses.field(kw_only=True)
     positions: Positions = dataclasses.field(kw_only=True)
+    streaming: StreamedTools = dataclasses.field(kw_only=True, default_factory=StreamedTools)
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
                         tool: ToolsetTool[AgentDepsT]) -> Any:
@@ -227,6 +230,8 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
         wrapped = self.wrapped
 
         async def fn(call: CallInfo, **_: Any) -> Any:
+            streamed = self.streaming.begin(self.durable.stream_writer(self.stage), self.stage, call, name,
+                                            ctx.tool_call_id, args) if self.streaming.on else None
             with calling(call):
                 try:
                     result = await wrapped.call_tool(name, tool_args, ctx, tool)
@@ -238,8 +243,12 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
                             "{'external_id': ...} or fails; check the model's arguments in the tool's "
                             "args_validator, which runs before the recorded call",
                             kind=type(signal).__name__) from signal
-                    return encode_signal(signal)
-            return encode_result(result, name, effect=spec.effect)
+                    encoded = encode_signal(signal)
+                else:
+                    encoded = encode_result(result, name, effect=spec.effect)
+            if streamed is not None:
+                streamed.final(encoded)
+            return encoded
 
         position = self.positions.take(ctx.tool_call_id, name)
         declared = dataclasses.replace(spec, fn=fn)
@@ -329,8 +338,9 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         toolsets = kwargs.pop("toolsets", None) or ()
         positions = Positions(ctx)  # calls pending in the history are made before any request
         positions.reserve(pending_calls(kwargs.get("message_history"), kwargs.get("deferred_tool_results")))
-        model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions)
-        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions)
+        streaming = StreamedTools()
+        model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions, streaming)
+        wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions, streaming=streaming)
                    for ts in [*self.agent.toolsets, *toolsets]]
         for key in [k for k, v in kwargs.items() if v is None]:
             del kwargs[key]
@@ -378,5 +388,8 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
     def stream_writer(self, ctx: AsyncStageContext) -> StreamWriter:
         """The writer of this agent's streamed output in ``ctx``'s run: ``stream=``, or the process's
         for the settings of the run's writer (:func:`producers.streams.default_stream_writer`)."""
-        settings = getattr(getattr(ctx.session, "writer", None), "settings", None)
-        return self._stream or default_stream_writer(settings if isinstance(settings, Settings) else None)
+        run_writer = getattr(ctx.session, "writer", None)
+        settings = getattr(run_writer, "settings", None)
+        writer = self._stream or default_stream_writer(settings if isinstance(settings, Settings) else None)
+        writer.count_in(getattr(run_writer, "metrics", None))  # runlog_writer_stream_records_total
+        return writer

@@ -16,8 +16,10 @@ finish. A recorded call is never streamed again (its result is read back, as wit
 The writer has a producer of its own (``acks=1``, no idempotence, ``linger.ms=2``), so a stream
 never waits on or slows the events topic's producer; :meth:`StreamWriter.begin` and the records
 after it only enqueue (never block): a full local queue or a failed delivery loses that record,
-counted in :attr:`StreamWriter.dropped` / :attr:`StreamWriter.failed` and logged, never the run's
-result (the recorded call and its ``FINAL`` record hold the whole response).
+counted in :attr:`StreamWriter.dropped` / :attr:`StreamWriter.failed` (and in
+``runlog_writer_stream_records_total{outcome}`` once :meth:`StreamWriter.count_in` names a registry's
+writer metrics) and logged, never the run's result (the recorded call and its ``FINAL`` record hold
+the whole response).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import atexit
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -33,6 +36,9 @@ from schemas._codec import Codec
 from schemas._types import StreamKind, StreamRecord, now_ms
 from schemas.settings import Settings
 from schemas.topics import Topics
+
+if TYPE_CHECKING:
+    from producers.log._metrics import WriterMetrics
 
 __all__ = ["StreamAttempt", "StreamWriter", "default_stream_writer"]
 
@@ -66,6 +72,17 @@ class StreamWriter:
         self.failed = 0
         """Records the broker did not acknowledge."""
         self._lock = threading.Lock()
+        self._metrics: WriterMetrics | None = None
+
+    def count_in(self, metrics: WriterMetrics | None) -> None:
+        """Count this writer's records in ``metrics``' ``runlog_writer_stream_records_total`` too (a
+        run writer's metrics: the registry its application exposes); the first one given is kept."""
+        if metrics is not None and self._metrics is None:
+            self._metrics = metrics
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.stream.labels(outcome).inc()
 
     def begin(self, *, run_id: str, stage: str, call_id: str, epoch: int, attempt: int,
               supersedes: bool) -> StreamAttempt:
@@ -86,17 +103,20 @@ class StreamWriter:
         except BufferError:
             with self._lock:
                 self.dropped += 1
+            self._count("dropped")
             log.warning("stream record of run %s call %s dropped: the producer's queue is full",
                         record.run_id, record.call_id)
         else:
             with self._lock:
                 self.produced += 1
+            self._count("produced")
         self._producer.poll(0)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             with self._lock:
                 self.failed += 1
+            self._count("failed")
             log.warning("stream record not delivered to %s: %s", self.topic, err)
 
     def flush(self, timeout: float = 10.0) -> int:

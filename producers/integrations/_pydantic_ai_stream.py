@@ -11,12 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import (
+    FunctionToolCallEvent,
     ModelMessage,
     ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
     TextPart,
     TextPartDelta,
+    ToolCallPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
@@ -29,7 +31,47 @@ from producers.streams import StreamAttempt, StreamWriter
 if TYPE_CHECKING:
     from producers import AsyncStageContext
 
-__all__ = ["stream_event", "streamed_request", "was_called"]
+__all__ = ["StreamedTools", "stream_event", "streamed_request", "was_called"]
+
+
+class StreamedTools:
+    """Whether one agent run streams, so that its tool calls stream too: set by the first streamed
+    model request (``run_stream``, ``iter`` with ``node.stream``, an ``event_stream_handler``).
+
+    A tool call made while the run streams is an attempt of its own on the streams topic (the
+    recorded call's id): ``BEGIN``, an ``EVENT`` with Pydantic AI's ``FunctionToolCallEvent`` (tool
+    name, arguments, tool call id), then ``FINAL`` with the call's recorded result once it returns
+    (nothing more when it raises: the next attempt supersedes it). A call read back from the log is
+    not streamed again, as for model requests."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+    def begin(self, writer: StreamWriter, stage: AsyncStageContext, call: CallInfo, name: str,
+              tool_call_id: str | None, args: dict[str, Any]) -> ToolStream:
+        """The call's stream attempt with its ``FunctionToolCallEvent`` written (call it while
+        :attr:`on`)."""
+        attempt = writer.begin(run_id=call.run_id, stage=call.stage, call_id=call.call_id,
+                               epoch=call.epoch, attempt=call.attempt,
+                               supersedes=call.attempt > 1 or was_called(stage, call.index))
+        part = ToolCallPart(tool_name=name, args=args, tool_call_id=tool_call_id or "")
+        event = FunctionToolCallEvent(part=part)
+        attempt.event(_json(to_jsonable_python(event)))
+        return ToolStream(attempt)
+
+
+class ToolStream:
+    """A streamed tool call's attempt: :meth:`final` writes its recorded result."""
+
+    def __init__(self, attempt: StreamAttempt) -> None:
+        self._attempt = attempt
+
+    def final(self, result: Any) -> None:
+        self._attempt.final(_json(result))
+
+
+def _json(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 def was_called(stage: AsyncStageContext, index: int) -> bool:
@@ -46,7 +88,7 @@ def stream_event(attempt: StreamAttempt, event: Any) -> None:
     elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
         attempt.delta(event.index, event.delta.content_delta)
     else:
-        attempt.event(json.dumps(to_jsonable_python(event), sort_keys=True, separators=(",", ":")))
+        attempt.event(_json(to_jsonable_python(event)))
 
 
 def streamed_request(wrapped: Model, writer: Callable[[], StreamWriter], stage: AsyncStageContext,
@@ -66,7 +108,7 @@ def streamed_request(wrapped: Model, writer: Callable[[], StreamWriter], stage: 
             async for event in streamed:
                 stream_event(attempt, event)
             response = streamed.get()
-        attempt.final(json.dumps(encode(response), sort_keys=True, separators=(",", ":")))
+        attempt.final(_json(encode(response)))
         return response
 
     return fn

@@ -25,8 +25,9 @@ _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, WriterMetrics] = weak
 
 
 class WriterMetrics:
-    """``runlog_writer_appends_total``, ``runlog_writer_confirmed_append_seconds{mode}`` and
-    ``runlog_writer_delivery_failures_total{error}`` in one registry; use :meth:`of`."""
+    """``runlog_writer_appends_total``, ``runlog_writer_confirmed_append_seconds{mode}``,
+    ``runlog_writer_delivery_failures_total{error}``, ``runlog_writer_budget_events_total`` and
+    ``runlog_writer_stream_records_total{outcome}`` in one registry; use :meth:`of`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -45,6 +46,11 @@ class WriterMetrics:
                               "Model-call budget events by kind: soft (a soft cap reached: a warning on "
                               "the call's TOOL_RESULT), wait (a hard cap reached: the run waits for runlog "
                               "budget), fail (a hard cap reached: the run failed).", ["workflow", "kind"],
+                              registry=registry)
+        self.stream = Counter("runlog_writer_stream_records_total",
+                              "Stream records (streamed model output, producers.streams) by outcome: "
+                              "produced (handed to the producer), dropped (the producer's queue was full: "
+                              "never waited for), failed (the broker did not acknowledge it).", ["outcome"],
                               registry=registry)
         self.confirmed_sync = self.confirmed.labels("sync")
         self.confirmed_async = self.confirmed.labels("async")

@@ -95,6 +95,85 @@
     });
   }
 
+  // -- a run's page: its streamed output (the streams topic), drawn call by call -----------------
+  // Each call's attempts are list items keyed by call and (epoch, attempt); text is added with
+  // textContent only. SUPERSEDED marks the call's earlier attempts; FINAL marks one done. The
+  // browser's EventSource reconnects with Last-Event-ID, so nothing is drawn twice or skipped.
+  const streamed = document.getElementById("run-stream");
+  if (streamed) {
+    const calls = document.getElementById("stream-calls");
+    const state = document.getElementById("stream-state");
+    const attempts = new Map();
+    const setState = (text, cls) => { state.textContent = text; state.className = "live-state " + cls; };
+    const attemptOf = (r) => {
+      const key = `${r.call_id}|${r.epoch}|${r.attempt}`;
+      let li = attempts.get(key);
+      if (!li) {
+        li = document.createElement("li");
+        li.className = "attempt";
+        li.dataset.call = r.call_id;
+        li.dataset.attempt = `${r.epoch}.${r.attempt}`;
+        const head = document.createElement("div");
+        head.className = "head";
+        head.textContent = `${r.stage} · ${r.call_id} · attempt ${r.epoch}.${r.attempt}`;
+        const text = document.createElement("pre");
+        text.className = "text";
+        const events = document.createElement("ul");
+        events.className = "events";
+        li.append(head, text, events);
+        calls.append(li);
+        attempts.set(key, li);
+      }
+      return li;
+    };
+    const describe = (data) => {
+      try {
+        const doc = JSON.parse(data);
+        if (doc.event_kind === "function_tool_call" && doc.part) {
+          return `tool ${doc.part.tool_name}(${JSON.stringify(doc.part.args)})`;
+        }
+        return doc.event_kind || data;
+      } catch (err) {
+        return data;
+      }
+    };
+    const source = new EventSource(streamed.dataset.stream);
+    source.onopen = () => setState("live", "live");
+    source.onerror = () => setState("reconnecting", "down");
+    source.addEventListener("problem", (m) => setState(JSON.parse(m.data).message, "down"));
+    source.addEventListener("undecodable", (m) => {
+      const doc = JSON.parse(m.data);
+      const li = document.createElement("li");
+      li.className = "undecodable";
+      li.textContent = `offset ${doc.offset}: a record that does not decode (${doc.reason})`;
+      calls.append(li);
+      streamed.hidden = false;
+    });
+    source.addEventListener("record", (m) => {
+      const r = JSON.parse(m.data);
+      streamed.hidden = false;
+      if (r.kind === "SUPERSEDED") {
+        for (const li of calls.querySelectorAll("li.attempt")) {
+          if (li.dataset.call === r.call_id && li.dataset.attempt !== `${r.epoch}.${r.attempt}`) {
+            li.classList.add("superseded");
+          }
+        }
+      }
+      const li = attemptOf(r);
+      li.dataset.offset = String(r.offset);
+      if (r.kind === "DELTA") {
+        li.querySelector("pre.text").textContent += r.text || "";
+      } else if (r.kind === "EVENT") {
+        const item = document.createElement("li");
+        item.textContent = describe(r.data || "");
+        li.querySelector("ul.events").append(item);
+      } else if (r.kind === "FINAL") {
+        li.classList.add("final");
+      }
+      setState("live", "live");
+    });
+  }
+
   // -- lists that refresh themselves ---------------------------------------------------------------
   for (const part of document.querySelectorAll("[data-refresh]")) {
     const every = Number(part.dataset.every || "3000");

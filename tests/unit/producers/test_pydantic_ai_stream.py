@@ -5,16 +5,19 @@ that keeps what it is given), and a recorded request is read back without stream
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelServerError
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from producers import AsyncStageContext, RetryPolicy, Workflow
+from producers.log._metrics import WriterMetrics
 from producers.pydantic_ai import RunlogAgent
 from producers.streams import StreamWriter
 from schemas import Codec, EventType, StreamKind, StreamRecord
@@ -168,3 +171,78 @@ def test_iter_with_node_stream_streams_a_recorded_request(world: MemoryWorld) ->
     assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
     assert "".join(texts) == "Hello world"
     assert [r.text for r in stream.records() if r.kind is StreamKind.DELTA] == CHUNKS
+
+
+def tool_talker(stream: Stream) -> RunlogAgent[None, str]:
+    """An agent whose first streamed response asks for ``lookup``, and whose second answers."""
+
+    async def stream_fn(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        if len(messages) == 1:
+            yield {0: DeltaToolCall(name="lookup", json_args='{"city": "Oslo"}', tool_call_id="t1")}
+        else:
+            for chunk in CHUNKS:
+                yield chunk
+
+    def fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:  # the same, not streamed
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", '{"city": "Oslo"}', "t1")])
+        return ModelResponse(parts=[TextPart("".join(CHUNKS))])
+
+    agent = Agent(FunctionModel(fn, stream_function=stream_fn), name="talk")
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        return f"sunny in {city}"
+
+    return RunlogAgent(agent, stream=stream.writer)
+
+
+@pytest.mark.parametrize("how", ["run_stream", "event_stream_handler", "run"])
+def test_a_streaming_runs_tool_calls_stream_their_call_and_recorded_result(world: MemoryWorld,
+                                                                           how: str) -> None:
+    stream = Stream()
+    wf = workflow(tool_talker(stream), "event_stream_handler" if how == "run" else how, [])
+    if how == "run":  # no streaming at all: the same agent run without a handler streams nothing
+        wf = Workflow("talk", "1")
+        durable = tool_talker(stream)
+
+        @wf.stage("answer")
+        async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+            return {"answer": (await durable.run(ctx, "hi")).output}
+
+    res = world.runner.run(wf, {})
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    tool_id = "answer/pydantic_ai.tool.talk.lookup/1"
+    recs = [r for r in stream.records() if r.call_id == tool_id]
+    if how == "run":
+        assert stream.records() == []
+        return
+    assert [r.kind for r in recs] == [StreamKind.BEGIN, StreamKind.EVENT, StreamKind.FINAL]
+    call = json.loads(recs[1].data or "")
+    assert call["event_kind"] == "function_tool_call"
+    assert (call["part"]["tool_name"], call["part"]["args"], call["part"]["tool_call_id"]) == (
+        "lookup", {"city": "Oslo"}, "t1")
+    assert "sunny in Oslo" in (recs[2].data or "")
+    # the tool call sits between the two model requests, in the order they were made
+    calls = [r.call_id for r in stream.records() if r.kind is StreamKind.BEGIN]
+    assert calls == [f"answer/{MODEL}/0", tool_id, f"answer/{MODEL}/2"]
+    n = len(stream.records())  # replayed from the log: nothing streams again
+    again = world.again(res.run_id, wf, {}, recorded_calls=world.recorded(res.run_id))
+    assert again.completed and len(stream.records()) == n
+
+
+def test_stream_records_count_in_the_run_writers_metrics() -> None:
+    registry = CollectorRegistry()
+    metrics = WriterMetrics.of(registry)
+    stream = Stream()
+    stream.writer.count_in(metrics)
+    a = stream.writer.begin(run_id="r", stage="s", call_id="c", epoch=1, attempt=1, supersedes=False)
+    a.delta(0, "x")
+    stream.producer.full = True
+    a.final("{}")
+
+    def value(outcome: str) -> float | None:
+        return registry.get_sample_value("runlog_writer_stream_records_total", {"outcome": outcome})
+
+    assert (value("produced"), value("dropped")) == (2.0, 1.0)
+    assert (stream.writer.produced, stream.writer.dropped) == (2, 1)
