@@ -36,6 +36,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from producers.run._lease_beats import CoalescedBeats
 from producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from schemas.errors import LeaseLost, RunlogError
@@ -194,7 +195,13 @@ class RedisLease(Lease):
         run(self._verify(), self._m.client)
 
     async def averify(self) -> None:
-        await arun(self._verify(), self._m.aclient, self._m.client)
+        coalesced = getattr(self._m, "coalesced_beat", None)
+        if coalesced is None:
+            await arun(self._verify(), self._m.aclient, self._m.client)
+            return
+        self.check()
+        if not await coalesced(self):
+            raise LeaseLost(self.run_id, self.epoch, self._lost or "taken over")
 
     def heartbeat(self) -> bool:
         return run(self._beat(), self._m.client)
@@ -320,8 +327,9 @@ class RedisLeaseManager(LeaseManager):
 class AsyncRedisLeaseManager(RedisLeaseManager):
     """:class:`RedisLeaseManager` on redis-py's asyncio client too, for a Runner on an event loop.
 
-    :meth:`aacquire` and its leases' ``averify`` / ``arelease`` are one awaited round trip each
-    on ``aclient``. Every lease it holds is heartbeaten (pipelined, every ttl/3) by ONE thread on
+    :meth:`aacquire` and its leases' ``arelease`` are one awaited round trip each on ``aclient``;
+    the ``averify`` of the leases of many runs on one loop share one (:meth:`coalesced_beat`).
+    Every lease it holds is heartbeaten (pipelined, every ttl/3) by ONE thread on
     ``heartbeat_client``, not by a task on the loop: the loop that runs thousands of runs can be
     seconds behind, and a heartbeat queued behind them lets every lease age out together. The
     thread needs the interpreter only for the pipeline's encoding and parsing, which it gets
@@ -340,6 +348,15 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
         super().__init__(client, settings, holder=holder, margin_ms=margin_ms,
                          heartbeat_client=heartbeat_client, waits=waits)
         self.aclient = aclient
+        self._coalesced = CoalescedBeats(aclient, self._extend, self.ttl_ms)
+
+    async def coalesced_beat(self, lease: RedisLease) -> bool:
+        """One beat of ``lease``, as its ``averify`` makes it, sharing one round trip with the other
+        beats asked for on this loop meanwhile (:class:`~producers.run._lease_beats.CoalescedBeats`):
+        True extended (or unknown: Redis did not answer), False taken over or expired."""
+        if lease.lost or lease._released:
+            return False
+        return await self._coalesced.beat(lease)
 
     async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
         lease = await arun(self._acquired(run_id, force, min_epoch), self.aclient, self.client)

@@ -157,3 +157,40 @@ def test_the_sync_face_of_the_async_manager_heartbeats_from_a_thread(
     finally:
         m.close()
     assert _heartbeat_threads() <= before
+
+
+def test_the_verifies_of_many_runs_on_one_loop_share_one_round_trip_each_answered_for_its_own_lease(
+        settings: Settings, redis_client: redis.Redis) -> None:
+    loop = OnLoop(settings.redis_url)
+    m = loop.closing(AsyncRedisLeaseManager(redis_client, loop.aclient, settings, holder="a"))
+    thief = loop.closing(RedisLeaseManager(redis_client, settings, holder="thief"))
+    pipelines: list[int] = []
+    real = loop.aclient.pipeline
+
+    def counted(*args: object, **kwargs: object) -> object:
+        pipelines.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def case() -> None:
+        runs = [f"run-{uuid.uuid4().hex}" for _ in range(40)]
+        leases = [await m.aacquire(r) for r in runs]
+        stolen = thief.acquire(runs[7], force=True)  # one of them is taken over
+        loop.aclient.pipeline = counted  # type: ignore[method-assign]
+        redis_client.pexpire(leases[3].key, 1)  # another one's key runs out in Redis
+        await asyncio.sleep(0.05)
+        answers = await asyncio.gather(*(lease.averify() for lease in leases), return_exceptions=True)
+        assert len(pipelines) == 1  # 40 verifies, one round trip
+        lost = {i for i, a in enumerate(answers) if isinstance(a, LeaseLost)}
+        assert lost == {3, 7} and all(a is None for i, a in enumerate(answers) if i not in lost)
+        assert leases[7].lost and leases[3].lost and not leases[0].lost
+        for i, lease in enumerate(leases):  # the others were extended: a full ttl again
+            if i not in lost:
+                assert redis_client.pttl(lease.key) > settings.lease_ttl_ms - 1000
+        with pytest.raises(LeaseLost):  # and a lost one stays lost without asking Redis
+            await leases[7].averify()
+        assert len(pipelines) == 1
+        stolen.release()
+        for lease in leases:
+            await lease.arelease()
+
+    loop.run(case)
