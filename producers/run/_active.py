@@ -43,7 +43,6 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers.run._coalesce import coalesced
 from producers.run._redis_io import Step, arun, one, pipelined, run
 
 __all__ = ["ActiveRuns"]
@@ -75,7 +74,7 @@ class ActiveRuns:
             pipe.hset(self.workflow_key, run_id, workflow_name)  # first: a member always has its workflow
             pipe.zadd(self.key, {run_id: score})
 
-        return coalesced(fill)  # on a loop: one round trip with the other runs' updates
+        return pipelined(fill)
 
     def _removed(self, run_id: str) -> Step:
         def fill(pipe: Any) -> None:
@@ -83,7 +82,7 @@ class ActiveRuns:
             pipe.zrem(self.waiting_key, run_id)
             pipe.hdel(self.workflow_key, run_id)
 
-        return coalesced(fill)
+        return pipelined(fill)
 
     def _waiting(self, run_id: str, workflow_name: str, deadline_ms: int) -> Step:
         def fill(pipe: Any) -> None:

@@ -36,7 +36,6 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers.run._coalesce import coalesced
 from producers.run._lease_beats import CoalescedBeats
 from producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
 from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
@@ -262,8 +261,7 @@ class RedisLeaseManager(LeaseManager):
         return self._extend.step([key], [token, self.ttl_ms])
 
     def release_step(self, key: str, token: str) -> Step:
-        """The release (its answer unused): on a loop, one round trip with other runs' writes."""
-        return coalesced(lambda pipe: self._release.queue(pipe, [key], [token]))
+        return self._release.step([key], [token])
 
     def _acquired(self, run_id: str, force: bool, min_epoch: int) -> Steps[RedisLease]:
         try:
