@@ -133,8 +133,8 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             other workflows are committed as ``not_mine``.
         on_outcome: called with every resume's outcome (for progress output and tests);
             not with ``not_mine`` ones.
-        accept: when given, requests for runs it refuses are committed without a resume
-            (a demo or test resumer that owns only some runs).
+        accept: asked before every resume (a request's, a contended run's retry, a version pickup);
+            runs it refuses are not resumed (a demo or test resumer that owns only some runs).
         metrics: where to count (``runlog_resumer_*``; the resumer's writer adds ``runlog_writer_*``
             to the same registry); a new :class:`~processors.metrics.ResumerMetrics` with a registry
             of its own when None.
@@ -277,12 +277,12 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         except DecodeError as err:
             self._dead_letter(msg, err.reason, err.detail)
             return None
-        if self.accept is not None and not self.accept(req.run_id):
-            return None
         return self._resume(req.run_id, msg, req.seen_epoch)
 
     def _resume(self, run_id: str, msg: Message | None,
                 seen_epoch: int | None = None) -> ResumeOutcome | None:
+        if self.accept is not None and not self.accept(run_id):
+            return None
         t0 = time.perf_counter()
         try:
             request = from_headers(msg.headers()) if msg is not None else None  # who asked, traced

@@ -144,6 +144,7 @@ def _service(results: list[str]) -> tuple[ResumerService, _FakeRedis, _ScriptedR
     svc.active = active  # type: ignore[assignment]
     svc.routes = _FakeRoutes()  # type: ignore[assignment]
     svc.on_outcome = None
+    svc.accept = None
     svc.outcomes = []
     svc.not_mine = 0
     svc._retries = []
@@ -168,6 +169,21 @@ def test_contended_is_retried_after_the_leases_remaining_lifetime(monkeypatch: p
     assert scripted.calls == 2 and svc.next_retry_in() is None
     assert active.removed == ["run-1"] and svc._attempts == {}
     assert svc.routes.settled == ["run-1"]  # type: ignore[attr-defined]  # unparked with its outcome
+
+
+def test_a_retry_is_asked_of_accept_like_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    # accept may prepare for the run (a test resumer points the tools at that run's world): a retry
+    # made after another run's request was accepted must be accepted again, or refused
+    svc, fake, scripted, _ = _service(["contended", "completed"])
+    fake.pttl_ms = 0
+    asked: list[str] = []
+    svc.accept = lambda run_id: asked.append(run_id) or run_id != "run-refused"
+    assert svc._resume("run-1", None) is not None and asked == ["run-1"]
+    assert svc._resume("run-refused", None) is None and scripted.calls == 1
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 1.0)
+    assert [o.result for o in svc.run_due_retries()] == ["completed"]
+    assert asked == ["run-1", "run-refused", "run-1"] and scripted.calls == 2
 
 
 def test_a_retry_keeps_the_epoch_its_request_saw(monkeypatch: pytest.MonkeyPatch) -> None:
