@@ -19,12 +19,13 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from processors.admin import ensure_topics
 from processors.projector import ProjectorOptions, run_projector
 from schemas._codec import Codec
+from schemas._kafka import watermarks
 from schemas._redis import redis_client
 from schemas._types import RunEvent
 from schemas.errors import ConfigError, RunlogError
@@ -35,29 +36,10 @@ __all__ = ["BenchEnv", "end_offsets", "kafka_replication", "peak_rss_kib", "raw_
            "replication_mismatch", "rss_kib"]
 
 
-#: What a broker answers for a while after a topic is created, or while its leadership moves: asked again.
-_TRANSIENT = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError._TIMED_OUT,
-    KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT,
-})
-
-
 def end_offsets(consumer: Consumer, topic: str, timeout: float = 30.0) -> dict[int, int]:
-    """Each partition's high watermark of ``topic``, asked again while the broker answers that a
-    leader is not there yet (a topic the bench just created, or a leader moving under load), until
-    ``timeout``; then the last error is raised."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        except KafkaException as err:
-            kerr = err.args[0] if err.args else None
-            if not isinstance(kerr, KafkaError) or kerr.code() not in _TRANSIENT \
-                    or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
+    """Each partition's high watermark of ``topic`` (:func:`schemas._kafka.watermarks`, which asks
+    again while a leader is not there yet: a topic the bench just created, a leader moving)."""
+    return {p: high for p, (_, high) in watermarks(consumer, topic, timeout=timeout).items()}
 
 
 def _status_kib(pid: int, field: str) -> int:

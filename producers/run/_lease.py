@@ -195,12 +195,8 @@ class RedisLease(Lease):
         run(self._verify(), self._m.client)
 
     async def averify(self) -> None:
-        coalesced = getattr(self._m, "coalesced_beat", None)
-        if coalesced is None:
-            await arun(self._verify(), self._m.aclient, self._m.client)
-            return
         self.check()
-        if not await coalesced(self):
+        if not await self._m.abeat(self):
             raise LeaseLost(self.run_id, self.epoch, self._lost or "taken over")
 
     def heartbeat(self) -> bool:
@@ -298,9 +294,14 @@ class RedisLeaseManager(LeaseManager):
         """One heartbeat of every live lease, pipelined (one round trip)."""
         with self._lock:
             leases = [x for x in self._leases.values() if not x.lost]
-        if not leases:
-            return
-        at = time.monotonic()
+        if leases:
+            yield from self.beats(leases)
+
+    def beats(self, leases: list[RedisLease]) -> Steps[list[bool] | None]:
+        """One beat of each of ``leases`` in one pipelined round trip, each lease observing its own
+        answer: True extended, False taken over or expired; None when Redis did not answer (the
+        leases age locally and ``check()`` turns them lost in time)."""
+        at = time.monotonic()  # before the round trip: each extension counts from no later than this
 
         def fill(pipe: Any) -> None:
             for x in leases:
@@ -309,9 +310,16 @@ class RedisLeaseManager(LeaseManager):
         try:
             results = yield pipelined(fill)
         except redis.RedisError:
-            return  # leases age locally and check() turns them lost in time
-        for x, ok in zip(leases, results, strict=True):
-            x.observe(int(ok) == 1, at)
+            return None
+        oks = [int(r) == 1 for r in results]
+        for x, ok in zip(leases, oks, strict=True):
+            x.observe(ok, at)
+        return oks
+
+    async def abeat(self, lease: RedisLease) -> bool:
+        """One beat of ``lease`` for its ``averify``: True extended (or unknown: Redis did not
+        answer), False taken over or expired."""
+        return await arun(lease._beat(), self.aclient, self.client)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.ttl_ms / 3000):
@@ -328,7 +336,7 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
     """:class:`RedisLeaseManager` on redis-py's asyncio client too, for a Runner on an event loop.
 
     :meth:`aacquire` and its leases' ``arelease`` are one awaited round trip each on ``aclient``;
-    the ``averify`` of the leases of many runs on one loop share one (:meth:`coalesced_beat`).
+    the ``averify`` of the leases of many runs on one loop share one (:meth:`abeat`).
     Every lease it holds is heartbeaten (pipelined, every ttl/3) by ONE thread on
     ``heartbeat_client``, not by a task on the loop: the loop that runs thousands of runs can be
     seconds behind, and a heartbeat queued behind them lets every lease age out together. The
@@ -348,12 +356,12 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
         super().__init__(client, settings, holder=holder, margin_ms=margin_ms,
                          heartbeat_client=heartbeat_client, waits=waits)
         self.aclient = aclient
-        self._coalesced = CoalescedBeats(aclient, self._extend, self.ttl_ms)
+        self._coalesced: CoalescedBeats[RedisLease] = CoalescedBeats(
+            lambda leases: arun(self.beats(leases), aclient, client))
 
-    async def coalesced_beat(self, lease: RedisLease) -> bool:
-        """One beat of ``lease``, as its ``averify`` makes it, sharing one round trip with the other
-        beats asked for on this loop meanwhile (:class:`~producers.run._lease_beats.CoalescedBeats`):
-        True extended (or unknown: Redis did not answer), False taken over or expired."""
+    async def abeat(self, lease: RedisLease) -> bool:
+        """:meth:`RedisLeaseManager.abeat`, sharing one round trip with the other beats asked for on
+        this loop meanwhile (:class:`~producers.run._lease_beats.CoalescedBeats`)."""
         if lease.lost or lease._released:
             return False
         return await self._coalesced.beat(lease)

@@ -12,36 +12,27 @@ next verify.
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Protocol
-
-import redis
-
-from producers.run._redis_io import Lua, pipelined
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 __all__ = ["CoalescedBeats"]
 
+L = TypeVar("L")
 
-class RedisLease(Protocol):
-    """What a beat needs of a lease (:class:`producers.run._lease.RedisLease`)."""
-
-    key: str
-    token: str
-
-    def observe(self, ok: bool, at: float) -> None: ...
+Send = Callable[[list[L]], Awaitable[list[bool] | None]]
+"""One round trip beating every lease given: each one's answer, or None when Redis did not answer
+(:meth:`producers.run._lease.RedisLeaseManager.beats`)."""
 
 
-class CoalescedBeats:
-    """Beats of leases asked for on one loop, sent together (see the module docstring)."""
+class CoalescedBeats(Generic[L]):
+    """Beats of leases asked for on one loop, sent together by ``send`` (see the module docstring)."""
 
-    def __init__(self, aclient: Any, extend: Lua, ttl_ms: int) -> None:
-        self._aclient = aclient
-        self._extend = extend
-        self._ttl_ms = ttl_ms
-        self._waiting: dict[asyncio.AbstractEventLoop, list[tuple[RedisLease, asyncio.Future[bool]]]] = {}
+    def __init__(self, send: Send[L]) -> None:
+        self._send_beats = send
+        self._waiting: dict[asyncio.AbstractEventLoop, list[tuple[L, asyncio.Future[bool]]]] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def beat(self, lease: RedisLease) -> bool:
+    async def beat(self, lease: L) -> bool:
         """Extend ``lease`` in the next round trip of this loop's beats: True extended (or
         unknown: Redis did not answer, and the lease's ``check()`` expires it locally in time),
         False taken over or expired (the lease is then lost)."""
@@ -60,26 +51,13 @@ class CoalescedBeats:
         group = self._waiting.pop(loop, [])
         if not group:
             return
-        at = time.monotonic()  # before the round trip: each extension counts from no later than this
-
-        def fill(pipe: Any) -> None:
-            for lease, _ in group:
-                self._extend.queue(pipe, [lease.key], [lease.token, self._ttl_ms])
-
         try:
-            results: list[Any] | None = await pipelined(fill)(self._aclient)
-        except redis.RedisError:
-            results = None
+            oks = await self._send_beats([lease for lease, _ in group])
         except BaseException as err:  # every beat waiting on this round trip hears of it
             for _, fut in group:
                 if not fut.done():
                     fut.set_exception(err)
             raise
-        for i, (lease, fut) in enumerate(group):
-            if results is None:
-                ok = True  # unknown: check() turns the lease lost if Redis stays away
-            else:
-                ok = int(results[i]) == 1
-                lease.observe(ok, at)
+        for i, (_, fut) in enumerate(group):
             if not fut.done():
-                fut.set_result(ok)
+                fut.set_result(True if oks is None else oks[i])  # None: unknown, as a lone beat
