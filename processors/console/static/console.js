@@ -64,15 +64,21 @@
     flash(text, ok);
   });
 
+  // A live view's state label (live, reconnecting, a problem the server reported) follows its
+  // EventSource; returns the setter for the view's own updates.
+  function liveState(source, el) {
+    const set = (text, cls) => { if (el) { el.textContent = text; el.className = "live-state " + cls; } };
+    source.onopen = () => set("live", "live");
+    source.onerror = () => set("reconnecting", "down");
+    source.addEventListener("problem", (m) => set(JSON.parse(m.data).message, "down"));
+    return set;
+  }
+
   // -- a run's page: follow its log --------------------------------------------------------------
   const run = document.querySelector("[data-live]");
   if (run) {
-    const state = document.getElementById("live-state");
     const source = new EventSource(run.dataset.live + "?after=" + encodeURIComponent(run.dataset.events));
-    const setState = (text, cls) => { if (state) { state.textContent = text; state.className = "live-state " + cls; } };
-    source.onopen = () => setState("live", "live");
-    source.onerror = () => setState("reconnecting", "down");
-    source.addEventListener("problem", (m) => setState(JSON.parse(m.data).message, "down"));
+    const setState = liveState(source, document.getElementById("live-state"));
     source.addEventListener("update", (m) => {
       const doc = JSON.parse(m.data);
       const seen = new Set(Array.from(run.querySelectorAll("li.event")).map((li) => li.dataset.offset));
@@ -102,9 +108,7 @@
   const streamed = document.getElementById("run-stream");
   if (streamed) {
     const calls = document.getElementById("stream-calls");
-    const state = document.getElementById("stream-state");
     const attempts = new Map();
-    const setState = (text, cls) => { state.textContent = text; state.className = "live-state " + cls; };
     const attemptOf = (r) => {
       const key = `${r.call_id}|${r.epoch}|${r.attempt}`;
       let li = attempts.get(key);
@@ -138,9 +142,7 @@
       }
     };
     const source = new EventSource(streamed.dataset.stream);
-    source.onopen = () => setState("live", "live");
-    source.onerror = () => setState("reconnecting", "down");
-    source.addEventListener("problem", (m) => setState(JSON.parse(m.data).message, "down"));
+    const setState = liveState(source, document.getElementById("stream-state"));
     source.addEventListener("undecodable", (m) => {
       const doc = JSON.parse(m.data);
       const li = document.createElement("li");
