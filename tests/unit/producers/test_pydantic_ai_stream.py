@@ -197,26 +197,15 @@ def tool_talker(stream: Stream) -> RunlogAgent[None, str]:
     return RunlogAgent(agent, stream=stream.writer)
 
 
-@pytest.mark.parametrize("how", ["run_stream", "event_stream_handler", "run"])
+@pytest.mark.parametrize("how", ["run_stream", "event_stream_handler"])
 def test_a_streaming_runs_tool_calls_stream_their_call_and_recorded_result(world: MemoryWorld,
                                                                            how: str) -> None:
     stream = Stream()
-    wf = workflow(tool_talker(stream), "event_stream_handler" if how == "run" else how, [])
-    if how == "run":  # no streaming at all: the same agent run without a handler streams nothing
-        wf = Workflow("talk", "1")
-        durable = tool_talker(stream)
-
-        @wf.stage("answer")
-        async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
-            return {"answer": (await durable.run(ctx, "hi")).output}
-
+    wf = workflow(tool_talker(stream), how, [])
     res = world.runner.run(wf, {})
     assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
     tool_id = "answer/pydantic_ai.tool.talk.lookup/1"
     recs = [r for r in stream.records() if r.call_id == tool_id]
-    if how == "run":
-        assert stream.records() == []
-        return
     assert [r.kind for r in recs] == [StreamKind.BEGIN, StreamKind.EVENT, StreamKind.FINAL]
     call = json.loads(recs[1].data or "")
     assert call["event_kind"] == "function_tool_call"
@@ -229,6 +218,20 @@ def test_a_streaming_runs_tool_calls_stream_their_call_and_recorded_result(world
     n = len(stream.records())  # replayed from the log: nothing streams again
     again = world.again(res.run_id, wf, {}, recorded_calls=world.recorded(res.run_id))
     assert again.completed and len(stream.records()) == n
+
+
+def test_a_run_that_does_not_stream_streams_no_tool_call(world: MemoryWorld) -> None:
+    stream = Stream()
+    durable = tool_talker(stream)
+    wf = Workflow("talk", "1")
+
+    @wf.stage("answer")
+    async def answer(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"answer": (await durable.run(ctx, "hi")).output}
+
+    res = world.runner.run(wf, {})
+    assert res.completed and res.outputs == {"answer": {"answer": "Hello world"}}
+    assert stream.records() == []
 
 
 def test_stream_records_count_in_the_run_writers_metrics() -> None:
