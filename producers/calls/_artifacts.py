@@ -10,9 +10,8 @@ gets free. A put alone is written as before (the file fsynced, renamed, its dire
 fsynced); two or more are written together: every temporary file, then one ``syncfs`` of the
 store's filesystem, every rename, then one more ``syncfs``. Two syncs for the group instead
 of two fsyncs per artifact: on this project's reference machine 32 artifacts took 1.5 ms
-against 9.3 ms one by one. A ``syncfs`` flushes the whole filesystem, other programs' dirty pages
-too, so the store measures both ways as it goes and writes a group one by one while that has cost
-less (:class:`_SyncCosts`); where ``syncfs`` is not available (not Linux), always one by one.
+against 9.3 ms one by one. Where ``syncfs`` is not available (not Linux), each file and
+directory of the group is fsynced in turn.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import hashlib
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -100,7 +98,6 @@ class LocalArtifactStore(ArtifactStore):
         self._dirs: set[Path] = set()  # directories known to exist (a put need not stat them again)
         self._committer: _Committer | None = None
         self._committer_lock = threading.Lock()
-        self._costs = _SyncCosts()
 
     def path_for(self, sha256: str) -> Path:
         if len(sha256) != 64 or not _HEX.issuperset(sha256):
@@ -156,19 +153,14 @@ class LocalArtifactStore(ArtifactStore):
                 failed[sha] = ArtifactError(final.as_uri(), f"write failed: {err}")
                 continue
             todo.append((sha, data, final))
-        if not todo:
-            return failed
-        t0 = time.perf_counter()
-        if self._costs.together(len(todo)):
-            failed.update(self._write_group(todo))
-            self._costs.took_together(time.perf_counter() - t0)
-        else:
+        if len(todo) == 1 or (todo and _syncfs is None):
             for sha, data, final in todo:
                 try:
                     self._write_one(data, final)
                 except ArtifactError as err:
                     failed[sha] = err
-            self._costs.took_each(time.perf_counter() - t0, len(todo))
+        elif todo:
+            failed.update(self._write_group(todo))
         return failed
 
     def _write_one(self, data: bytes, final: Path) -> None:
@@ -296,34 +288,6 @@ _syncfs = _load_syncfs()
 
 MAX_GROUP = 512
 """Puts written together at most."""
-
-
-class _SyncCosts:
-    """Which way a group is written: together (two ``syncfs``) when that has cost less than writing
-    its artifacts one by one (two fsyncs each), from moving averages of both as measured here. A
-    ``syncfs`` flushes every dirty page of the filesystem, other programs' too: on a disk shared
-    with heavy writers it can cost more than the fsyncs it saves, and groups are then written one
-    by one, trying together again every :attr:`PROBE_EVERY` groups."""
-
-    PROBE_EVERY = 64
-
-    def __init__(self) -> None:
-        self.each_s = 0.00035  # one artifact fsynced, renamed, its directory fsynced (measured here)
-        self.together_s = 0.0006  # a group's two syncfs (measured here, up to ~8 artifacts)
-        self._since_together = 0
-
-    def together(self, n: int) -> bool:
-        if n < 2 or _syncfs is None:
-            return False
-        self._since_together += 1
-        return self.together_s < self.each_s * n or self._since_together >= self.PROBE_EVERY
-
-    def took_together(self, seconds: float) -> None:
-        self._since_together = 0
-        self.together_s = 0.8 * self.together_s + 0.2 * seconds
-
-    def took_each(self, seconds: float, n: int) -> None:
-        self.each_s = 0.8 * self.each_s + 0.2 * seconds / n
 
 
 IDLE_S = 5.0

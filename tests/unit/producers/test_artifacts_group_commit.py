@@ -100,16 +100,3 @@ def test_aput_from_many_runs_on_one_loop_returns_each_ref(tmp_path: Path) -> Non
 
 def _sha_and(data: bytes) -> tuple[str, bytes]:
     return hashlib.sha256(data).hexdigest(), data
-
-
-def test_groups_are_written_one_by_one_while_syncfs_costs_more_and_together_is_tried_again() -> None:
-    costs = _artifacts._SyncCosts()
-    assert not costs.together(1)  # a put alone: always fsynced on its own
-    assert costs.together(4)  # measured here: two syncfs cost less than four pairs of fsyncs
-    for _ in range(20):  # a disk shared with a heavy writer: each syncfs flushes its pages too
-        costs.took_together(0.050)
-    tries = [costs.together(8) for _ in range(costs.PROBE_EVERY)]
-    assert tries == [False] * (costs.PROBE_EVERY - 1) + [True]  # one probe in PROBE_EVERY groups
-    for _ in range(20):  # the writer went away
-        costs.took_together(0.0004)
-    assert costs.together(8)
