@@ -40,6 +40,7 @@ from processors._tracing import Tracing
 from processors.dlq import to_record
 from processors.metrics import MetricsServer, ProjectorMetrics
 from processors.projector._auth import check_credentials
+from processors.projector._batches import BatchDelivery, install
 from processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
 from projections._state import EffectEntry
 from projections.batch import BatchProjector, BatchResult, RawRecord
@@ -134,9 +135,12 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     m = metrics if metrics is not None else ProjectorMetrics()
     app = faust.App(settings.group_id(o.app_id), **faust_settings(settings, o))  # app id = group id
     names = Topics.of(settings)
+    delivery = BatchDelivery(names.events, max_pending=max(4 * o.batch_size, 5000))
+    install(app, [delivery])  # whole fetches to the agent, below Faust's per-record stream
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
                            "key_serializer": "raw", "value_serializer": "raw"}
     events = app.topic(names.events, **raw)
+    app.topics.add(events.clone(is_iterator=True))  # subscribed; acknowledged records are committed
     checkpoints = app.topic(names.checkpoints, **raw)
     effects = app.topic(names.effects, **raw)
     dlq = app.topic(names.dlq, **raw)
@@ -156,6 +160,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     def on_rebalance(partitions: Any) -> None:
         mine = [tp.partition for tp in partitions if tp.topic == names.events]
         guard.forget(mine)
+        delivery.clear()  # as Faust clears its channel queues: never acked, fetched again or filled
         rebalanced[0] = True
 
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
@@ -277,13 +282,14 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
                                      None, tp=TP(r.topic, r.partition)))
 
     async def project(stream: Any) -> None:
+        # The agent's records come from ``delivery`` in whole fetches, not through ``stream``.
         loop = asyncio.get_running_loop()
         app_loop[:] = [loop]
         await loop.run_in_executor(worker, rebuild_if_lost_at_start)
-        async for batch in stream.take_events(o.batch_size, within=o.within):
-            recs = [RawRecord(e.message.topic, e.message.partition, e.message.offset,
-                              e.message.key, e.message.value) for e in batch]
-            links = distinct_contexts(e.message.headers for e in batch) if tracing.recording else []
+        while True:
+            batch = await delivery.take(o.batch_size, o.within)
+            recs = [RawRecord(m.topic, m.partition, m.offset, m.key, m.value) for m in batch]
+            links = distinct_contexts(m.headers for m in batch) if tracing.recording else []
             span = tracing.start("runlog.project", kind="consumer", attributes={"records": len(recs)},
                                  links=links)
             t0 = time.perf_counter()
@@ -301,6 +307,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
             await asyncio.gather(*sent)  # checkpoints and effects were published before the apply
             observe(m, res, len(recs), took)
             ack_filled(filled)
+            delivery.ack(batch)  # applied: the group may commit past them
             for r in recs:
                 done[r.partition] = max(done.get(r.partition, -1), r.offset)
 
