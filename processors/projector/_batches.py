@@ -111,7 +111,7 @@ class BatchConsumer(faust_aiokafka.Consumer):  # type: ignore[misc]
     deliveries: ClassVar[dict[str, BatchDelivery]] = {}
     """Replaced per app by :func:`install` (a class per app, so two apps in one process differ)."""
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - runs in a worker
+    async def _drain_messages(self, fetcher: Any) -> None:
         # Faust's Consumer._drain_messages (faust-streaming 0.15), with the records of the
         # delivery topics collected per fetch instead of one callback each.
         deliveries = self.deliveries
