@@ -212,11 +212,14 @@ def bench_projector(env: BenchEnv, *, events: int, runs: int, rounds: int, marks
         env.delete_keys(prefix + ":")
         tick(f"projector baseline round {rnd + 1}")
     stream = bench_stream_ceiling(env, settings, events, rounds=rounds, tick=tick)
+    fetches = bench_stream_ceiling(env, settings, events, rounds=rounds, tick=tick, batches=True)
     a = median([o["events_per_s"] for o in ours])
     b = median(theirs)
     return ({"projector_ratio": ratio(a, b), "runlog_events_per_s": a, "raw_events_per_s": b,
              "faust_stream_events_per_s": median(stream), "faust_stream_rounds": stream,
              "projector_of_faust_stream": ratio(a, median(stream)),
+             "faust_batches_events_per_s": median(fetches), "faust_batches_rounds": fetches,
+             "projector_of_faust_batches": ratio(a, median(fetches)),
              "runlog_rounds": [o["events_per_s"] for o in ours], "raw_rounds": theirs, "events": events,
              "runs": runs, "peak_rss_kib_at_events": ours[0]["peak_rss_kib_at"]}, settings, ids)
 

@@ -66,8 +66,9 @@ class ProjectorOptions:
     app_id: str = "runlog-projector"
     """Faust app id, also the consumer group id."""
     batch_size: int = 500
-    within: float = 0.02
-    """Seconds to wait for a batch to fill."""
+    within: float = 0.0
+    """Seconds to wait for more records when fewer than ``batch_size`` have arrived (0: apply what
+    has arrived; under load a batch fills while the one before is applied)."""
     cache_size: int = 10_000
     """Run states kept in memory (LRU); misses load from Redis."""
     lag_every: float = 5.0

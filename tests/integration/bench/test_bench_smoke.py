@@ -89,6 +89,9 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     assert doc["projector"]["faust_stream_events_per_s"] > 0
     assert doc["projector"]["projector_of_faust_stream"] == pytest.approx(
         doc["projector"]["runlog_events_per_s"] / doc["projector"]["faust_stream_events_per_s"], rel=1e-3)
+    assert doc["projector"]["faust_batches_events_per_s"] > 0
+    assert doc["projector"]["projector_of_faust_batches"] == pytest.approx(
+        doc["projector"]["runlog_events_per_s"] / doc["projector"]["faust_batches_events_per_s"], rel=1e-3)
     assert doc["lag"]["lag_max_ms"] >= doc["lag"]["lag_p99_ms"] >= doc["lag"]["lag_p50_ms"] >= 0
     high = doc["lag_high"]
     assert high["lag_max_ms"] >= high["lag_p99_ms"] >= high["lag_p50_ms"] >= 0
