@@ -1,14 +1,15 @@
 """Faust's own ceilings: the projector's Faust app with nothing in its agent.
 
-The projector is a Faust agent (``stream.take_events``, then the fold and the Redis apply on a worker
-thread). Faust's consumption itself (aiokafka's fetcher, one ``Event`` per record through the stream,
-the acknowledgements Faust tracks to commit offsets) costs Python time per record that the raw
-projector baseline (the raw client's batched ``consume``) never pays. This measures it in the same run: the
-same Faust settings, topic and batching as ``runlog project``, an agent that only counts the events
-it takes (one ``INCRBY`` per batch), so the projector's throughput can be read against the most
-Faust delivers here. ``batches=True`` measures the path the projector takes instead: the same app
-with Faust's consumer handing whole fetches to the agent below the per-record stream
-(:mod:`processors.projector._batches`), the agent counting and acknowledging them.
+The projector is a Faust agent that used to take its records through Faust's per-record stream
+(``stream.take_events``); it now takes whole fetches below it (:mod:`processors.projector._batches`),
+then folds and applies them on a worker thread. Faust's per-record consumption (aiokafka's fetcher, one
+``Event`` per record through the stream, the acknowledgements Faust tracks to commit offsets) costs
+Python time per record that the raw projector baseline (the raw client's batched ``consume``) never pays.
+This measures it in the same run: the same Faust settings, topic and batching as ``runlog project``, an
+agent that only counts the events it takes (one ``INCRBY`` per batch), so the projector's throughput can
+be read against the most Faust delivers here. ``batches=True`` measures the path the projector takes
+instead: the same app with Faust's consumer handing whole fetches to the agent below the per-record
+stream (:mod:`processors.projector._batches`), the agent counting and acknowledging them.
 """
 
 from __future__ import annotations

@@ -77,19 +77,22 @@ class BatchDelivery:
         """The next batch: waits for a first record, then up to ``within`` seconds for the batch to
         reach ``max_records``; records already waiting are taken at once."""
         changed = self._event()
-        while not self._pending:
-            changed.clear()
-            await changed.wait()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while len(self._pending) < max_records:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            changed.clear()
-            try:
-                await asyncio.wait_for(changed.wait(), left)
-            except TimeoutError:
+        while True:
+            while not self._pending:
+                changed.clear()
+                await changed.wait()
+            deadline = loop.time() + within
+            while len(self._pending) < max_records:
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                changed.clear()
+                try:
+                    await asyncio.wait_for(changed.wait(), left)
+                except TimeoutError:
+                    break
+            if self._pending:  # else a revoke dropped them while waiting: never an empty batch
                 break
         n = min(max_records, len(self._pending))
         batch = [self._pending.popleft() for _ in range(n)]

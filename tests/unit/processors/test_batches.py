@@ -106,6 +106,23 @@ def test_the_fetch_loop_waits_for_room_and_a_revoke_drops_what_was_not_taken() -
     assert delivered == 5
 
 
+def test_a_revoke_while_take_waits_for_more_never_yields_an_empty_batch() -> None:
+    async def main() -> list[int]:
+        d = BatchDelivery("ev")
+        ackr = Acks()
+        await d.deliver(msgs("ev", 0, [0]), ackr)
+        task = asyncio.create_task(d.take(10, within=0.2))
+        await asyncio.sleep(0.02)
+        d.clear()  # partitions revoked while the batch waits to fill
+        await asyncio.sleep(0.3)
+        assert not task.done(), "a batch with nothing in it was returned"
+        await d.deliver(msgs("ev", 1, [5]), ackr)
+        got = await asyncio.wait_for(task, 1.0)
+        return [m.offset for m in got]
+
+    assert asyncio.run(main()) == [5]
+
+
 def test_ack_acknowledges_each_record_to_the_consumer_that_delivered_it() -> None:
     async def main() -> list[int]:
         d = BatchDelivery("ev")
