@@ -73,15 +73,28 @@ def _zigzag_varint(n: int) -> bytes:
 
 
 _SMALL = tuple(_zigzag_varint(i) for i in range(256))
+_LONGS: dict[int, bytes] = {}
+"""Varints of other ``int`` s written lately: a timestamp recurs within its millisecond, a size or a
+count across events (cleared whole past :data:`_LONGS_KEPT`; dict operations are atomic)."""
+_LONGS_KEPT = 8192
 
 
-def write_long(n: int, _small: tuple[bytes, ...] = _SMALL) -> bytes:
+def write_long(n: int, _small: tuple[bytes, ...] = _SMALL, _longs: dict[int, bytes] = _LONGS) -> bytes:
     """Avro's zig-zag varint of ``n`` (a 64-bit signed integer)."""
     if 0 <= n < 256:
         return _small[n]
+    if type(n) is int:  # only ints are cached: a float equal to one is not a long
+        b = _longs.get(n)
+        if b is not None:
+            return b
     if not -(1 << 63) <= n < (1 << 63):
         raise OverflowError(f"{n} does not fit an Avro long")
-    return _zigzag_varint(n)
+    b = _zigzag_varint(n)
+    if type(n) is int:
+        if len(_longs) >= _LONGS_KEPT:
+            _longs.clear()
+        _longs[n] = b
+    return b
 
 
 def read_long(d: bytes, p: int, b: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 
 from schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
+from schemas._avro_objects import ObjectEncoder, compile_object_encoder
 from schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
 from schemas._mapping import KINDS
 from schemas._registry_framing import RegistryFraming, SchemaRegistry
@@ -123,6 +124,8 @@ class Codec:
         self._by_fp: dict[bytes, Writer] = {}
         self._own_fp: dict[str, bytes] = {}
         self._fast: dict[str, tuple[Encoder, Decoder]] = {}
+        self._objects: dict[str, ObjectEncoder] = {}
+        """Writers of a record's object without its Avro dict: the bundled ``RunEvent`` (the write path)."""
         for name in RECORD_FILES:
             schema = load_schema(name)
             self._schemas[name] = schema
@@ -130,6 +133,9 @@ class Codec:
             self._readers[name] = w.parsed
             with contextlib.suppress(Unsupported):  # the generated writer and reader (schemas._avro_gen)
                 self._fast[name] = compile_schema(w.parsed)
+            if name == "runlog.RunEvent":
+                with contextlib.suppress(Unsupported):
+                    self._objects[name] = compile_object_encoder(w.parsed, RunEvent)
             self._by_fp[w.fingerprint] = w
             self._own_fp[name] = w.fingerprint
             for past in load_past_schemas(name):
@@ -166,21 +172,33 @@ class Codec:
             header = SINGLE_OBJECT_MAGIC + self._own_fp[name]
         else:
             header = struct.pack(">bI", _SR_MAGIC, self._registry.schema_id(name, self._schemas[name]))
+        direct = self._objects.get(name)
+        if direct is None:
+            data = self._encode_dict(kind, name, header, value)
+        else:
+            try:
+                data = header + direct(value)  # the attributes written directly (schemas._avro_objects)
+            except (TypeError, AttributeError, KeyError, OverflowError, struct.error):
+                # a value the direct writer does not take: through its Avro dict, as before
+                data = self._encode_dict(kind, name, header, value)
+        if len(data) > self._max:
+            raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
+        return data
+
+    def _encode_dict(self, kind: Any, name: str, header: bytes, value: Any) -> bytes:
+        """``header`` + the body of ``value`` written from its Avro dict (:mod:`schemas._mapping`)."""
         record = kind.to_dict(value)
         fast = self._fast.get(name)
         try:
             if fast is None:
                 raise TypeError(name)
-            data = header + fast[0](record)
+            return header + fast[0](record)
         except (TypeError, AttributeError, KeyError, OverflowError, struct.error):
             # not what the generated writer takes: fastavro writes it, or names what is wrong
             buf = io.BytesIO()
             buf.write(header)
             fastavro.schemaless_writer(buf, self._readers[name], record)
-            data = buf.getvalue()
-        if len(data) > self._max:
-            raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
-        return data
+            return buf.getvalue()
 
     # -- decoding --------------------------------------------------------------------------
 

@@ -78,16 +78,23 @@ def run_event_id(event: RunEvent) -> str:
 
 _last_second: tuple[int, str] = (-1, "")
 """The last second formatted: a run's events mostly fall in the same second (replaced whole: thread-safe)."""
+_last_milli: tuple[int, str] = (-1, "")
+"""The last millisecond formatted: a busy writer appends tens of events in one (replaced whole)."""
 
 
 def rfc3339_millis(ms: int) -> str:
     """Epoch milliseconds as RFC 3339 UTC with milliseconds: ``2026-01-02T03:04:05.678Z``."""
-    global _last_second
+    global _last_second, _last_milli
+    last_ms = _last_milli
+    if last_ms[0] == ms:
+        return last_ms[1]
     s, frac = divmod(ms, 1000)
     last = _last_second
     if last[0] != s:
         last = _last_second = (s, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s)))
-    return f"{last[1]}.{frac:03d}Z"
+    out = f"{last[1]}.{frac:03d}Z"
+    _last_milli = (ms, out)
+    return out
 
 
 def content_type(value: bytes) -> bytes:

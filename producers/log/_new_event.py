@@ -16,10 +16,12 @@ from typing import Any
 
 from schemas._types import RunEvent
 
-__all__ = ["new_event"]
+__all__ = ["constructor", "new_event"]
 
 
-def _generate(cls: type) -> Callable[..., Any]:
+def constructor(cls: type) -> Callable[..., Any]:
+    """``cls(...)`` for a frozen slots dataclass, generated as above (``cls`` itself when it has a
+    ``__post_init__`` or no slots)."""
     if hasattr(cls, "__post_init__") or "__slots__" not in cls.__dict__:
         return cls
     ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": object()}
@@ -51,5 +53,5 @@ def _generate(cls: type) -> Callable[..., Any]:
     return fn
 
 
-new_event: Callable[..., RunEvent] = _generate(RunEvent)
+new_event: Callable[..., RunEvent] = constructor(RunEvent)
 """``RunEvent(...)``, same arguments, same result."""

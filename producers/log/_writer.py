@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from producers.log._cloudevents import CloudEventHeaders
 from producers.log._log import DeliveryCallback, EventLog
-from schemas._codec import Codec, body_of
+from schemas._codec import Codec
 from schemas._hash import event_hash
 from schemas._tracecontext import TraceContext, current
 from schemas._types import ResumeRequest, RunEvent, now_ms
@@ -100,6 +100,9 @@ class RunWriter(EventLog):
         self.settings = settings
         self.topic = Topics.of(settings).events
         self.codec = codec or Codec.from_settings(settings)
+        self._body_at = 5 if self.codec.uses_registry else 10
+        """Where the codec's framing ends (``00`` + schema id, or ``C3 01`` + fingerprint), as
+        :func:`schemas._codec.body_of` finds it."""
         self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
         self._ce = CloudEventHeaders(self.topic, self.writer_id)
         self._ce_resume = CloudEventHeaders(Topics.of(settings).resume, self.writer_id)
@@ -166,7 +169,7 @@ class RunWriter(EventLog):
         """Encode and produce one event keyed by its run id (blocks while the local queue is full);
         its hash from the bytes produced (:meth:`EventLog.produce`)."""
         data = self.codec.encode(event)
-        hashed = event_hash(event, body_of(data))
+        hashed = event_hash(event, data[self._body_at:])  # the body after the codec's framing
         topic, key, metrics = self.topic, event.run_id, self.metrics
         headers = self._ce.run_event(event, data, trace)
         self._raise_failure()

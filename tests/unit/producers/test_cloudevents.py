@@ -54,7 +54,8 @@ def test_the_id_names_the_event() -> None:
 
 
 def test_time_is_rfc3339_utc_with_milliseconds() -> None:
-    for ms in (0, 1, 999, 1000, 1_767_323_045_678, 1_767_323_045_001, 1_767_323_046_000, 4_102_444_800_000):
+    for ms in (0, 1, 1, 999, 1000, 1000, 1_767_323_045_678, 1_767_323_045_678, 1_767_323_045_001,
+               1_767_323_046_000, 4_102_444_800_000, 0):  # repeated: the last millisecond is cached
         text = rfc3339_millis(ms)
         assert text.endswith("Z") and len(text) == 24, text
         assert datetime.fromisoformat(text) == datetime.fromtimestamp(ms / 1000, UTC).replace(

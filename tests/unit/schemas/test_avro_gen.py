@@ -76,6 +76,20 @@ def test_varints_round_trip(n: int) -> None:
     assert (value, end) == (n, len(data))
 
 
+def test_recent_varints_are_cached_for_ints_only() -> None:
+    from schemas._avro_gen import _LONGS, _LONGS_KEPT
+
+    ts = 1_767_323_045_678
+    assert write_long(ts) == write_long(ts) == fastavro_bytes("long", ts) and _LONGS[ts] == write_long(ts)
+    with pytest.raises(TypeError):  # a float equal to a cached int is not served from the cache
+        write_long(float(ts))  # type: ignore[arg-type]
+    for n in range(1000, 1000 + _LONGS_KEPT + 5):
+        assert write_long(n) == fastavro_bytes("long", n)
+    assert len(_LONGS) <= _LONGS_KEPT
+    with pytest.raises(OverflowError):
+        write_long(1 << 63)
+
+
 def test_an_eleven_byte_varint_and_a_long_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="longer than 10"):
         read_long(b"\xff" * 11, 1, 0xFF)
