@@ -34,6 +34,10 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " ..._SSL_CA_LOCATION, ..._SSL_CERTIFICATE_LOCATION, ..._SSL_KEY_LOCATION, ..._SSL_KEY_PASSWORD,"
      " ..._BEARER_AUTH_CREDENTIALS_SOURCE, ..._BEARER_AUTH_TOKEN, ..._TIMEOUT, ..._MAX_RETRIES, ..."),
     ("RUNLOG_ARTIFACT_ROOT", ".runlog/artifacts", "root directory of the local artifact store"),
+    ("RUNLOG_ARTIFACT_INLINE_BYTES", "512", "payloads (a call's arguments and result, a stage's output) of up"
+     " to this many bytes travel inside their event as a `data:` URI, durable with it, instead of an fsynced"
+     " file of the artifact store; `0`: every payload in the store (e.g. when services that must not see"
+     " payloads read the events topic)"),
     ("RUNLOG_LEASE_TTL_MS", "15000", "how long a writer's lease lives without a heartbeat"),
     ("RUNLOG_MAX_RECORD_BYTES", "1000000", "largest encoded record accepted"),
     ("RUNLOG_METRICS_PORT", "9464", "Prometheus metrics port of the projector (0: off)"),
@@ -137,6 +141,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         schema_registry_auto_register=_bool(e, "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", True),
         schema_registry_extra=sr_extra,
         artifact_root=e.get("RUNLOG_ARTIFACT_ROOT") or ".runlog/artifacts",
+        artifact_inline_bytes=_int(e, "RUNLOG_ARTIFACT_INLINE_BYTES", 512),
         lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
         max_record_bytes=_int(e, "RUNLOG_MAX_RECORD_BYTES", 1_000_000),
         metrics_port=_int(e, "RUNLOG_METRICS_PORT", 9464),
@@ -176,6 +181,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_EVENTS_RETENTION_MS": str(f["events_retention_ms"]),
         "RUNLOG_STREAMS_RETENTION_MS": str(f["streams_retention_ms"]),
         "RUNLOG_ARTIFACT_ROOT": f["artifact_root"],
+        "RUNLOG_ARTIFACT_INLINE_BYTES": str(f["artifact_inline_bytes"]),
         "RUNLOG_LEASE_TTL_MS": str(f["lease_ttl_ms"]),
         "RUNLOG_MAX_RECORD_BYTES": str(f["max_record_bytes"]),
         "RUNLOG_METRICS_PORT": str(f["metrics_port"]),

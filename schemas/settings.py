@@ -55,6 +55,9 @@ class Settings(ClientConfig):
     schema_registry_extra: Mapping[str, str] = field(default_factory=dict)
     """Schema Registry client settings passed through as given (auth, TLS, timeouts, ...)."""
     artifact_root: str = ".runlog/artifacts"
+    artifact_inline_bytes: int = 512
+    """Payloads (a call's arguments and result, a stage's output) of up to this many bytes travel inside
+    their event as a ``data:`` URI instead of a file of the artifact store (0: every payload in the store)."""
     lease_ttl_ms: int = 15_000
     max_record_bytes: int = 1_000_000
     metrics_port: int = 9464
@@ -140,6 +143,9 @@ class Settings(ClientConfig):
             raise ConfigError("RUNLOG_REDIS_WAIT_REPLICAS must be auto or a number >= 0")
         if self.redis_wait_ms < 1:
             raise ConfigError("RUNLOG_REDIS_WAIT_MS must be >= 1")
+        if not 0 <= self.artifact_inline_bytes <= self.max_record_bytes // 8:
+            raise ConfigError("RUNLOG_ARTIFACT_INLINE_BYTES must be between 0 and RUNLOG_MAX_RECORD_BYTES"
+                              f" / 8, got {self.artifact_inline_bytes}")
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",

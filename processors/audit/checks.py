@@ -19,6 +19,7 @@ from processors.audit.report import (
 )
 from processors.inspect.upgrades import describe_upgrade
 from producers import LocalArtifactStore
+from producers.calls._artifacts import label
 from projections import OutcomeKind, RunState, RunStatus, fold
 from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
 
@@ -97,7 +98,7 @@ class Auditor:
             run.checkpoints.append({"checkpoint_id": cp.checkpoint_id, "stage": cp.stage,
                                     "last_seq": cp.last_seq, "offset": cp.offset,
                                     "next_stage": cp.next_stage,
-                                    "artifacts": [{"uri": a.uri, "sha256": a.sha256, "size": a.size,
+                                    "artifacts": [{"uri": label(a), "sha256": a.sha256, "size": a.size,
                                                    "media_type": a.media_type} for a in cp.artifacts]})
             for a in cp.artifacts:
                 run._artifacts.append((cp.checkpoint_id, cp.last_seq, a))
@@ -160,7 +161,7 @@ class Auditor:
                     if problem is not None:
                         self._find(run, "checkpoint_artifact",
                                    f"checkpoint {cp_id}: artifact {a.sha256[:16]} ({a.media_type}, "
-                                   f"{a.uri}) {problem}", cp_seq, None)
+                                   f"{label(a)}) {problem}", cp_seq, None)
         for dk, results in self._results.items():
             runs = sorted({r for r, _ in results})
             if len(runs) > 1:

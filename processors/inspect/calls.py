@@ -10,6 +10,7 @@ from typing import Any
 
 from processors.inspect.log import LoggedEvent
 from processors.inspect.payloads import redact_text
+from producers.calls._artifacts import label
 from schemas import ArtifactRef, EventType, RunEvent
 
 __all__ = ["HOW", "CallView", "call_views"]
@@ -78,8 +79,8 @@ class CallView:
                 "last_seq": self.last_seq, "delivery_key": self.delivery_key, "target": self.target,
                 "external_id": self.external_id, "origin": self.origin,
                 "recorded_epoch": self.recorded_epoch, "reused_at": list(self.reused_at),
-                "args": None if self.args is None else self.args.uri,
-                "result": None if self.result is None else self.result.uri}
+                "args": None if self.args is None else label(self.args),  # never an inline payload itself
+                "result": None if self.result is None else label(self.result)}
 
 
 def _note(ev: RunEvent, c: CallView) -> None:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from producers.calls._artifacts import label
 from schemas import ArtifactRef
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def payload_value(store: ArtifactStore, ref: ArtifactRef | None) -> Any:
     try:
         data = store.get(ref)
     except ArtifactError as err:
-        return {"unavailable": str(err), "uri": ref.uri}
+        return {"unavailable": str(err), "uri": label(ref)}
     if "json" in ref.media_type:
         try:
             return redact(json.loads(data))

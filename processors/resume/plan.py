@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from producers.calls._artifacts import label
 from producers.calls._calls import RecordedCall
 from projections._state import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
 from schemas._types import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
@@ -108,7 +109,7 @@ class ResumePlan:
             "checkpoint": None if cp is None else {
                 "checkpoint_id": cp.checkpoint_id, "stage": cp.stage, "last_seq": cp.last_seq,
                 "offset": cp.offset, "next_stage": cp.next_stage,
-                "artifacts": [a.uri for a in cp.artifacts],
+                "artifacts": [label(a) for a in cp.artifacts],
             },
             "checkpoints_rejected": [{"checkpoint_id": c, "reason": r}
                                      for c, r in self.checkpoints_rejected],

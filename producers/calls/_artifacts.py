@@ -4,12 +4,21 @@ Artifacts are named by the sha256 of their bytes. ``LocalArtifactStore`` writes 
 temporary file in the target directory, fsyncs it, renames it over the final name
 (``os.replace``) and fsyncs the directory: a crash leaves either the whole
 artifact under its final name or nothing there (at most a ``.tmp-*`` file).
+
+Small payloads (a call's arguments and results of up to the store's ``inline_max`` bytes; the
+runners and the resumer build their store with ``RUNLOG_ARTIFACT_INLINE_BYTES``, 512 by default) need no
+store at all: :meth:`ArtifactStore.inline` gives a ref whose
+URI is an RFC 2397 ``data:`` URI holding the bytes, so the event that carries the ref carries the
+payload, made durable by the same broker acknowledgement, with no file written and no fsync. Its
+``sha256`` and ``size`` are those of the bytes, verified on every read like any other artifact.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import base64
+import binascii
 import contextlib
 import hashlib
 import os
@@ -20,14 +29,68 @@ from urllib.parse import unquote, urlsplit
 from schemas._types import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
-__all__ = ["ArtifactStore", "LocalArtifactStore"]
+__all__ = ["DEFAULT_INLINE_BYTES", "ArtifactStore", "LocalArtifactStore", "inline_bytes", "inline_ref",
+           "is_inline", "label"]
+
+DEFAULT_INLINE_BYTES = 512
+"""Payloads of up to this many bytes travel inside their event (``RUNLOG_ARTIFACT_INLINE_BYTES``)."""
+
+_DATA = "data:"
+
+
+def inline_ref(data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+    """A ref carrying ``data`` itself, as a ``data:<media type>;base64,<bytes>`` URI."""
+    sha = hashlib.sha256(data).hexdigest()
+    return ArtifactRef(f"{_DATA}{media_type};base64,{base64.b64encode(data).decode('ascii')}", sha, len(data),
+                       media_type)
+
+
+def is_inline(ref: ArtifactRef) -> bool:
+    """Whether ``ref`` carries its bytes (a ``data:`` URI) rather than naming them in a store."""
+    return ref.uri.startswith(_DATA)
+
+
+def label(ref: ArtifactRef) -> str:
+    """How errors and reports name ``ref``: its URI, or for an inline ref its media type and hash (never the
+    payload itself, which may be a prompt or a tool's result)."""
+    return f"{_DATA}{ref.media_type};sha256={ref.sha256}" if is_inline(ref) else ref.uri
+
+
+def inline_bytes(ref: ArtifactRef) -> bytes | None:
+    """The bytes an inline ref carries, verified against its hash; None for a ref that names a store's bytes.
+
+    Raises:
+        ArtifactCorrupt: the URI is not a well-formed ``data:`` URI, or its bytes hash to something else.
+    """
+    if not is_inline(ref):
+        return None
+    head, comma, body = ref.uri[len(_DATA):].partition(",")
+    if not comma or not head.endswith(";base64"):
+        raise ArtifactCorrupt(label(ref), "not a base64 data: URI")
+    try:
+        data = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise ArtifactCorrupt(label(ref), "the data: URI's base64 does not decode") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != ref.sha256:
+        raise ArtifactCorrupt(label(ref), f"bytes hash to {actual}, expected {ref.sha256}")
+    return data
 
 
 class ArtifactStore(abc.ABC):
     """Where payloads live; events carry only :class:`~schemas.ArtifactRef` s.
 
-    An S3-compatible store implements the same three methods.
+    An S3-compatible store implements the same three methods. A store whose :attr:`inline_max` is above 0
+    hands out inline refs (:meth:`inline`); its ``get`` and ``exists`` answer them with
+    :func:`inline_bytes` before looking anything up, as both stores here do.
     """
+
+    inline_max: int = 0
+    """Largest payload :meth:`inline` puts in a ref instead of the store (0: none)."""
+
+    def inline(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef | None:
+        """A ref carrying ``data`` itself when it is small enough (no I/O), else None: :meth:`put` it."""
+        return inline_ref(data, media_type) if len(data) <= self.inline_max else None
 
     @abc.abstractmethod
     def put(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
@@ -55,7 +118,9 @@ class ArtifactStore(abc.ABC):
         return await asyncio.to_thread(self.put, data, media_type)
 
     async def aget(self, ref: ArtifactRef) -> bytes:
-        """:meth:`get` for the AsyncRunner, on a worker thread."""
+        """:meth:`get` for the AsyncRunner, on a worker thread (an inline ref's bytes at once)."""
+        if is_inline(ref):
+            return self.get(ref)
         return await asyncio.to_thread(self.get, ref)
 
 
@@ -75,10 +140,12 @@ def _private_dirs(root: Path, leaf: Path) -> None:
 
 
 class LocalArtifactStore(ArtifactStore):
-    """Files under ``<root>/sha256/<hex[0:2]>/<hex[2:4]>/<hex>``, URIs ``file://<abs path>``."""
+    """Files under ``<root>/sha256/<hex[0:2]>/<hex[2:4]>/<hex>``, URIs ``file://<abs path>``; payloads of up
+    to ``inline_max`` bytes inline in their ref (:meth:`ArtifactStore.inline`)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, inline_max: int = 0) -> None:
         self.root = Path(root).resolve()
+        self.inline_max = inline_max
 
     def path_for(self, sha256: str) -> Path:
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -119,6 +186,9 @@ class LocalArtifactStore(ArtifactStore):
         return path
 
     def get(self, ref: ArtifactRef) -> bytes:
+        carried = inline_bytes(ref)
+        if carried is not None:
+            return carried
         path = self._locate(ref)
         try:
             data = path.read_bytes()
@@ -132,7 +202,7 @@ class LocalArtifactStore(ArtifactStore):
         return data
 
     def exists(self, ref: ArtifactRef) -> bool:
-        return self._locate(ref).is_file()
+        return is_inline(ref) or self._locate(ref).is_file()
 
 
 def _hash_file(path: Path) -> str:

@@ -31,7 +31,7 @@ class EffectsLedgerSteps:
     session: RunSession
     _ledger: EffectLedger | None
 
-    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
+    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
         raise NotImplementedError
 
     def _fail(self, err: BaseException) -> None:

@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from producers.calls._artifacts import ArtifactStore
+from producers.calls._artifacts import ArtifactStore, is_inline
 from producers.calls._call_budget import BudgetSteps
 from producers.calls._call_ledger import EffectsLedgerSteps
 from producers.calls._call_patch import PatchSteps
@@ -155,10 +155,14 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         """The verified output of an earlier stage of this run."""
         return self._outputs.get(stage)
 
-    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
-        """Store bytes (a step: off the loop in the async form); listed in ``VERIFIED``'s artifacts."""
-        ref: ArtifactRef = yield IO(self.store, "put", "aput", (data, media_type))
-        self._add(ref)
+    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
+        """Store bytes (a step: off the loop in the async form); listed in ``VERIFIED``'s artifacts. Small
+        bytes (``inline``) are carried in their ref instead, with no I/O and nothing to list: the event
+        that records them holds them."""
+        ref = self.store.inline(data, media_type) if inline else None
+        if ref is None:
+            ref = yield IO(self.store, "put", "aput", (data, media_type))
+            self._add(ref)
         return ref
 
     @property
@@ -167,6 +171,8 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
             return tuple(self._artifacts.values())
 
     def _add(self, ref: ArtifactRef) -> None:
+        if is_inline(ref):  # in its event already: nothing for a checkpoint to verify elsewhere
+            return
         with self._lock:
             self._artifacts.setdefault(ref.sha256, ref)
 

@@ -211,7 +211,7 @@ class StoredArgsSteps:
     _lock: threading.Lock
     _artifacts: dict[str, ArtifactRef]
 
-    def _put(self, data: bytes, media_type: str = JSON) -> Steps[ArtifactRef]:
+    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
         raise NotImplementedError
 
     def _put_args(self, tool: Tool, args: Mapping[str, Any], args_bytes: bytes) -> Steps[ArtifactRef]:
@@ -226,8 +226,8 @@ class StoredArgsSteps:
         for sha, data in form.blobs.items():
             with self._lock:
                 stored = sha in self._artifacts
-            if not stored:
-                yield from self._put(data)
+            if not stored:  # found by its hash alone (load_args): in the store, never inline
+                yield from self._put(data, inline=False)
         with self._lock:  # only now: a node is known once everything it names is stored
             nodes.update(form.nodes)
         return (yield from self._put(form.recorded, STORED_ARGS))

@@ -96,7 +96,8 @@ class AsyncRunner(_RunnerCore):
         topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat,
                                         waits=waits)
-        r = cls(w, leases, store or LocalArtifactStore(settings.artifact_root), source=source,
+        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.artifact_inline_bytes)
+        r = cls(w, leases, store, source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient, waits=waits),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient, waits=waits,
                                          effects_topic=topic),

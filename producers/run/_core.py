@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from producers.calls._artifacts import ArtifactStore
+from producers.calls._artifacts import ArtifactStore, is_inline
 from producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
 from producers.calls._keys import canonical_json
 from producers.calls._ledger import EffectLedger, LedgerUnavailable
@@ -230,7 +230,8 @@ class _RunnerCore(_StartSteps):
         out: dict[str, Any] = json.loads(out_bytes)
         results = evaluate_rules(stage.rules, out)
         out_ref = yield from ctx._put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
-        refs = (*[a for a in ctx.artifacts if a.sha256 != out_ref.sha256], out_ref)
+        refs = (*[a for a in ctx.artifacts if a.sha256 != out_ref.sha256],
+                *(() if is_inline(out_ref) else (out_ref,)))  # an inline output is in payload_ref already
         failed = [r for r in results if not r.passed]
         if failed:
             msg = "; ".join(f"{r.rule}: {r.detail}" for r in failed)

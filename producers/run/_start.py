@@ -162,7 +162,9 @@ class _StartSteps:
             "run_id": run_id, "workflow": workflow.name, "epoch": lease.epoch})
         session.trace = context_of(span) or session.trace
         try:
-            params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+            params_ref = self.store.inline(params_bytes, JSON)  # small parameters travel in RUN_STARTED
+            if params_ref is None:
+                params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
             attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
                                                                 separators=(",", ":")),
                           **(session.trace.attributes() if session.trace is not None else {})}

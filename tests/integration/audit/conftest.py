@@ -78,6 +78,7 @@ def audit_world(services: Services, tmp_path_factory: pytest.TempPathFactory) ->
         {}, kafka_bootstrap_servers=services.kafka_bootstrap_servers, redis_url=services.redis_url,
         topic_prefix=f"t{tid}.", redis_prefix=f"t{tid}", partitions=12,
         artifact_root=str(base / "artifacts"), lease_ttl_ms=3000, metrics_port=0,
+        artifact_inline_bytes=0,  # every payload a file: the artifact checks have something to find tampered
     )
     claim(s)  # the session's last check counts what is left in it
     try:

@@ -35,6 +35,7 @@ def _high_watermarks(settings: Settings) -> dict[int, int]:
 
 def test_resume_dry_run_prints_the_plan_and_changes_nothing_and_show_draws_the_timeline(
         topics: Settings, world: DemoWorld, tmp_path: Path, redis_client: redis.Redis) -> None:
+    topics = topics.with_(artifact_inline_bytes=0)  # every payload a file: the plan has artifacts to check
     run_id = crash_run(topics, world, "inside:STAGE:draft", tmp_path)
     marks, keys = _high_watermarks(topics), dump_namespace(redis_client, topics.redis_prefix)
 

@@ -94,6 +94,7 @@ def test_never_tool_interrupted_after_its_intent_blocks_the_run(
 
 def test_bad_artifacts_fall_back_to_an_earlier_checkpoint_or_block(
         topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
+    topics = topics.with_(artifact_inline_bytes=0)  # every payload a file, which this test damages
     run_id = crash_run(topics, world, "inside:STAGE:prefill", tmp_path)
     cps = _checkpoints(topics, run_id)
     assert list(cps) == ["research", "verify", "draft", "visual"]

@@ -6,11 +6,12 @@ A subclass provides ``store``, :meth:`tamper` (other bytes under a ref's name) a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
 
-from producers.calls._artifacts import ArtifactStore
+from producers.calls._artifacts import ArtifactStore, inline_ref, is_inline
 from schemas import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
@@ -75,3 +76,33 @@ class ArtifactContract:
     def test_a_malformed_digest_is_refused(self) -> None:
         with pytest.raises(ArtifactError):
             self.store.get(ArtifactRef("x://y", "NOT-A-DIGEST", 0, "text/plain"))
+
+    def test_small_bytes_inline_in_their_ref_and_read_back_verified(self) -> None:
+        assert self.store.inline(b"{}") is None  # inline_max 0: nothing inline
+        self.store.inline_max = 16
+        try:
+            ref = self.store.inline(b'{"n": 1}', "application/json")
+            assert ref is not None and is_inline(ref) and ref.uri.startswith("data:application/json;base64,")
+            assert (ref.sha256, ref.size) == (hashlib.sha256(b'{"n": 1}').hexdigest(), 8)
+            assert self.store.get(ref) == b'{"n": 1}' and self.store.exists(ref)
+            self.store.verify(ref)
+            assert asyncio.run(self.store.aget(ref)) == b'{"n": 1}'
+            assert self.store.inline(b"x" * 16) is not None and self.store.inline(b"x" * 17) is None
+            assert self.store.inline(b"") == inline_ref(b"")
+        finally:
+            self.store.inline_max = 0
+
+    def test_an_inline_ref_whose_bytes_hash_otherwise_is_corrupt_and_named_without_them(self) -> None:
+        carried = inline_ref(b"secret prompt text", "text/plain")
+        forged = ArtifactRef(carried.uri, hashlib.sha256(b"other").hexdigest(), carried.size, "text/plain")
+        for read in (self.store.get, self.store.verify):
+            with pytest.raises(ArtifactCorrupt, match="hash") as err:
+                read(forged)
+            assert carried.uri not in str(err.value) and forged.sha256 in str(err.value)
+
+    @pytest.mark.parametrize("uri", ["data:text/plain,hello", "data:text/plain;base64,!!not base64!!",
+                                     "data:text/plain;base64"])
+    def test_a_malformed_data_uri_is_corrupt(self, uri: str) -> None:
+        ref = ArtifactRef(uri, hashlib.sha256(b"hello").hexdigest(), 5, "text/plain")
+        with pytest.raises(ArtifactCorrupt):
+            self.store.get(ref)

@@ -47,7 +47,9 @@ def test_secrets_never_in_repr() -> None:
 @pytest.mark.parametrize(
     "env",
     [{"RUNLOG_PARTITIONS": "many"}, {"RUNLOG_PARTITIONS": "0"},
-     {"RUNLOG_MIN_INSYNC_REPLICAS": "2"}, {"REDIS_URL": "http://x"}],
+     {"RUNLOG_MIN_INSYNC_REPLICAS": "2"}, {"REDIS_URL": "http://x"},
+     {"RUNLOG_ARTIFACT_INLINE_BYTES": "-1"}, {"RUNLOG_ARTIFACT_INLINE_BYTES": "125001"},
+     {"RUNLOG_ARTIFACT_INLINE_BYTES": "small"}],
 )
 def test_bad_settings_are_config_errors(env: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
@@ -100,7 +102,8 @@ def test_to_env_rebuilds_the_same_settings() -> None:
     s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9", "REDIS_URL": "redis://u:pw@r:1/2",
                            "RUNLOG_TOPIC_PREFIX": "x.", "RUNLOG_PARTITIONS": "3",
                            "RUNLOG_KAFKA_SASL_MECHANISM": "PLAIN", "RUNLOG_REDIS_PASSWORD": "pw",
-                           "RUNLOG_LEASE_TTL_MS": "2500"})
+                           "RUNLOG_LEASE_TTL_MS": "2500", "RUNLOG_ARTIFACT_INLINE_BYTES": "0"})
+    assert s.artifact_inline_bytes == 0 and Settings.from_env({}).artifact_inline_bytes == 512
     assert Settings.from_env(s.to_env()) == s
     assert Settings.from_env(Settings.from_env({}).to_env()) == Settings.from_env({})
 
