@@ -40,7 +40,7 @@ import redis
 import redis.asyncio
 
 from producers.calls._keys import canonical_json
-from producers.run._redis_io import Lua, Steps, arun, pipelined, run
+from producers.run._redis_io import Lua, Steps, arun, offloaded, pipelined, run
 from projections._marker import READY, marker_key, parse_marker
 from projections._sharded import ProjectionStoreError
 from schemas._redis import index_shard, is_cluster
@@ -282,7 +282,8 @@ class RedisEffectLedger(EffectLedger):
         marker = parse_marker(marker_raw)
         if marker is not None and marker.state == READY:
             return None  # a whole projection that lacks the key: the log has no such effect
-        found = self.effects_topic(dk)
+        topic = self.effects_topic
+        found: LedgerEntry | None = yield offloaded(lambda: topic(dk))  # a Kafka read: off the loop (async)
         if found is None or (found.run_id == entry.run_id and not found.done):
             return None  # unknown, or this run's own open effect (a resume): the claim is taken
         return found

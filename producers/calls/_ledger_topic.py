@@ -10,8 +10,8 @@ one partition the key is on (the projector's producer partitions by the key's mu
 its high watermark, remembering the last entry of each key it passed; so a process reads each record
 once, however many lookups it makes while Redis is being rebuilt.
 
-A synchronous Kafka read: the async ledger face calls it too (it blocks the event loop for the read,
-which happens only while Redis has no ready projection).
+A synchronous Kafka read: the async ledger face runs it on a worker thread (a step of
+:func:`producers.run._redis_io.offloaded`), so the event loop and the other runs on it go on meanwhile.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ so the protocol handles errors once too::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
@@ -30,7 +31,8 @@ import redis.asyncio.cluster
 
 from schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
 
-__all__ = ["Lua", "Step", "Steps", "arun", "one", "pipelined", "replica_waits", "replicated", "run"]
+__all__ = ["Lua", "Step", "Steps", "arun", "offloaded", "one", "pipelined", "replica_waits", "replicated",
+           "run"]
 
 T = TypeVar("T")
 
@@ -44,6 +46,18 @@ Steps = Generator[Step, Any, T]
 def one(step: Step) -> Steps[Any]:
     """A protocol of one step, answering what the step answers."""
     return (yield step)
+
+
+def offloaded(fn: Callable[[], T]) -> Step:
+    """A step that is not a Redis round trip but blocking I/O of another kind (a Kafka read): on the
+    sync client it runs in place, on an asyncio one on a worker thread, so the event loop goes on."""
+
+    def step(c: Any) -> Any:
+        if isinstance(c, redis.asyncio.Redis | redis.asyncio.RedisCluster):
+            return asyncio.to_thread(fn)
+        return fn()
+
+    return step
 
 
 def pipelined(fill: Callable[[Any], object]) -> Step:

@@ -188,3 +188,51 @@ def test_without_the_topic_the_same_loss_lets_a_second_run_claim_a_done_effect(
     dk = "e" * 64
     _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")
     assert RedisEffectLedger(redis_client, topics.redis_prefix).open(_entry(dk, "run-b", "c1")) is None
+
+
+def test_the_async_face_asks_the_effects_topic_off_the_event_loop(topics: Settings,
+                                                                  redis_client: redis.Redis) -> None:
+    """The topic is a blocking Kafka read: on the async face it runs on a worker thread, and the other
+    runs on the loop go on meanwhile (a ticker keeps ticking through a slow lookup)."""
+    import asyncio
+    import threading
+    import time
+
+    from producers.calls._ledger_topic import EffectsTopic
+
+    dk = "e" * 64
+    _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")
+    topic = EffectsTopic(topics)
+    looked_up_on: list[threading.Thread] = []
+
+    def slow(key: str) -> LedgerEntry | None:
+        looked_up_on.append(threading.current_thread())
+        time.sleep(0.3)
+        return topic(key)
+
+    loop = OnLoop(topics.redis_url)
+    ledger = RedisEffectLedger(redis_client, topics.redis_prefix, aclient=loop.aclient, effects_topic=slow)
+    ticks = 0
+
+    async def case() -> None:
+        nonlocal ticks
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+        found = await ledger.aopen(_entry(dk, "run-b", "c1"))
+        stop.set()
+        await t
+        assert found is not None and found.done and found.source == "effects_topic"
+        assert looked_up_on and looked_up_on[0] is not threading.current_thread()
+
+    try:
+        loop.run(case)
+    finally:
+        topic.close()
+    assert ticks >= 10, ticks  # 0.3 s of lookup: the loop ran the ticker throughout (1 tick if blocked)
