@@ -4,6 +4,8 @@ records every event type updates (part of :mod:`projections.fold`; pure)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from projections._budget import BUDGET_ATTRIBUTE, BUDGET_SIGNAL, BudgetCaps
 from projections._fold_outcome import _ACCEPTED, CHECKPOINT_WINDOW, Outcome, OutcomeKind, Position
@@ -125,13 +127,18 @@ def resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
     return s, out
 
 
-def update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactRef | None) -> RunState:
+def update_call(s: RunState, e: RunEvent, status: CallStatus, result: ArtifactRef | None,
+                also: Mapping[str, Any] | None = None) -> RunState:
+    """``s`` with the call of ``e`` (its ``call_id`` is set) in ``status``; ``also``: other fields to
+    change in the same copy."""
     assert e.call_id is not None
     old = s.calls.get(e.call_id)
     if old is None:
         old = CallRecord(call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=status,
                          stage=e.stage or s.stage, seq=e.seq, delivery_key=e.delivery_key)
     call = evolve_call(old, status=status, result=result if result is not None else old.result)
+    if also:
+        return evolve_state(s, **also, calls={**s.calls, e.call_id: call})
     return evolve_state(s, calls={**s.calls, e.call_id: call})
 
 

@@ -134,21 +134,45 @@ def fold(
     if event.seq != state.last_seq + 1:
         reason = "seq_gap" if event.seq > state.last_seq else "seq_replayed"
         return _reject(state, event, OutcomeKind.REJECTED_OUT_OF_ORDER, reason, position)
-    base = evolve_state(
-        state,
-        last_seq=event.seq,
-        epoch=event.epoch,
-        updated_at=event.occurred_at,
-        recent=(*state.recent, (event.seq, digest))[-DIGEST_WINDOW:],
-        last_hash=content_hash,
-        partition=position[0] if position is not None else state.partition,
-        offset=position[1] if position is not None else state.offset,
+    accepted = {
+        "last_seq": event.seq,
+        "epoch": event.epoch,
+        "updated_at": event.occurred_at,
+        "recent": (*state.recent, (event.seq, digest))[-DIGEST_WINDOW:],
+        "last_hash": content_hash,
+        "partition": position[0] if position is not None else state.partition,
+        "offset": position[1] if position is not None else state.offset,
+    }
+    # The events of a stage's loop (most of a log) take the accepted event's fields and their own
+    # change in one copy of the state; every other event takes them first, then the state machine.
+    t = event.type
+    if state.status is not RunStatus.CANCELLED:
+        if t is EventType.STAGE_STARTED:
+            return evolve_state(state, **accepted, stage=event.stage, status=RunStatus.RUNNING), _ACCEPTED
+        if t is EventType.TOOL_CALLED and event.call_id is not None:
+            return evolve_state(state, **accepted, calls=_called(state, event)), _ACCEPTED
+        if t is EventType.TOOL_RESULT and event.call_id is not None:
+            s = _update_call(state, event, CallStatus.RESULT, event.payload_ref, accepted)
+            return _spent(s, event) if event.usage is not None else (s, _ACCEPTED)
+    return _apply(evolve_state(state, **accepted), event, position)
+
+
+def _called(s: RunState, e: RunEvent) -> dict[str, CallRecord]:
+    """The calls of ``s`` with the call ``TOOL_CALLED`` ``e`` records (its ``call_id`` is set)."""
+    assert e.call_id is not None
+    call = CallRecord(
+        call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=CallStatus.CALLED,
+        stage=e.stage or s.stage, seq=e.seq, args=e.payload_ref,
+        idempotency_key=e.idempotency_key, delivery_key=e.delivery_key,
+        request_hash=e.request_hash,
     )
-    return _apply(base, event, position)
+    return {**s.calls, e.call_id: call}
 
 
 def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Outcome]:
-    """The state machine proper, for an accepted event (``s`` already carries its seq and epoch)."""
+    """The state machine proper, for an accepted event (``s`` already carries its seq and epoch).
+    :func:`fold` applies ``STAGE_STARTED``, ``TOOL_CALLED`` and ``TOOL_RESULT`` itself (the same
+    branches as here, in one copy), unless the run is cancelled."""
     t = e.type
     if s.status is RunStatus.CANCELLED:
         # Terminal: an event accepted after RUN_CANCELLED (a later epoch's LEASE_ACQUIRED, say)
@@ -187,13 +211,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
     if t is EventType.STAGE_STARTED:
         return evolve_state(s, stage=e.stage, status=RunStatus.RUNNING), _ACCEPTED
     if t is EventType.TOOL_CALLED and e.call_id is not None:
-        call = CallRecord(
-            call_id=e.call_id, tool=e.tool, policy=e.replay_policy, status=CallStatus.CALLED,
-            stage=e.stage or s.stage, seq=e.seq, args=e.payload_ref,
-            idempotency_key=e.idempotency_key, delivery_key=e.delivery_key,
-            request_hash=e.request_hash,
-        )
-        return evolve_state(s, calls={**s.calls, e.call_id: call}), _ACCEPTED
+        return evolve_state(s, calls=_called(s, e)), _ACCEPTED
     if t is EventType.TOOL_RESULT and e.call_id is not None:
         s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
         return _spent(s, e) if e.usage is not None else (s, _ACCEPTED)

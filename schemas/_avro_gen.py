@@ -252,14 +252,14 @@ class _DecodeGen(_Gen):
                 n = self.var("n")
                 self.length(n, pad)
                 out(f"{pad}e = p + {n}")
-                out(f"{pad}if e > len(d): raise IndexError('body ends inside a {t}')")
+                out(f"{pad}if e > DL: raise IndexError('body ends inside a {t}')")
                 out(f"{pad}{target} = d[p:e]{'.decode()' if t == 'string' else ''}; p = e")
             elif t == "boolean":
                 out(f"{pad}b = d[p]; p += 1")
                 out(f"{pad}if b > 1: raise ValueError('boolean byte ' + str(b))")
                 out(f"{pad}{target} = b == 1")
             elif t == "double":
-                out(f"{pad}if p + 8 > len(d): raise IndexError('body ends inside a double')")
+                out(f"{pad}if p + 8 > DL: raise IndexError('body ends inside a double')")
                 out(f"{pad}{target} = UD(d, p)[0]; p += 8")
             elif t == "null":
                 out(f"{pad}{target} = None")
@@ -332,7 +332,7 @@ def compile_schema(parsed: Any) -> tuple[Encoder, Decoder]:
     enc.emit(parsed, "rec", 1)
     enc.lines.append("    return b''.join(parts)")
     dec = _DecodeGen()
-    dec.lines.append("def decode(d, p):")
+    dec.lines += ["def decode(d, p):", "    DL = len(d)"]
     dec.emit(parsed, "out", 1)
     dec.lines.append("    return out, p")
     ns_enc: dict[str, Any] = {"L": write_long, "S": _SMALL, "D": struct.Struct("<d").pack, "T": b"\x01",

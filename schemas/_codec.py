@@ -42,6 +42,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 
 from schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
+from schemas._avro_object_reader import ObjectDecoder, compile_object_decoder
 from schemas._avro_objects import ObjectEncoder, compile_object_encoder
 from schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
 from schemas._mapping import KINDS
@@ -126,6 +127,9 @@ class Codec:
         self._fast: dict[str, tuple[Encoder, Decoder]] = {}
         self._objects: dict[str, ObjectEncoder] = {}
         """Writers of a record's object without its Avro dict: the bundled ``RunEvent`` (the write path)."""
+        self._object_readers: dict[str, ObjectDecoder] = {}
+        """Readers of a record's object without its Avro dict: the bundled ``RunEvent`` written with
+        its own schema (the read path; other writer schemas through fastavro and the dict)."""
         for name in RECORD_FILES:
             schema = load_schema(name)
             self._schemas[name] = schema
@@ -136,6 +140,8 @@ class Codec:
             if name == "runlog.RunEvent":
                 with contextlib.suppress(Unsupported):
                     self._objects[name] = compile_object_encoder(w.parsed, RunEvent)
+                with contextlib.suppress(Unsupported):
+                    self._object_readers[name] = compile_object_decoder(w.parsed, RunEvent)
             self._by_fp[w.fingerprint] = w
             self._own_fp[name] = w.fingerprint
             for past in load_past_schemas(name):
@@ -234,6 +240,13 @@ class Codec:
                 "wrong_type", f"bytes hold a {writer.record_name}, expected {k.record_name}"
             )
         reader = self._readers[k.record_name]
+        if writer.parsed is reader:
+            direct = self._object_readers.get(k.record_name)
+            if direct is not None:  # the object read from the bytes (schemas._avro_object_reader)
+                obj, end = self._read_fast(direct, data, start)
+                if end != len(data):
+                    raise DecodeError("invalid_body", f"{len(data) - end} trailing bytes after the record")
+                return cast(T, obj), start
         fast = self._fast.get(k.record_name) if writer.parsed is reader else None
         if fast is not None:
             record, end = self._read_fast(fast[1], data, start)
