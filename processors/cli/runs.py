@@ -190,7 +190,9 @@ def _parse_at(at: str | None) -> tuple[int | None, int | None]:
 
 
 def _state_dict(state: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(state.to_json())
+    from processors.inspect.payloads import inline_refs_named
+
+    doc: dict[str, Any] = inline_refs_named(json.loads(state.to_json()))  # refs, never inline payloads
     return doc
 
 

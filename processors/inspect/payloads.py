@@ -16,8 +16,8 @@ from schemas import ArtifactRef
 if TYPE_CHECKING:
     from producers import ArtifactStore
 
-__all__ = ["MAX_ITEMS", "MAX_LINES", "MAX_STRING", "REDACTED", "payload_text", "payload_value", "redact",
-           "redact_text"]
+__all__ = ["MAX_ITEMS", "MAX_LINES", "MAX_STRING", "REDACTED", "inline_refs_named", "payload_text",
+           "payload_value", "redact", "redact_text"]
 
 _SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?$|^pwd$|secret|token|api[-_]?key|apikey|auth(orization)?$|credential|"
@@ -78,6 +78,25 @@ def redact(value: Any, *, max_string: int | None = MAX_STRING, max_items: int | 
             text = f"{text[:max_string]}… ({len(value)} chars)"
         return text
     return value
+
+
+def inline_refs_named(doc: Any) -> Any:
+    """``doc`` (a JSON value, e.g. a run state's) with every inline artifact ref's ``data:`` URI (an
+    object with ``uri`` and ``sha256``, or a run state's ``[uri, sha256, size, media type]``), which is
+    the payload itself, replaced by its name (media type and hash, as :func:`label` gives): a view
+    that shows refs never shows payloads that way, unmasked."""
+    if isinstance(doc, dict):
+        uri, sha, media = doc.get("uri"), doc.get("sha256"), doc.get("media_type")
+        named = {k: inline_refs_named(v) for k, v in doc.items()}
+        if isinstance(uri, str) and uri.startswith("data:") and isinstance(sha, str):
+            named["uri"] = label(ArtifactRef(uri, sha, int(doc.get("size") or 0), str(media or "")))
+        return named
+    if isinstance(doc, list):
+        if len(doc) == 4 and isinstance(doc[0], str) and doc[0].startswith("data:") \
+                and isinstance(doc[1], str) and isinstance(doc[2], int) and isinstance(doc[3], str):
+            return [label(ArtifactRef(doc[0], doc[1], doc[2], doc[3])), *doc[1:]]  # a state's ref
+        return [inline_refs_named(v) for v in doc]
+    return doc
 
 
 def payload_value(store: ArtifactStore, ref: ArtifactRef | None) -> Any:

@@ -75,3 +75,23 @@ def test_the_async_runner_carries_them_too(world: World) -> None:
     carried = asyncio.run(go())
     assert carried.count(T.TOOL_CALLED) == 2 and carried.count(T.TOOL_RESULT) == 2
     assert world.store._blobs == {}
+
+
+def test_runlog_show_names_inline_refs_by_hash_never_by_payload(world: World) -> None:
+    """``runlog show --json`` prints the run state's refs: an inline one by media type and hash (the
+    payloads, unmasked there, are for ``--payloads``, which masks them)."""
+    import json
+
+    from processors.cli.runs import _state_dict
+
+    res = world.runner.run(world.workflow(), {"topic": "kafka-secret-topic"})
+    state = fold_all(world.events(res.run_id))
+    assert state is not None
+    raw = state.to_json()
+    assert "base64," in raw  # the state itself holds the inline refs as they are
+    doc = _state_dict(state)
+    text = json.dumps(doc)
+    assert "base64," not in text
+    out = state.stage_outputs["research"]
+    assert doc["stage_outputs"]["research"] == [f"data:{out.media_type};sha256={out.sha256}", out.sha256,
+                                                out.size, out.media_type]
