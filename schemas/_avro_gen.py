@@ -29,8 +29,8 @@ than 0 and 1, an ``int`` outside 32 bits are refused, not read.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 __all__ = ["Decoder", "Encoder", "OutOfRange", "Unsupported", "compile_schema"]
 
@@ -134,9 +134,18 @@ class _Gen:
         self.names: dict[str, Any] = {}
         self._n = 0
 
+    globals_: ClassVar[Mapping[str, Any]] = {}
+    """The names the generated function uses besides its constants."""
+
     def var(self, prefix: str) -> str:
         self._n += 1
         return f"{prefix}{self._n}"
+
+    def compiled(self, name: str, filename: str) -> Any:
+        """The function ``name`` the lines define, compiled under ``filename``."""
+        ns: dict[str, Any] = {**self.globals_, **self.consts}
+        exec(compile("\n".join(self.lines), filename, "exec"), ns)
+        return ns[name]
 
     def resolve(self, t: Any) -> Any:
         """A type with named references replaced by their definitions (registering new ones)."""
@@ -163,7 +172,10 @@ def _union_branch(t: list[Any]) -> tuple[int, Any]:
 
 
 class _EncodeGen(_Gen):
-    def emit(self, t: Any, expr: str, ind: int) -> None:
+    """Writes a record from its Avro dict. The hooks below (``py``: the Python type of the value, None
+    here) are where :mod:`schemas._avro_objects` reads a record's object instead."""
+
+    def emit(self, t: Any, expr: str, ind: int, py: Any = None) -> None:
         t = self.resolve(t)
         pad = "    " * ind
         out = self.lines.append
@@ -198,18 +210,15 @@ class _EncodeGen(_Gen):
             out(f"{pad}    a({_SMALL[null]!r})")
             out(f"{pad}else:")
             out(f"{pad}    a({_SMALL[1 - null]!r})")
-            self.emit(other, v, ind + 1)
+            self.emit(other, v, ind + 1, self.optional(py))
             return
         kind = t.get("type")
         if kind == "record":
-            r = self.var("r")
-            out(f"{pad}{r} = {expr}")
-            for f in t["fields"]:
-                self.emit(f["type"], f"{r}[{f['name']!r}]", ind)
+            self.record(t, py, expr, ind)
         elif kind == "enum":
             table = self.var("E")
             self.consts[table] = {s: write_long(i) for i, s in enumerate(t["symbols"])}
-            out(f"{pad}a({table}[{expr}])")
+            out(f"{pad}a({table}[{self.enum_value(t, py, expr)}])")
         elif kind in ("array", "map"):
             v, item = self.var("c"), self.var("i")
             out(f"{pad}{v} = {expr}")
@@ -217,15 +226,35 @@ class _EncodeGen(_Gen):
             out(f"{pad}    a(L(len({v})))")
             if kind == "array":
                 out(f"{pad}    for {item} in {v}:")
-                self.emit(t["items"], item, ind + 2)
+                self.emit(t["items"], item, ind + 2, self.items(py))
             else:
                 k = self.var("k")
                 out(f"{pad}    for {k}, {item} in {v}.items():")
                 self.emit("string", k, ind + 2)
-                self.emit(t["values"], item, ind + 2)
+                self.emit(t["values"], item, ind + 2, self.values(py))
             out(f"{pad}a(Z)")
         else:
             raise Unsupported(f"type {kind!r}")
+
+    def record(self, t: dict[str, Any], py: Any, expr: str, ind: int) -> None:
+        r = self.var("r")
+        self.lines.append(f"{'    ' * ind}{r} = {expr}")
+        for f in t["fields"]:
+            self.emit(f["type"], f"{r}[{f['name']!r}]", ind)
+
+    def enum_value(self, t: dict[str, Any], py: Any, expr: str) -> str:
+        """The expression of an enum's symbol (the key of its table of encodings)."""
+        return expr
+
+    def optional(self, py: Any) -> Any:
+        """The type of a ``null`` union's other branch (None: a dict's value)."""
+        return None
+
+    def items(self, py: Any) -> Any:
+        return None
+
+    def values(self, py: Any) -> Any:
+        return None
 
 
 class _DecodeGen(_Gen):
@@ -239,7 +268,9 @@ class _DecodeGen(_Gen):
         self.long(target, pad)
         self.lines.append(f"{pad}if {target} < 0: raise ValueError('negative length')")
 
-    def emit(self, t: Any, target: str, ind: int) -> None:
+    def emit(self, t: Any, target: str, ind: int, py: Any = None) -> None:
+        """Reads ``t`` into ``target``: a dict for a record (the hooks, as in :class:`_EncodeGen`, are
+        where :mod:`schemas._avro_object_reader` builds objects instead)."""
         t = self.resolve(t)
         pad = "    " * ind
         out = self.lines.append
@@ -269,20 +300,15 @@ class _DecodeGen(_Gen):
             out(f"{pad}b = d[p]; p += 1")
             out(f"{pad}if b == {_SMALL[null][0]}: {target} = None")
             out(f"{pad}elif b == {_SMALL[1 - null][0]}:")
-            self.emit(other, target, ind + 1)
+            self.emit(other, target, ind + 1, self.optional(py))
             out(f"{pad}else: raise ValueError('union branch byte ' + str(b))")
             return
         kind = t.get("type")
         if kind == "record":
-            fields = []
-            for f in t["fields"]:
-                v = self.var("f")
-                fields.append(f"{f['name']!r}: {v}")
-                self.emit(f["type"], v, ind)
-            out(f"{pad}{target} = {{{', '.join(fields)}}}")
+            self.record(t, py, target, ind)
         elif kind == "enum":
             table, i = self.var("E"), self.var("n")
-            self.consts[table] = tuple(t["symbols"])
+            self.consts[table] = self.enum_members(t, py)
             self.long(i, pad)
             out(f"{pad}if not 0 <= {i} < {len(t['symbols'])}: raise ValueError('enum index ' + str({i}))")
             out(f"{pad}{target} = {table}[{i}]")
@@ -295,16 +321,41 @@ class _DecodeGen(_Gen):
             out(f"{pad}    if {n} < 0: {n} = -{n}; p = SKIP(d, p)")
             out(f"{pad}    for _ in range({n}):")
             if kind == "array":
-                self.emit(t["items"], item, ind + 2)
+                self.emit(t["items"], item, ind + 2, self.items(py))
                 out(f"{pad}        {acc}.append({item})")
             else:
                 k = self.var("k")
                 self.emit("string", k, ind + 2)
-                self.emit(t["values"], item, ind + 2)
+                self.emit(t["values"], item, ind + 2, self.values(py))
                 out(f"{pad}        {acc}[{k}] = {item}")
-            out(f"{pad}{target} = {acc}")
+            out(f"{pad}{target} = {self.array_value(acc) if kind == 'array' else acc}")
         else:
             raise Unsupported(f"type {kind!r}")
+
+    def record(self, t: dict[str, Any], py: Any, target: str, ind: int) -> None:
+        fields = []
+        for f in t["fields"]:
+            v = self.var("f")
+            fields.append(f"{f['name']!r}: {v}")
+            self.emit(f["type"], v, ind)
+        self.lines.append(f"{'    ' * ind}{target} = {{{', '.join(fields)}}}")
+
+    def enum_members(self, t: dict[str, Any], py: Any) -> tuple[Any, ...]:
+        """What each symbol's index reads as (here: the symbol)."""
+        return tuple(t["symbols"])
+
+    def array_value(self, acc: str) -> str:
+        """The expression of an array read into the list ``acc``."""
+        return acc
+
+    def optional(self, py: Any) -> Any:
+        return None
+
+    def items(self, py: Any) -> Any:
+        return None
+
+    def values(self, py: Any) -> Any:
+        return None
 
 
 def _bad(value: Any) -> bytes:
@@ -318,6 +369,11 @@ class OutOfRange(ValueError):
 
 def _out_of_range(value: int) -> None:
     raise OutOfRange(f"{value} does not fit an Avro int (32 bits)")
+
+
+_EncodeGen.globals_ = {"L": write_long, "S": _SMALL, "D": struct.Struct("<d").pack, "T": b"\x01",
+                       "F": b"\x00", "Z": b"\x00", "BAD": _bad, "OUT": _out_of_range}
+_DecodeGen.globals_ = {"RL": read_long, "SKIP": _skip_block_size, "UD": struct.Struct("<d").unpack_from}
 
 
 def compile_schema(parsed: Any) -> tuple[Encoder, Decoder]:
@@ -335,10 +391,5 @@ def compile_schema(parsed: Any) -> tuple[Encoder, Decoder]:
     dec.lines += ["def decode(d, p):", "    DL = len(d)"]
     dec.emit(parsed, "out", 1)
     dec.lines.append("    return out, p")
-    ns_enc: dict[str, Any] = {"L": write_long, "S": _SMALL, "D": struct.Struct("<d").pack, "T": b"\x01",
-                              "F": b"\x00", "Z": b"\x00", "BAD": _bad, "OUT": _out_of_range, **enc.consts}
-    ns_dec: dict[str, Any] = {"RL": read_long, "SKIP": _skip_block_size,
-                              "UD": struct.Struct("<d").unpack_from, **dec.consts}
-    exec(compile("\n".join(enc.lines), f"<avro encoder {parsed.get('name')}>", "exec"), ns_enc)
-    exec(compile("\n".join(dec.lines), f"<avro decoder {parsed.get('name')}>", "exec"), ns_dec)
-    return ns_enc["encode"], ns_dec["decode"]
+    return (enc.compiled("encode", f"<avro encoder {parsed.get('name')}>"),
+            dec.compiled("decode", f"<avro decoder {parsed.get('name')}>"))

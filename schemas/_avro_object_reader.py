@@ -23,13 +23,12 @@ it for the bundled ``RunEvent`` only (past schemas are resolved by fastavro, the
 from __future__ import annotations
 
 import dataclasses
-import struct
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
-from schemas._avro_gen import _SMALL, Unsupported, _DecodeGen, _skip_block_size, _union_branch, read_long
+from schemas._avro_gen import Unsupported, _DecodeGen
 from schemas._avro_objects import _items, _optional, _values
 
 __all__ = ["ObjectDecoder", "compile_object_decoder"]
@@ -42,65 +41,41 @@ class _ObjectDecodeGen(_DecodeGen):
     """:class:`~schemas._avro_gen._DecodeGen` building objects where it builds dicts; ``py`` is the
     Python type of the value read (its hint)."""
 
+    globals_: ClassVar[Mapping[str, Any]] = {**_DecodeGen.globals_, "NEW": object.__new__}
+
     def const(self, prefix: str, value: Any) -> str:
         name = self.var(prefix)
         self.consts[name] = value
         return name
 
-    def emit_obj(self, t: Any, py: Any, target: str, ind: int) -> None:
-        t = self.resolve(t)
-        pad = "    " * ind
-        out = self.lines.append
-        if isinstance(t, str):
-            self.emit(t, target, ind)  # a primitive: read as the dict reader reads it, taken as it is
-            return
-        if isinstance(t, list):
-            null, other = _union_branch(t)
-            out(f"{pad}b = d[p]; p += 1")
-            out(f"{pad}if b == {_SMALL[null][0]}: {target} = None")
-            out(f"{pad}elif b == {_SMALL[1 - null][0]}:")
-            self.emit_obj(other, _optional(py), target, ind + 1)
-            out(f"{pad}else: raise ValueError('union branch byte ' + str(b))")
-            return
-        kind = t.get("type")
-        if kind == "record":
-            self.record(t, py, target, ind)
-        elif kind == "enum":
-            if not (isinstance(py, type) and issubclass(py, Enum)):
-                raise Unsupported(f"enum {t.get('name')!r} is not an Enum ({py!r})")
-            try:
-                members = tuple(py(s) for s in t["symbols"])  # what the dict mapping's ``py(value)`` gives
-            except ValueError as err:
-                raise Unsupported(f"{py.__name__} does not take every symbol of {t.get('name')!r}") from err
-            table, i = self.const("E", members), self.var("n")
-            self.long(i, pad)
-            out(f"{pad}if not 0 <= {i} < {len(members)}: raise ValueError('enum index ' + str({i}))")
-            out(f"{pad}{target} = {table}[{i}]")
-        elif kind in ("array", "map"):
-            if kind == "array":
-                inner, item_t = _items(py), t["items"]
-            else:
-                inner, item_t = _values(py), t["values"]
-            acc, n, item = self.var("c"), self.var("n"), self.var("i")
-            out(f"{pad}{acc} = {'[]' if kind == 'array' else '{}'}")
-            out(f"{pad}while True:")
-            self.long(n, pad + "    ")
-            out(f"{pad}    if {n} == 0: break")
-            out(f"{pad}    if {n} < 0: {n} = -{n}; p = SKIP(d, p)")
-            out(f"{pad}    for _ in range({n}):")
-            if kind == "array":
-                self.emit_obj(item_t, inner, item, ind + 2)
-                out(f"{pad}        {acc}.append({item})")
-            else:
-                k = self.var("k")
-                self.emit("string", k, ind + 2)
-                self.emit_obj(item_t, inner, item, ind + 2)
-                out(f"{pad}        {acc}[{k}] = {item}")
-            out(f"{pad}{target} = {'tuple(' + acc + ')' if kind == 'array' else acc}")
-        else:
-            raise Unsupported(f"type {kind!r}")
+    # each hook reads as the dict reader does where ``py`` is None: a field the class does not have
+
+    def enum_members(self, t: dict[str, Any], py: Any) -> tuple[Any, ...]:
+        if py is None:
+            return super().enum_members(t, py)
+        if not (isinstance(py, type) and issubclass(py, Enum)):
+            raise Unsupported(f"enum {t.get('name')!r} is not an Enum ({py!r})")
+        try:
+            return tuple(py(s) for s in t["symbols"])  # what the dict mapping's ``py(value)`` gives
+        except ValueError as err:
+            raise Unsupported(f"{py.__name__} does not take every symbol of {t.get('name')!r}") from err
+
+    def array_value(self, acc: str) -> str:
+        return f"tuple({acc})"
+
+    def optional(self, py: Any) -> Any:
+        return None if py is None else _optional(py)
+
+    def items(self, py: Any) -> Any:
+        return None if py is None else _items(py)
+
+    def values(self, py: Any) -> Any:
+        return None if py is None else _values(py)
 
     def record(self, t: dict[str, Any], py: Any, target: str, ind: int) -> None:
+        if py is None:
+            super().record(t, py, target, ind)
+            return
         if not (isinstance(py, type) and dataclasses.is_dataclass(py)):
             raise Unsupported(f"record {t.get('name')!r} is not a dataclass ({py!r})")
         pad = "    " * ind
@@ -116,7 +91,7 @@ class _ObjectDecodeGen(_DecodeGen):
             v = self.var("f")
             if f["name"] in hints and f["name"] in names:
                 values[f["name"]] = v
-                self.emit_obj(f["type"], hints[f["name"]], v, ind)
+                self.emit(f["type"], v, ind, hints[f["name"]])
             else:
                 self.emit(f["type"], v, ind)  # a field the class does not have: read, not kept
         if "__slots__" not in py.__dict__ or hasattr(py, "__post_init__"):
@@ -139,10 +114,7 @@ def compile_object_decoder(parsed: Any, cls: type) -> ObjectDecoder:
     """
     dec = _ObjectDecodeGen()
     dec.lines += ["def decode(d, p):", "    DL = len(d)"]
-    dec.emit_obj(parsed, cls, "out", 1)
+    dec.emit(parsed, "out", 1, cls)
     dec.lines.append("    return out, p")
-    ns: dict[str, Any] = {"RL": read_long, "SKIP": _skip_block_size, "NEW": object.__new__,
-                          "UD": struct.Struct("<d").unpack_from, **dec.consts}
-    exec(compile("\n".join(dec.lines), f"<avro object decoder {parsed.get('name')}>", "exec"), ns)
-    fn: ObjectDecoder = ns["decode"]
+    fn: ObjectDecoder = dec.compiled("decode", f"<avro object decoder {parsed.get('name')}>")
     return fn

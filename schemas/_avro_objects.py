@@ -21,14 +21,13 @@ the codec keeps the dict path for it. The codec uses it for the bundled ``RunEve
 from __future__ import annotations
 
 import dataclasses
-import struct
 import types
 import typing
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from schemas._avro_gen import _SMALL, Unsupported, _bad, _EncodeGen, _out_of_range, _union_branch, write_long
+from schemas._avro_gen import Unsupported, _EncodeGen
 
 __all__ = ["ObjectEncoder", "compile_object_encoder"]
 
@@ -65,59 +64,33 @@ class _ObjectEncodeGen(_EncodeGen):
     """:class:`~schemas._avro_gen._EncodeGen` reading attributes where it reads keys; ``py`` is the
     Python type of the value written (its hint)."""
 
-    def emit_obj(self, t: Any, py: Any, expr: str, ind: int) -> None:
-        t = self.resolve(t)
-        pad = "    " * ind
-        out = self.lines.append
-        if isinstance(t, str):
-            self.emit(t, expr, ind)  # a primitive: written as the dict writer writes it
-            return
-        if isinstance(t, list):
-            null, other = _union_branch(t)
-            v = self.var("u")
-            out(f"{pad}{v} = {expr}")
-            out(f"{pad}if {v} is None:")
-            out(f"{pad}    a({_SMALL[null]!r})")
-            out(f"{pad}else:")
-            out(f"{pad}    a({_SMALL[1 - null]!r})")
-            self.emit_obj(other, _optional(py), v, ind + 1)
-            return
-        kind = t.get("type")
-        if kind == "record":
-            if not (isinstance(py, type) and dataclasses.is_dataclass(py)):
-                raise Unsupported(f"record {t.get('name')!r} is not a dataclass ({py!r})")
-            hints = typing.get_type_hints(py)
-            r = self.var("r")
-            out(f"{pad}{r} = {expr}")
-            for f in t["fields"]:
-                name = f["name"]
-                if name not in hints or not name.isidentifier():
-                    raise Unsupported(f"{py.__name__} has no field {name!r}")
-                self.emit_obj(f["type"], hints[name], f"{r}.{name}", ind)
-        elif kind == "enum":
-            if not (isinstance(py, type) and issubclass(py, Enum)):
-                raise Unsupported(f"enum {t.get('name')!r} is not an Enum ({py!r})")
-            table = self.var("E")
-            self.consts[table] = {s: write_long(i) for i, s in enumerate(t["symbols"])}
-            # the member's value as the dict mapping's ``.value`` gives it, without the property
-            # (anything else, a plain string too, has no ``_value_``: the codec takes the dict path)
-            out(f"{pad}a({table}[{expr}._value_])")
-        elif kind in ("array", "map"):
-            v, item = self.var("c"), self.var("i")
-            out(f"{pad}{v} = {expr}")
-            out(f"{pad}if {v}:")
-            out(f"{pad}    a(L(len({v})))")
-            if kind == "array":
-                out(f"{pad}    for {item} in {v}:")
-                self.emit_obj(t["items"], _items(py), item, ind + 2)
-            else:
-                k = self.var("k")
-                out(f"{pad}    for {k}, {item} in {v}.items():")
-                self.emit("string", k, ind + 2)
-                self.emit_obj(t["values"], _values(py), item, ind + 2)
-            out(f"{pad}a(Z)")
-        else:
-            raise Unsupported(f"type {kind!r}")
+    def record(self, t: dict[str, Any], py: Any, expr: str, ind: int) -> None:
+        if not (isinstance(py, type) and dataclasses.is_dataclass(py)):
+            raise Unsupported(f"record {t.get('name')!r} is not a dataclass ({py!r})")
+        hints = typing.get_type_hints(py)
+        r = self.var("r")
+        self.lines.append(f"{'    ' * ind}{r} = {expr}")
+        for f in t["fields"]:
+            name = f["name"]
+            if name not in hints or not name.isidentifier():
+                raise Unsupported(f"{py.__name__} has no field {name!r}")
+            self.emit(f["type"], f"{r}.{name}", ind, hints[name])
+
+    def enum_value(self, t: dict[str, Any], py: Any, expr: str) -> str:
+        if not (isinstance(py, type) and issubclass(py, Enum)):
+            raise Unsupported(f"enum {t.get('name')!r} is not an Enum ({py!r})")
+        # the member's value as the dict mapping's ``.value`` gives it, without the property
+        # (anything else, a plain string too, has no ``_value_``: the codec takes the dict path)
+        return f"{expr}._value_"
+
+    def optional(self, py: Any) -> Any:
+        return _optional(py)
+
+    def items(self, py: Any) -> Any:
+        return _items(py)
+
+    def values(self, py: Any) -> Any:
+        return _values(py)
 
 
 def compile_object_encoder(parsed: Any, cls: type) -> ObjectEncoder:
@@ -130,10 +103,7 @@ def compile_object_encoder(parsed: Any, cls: type) -> ObjectEncoder:
     """
     enc = _ObjectEncodeGen()
     enc.lines += ["def encode(rec):", "    parts = []; a = parts.append"]
-    enc.emit_obj(parsed, cls, "rec", 1)
+    enc.emit(parsed, "rec", 1, cls)
     enc.lines.append("    return b''.join(parts)")
-    ns: dict[str, Any] = {"L": write_long, "S": _SMALL, "D": struct.Struct("<d").pack, "T": b"\x01",
-                          "F": b"\x00", "Z": b"\x00", "BAD": _bad, "OUT": _out_of_range, **enc.consts}
-    exec(compile("\n".join(enc.lines), f"<avro object encoder {parsed.get('name')}>", "exec"), ns)
-    fn: ObjectEncoder = ns["encode"]
+    fn: ObjectEncoder = enc.compiled("encode", f"<avro object encoder {parsed.get('name')}>")
     return fn
