@@ -29,11 +29,7 @@ from urllib.parse import unquote, urlsplit
 from schemas._types import ArtifactRef
 from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
-__all__ = ["DEFAULT_INLINE_BYTES", "ArtifactStore", "LocalArtifactStore", "inline_bytes", "inline_ref",
-           "is_inline", "label"]
-
-DEFAULT_INLINE_BYTES = 512
-"""Payloads of up to this many bytes travel inside their event (``RUNLOG_ARTIFACT_INLINE_BYTES``)."""
+__all__ = ["ArtifactStore", "LocalArtifactStore", "inline_bytes", "inline_ref", "is_inline", "label"]
 
 _DATA = "data:"
 
