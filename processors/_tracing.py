@@ -2,13 +2,13 @@
 
 :class:`Tracing` is on when ``Settings.tracing`` (``RUNLOG_TRACING``, default true) is and
 OpenTelemetry is installed (the ``otel`` extra); otherwise every span it opens is a
-:class:`~producers.run._trace.NoSpan` and nothing else happens (no import, no headers). Spans go
+:class:`~runlog.producers.run._trace.NoSpan` and nothing else happens (no import, no headers). Spans go
 to the tracer provider passed in, else the global one (``opentelemetry.trace.set_tracer_provider``,
 which Logfire's ``logfire.configure()`` or ``opentelemetry-instrument`` set): any exporter works.
 
 :meth:`Tracing.span` makes its span current (OpenTelemetry's context, so the runner's run span of
 a resume nests under it) and its W3C context the one records written meanwhile carry
-(:func:`schemas._tracecontext.carrying`): an operator's events and resume requests, a resume's
+(:func:`runlog.schemas._tracecontext.carrying`): an operator's events and resume requests, a resume's
 ``LEASE_ACQUIRED``. Attributes are identifiers only (run id, epoch, outcome), prefixed ``runlog.``;
 a failed span records the exception's type, never its message.
 """
@@ -20,12 +20,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-from producers.run._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
-from schemas._tracecontext import TraceContext, carrying, current
-from schemas.settings import Settings
+from runlog.producers.run._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
+from runlog.schemas._tracecontext import TraceContext, carrying, current
+from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from producers.otel import OtelTracer
+    from runlog.producers.otel import OtelTracer
 
 __all__ = ["OPERATOR_COMMANDS", "Tracing", "command_span"]
 
@@ -46,7 +46,7 @@ class Tracing:
         self._otel: OtelTracer | None = None
         if settings is None or settings.tracing:
             try:
-                from producers.otel import OtelTracer
+                from runlog.producers.otel import OtelTracer
             except ImportError:  # the otel extra is not installed: nothing is traced
                 return
             self._otel = OtelTracer(tracer_provider)

@@ -16,12 +16,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from redis.exceptions import RedisClusterException
 
-from schemas._kafka_auth import served
-from schemas._redis import is_cluster_url
-from schemas._redis import redis_client as _redis_client
-from schemas.errors import ConfigError, RunlogError, TopicConfigConflict
-from schemas.settings import Settings
-from schemas.topics import Topics, TopicSpec
+from runlog.schemas._kafka_auth import served
+from runlog.schemas._redis import is_cluster_url
+from runlog.schemas._redis import redis_client as _redis_client
+from runlog.schemas.errors import ConfigError, RunlogError, TopicConfigConflict
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, TopicSpec
 
 __all__ = [
     "RedisModeMismatch",

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.inspect import run_history
-from processors.resume import App
-from producers import ArtifactStore, LocalArtifactStore, Runner
-from projections._usage import INHERITED_ATTRIBUTE
-from schemas import (
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import App
+from runlog.producers import ArtifactStore, LocalArtifactStore, Runner
+from runlog.projections._usage import INHERITED_ATTRIBUTE
+from runlog.schemas import (
     ArtifactRef,
     ConfigError,
     DeliveryError,
@@ -202,7 +202,7 @@ class _Seen:
 def _what_happened(settings: Settings, run_id: str) -> _Seen:
     """From the branch's log: the stages it verified itself (not inherited), the stage of its
     ``RUN_BLOCKED``, and its last ``FAILED`` (the error, the stage)."""
-    from projections.log_reader import read_run
+    from runlog.projections.log_reader import read_run
 
     ran: list[str] = []
     blocked: str | None = None

@@ -4,7 +4,7 @@ It takes the run's lease at a new epoch (``LEASE_ACQUIRED`` with who and what), 
 ``SIGNAL_RECEIVED`` of signal ``runlog.budget`` whose attributes carry the new caps (``tokens``,
 ``cost_nanos``, ``soft_tokens``, ``soft_cost_nanos``; a cap not given is kept), who and why, releases
 the lease, and asks the resumer group for a resume when the run waits at its cap. The fold applies
-the caps (:mod:`projections._budget`); the resumed run checks its next model call against them.
+the caps (:mod:`runlog.projections._budget`); the resumed run checks its next model call against them.
 
 Refused, with nothing appended, for a settled run (completed or cancelled), without ``--by`` or
 ``--reason``, or with no cap to set.
@@ -12,12 +12,12 @@ Refused, with nothing appended, for a settled run (completed or cancelled), with
 
 from __future__ import annotations
 
-from processors.operate import OperatorRefused, OperatorResult, _load, _runner, _who, _why, take_lease
-from producers.define._budget import Budget
-from producers.run._lease import LeaseHeld
-from projections import RunStatus
-from projections._budget import BUDGET_SIGNAL
-from schemas import EventType, Settings, WorkflowDefinitionError
+from runlog.processors.operate import OperatorRefused, OperatorResult, _load, _runner, _who, _why, take_lease
+from runlog.producers.define._budget import Budget
+from runlog.producers.run._lease import LeaseHeld
+from runlog.projections import RunStatus
+from runlog.projections._budget import BUDGET_SIGNAL
+from runlog.schemas import EventType, Settings, WorkflowDefinitionError
 
 __all__ = ["raise_budget"]
 

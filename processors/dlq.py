@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from projections.batch import DeadLetter
+from runlog.projections.batch import DeadLetter
 
 __all__ = [
     "H_DETAIL",

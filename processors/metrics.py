@@ -5,8 +5,8 @@ library's global default one), so several components, or several tests, in one p
 do not collide. :class:`MetricsServer` serves one registry's ``GET /metrics`` from a
 daemon thread (:func:`prometheus_client.start_http_server`).
 
-The SDK side (``runlog_writer_*``) lives in :mod:`producers.log._metrics`: a
-:class:`~producers.log._writer.RunWriter` counts into a registry only when it is given one.
+The SDK side (``runlog_writer_*``) lives in :mod:`runlog.producers.log._metrics`: a
+:class:`~runlog.producers.log._writer.RunWriter` counts into a registry only when it is given one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from projections.batch import BatchResult
+from runlog.projections.batch import BatchResult
 
 __all__ = ["RECOVERY_REASONS", "RESUME_OUTCOMES", "MetricsServer", "ProjectorMetrics", "ResumerMetrics"]
 
@@ -26,7 +26,7 @@ one applied: a failover lost acknowledged writes)."""
 
 RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
                    "not_mine", "not_served", "unknown_run", "error")
-"""``runlog_resumer_resumes_total`` outcomes: a :class:`~processors.resume.ResumeOutcome` result,
+"""``runlog_resumer_resumes_total`` outcomes: a :class:`~runlog.processors.resume.ResumeOutcome` result,
 ``unknown_run`` (neither Redis nor the log knows the run) or ``error`` (the resume raised)."""
 
 _APPLY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -127,7 +127,8 @@ class ProjectorMetrics:
 class ResumerMetrics:
     """The resumer's metrics (``runlog_resumer_*``) in ``registry`` (a new one when None).
 
-    The resumer's own :class:`~producers.log._writer.RunWriter` counts its appends into the same registry
+    The resumer's own :class:`~runlog.producers.log._writer.RunWriter` counts its appends into the same
+    registry
     (``runlog_writer_*``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

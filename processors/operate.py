@@ -37,18 +37,18 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from producers import Runner, Workflow
-from producers.calls._keys import canonical_json
-from producers.calls._ledger import EffectLedger, LedgerEntry
-from producers.log._runlog import KafkaRunLog
-from producers.log._session import RunSession
-from producers.run._lease import LeaseHeld
-from projections import RedisStore, RunState, RunStatus, fold, read_run_tail
-from projections._state import EffectEntry
-from schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings
+from runlog.producers import Runner, Workflow
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.producers.log._runlog import KafkaRunLog
+from runlog.producers.log._session import RunSession
+from runlog.producers.run._lease import LeaseHeld
+from runlog.projections import RedisStore, RunState, RunStatus, fold, read_run_tail
+from runlog.projections._state import EffectEntry
+from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings
 
 if TYPE_CHECKING:
-    from processors.resume import App, ResumeOutcome
+    from runlog.processors.resume import App, ResumeOutcome
 
 __all__ = ["OperatorRefused", "OperatorResult", "cancel_run", "load_run", "resolve_effect", "retry_run",
            "take_lease"]
@@ -367,7 +367,7 @@ def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool
             effects ledger still records in doubt in another run (a branch by its parent's: the
             message names that run and key; resolve it there first).
     """
-    from processors.resume import Resumer, UnknownRun
+    from runlog.processors.resume import Resumer, UnknownRun
 
     who = _who(by)
     with Resumer(settings, app) as r:

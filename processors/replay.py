@@ -6,7 +6,7 @@ A replay is a new run of the recorded run's workflow and version, with its param
 projections, the live effects ledger or the live topics, and it is itself recorded (``runlog show``,
 ``runlog audit`` read it with ``RUNLOG_TOPIC_PREFIX`` / ``RUNLOG_REDIS_PREFIX`` set to the namespace).
 
-Before each of its tool calls is executed, the replay decides (:mod:`producers.calls._replay_hook`):
+Before each of its tool calls is executed, the replay decides (:mod:`runlog.producers.calls._replay_hook`):
 
 * a **model call** (a tool that reports usage, such as a Pydantic AI agent's model requests) is made
   anew, with ``--model`` when given (the agents of the run use that model instead of their own);
@@ -17,7 +17,7 @@ Before each of its tool calls is executed, the replay decides (:mod:`producers.c
 * any other call of a **read** (a ``SAFE`` or ``IDEMPOTENT`` tool that is not an effect) is
   **executed** anew;
 * any other call of an **effect** tool (any policy) is **not made**: the replay stops there with the
-  reason (:class:`~producers.calls._replay_hook.NotReplayed`), as its report says.
+  reason (:class:`~runlog.producers.calls._replay_hook.NotReplayed`), as its report says.
 
 The report compares the two runs: each stage's output (same, changed, or not reached), the calls
 (served, executed, made anew, stopped, and recorded calls the replay did not make), and what the
@@ -32,15 +32,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.admin import ensure_topics
-from processors.operate import OperatorRefused
-from producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
-from producers.define._app import App
-from producers.define._tools import CallInfo, Tool
-from projections._state import RunState, RunStatus
-from projections._usage import UsageTotals
-from schemas._types import EventType
-from schemas.settings import Settings
+from runlog.processors.admin import ensure_topics
+from runlog.processors.operate import OperatorRefused
+from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
+from runlog.producers.define._app import App
+from runlog.producers.define._tools import CallInfo, Tool
+from runlog.projections._state import RunState, RunStatus
+from runlog.projections._usage import UsageTotals
+from runlog.schemas._types import EventType
+from runlog.schemas.settings import Settings
 
 __all__ = ["CallOutcome", "ReplayReport", "eval_settings", "replay_cohort", "replay_run"]
 
@@ -133,7 +133,7 @@ class _Decider:
 
 
 def _load(settings: Settings, app: App, run_id: str) -> tuple[RunState, dict[str, Any], Any]:
-    from processors.resume import Resumer, UnknownRun
+    from runlog.processors.resume import Resumer, UnknownRun
 
     with Resumer(settings, app) as r:
         try:
@@ -148,7 +148,7 @@ def _recorded_calls(settings: Settings, run_id: str) -> dict[str, tuple[str | No
     """``call id -> (request hash, result ref, tool)`` of every call the run's log records, in log
     order (a call recorded again, by a resume or after an upgrade, keeps its latest record). The
     run's state keeps only the calls since its last checkpoint; the replay needs them all."""
-    from processors.inspect.log import run_history
+    from runlog.processors.inspect.log import run_history
 
     out: dict[str, tuple[str | None, Any, str]] = {}
     for le in run_history(settings, run_id):
@@ -187,8 +187,8 @@ def replay_run(settings: Settings, app: App, run_id: str, *, model: str | None =
         OperatorRefused: the run is unknown, has no workflow, or ``app`` does not register its
             workflow at its version.
     """
-    from processors.resume import Resumer
-    from producers import Runner
+    from runlog.processors.resume import Resumer
+    from runlog.producers import Runner
 
     state, params, store = _load(settings, app, run_id)
     wf = state.workflow
@@ -244,7 +244,7 @@ def replay_cohort(settings: Settings, app: App, workflow: str, since_ms: int, *,
                   limit: int | None = None) -> tuple[str, list[ReplayReport]]:
     """Replay every completed run of ``workflow`` started at or after ``since_ms`` (from the
     projection), oldest first, into one evaluation namespace; that namespace and the reports."""
-    from projections import RedisStore
+    from runlog.projections import RedisStore
 
     store = RedisStore.from_settings(settings)
     try:

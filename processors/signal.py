@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
-from producers import Runner
-from producers.calls._calls import WAIT
-from producers.calls._keys import canonical_json
-from producers.run._lease import LeaseHeld
-from projections import RunStatus
-from schemas import EventType, ReplayPolicy, Settings, WorkflowDefinitionError
+from runlog.processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
+from runlog.producers import Runner
+from runlog.producers.calls._calls import WAIT
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.run._lease import LeaseHeld
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, ReplayPolicy, Settings, WorkflowDefinitionError
 
 __all__ = ["APPROVAL", "approve_run", "parse_data", "reject_run", "signal_run"]
 

@@ -1,15 +1,15 @@
 """Reading a run's streamed model output from an offset (the client behind ``runlog tail``).
 
-The streams topic (:mod:`producers.streams`) keeps a run's records in one partition, in the order
+The streams topic (:mod:`runlog.producers.streams`) keeps a run's records in one partition, in the order
 they were written; a record's address is its offset there. :class:`StreamReader` reads the run's
 partition from an offset (no consumer group: the reader keeps its own place), hands back the run's
 records with their offsets and :attr:`StreamReader.next_offset`, the offset to resume from after a
 disconnect (``StreamReader(settings, run_id, from_offset=reader.next_offset)``): nothing is missed
 and nothing is read twice. Records of other runs sharing the partition are skipped.
 
-A record that does not decode is handed back as an entry with its :class:`~schemas.errors.DecodeError`
+A record that does not decode is handed back as an entry with its :class:`~runlog.schemas.errors.DecodeError`
 (``entry.error``, its ``reason``), and, with ``dead_letters`` given, produced to the dead-letter
-topic with the headers every dead letter carries (:func:`processors.dlq.headers`, the original
+topic with the headers every dead letter carries (:func:`runlog.processors.dlq.headers`, the original
 topic, partition and offset: produced at least once, readers deduplicate by them).
 """
 
@@ -23,13 +23,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from processors.dlq import headers
-from schemas._codec import Codec
-from schemas._kafka_auth import served
-from schemas._types import StreamKind, StreamRecord
-from schemas.errors import ConfigError, DecodeError, LogUnavailable
-from schemas.settings import Settings
-from schemas.topics import Topics, partition_for
+from runlog.processors.dlq import headers
+from runlog.schemas._codec import Codec
+from runlog.schemas._kafka_auth import served
+from runlog.schemas._types import StreamKind, StreamRecord
+from runlog.schemas.errors import ConfigError, DecodeError, LogUnavailable
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, partition_for
 
 __all__ = ["StreamEntry", "StreamReader", "superseded"]
 

@@ -6,7 +6,7 @@ operator takes the run's lease at a new epoch (``LEASE_ACQUIRED``, ``action=upgr
 ``RUN_UPGRADED`` (the new workflow, the checkpoint the run goes on from, who, why, from, to); then the
 run continues in this process on the new code, as a resume does.
 
-What runs again is decided from the stage fingerprints (:meth:`producers.Stage.fingerprint`) the run
+What runs again is decided from the stage fingerprints (:meth:`runlog.producers.Stage.fingerprint`) the run
 recorded at its start (``RUN_STARTED`` attribute ``runlog.stages``) against the new version's: the
 run goes on from its latest checkpoint whose completed stages are, in order, the first stages of the
 new version with unchanged fingerprints. Every later stage runs on the new code. A run recorded
@@ -28,17 +28,17 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from processors.operate import OperatorRefused
-from producers.define._app import App
-from producers.define._workflow import Workflow
-from projections._state import RunState, RunStatus
-from schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EventType, ReplayPolicy
-from schemas.errors import WorkflowDefinitionError
+from runlog.processors.operate import OperatorRefused
+from runlog.producers.define._app import App
+from runlog.producers.define._workflow import Workflow
+from runlog.projections._state import RunState, RunStatus
+from runlog.schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EventType, ReplayPolicy
+from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from processors.resume.resumer import ResumeOutcome
-    from producers.calls._ledger import LedgerEntry
-    from schemas.settings import Settings
+    from runlog.processors.resume.resumer import ResumeOutcome
+    from runlog.producers.calls._ledger import LedgerEntry
+    from runlog.schemas.settings import Settings
 
 __all__ = ["UpgradePlan", "UpgradeResult", "plan_upgrade", "upgrade_run", "upgrade_runs"]
 
@@ -215,8 +215,8 @@ def upgrade_run(settings: Settings, app: App, run_id: str, to_version: str, *, b
             and a run whose writer still holds its lease (it is running: upgrade it once it let go,
             or cancel it).
     """
-    from processors.operate import _who
-    from processors.resume import Resumer, UnknownRun
+    from runlog.processors.operate import _who
+    from runlog.processors.resume import Resumer, UnknownRun
 
     who = _who(by)
     if not reason.strip():
@@ -261,7 +261,7 @@ def upgrade_runs(settings: Settings, app: App, workflow: str, from_version: str,
                  by: str, reason: str, dry_run: bool = False) -> list[tuple[str, UpgradeResult | str]]:
     """Upgrade every open run of ``workflow@from_version`` (from the projection): per run its result or
     why it was refused."""
-    from projections import RedisStore
+    from runlog.projections import RedisStore
 
     store = RedisStore.from_settings(settings)
     try:

@@ -6,30 +6,30 @@ Workflows and stages (``Workflow``, ``rule``), tools with replay and retry polic
 ``wait_for``), the resumer's application object (``App``), input sources, the artifact store
 (``load_args`` reads a call's recorded arguments back), settings, and the errors an author
 catches. Crash points for testing one's own workflows' crash safety are the public module
-:mod:`producers.crash`. Plumbing (the writer, sessions,
+:mod:`runlog.producers.crash`. Plumbing (the writer, sessions,
 leases, the ledger, key helpers) lives in the private modules and is not part of this surface.
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
 per process, keyed by run id; effect intents are confirmed before the effect,
-everything else is confirmed at each stage end (see :mod:`producers.log._writer`).
+everything else is confirmed at each stage end (see :mod:`runlog.producers.log._writer`).
 """
 
-from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
-from producers.calls._calls import WaitTimedOut
-from producers.calls._stored_args import load_args
-from producers.define._app import App
-from producers.define._budget import Budget
-from producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
-from producers.define._prices import Price, PriceTable
-from producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
-from producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
-from producers.run._arunner import AsyncRunner
-from producers.run._context import AsyncStageContext, CallPosition, StageContext
-from producers.run._core import RunResult
-from producers.run._runner import Runner
-from producers.run._start import RunHandle
-from schemas._types import ReplayPolicy, Usage
-from schemas.errors import (
+from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from runlog.producers.calls._calls import WaitTimedOut
+from runlog.producers.calls._stored_args import load_args
+from runlog.producers.define._app import App
+from runlog.producers.define._budget import Budget
+from runlog.producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
+from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
+from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
+from runlog.producers.run._arunner import AsyncRunner
+from runlog.producers.run._context import AsyncStageContext, CallPosition, StageContext
+from runlog.producers.run._core import RunResult
+from runlog.producers.run._runner import Runner
+from runlog.producers.run._start import RunHandle
+from runlog.schemas._types import ReplayPolicy, Usage
+from runlog.schemas.errors import (
     ArtifactError,
     DeliveryError,
     Diverged,
@@ -44,7 +44,7 @@ from schemas.errors import (
     VerificationFailed,
     WorkflowDefinitionError,
 )
-from schemas.settings import Settings
+from runlog.schemas.settings import Settings
 
 __all__ = [
     "App",

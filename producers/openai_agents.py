@@ -18,20 +18,20 @@ with an ``on_invoke_tool`` that is a recorded call (the agent cloned for the run
   by default, or ``IDEMPOTENT``): its arguments are the model's name, the instructions, the input
   items, the model settings, the tools, the output schema, the handoffs, the previous response
   and conversation ids and the prompt, as JSON; the input items and the tools are stored by
-  reference (:attr:`producers.Tool.args_by_ref`: a conversation's items once, not once per
+  reference (:attr:`runlog.producers.Tool.args_by_ref`: a conversation's items once, not once per
   turn). Its result is the ``ModelResponse``: its output items (the ``openai`` package's pydantic
   models) in their wire form, its usage and ids. On resume a recorded call is read back and the
   model is not called; a call at a recorded position that asks something else (another prompt,
-  history, tool set, model or settings) raises :class:`~schemas.errors.Diverged` and the run
+  history, tool set, model or settings) raises :class:`~runlog.schemas.errors.Diverged` and the run
   blocks. The response's usage (input, output, cached and cache-write tokens) is recorded with
   the call's ``TOOL_RESULT`` under the model's name, priced by the App's price table.
 * **Tool calls.** Each call of a function tool is a recorded call of a Runlog tool whose arguments
   are the model's JSON arguments: ``openai_agents.tool.<name>.<tool>`` with ``tools_policy``
-  (``SAFE`` by default), or the Runlog :class:`~producers.Tool` that ``tools=`` maps the function
+  (``SAFE`` by default), or the Runlog :class:`~runlog.producers.Tool` that ``tools=`` maps the function
   tool's name to. A mapped tool keeps its whole declaration (replay policy, effect, target,
   delivery key, reconcile function, retry policy); what runs inside the recorded call is the
   function tool itself (the mapped tool's ``fn`` is not called, so declare it around the same
-  function), which reads the call's :class:`~producers.CallInfo` (delivery key, idempotency key,
+  function), which reads the call's :class:`~runlog.producers.CallInfo` (delivery key, idempotency key,
   fencing epoch) with :func:`current_call`. An effect tool returns a JSON object with a string
   ``"external_id"``; declare its function tool with ``failure_error_function=None`` so that its
   failure fails the call (the SDK's default turns an exception into a message for the model,
@@ -51,14 +51,14 @@ Rules of the road:
 * Anything that feeds a model call must be the same on a re-run (instructions, the input, tool
   definitions): read the clock or a random source in the stage (``ctx.now()``, ``ctx.random()``)
   and pass the value in the input or the context.
-* Out of scope, refused with :class:`~schemas.errors.WorkflowDefinitionError`: streaming
+* Out of scope, refused with :class:`~runlog.schemas.errors.WorkflowDefinitionError`: streaming
   (``Runner.run_streamed``), handoffs, MCP servers, local tools other than function tools (computer,
   shell, apply-patch, custom tools), tools that need approval or have a timeout
   (``function_tool(timeout=...)``), and the SDK's own model retries (``ModelSettings.retry``: use
   ``model_retry``). Guardrails run again on a re-run (keep them pure). An agent spans several
   stages by passing its items on: return ``result.to_input_list()`` from one stage and give it
   (with the new message appended) as the input in the next.
-* Resume needs the mapped effect tools registered in the :class:`~producers.App`
+* Resume needs the mapped effect tools registered in the :class:`~runlog.producers.App`
   (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
   reconciled with the registered tool's reconcile function before the stage runs again.
 """
@@ -68,7 +68,7 @@ from __future__ import annotations
 try:
     import agents as _agents  # noqa: F401
 except ImportError as _err:  # pragma: no cover - exercised without the extra installed
-    raise ImportError('producers.openai_agents needs the OpenAI Agents SDK: '
+    raise ImportError('runlog.producers.openai_agents needs the OpenAI Agents SDK: '
                       'pip install "runlog[openai-agents]"') from _err
 
 import dataclasses
@@ -96,11 +96,11 @@ from agents.models.interface import Model
 from agents.run import DEFAULT_MAX_TURNS
 from agents.tool_context import ToolContext
 
-from producers.define._tools import CallInfo, RetryPolicy, Tool
-from producers.integrations._openai_agents_json import SDK_ERROR_ATTR, decode_result, encode_result
-from producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
-from schemas._types import ReplayPolicy
-from schemas.errors import TerminalToolError, WorkflowDefinitionError
+from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
+from runlog.producers.integrations._openai_agents_json import SDK_ERROR_ATTR, decode_result, encode_result
+from runlog.producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
+from runlog.schemas._types import ReplayPolicy
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 try:
     from agents.run_internal.turn_preparation import get_model_settings as _resolve_settings
@@ -108,7 +108,7 @@ except ImportError:  # pragma: no cover - the SDK moved its resolver: the agent'
     _resolve_settings = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext
+    from runlog.producers import AsyncStageContext
 
 __all__ = ["RunlogAgent", "current_call"]
 
@@ -133,7 +133,7 @@ class RunlogAgent:
         model_policy: replay policy of the model calls, ``SAFE`` (default) or ``IDEMPOTENT``.
         model_retry: retry policy of a model call, applied to the model's rate-limit, connection
             and server errors (others fail the call at once).
-        tools: function tool name -> the Runlog :class:`~producers.Tool` its calls are recorded as.
+        tools: function tool name -> the Runlog :class:`~runlog.producers.Tool` its calls are recorded as.
         tools_policy: replay policy of every other function tool, ``SAFE`` (default) or ``IDEMPOTENT``.
 
     Raises:

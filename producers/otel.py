@@ -1,7 +1,7 @@
 """OpenTelemetry spans for runs, stages and tool calls (the ``runlog[otel]`` extra).
 
 ``Runner(..., tracer=OtelTracer())`` maps the runner's trace hooks
-(:mod:`producers.run._trace`) onto OpenTelemetry spans:
+(:mod:`runlog.producers.run._trace`) onto OpenTelemetry spans:
 
 * one span per run, per stage and per tool call, named ``runlog.<kind> <name>``
   (``runlog.run article``, ``runlog.stage research``, ``runlog.call search``), all of kind
@@ -17,7 +17,7 @@
 Trace context on the log: a run span's W3C context (:attr:`OtelSpan.trace_context`) goes into the
 ``traceparent`` / ``tracestate`` headers of the run's records and into its ``RUN_STARTED``
 attributes, so a resume in another process continues the run's trace
-(:mod:`schemas._tracecontext`). :meth:`OtelTracer.start_span` opens the spans of Runlog's processors
+(:mod:`runlog.schemas._tracecontext`). :meth:`OtelTracer.start_span` opens the spans of Runlog's processors
 (a resume, an operator command, a projector batch): a parent given as a recorded context, links to
 the contexts of the records that caused them.
 
@@ -47,10 +47,10 @@ try:
         TraceState,
     )
 except ImportError as e:  # pragma: no cover - exercised by a test with the package hidden
-    raise ImportError("producers.otel needs OpenTelemetry: pip install 'runlog[otel]'") from e
+    raise ImportError("runlog.producers.otel needs OpenTelemetry: pip install 'runlog[otel]'") from e
 
-from producers.run._trace import AttrValue, Span, SpanKind
-from schemas._tracecontext import TraceContext
+from runlog.producers.run._trace import AttrValue, Span, SpanKind
+from runlog.schemas._tracecontext import TraceContext
 
 __all__ = ["OtelSpan", "OtelTracer", "remote_context", "span_context", "trace_context"]
 
@@ -98,7 +98,7 @@ def trace_context(ctx: SpanContext) -> TraceContext | None:
 
 
 class OtelSpan:
-    """One OpenTelemetry span behind the runner's :class:`~producers.run._trace.Span`."""
+    """One OpenTelemetry span behind the runner's :class:`~runlog.producers.run._trace.Span`."""
 
     __slots__ = ("_ended", "_trace", "context", "span")
 
@@ -133,7 +133,7 @@ class OtelSpan:
 
 
 class OtelTracer:
-    """The runner's :class:`~producers.run._trace.Tracer` on OpenTelemetry.
+    """The runner's :class:`~runlog.producers.run._trace.Tracer` on OpenTelemetry.
 
     Args:
         tracer_provider: where spans go; None: the global provider

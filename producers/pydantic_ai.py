@@ -23,13 +23,13 @@ the agent's toolsets whose ``call_tool`` is a recorded call, installed for one r
   JSON; its result is the ``ModelResponse`` as JSON. The messages and the request parameters are
   stored by reference (``Tool.args_by_ref``): each message once, content-addressed, the call's
   recorded arguments naming them by hash, so a conversation of ``n`` turns stores its messages
-  once, not ``n`` times (:func:`producers.load_args` reads a request back whole); the request hash
+  once, not ``n`` times (:func:`runlog.producers.load_args` reads a request back whole); the request hash
   is over the whole request, as before. On resume a recorded turn is read back and the model is
   not called. Fields that change on every run and are not the request
   (``timestamp``, ``run_id``, ``conversation_id`` of messages and parts, and tool call ids Pydantic
   AI generated, ``pyd_ai_...``) are left out of the recorded arguments, so the determinism guard
   compares what was asked: a request at a recorded position that is not the recorded request (a
-  different prompt, history, tool set or model) raises :class:`~schemas.errors.Diverged` and the
+  different prompt, history, tool set or model) raises :class:`~runlog.schemas.errors.Diverged` and the
   run blocks.
 * **Usage.** Each model request records what its response's ``RequestUsage`` says it used (input,
   output, cache read and cache write tokens) with its result (``RunEvent.usage``), the model named
@@ -39,12 +39,12 @@ the agent's toolsets whose ``call_tool`` is a recorded call, installed for one r
   the projection's totals (``RunState.usage``) count each request once.
 * **Tool calls.** Each call of an agent tool is a recorded call of a Runlog tool with the
   model's (validated) arguments as its arguments: ``pydantic_ai.tool.<name>.<tool>`` with
-  ``tools_policy`` (``SAFE`` by default), or the Runlog :class:`~producers.Tool` that ``tools=``
+  ``tools_policy`` (``SAFE`` by default), or the Runlog :class:`~runlog.producers.Tool` that ``tools=``
   maps the agent tool's name to. A mapped tool keeps its whole declaration (replay policy,
   effect, target, delivery key, reconcile function, retry policy): what runs inside the recorded
   call is the agent's own tool function (the mapped tool's ``fn`` is not called, so declare it
   around that same function: ``tool("orders.save", ...)(save_order)``), which reads the
-  call's :class:`~producers.CallInfo` (idempotency key, delivery key, fencing epoch) with
+  call's :class:`~runlog.producers.CallInfo` (idempotency key, delivery key, fencing epoch) with
   :func:`current_call`. An effect tool returns a JSON object with a string ``"external_id"``.
   ``ModelRetry``, ``ToolFailed``, ``CallDeferred`` and ``ApprovalRequired`` raised by a tool are
   recorded as data and raised again on replay; an effect tool may not raise them (the effect
@@ -71,13 +71,13 @@ Rules of the road (the determinism guard enforces them):
   functions (``output_type=fn`` runs ``fn`` again on a re-run: keep it pure). An agent spans several
   stages by passing its messages on: return ``dump_messages(result.all_messages())`` from one
   stage and give ``load_messages(ctx.output_of(...)[...])`` as ``message_history`` in the next.
-* Resume needs the mapped effect tools registered in the :class:`~producers.App`
+* Resume needs the mapped effect tools registered in the :class:`~runlog.producers.App`
   (``App.of(workflows, [*durable.tools(), ...], source)``): ``RECONCILE_FIRST`` intents are
   reconciled with the registered tool's reconcile function before the stage runs again.
 
 Streaming (``run_stream``, ``iter`` with ``node.stream``, ``run(..., event_stream_handler=...)``): a
 streaming model request is still one recorded call whose result is the whole ``ModelResponse``.
-While it runs, its events go to the streams topic as they arrive (:mod:`producers.streams`: text
+While it runs, its events go to the streams topic as they arrive (:mod:`runlog.producers.streams`: text
 as ``DELTA`` records, other events as ``EVENT``, the whole response as ``FINAL``); the agent's own
 consumers (the stream of ``run_stream``, ``node.stream``, the handler) get the events of the
 recorded response once it is recorded, the same on a first run and a replay, as in Pydantic AI's
@@ -85,7 +85,7 @@ durable integrations. A recorded request is read back and not streamed again; an
 follows one that died mid-stream (or a retry) starts with a ``SUPERSEDED`` record for the call.
 
 Anything that is not JSON data (arguments, results, settings, tool metadata) raises
-:class:`~schemas.errors.WorkflowDefinitionError` naming it.
+:class:`~runlog.schemas.errors.WorkflowDefinitionError` naming it.
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ from __future__ import annotations
 try:
     import pydantic_ai as _pydantic_ai  # noqa: F401
 except ImportError as _err:  # pragma: no cover - exercised without the extra installed
-    raise ImportError('producers.pydantic_ai needs Pydantic AI: pip install "runlog[pydantic-ai]" (with a '
-                      'model provider: "runlog[pydantic-ai-openai]", or "pydantic-ai-slim[<provider>]")'
+    raise ImportError('runlog.producers.pydantic_ai needs Pydantic AI: '
+                      'pip install "runlog[pydantic-ai]" (with a model provider: '
+                      '"runlog[pydantic-ai-openai]", or "pydantic-ai-slim[<provider>]")'
                       ) from _err
 
 import dataclasses
@@ -129,10 +130,15 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 
-from producers.calls._replay_hook import model_override
-from producers.define._tools import CallInfo, RetryPolicy, Tool
-from producers.integrations._pydantic_ai_call import RETRYABLE_MODEL_ERRORS, calling, current_call, unbound
-from producers.integrations._pydantic_ai_json import (
+from runlog.producers.calls._replay_hook import model_override
+from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
+from runlog.producers.integrations._pydantic_ai_call import (
+    RETRYABLE_MODEL_ERRORS,
+    calling,
+    current_call,
+    unbound,
+)
+from runlog.producers.integrations._pydantic_ai_json import (
     decode_response,
     decode_result,
     dump_messages,
@@ -143,16 +149,16 @@ from producers.integrations._pydantic_ai_json import (
     load_messages,
     request_args,
 )
-from producers.integrations._pydantic_ai_positions import Positions, pending_calls
-from producers.integrations._pydantic_ai_stream import StreamedTools, streamed_request
-from producers.integrations._pydantic_ai_usage import usage_reader
-from producers.streams import StreamWriter, default_stream_writer
-from schemas._types import ReplayPolicy
-from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
-from schemas.settings import Settings
+from runlog.producers.integrations._pydantic_ai_positions import Positions, pending_calls
+from runlog.producers.integrations._pydantic_ai_stream import StreamedTools, streamed_request
+from runlog.producers.integrations._pydantic_ai_usage import usage_reader
+from runlog.producers.streams import StreamWriter, default_stream_writer
+from runlog.schemas._types import ReplayPolicy
+from runlog.schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext
+    from runlog.producers import AsyncStageContext
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
 
@@ -271,10 +277,11 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
             (the call then carries an idempotency key, :func:`current_call` inside the request).
         model_retry: retry policy of a model request, applied to rate-limit, unavailable, server
             and connection errors of the model (others fail the call at once).
-        tools: agent tool name -> the Runlog :class:`~producers.Tool` its calls are recorded as
+        tools: agent tool name -> the Runlog :class:`~runlog.producers.Tool` its calls are recorded as
             (replay policy, effect, target, delivery key, reconcile function, retry policy).
         tools_policy: replay policy of every other agent tool, ``SAFE`` (default) or ``IDEMPOTENT``.
-        stream: where streamed output is written (default: :func:`producers.streams.default_stream_writer`).
+        stream: where streamed output is written (default:
+        :func:`runlog.producers.streams.default_stream_writer`).
 
     Raises:
         WorkflowDefinitionError: no name, a name with '/', or a policy that needs a declaration.
@@ -387,7 +394,7 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
 
     def stream_writer(self, ctx: AsyncStageContext) -> StreamWriter:
         """The writer of this agent's streamed output in ``ctx``'s run: ``stream=``, or the process's
-        for the settings of the run's writer (:func:`producers.streams.default_stream_writer`)."""
+        for the settings of the run's writer (:func:`runlog.producers.streams.default_stream_writer`)."""
         run_writer = getattr(ctx.session, "writer", None)
         settings = getattr(run_writer, "settings", None)
         writer = self._stream or default_stream_writer(settings if isinstance(settings, Settings) else None)

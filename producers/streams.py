@@ -1,12 +1,12 @@
 """The stream writer: partial model output on the streams topic, keyed by run id, off the run's log.
 
-A model call that streams (a :class:`~producers.pydantic_ai.RunlogAgent`'s ``run_stream``, ``iter``
+A model call that streams (a :class:`~runlog.producers.pydantic_ai.RunlogAgent`'s ``run_stream``, ``iter``
 with ``node.stream``, an ``event_stream_handler``) is still one recorded call whose result is the
-whole response; while it runs, each piece of output is a :class:`~schemas.StreamRecord` on
+whole response; while it runs, each piece of output is a :class:`~runlog.schemas.StreamRecord` on
 ``<prefix>runlog.streams``: ``BEGIN``, then ``DELTA`` (text added to a response part) and ``EVENT``
 (any other model event, as JSON), then ``FINAL`` (the whole response). A record's address is its
 offset in the run's partition: a reader resumes from the offset after the last one it saw
-(:mod:`processors.streams`, ``runlog tail``).
+(:mod:`runlog.processors.streams`, ``runlog tail``).
 
 An attempt of a call that the log shows was made before without a result (the process died
 mid-stream), or a retry of the call in the same process, starts with a ``SUPERSEDED`` record:
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from schemas._codec import Codec
-from schemas._types import StreamKind, StreamRecord, now_ms
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.schemas._codec import Codec
+from runlog.schemas._types import StreamKind, StreamRecord, now_ms
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 if TYPE_CHECKING:
-    from producers.log._metrics import WriterMetrics
+    from runlog.producers.log._metrics import WriterMetrics
 
 __all__ = ["StreamAttempt", "StreamWriter", "default_stream_writer"]
 

@@ -1,6 +1,6 @@
 """Redis read models of runs (state, checkpoints, effects ledger), the fold that computes them, rebuild.
 
-The fold, the run state and the store port import no driver: ``import projections.fold`` loads
+The fold, the run state and the store port import no driver: ``import runlog.projections.fold`` loads
 neither confluent-kafka, redis nor fastavro. The names that need one (the batch projector, rebuild,
 the Redis store) are imported on first use (PEP 562).
 """
@@ -10,7 +10,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from projections._state import (
+from runlog.projections._state import (
     CallRecord,
     CallStatus,
     CheckpointEntry,
@@ -22,7 +22,7 @@ from projections._state import (
     state_from_json,
     state_to_json,
 )
-from projections.fold import (
+from runlog.projections.fold import (
     Outcome,
     OutcomeKind,
     Position,
@@ -31,11 +31,11 @@ from projections.fold import (
     fold_all,
     fold_many,
 )
-from projections.store import ApplyResult, MemoryStore, ProjectionStore, RunUpdate
+from runlog.projections.store import ApplyResult, MemoryStore, ProjectionStore, RunUpdate
 
 if TYPE_CHECKING:
-    from projections.batch import BatchProjector, BatchResult, DeadLetter, RawRecord, decode_records
-    from projections.rebuild import (
+    from runlog.projections.batch import BatchProjector, BatchResult, DeadLetter, RawRecord, decode_records
+    from runlog.projections.rebuild import (
         RebuildReport,
         diff_namespaces,
         dump_namespace,
@@ -44,15 +44,15 @@ if TYPE_CHECKING:
         run_events,
         swap_namespaces,
     )
-    from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore, apply_script
+    from runlog.projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore, apply_script
 
 _LAZY = {
     **dict.fromkeys(("BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "decode_records"),
-                    "projections.batch"),
+                    "runlog.projections.batch"),
     **dict.fromkeys(("RebuildReport", "diff_namespaces", "dump_namespace", "read_run_tail", "rebuild",
-                     "run_events", "swap_namespaces"), "projections.rebuild"),
+                     "run_events", "swap_namespaces"), "runlog.projections.rebuild"),
     **dict.fromkeys(("ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"),
-                    "projections.redis_store"),
+                    "runlog.projections.redis_store"),
 }
 """Exported names whose module imports a driver, by module."""
 
@@ -71,7 +71,7 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps ``projections.rebuild`` the function: importing the submodule of the same name sets
+    """Keeps ``runlog.projections.rebuild`` the function: importing the submodule of the same name sets
     the package's attribute to the module (the eager import used to rebind it to the function)."""
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -1,10 +1,10 @@
 """Budgets: caps on what a run's model calls may spend, recorded on the log and folded into its state.
 
-A budget (``producers.Budget``, per workflow or per run) is recorded at the run's start as the
+A budget (``runlog.producers.Budget``, per workflow or per run) is recorded at the run's start as the
 ``RUN_STARTED`` attribute :data:`BUDGET_ATTRIBUTE` (JSON, :meth:`BudgetCaps.to_json`); an operator
 raises it with ``runlog budget RUN ...``, a ``SIGNAL_RECEIVED`` of signal :data:`BUDGET_SIGNAL` whose
 attributes carry the new caps, who and why. What counts against the caps is the run's spend as the
-fold sums it (:attr:`~projections.RunState.total_usage`: its own model calls, each once, and a
+fold sums it (:attr:`~runlog.projections.RunState.total_usage`: its own model calls, each once, and a
 branch's inherited spend): a reused recorded call is not new spend.
 
 * **Hard caps** (``tokens``: input plus output tokens; ``cost_nanos``): a model call that would pass
@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from projections._usage import UsageTotals
+from runlog.projections._usage import UsageTotals
 
 __all__ = ["BUDGET_ATTRIBUTE", "BUDGET_SIGNAL", "ON_EXCEEDED", "SOFT_ATTRIBUTE", "BudgetCaps"]
 

@@ -1,9 +1,9 @@
-"""The key moves of a swap on Redis Cluster (:func:`projections._swap.swap_namespaces` does the rest:
+"""The key moves of a swap on Redis Cluster (:func:`runlog.projections._swap.swap_namespaces` does the rest:
 the refusals, the fence, the catch-up, the marker): one script per slot, all or nothing.
 
 A name (a key with its prefix cut off) lies in the same slot under every prefix, because the
 cluster's projection keys carry a hash tag: ``{run}`` for a run's keys, ``{idx:<n>}`` for an index
-shard's (:mod:`projections._sharded`). So the live key, the rebuilt key and the backup key of a name
+shard's (:mod:`runlog.projections._sharded`). So the live key, the rebuilt key and the backup key of a name
 are one slot's, and so are those of every name whose tag hashes to that slot. Each slot's moves are
 one call of ``lua/swap_slot.lua``: it checks, then renames every live key of the slot to the backup
 prefix and every rebuilt key into the live namespace, and sets the slot's journal key (under the
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import redis
 from redis.crc import key_slot
 
-from projections._namespaces import projection_keys
-from projections._sharded import AfterWrites, ProjectionStoreError, ScriptCall, eval_each, lua
-from schemas.errors import RunlogError
+from runlog.projections._namespaces import projection_keys
+from runlog.projections._sharded import AfterWrites, ProjectionStoreError, ScriptCall, eval_each, lua
+from runlog.schemas.errors import RunlogError
 
 __all__ = [
     "SlotMoves", "SplitName", "check_slots", "move_slots", "roll_back_slots", "slot_moves", "split_names",
@@ -105,7 +105,7 @@ def move_slots(r: redis.Redis, groups: list[SlotMoves], live: str, rebuilt: str,
     """Run the ``in`` form of the swap script on every slot of ``groups``, ``chunk`` slots per
     pipeline, calling ``hold`` after each; any slot refused or failed raises (the others of its
     pipeline ran). ``after``: each pipeline waits for replicas of the nodes it moved keys on
-    (:mod:`projections._replicas`), so a failover cannot undo an acknowledged move."""
+    (:mod:`runlog.projections._replicas`), so a failover cannot undo an acknowledged move."""
     for i in range(0, len(groups), chunk):
         raw = eval_each(r, SOURCE, [g.call("in", live, rebuilt, backup) for g in groups[i:i + chunk]], after)
         bad = [x for x in raw if isinstance(x, Exception)]

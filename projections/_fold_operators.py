@@ -1,5 +1,5 @@
 """The fold's handling of operator events (``EFFECT_RESOLVED``, ``RUN_UPGRADED``) and the effect and call
-records every event type updates (part of :mod:`projections.fold`; pure)."""
+records every event type updates (part of :mod:`runlog.projections.fold`; pure)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from projections._budget import BUDGET_ATTRIBUTE, BUDGET_SIGNAL, BudgetCaps
-from projections._fold_outcome import _ACCEPTED, CHECKPOINT_WINDOW, Outcome, OutcomeKind, Position
-from projections._state import (
+from runlog.projections._budget import BUDGET_ATTRIBUTE, BUDGET_SIGNAL, BudgetCaps
+from runlog.projections._fold_outcome import _ACCEPTED, CHECKPOINT_WINDOW, Outcome, OutcomeKind, Position
+from runlog.projections._state import (
     CallRecord,
     CallStatus,
     CheckpointEntry,
@@ -19,8 +19,15 @@ from projections._state import (
     evolve_call,
     evolve_state,
 )
-from projections._usage import NO_USAGE
-from schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, RunEvent
+from runlog.projections._usage import NO_USAGE
+from runlog.schemas._types import (
+    STAGES_ATTRIBUTE,
+    ArtifactRef,
+    Checkpoint,
+    EffectStatus,
+    ReplayPolicy,
+    RunEvent,
+)
 
 __all__ = ["budget_of", "effect", "fingerprints", "raised", "resolved", "spent", "update_call", "upgraded"]
 
@@ -102,7 +109,7 @@ def upgraded(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, 
 
 
 def resolved(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
-    """``EFFECT_RESOLVED``: an operator decided an in-doubt effect (``processors.operate``).
+    """``EFFECT_RESOLVED``: an operator decided an in-doubt effect (``runlog.processors.operate``).
 
     ``decision=done``: the effect is closed ``DONE`` with the external id, and its call gets the
     result ``payload_ref`` (``{"external_id": ...}``), which resume hands back instead of calling.
@@ -180,7 +187,7 @@ def effect(s: RunState, e: RunEvent, status: EffectStatus) -> tuple[RunState, Ou
 
 def spent(s: RunState, e: RunEvent) -> tuple[RunState, Outcome]:
     """A ``TOOL_RESULT`` with usage: the call's tokens and cost added to the run's totals, its stage's
-    and its model's (:mod:`projections._usage`); the outcome carries the usage (the projector's
+    and its model's (:mod:`runlog.projections._usage`); the outcome carries the usage (the projector's
     metrics count it once, as the fold accepts it once)."""
     u = e.usage
     assert u is not None

@@ -1,12 +1,13 @@
-"""What folding one event did (:class:`Outcome`), and the fold's bounds (part of :mod:`projections.fold`)."""
+"""What folding one event did (:class:`Outcome`), and the fold's bounds (part of
+:mod:`runlog.projections.fold`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from projections._state import EffectEntry
-from schemas._types import Checkpoint, Usage
+from runlog.projections._state import EffectEntry
+from runlog.schemas._types import Checkpoint, Usage
 
 __all__ = ["CHECKPOINT_WINDOW", "DIGEST_WINDOW", "REJECTED_WINDOW", "Outcome", "OutcomeKind", "Position"]
 

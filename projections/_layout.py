@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from projections._sharded import dumps, index_entry
-from projections._state import (
+from runlog.projections._sharded import dumps, index_entry
+from runlog.projections._state import (
     CallRecord,
     RunState,
     call_from_json,
@@ -31,7 +31,7 @@ from projections._state import (
     state_to_dict,
     state_to_json_but_calls,
 )
-from projections.store import RunUpdate
+from runlog.projections.store import RunUpdate
 
 __all__ = ["CALLS_APART", "CALL_FIELD", "apply_argv", "run_fields", "state_from_hash"]
 

@@ -1,6 +1,6 @@
 """The names a projection namespace is found by: a run's state key and the namespace marker, and
 the marker's reading. Shared by the store and by writers that ask whether a run is projected
-(:meth:`producers.run._runs.RunKeys.known`); no driver is imported here."""
+(:meth:`runlog.producers.run._runs.RunKeys.known`); no driver is imported here."""
 
 from __future__ import annotations
 

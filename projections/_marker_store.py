@@ -1,4 +1,4 @@
-"""The namespace marker and the rebuild lock of a :class:`~projections.redis_store.RedisStore` (a mixin
+"""The namespace marker and the rebuild lock of a :class:`~runlog.projections.redis_store.RedisStore` (a mixin
 of it): which generation of the namespace a store writes under, whether the namespace is whole
 (``ready``), being rebuilt (``rebuilding``, under the rebuild lock) or replayed by a new projector group
 (``replaying``), and the moves between those states. Every apply is guarded by the generation: a
@@ -13,9 +13,17 @@ from typing import Any
 
 import redis
 
-from projections._marker import READY, REBUILDING, REPLAYING, WRITABLE, Marker, marker_key, parse_marker
-from projections._sharded import ProjectionLost, ProjectionStoreError
-from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+from runlog.projections._marker import (
+    READY,
+    REBUILDING,
+    REPLAYING,
+    WRITABLE,
+    Marker,
+    marker_key,
+    parse_marker,
+)
+from runlog.projections._sharded import ProjectionLost, ProjectionStoreError
+from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 
 __all__ = ["NamespaceMarker"]
 
@@ -154,7 +162,7 @@ class NamespaceMarker:
 
     def invalidate(self) -> bool:
         """Remove the namespace marker if it still holds this store's generation, so the namespace
-        reads as lost and the next :func:`~projections.recovery.recover` rebuilds it from the log
+        reads as lost and the next :func:`~runlog.projections.recovery.recover` rebuilds it from the log
         (every other writer's applies are refused from then on). False when the marker had moved
         on (another instance already invalidated, rebuilt or swapped it)."""
         gen = self._gen

@@ -9,9 +9,9 @@ from typing import Any
 
 import redis
 
-from projections._state import RunStatus
-from projections.redis_store import ProjectionStoreError
-from schemas.errors import ConfigError
+from runlog.projections._state import RunStatus
+from runlog.projections.redis_store import ProjectionStoreError
+from runlog.schemas.errors import ConfigError
 
 __all__ = [
     "NamespaceOverlap",
@@ -48,7 +48,7 @@ def prefixes_overlap(a: str, b: str) -> bool:
 _GLOB = re.compile(r"([\\*?\[\]])")
 _RUN_KEY = re.compile(rb"\{[^}]+\}:(?:state|checkpoints|effects)")
 _GLOBAL_KEYS = frozenset([b"effects:by_key", *(f"runs:by_status:{s.value}".encode() for s in RunStatus)])
-#: the same indexes on Redis Cluster, one copy per shard ``{idx:<n>}`` (see projections.redis_store)
+#: the same indexes on Redis Cluster, one copy per shard ``{idx:<n>}`` (see runlog.projections.redis_store)
 _SHARD_KEY = re.compile(rb"\{idx:[0-9]+\}:(effects:by_key|runs:status|runs:by_status:[A-Z_]+)")
 
 

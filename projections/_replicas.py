@@ -2,9 +2,9 @@
 
 Redis replicates asynchronously: a master answers a write before any replica has it, and when it
 is killed and a replica promoted, what it acknowledged but had not sent is gone. The projector
-commits a batch's Kafka offsets once :meth:`~projections.redis_store.RedisStore.apply` returns, so
+commits a batch's Kafka offsets once :meth:`~runlog.projections.redis_store.RedisStore.apply` returns, so
 a write lost that way is never redone. A lost run state is detected afterwards
-(:class:`~projections.store.StoreWentBack`), a lost global-index write (a run left listed RUNNING)
+(:class:`~runlog.projections.store.StoreWentBack`), a lost global-index write (a run left listed RUNNING)
 is not; so an apply first waits, with Redis ``WAIT numreplicas timeout``, until the writes are on
 replicas of every primary it wrote to.
 
@@ -15,7 +15,7 @@ the waits are queued at the end of the very pipeline that carries the writes, on
 connection. When that pipeline took one of redis-py's detours (a command retried alone after a
 ``MOVED`` or a lost connection, or the whole pipeline sent again after the slot map was reloaded),
 a write may have gone over another connection, or a wait to another node: the waits prove nothing
-then, and the apply fails (:class:`~projections._sharded.ProjectionStoreError`, retried by the
+then, and the apply fails (:class:`~runlog.projections._sharded.ProjectionStoreError`, retried by the
 projector) rather than pass unproven.
 
 How many replicas (``RUNLOG_REDIS_WAIT_REPLICAS``, :attr:`ReplicaWaits.replicas`): None ("auto") on
@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from projections._sharded import ProjectionStoreError
+from runlog.projections._sharded import ProjectionStoreError
 
 __all__ = ["CHECK_EVERY_S", "ReplicaWaits", "ReplicasBehind", "online_replicas"]
 

@@ -1,11 +1,11 @@
-"""The Redis Cluster side of :class:`~projections.redis_store.RedisStore`: the sharded global
+"""The Redis Cluster side of :class:`~runlog.projections.redis_store.RedisStore`: the sharded global
 indexes and the two-step apply, and the runner of one script per slot that the apply and the
-cluster swap (:mod:`projections._cluster_swap`) share.
+cluster swap (:mod:`runlog.projections._cluster_swap`) share.
 
 On Redis Cluster (a ``redis.cluster.RedisCluster`` client, ``REDIS_URL=redis+cluster://...``)
 a script touches one slot, so the layout of the global indexes differs (the run keys and the
-marker do not): they are split into :data:`~schemas._redis.INDEX_SHARDS` shards, each under its
-own hash tag ``{idx:<n>}`` (``n`` = :func:`~schemas._redis.index_shard` of the run id or the
+marker do not): they are split into :data:`~runlog.schemas._redis.INDEX_SHARDS` shards, each under its
+own hash tag ``{idx:<n>}`` (``n`` = :func:`~runlog.schemas._redis.index_shard` of the run id or the
 delivery key):
 
 * ``P:{idx:n}:runs:by_status:S``  sorted set of run ids, as ``P:runs:by_status:S``, for the runs
@@ -21,14 +21,14 @@ is gone: the node owning the slot came back empty), then ``lua/cluster_index.lua
 write on its shard, for updates applied or already applied; both writes are idempotent and
 order-independent. A projector that died between the two steps left the run stored and its index
 entries not: the next projector folds the redelivered batch to duplicates and sends the stored
-state again as an index-only update (``projections.batch._refreshes``), which the run's script
+state again as an index-only update (``runlog.projections.batch._refreshes``), which the run's script
 answers ALREADY and the index step writes.
 The marker is read before each batch (one round trip) rather than inside the run's script: a
 rebuild that starts between that read and the batch's writes is still fenced by the offset
 guard, not by the generation. Listings fan out over the shards.
 
 Before an apply returns, its writes are on replicas: each pipeline ends with a ``WAIT`` per primary
-it wrote to (:mod:`projections._replicas`). Until a batch is whole (both steps, and their waits),
+it wrote to (:mod:`runlog.projections._replicas`). Until a batch is whole (both steps, and their waits),
 its updates are kept (:meth:`ShardedIndexes.apply_whole`) and sent again, ahead of the next
 apply's: a retried batch is folded from states the failed attempt may have stored already, which
 the fold then finds duplicate, so it would write (and wait for) nothing itself.
@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from projections._marker import _text
-from projections._state import EffectEntry, RunStatus, effect_to_dict
-from projections.store import ApplyResult, RunUpdate
-from schemas._redis import index_shard
-from schemas.errors import RunlogError
+from runlog.projections._marker import _text
+from runlog.projections._state import EffectEntry, RunStatus, effect_to_dict
+from runlog.projections.store import ApplyResult, RunUpdate
+from runlog.schemas._redis import index_shard
+from runlog.schemas.errors import RunlogError
 
 __all__ = ["LOST", "RESULTS", "AfterWrites", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes",
            "dumps", "eval_each", "index_entry", "lua", "raise_failed"]
@@ -63,7 +63,7 @@ AfterWrites = Callable[[Any, Sequence[str]], Callable[[list[Any]], list[Any]]]
 """Queues on a pipeline, after its writes, the replica waits that writes to some keys (the first of
 each call) need, and returns the check of the pipeline's answers, which raises when a wait fell
 short and gives back the writes' answers
-(:meth:`projections._replicas.ReplicaWaits.after`)."""
+(:meth:`runlog.projections._replicas.ReplicaWaits.after`)."""
 
 
 class ProjectionStoreError(RunlogError):
@@ -73,14 +73,14 @@ class ProjectionStoreError(RunlogError):
 class ProjectionLost(ProjectionStoreError):
     """The namespace this store was writing is gone or was replaced (the marker no longer holds the
     store's generation), or is being rebuilt: the writer's cached states are void. Nothing of the
-    refused update was written; rebuild or adopt (:func:`projections.recovery.recover`) and retry."""
+    refused update was written; rebuild or adopt (:func:`runlog.projections.recovery.recover`) and retry."""
 
 
 def lua(name: str) -> str:
     """The source of ``projections/lua/<name>``, each ``-- #include <file>`` line replaced by that
     file's source (the shared parts of the scripts, whose names start with ``_``: Redis runs a
     script as one text)."""
-    text = resources.files("projections").joinpath("lua", name).read_text(encoding="utf-8")
+    text = resources.files("runlog.projections").joinpath("lua", name).read_text(encoding="utf-8")
     return "".join(lua(line.split()[2]) if line.startswith("-- #include ") else line
                    for line in text.splitlines(keepends=True))
 
@@ -129,7 +129,7 @@ def _eval_pipeline(client: Any, sha: str, args: Sequence[ScriptCall], after: Aft
 
 
 class ShardedIndexes:
-    """The cluster part of :class:`~projections.redis_store.RedisStore` (a mixin of it): the keys
+    """The cluster part of :class:`~runlog.projections.redis_store.RedisStore` (a mixin of it): the keys
     of the index shards and the two-step apply (see the module docstring)."""
 
     client: redis.Redis

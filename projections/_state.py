@@ -9,10 +9,10 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
-from projections._budget import BudgetCaps
-from projections._usage import NO_USAGE, UsageTotals
-from schemas._plain import PlainMapping
-from schemas._types import (
+from runlog.projections._budget import BudgetCaps
+from runlog.projections._usage import NO_USAGE, UsageTotals
+from runlog.schemas._plain import PlainMapping
+from runlog.schemas._types import (
     ArtifactRef,
     Checkpoint,
     Effect,
@@ -87,7 +87,7 @@ class CallRecord:
 
 @dataclass(frozen=True, slots=True)
 class EffectEntry(Effect):
-    """One entry of the effects ledger (an :class:`~schemas.Effect`, the record published on the
+    """One entry of the effects ledger (an :class:`~runlog.schemas.Effect`, the record published on the
     effects topic), with the call that caused it."""
 
     call_id: str | None = None
@@ -135,7 +135,7 @@ class CheckpointEntry:
     partition: int
     offset: int
     last_hash: str | None = None
-    """``schemas.event_hash`` of the ``VERIFIED`` event at ``last_seq``: with ``last_seq``, an anchor
+    """``runlog.schemas.event_hash`` of the ``VERIFIED`` event at ``last_seq``: with ``last_seq``, an anchor
     of the run's hash chain held outside the log (``runlog audit`` compares the log with it). None
     in state JSON written before the field existed."""
 
@@ -196,13 +196,13 @@ class RunState:
     recent: tuple[tuple[int, str], ...] = ()
     """(seq, content digest) of the last accepted events, oldest first (bounded)."""
     last_hash: str | None = None
-    """``schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``. With
+    """``runlog.schemas.event_hash`` of the last accepted event: the next event's ``prev_hash``. With
     ``last_seq``, the run's anchor (see :attr:`anchor`)."""
     waiting: WaitInfo | None = None
     """Set while stage code waits for a signal (``RUN_WAITING``) until the signal is received."""
     usage: UsageTotals = NO_USAGE
     """What this run's own model calls spent: the usage recorded with its ``TOOL_RESULT`` events, each
-    counted once (:mod:`projections._usage`); a branch's inherited spend is apart."""
+    counted once (:mod:`runlog.projections._usage`); a branch's inherited spend is apart."""
     stage_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
     """Stage name -> what that stage's model calls spent (this run's own calls)."""
     model_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
@@ -210,7 +210,7 @@ class RunState:
     inherited_usage: UsageTotals | None = None
     usage_budget: BudgetCaps | None = None
     """The run's budget (``RUN_STARTED`` attribute ``runlog.budget``, raised by ``runlog budget``:
-    :mod:`projections._budget`); None: no cap."""
+    :mod:`runlog.projections._budget`); None: no cap."""
     """A branch's parent's totals at the fork (``RUN_BRANCHED``); None for a run that is no branch."""
     stage_fingerprints: Mapping[str, str] = field(default_factory=dict)
     """Stage name -> fingerprint of the definition the run is on (``RUN_STARTED`` or the latest
@@ -299,7 +299,7 @@ _effect_fields = attrgetter(*(f.name for f in fields(Effect)))
 
 
 def _effect_part(e: Effect) -> Effect:
-    """The :class:`~schemas.Effect` part of an entry (or of any Effect)."""
+    """The :class:`~runlog.schemas.Effect` part of an entry (or of any Effect)."""
     return Effect(*_effect_fields(e))
 
 
@@ -317,7 +317,7 @@ STATE_JSON = PlainMapping(
     keyed={(RunState, "calls"): "call_id", (RunState, "open_effects"): "delivery_key",
            (RunState, "closed_effects"): "delivery_key"},
 )
-"""The run state's JSON style of the one record mapping (:class:`schemas._plain.PlainMapping`):
+"""The run state's JSON style of the one record mapping (:class:`runlog.schemas._plain.PlainMapping`):
 small records as lists of their field values, calls and effects as lists sorted by key, fields
 added after a state was written read as their defaults (an old state stays readable)."""
 

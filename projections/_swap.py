@@ -3,7 +3,7 @@
 namespace marker saying ``rebuilding``; a failed swap is rolled back from what Redis holds, so the
 live projection is never left empty or half swapped. On standalone Redis the keys move in ``MULTI``
 chunks; on Redis Cluster one script per slot moves that slot's keys, all or nothing
-(:mod:`projections._cluster_swap`)."""
+(:mod:`runlog.projections._cluster_swap`)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,17 @@ from typing import Any
 
 import redis
 
-from projections._cluster_swap import SlotMoves, check_slots, move_slots, roll_back_slots, slot_moves
-from projections._marker import READY
-from projections._namespaces import NamespaceOverlap, delete_namespace, prefixes_overlap, projection_keys
-from projections.redis_store import ProjectionStoreError, RedisStore
-from schemas._redis import is_cluster
-from schemas.errors import RunlogError
+from runlog.projections._cluster_swap import SlotMoves, check_slots, move_slots, roll_back_slots, slot_moves
+from runlog.projections._marker import READY
+from runlog.projections._namespaces import (
+    NamespaceOverlap,
+    delete_namespace,
+    prefixes_overlap,
+    projection_keys,
+)
+from runlog.projections.redis_store import ProjectionStoreError, RedisStore
+from runlog.schemas._redis import is_cluster
+from runlog.schemas.errors import RunlogError
 
 __all__ = ["SWAP_CHUNK", "SwapFailed", "SwapRefused", "swap_namespaces"]
 
@@ -71,7 +76,7 @@ def swap_namespaces(
     5. mark the live namespace ``ready`` under the rebuilt generation, release the lock, and delete
        the backup and the rebuilt marker.
 
-    On Redis Cluster step 4 is one script per slot instead (:mod:`projections._cluster_swap`): each
+    On Redis Cluster step 4 is one script per slot instead (:mod:`runlog.projections._cluster_swap`): each
     slot's renames, of both kinds, happen together or not at all; slots are not atomic together.
     A namespace with a projection key that is not one slot's under both prefixes (no hash tag) is
     refused in step 1.

@@ -1,7 +1,7 @@
 """What a run spent, as the fold counts it (pure: no I/O).
 
 Spend is a fact on the log: a model call's tokens and cost are recorded once, with its
-``TOOL_RESULT`` (:attr:`schemas.RunEvent.usage`). The fold adds each accepted one to the run's
+``TOOL_RESULT`` (:attr:`runlog.schemas.RunEvent.usage`). The fold adds each accepted one to the run's
 totals, its stage's and its model's, so the totals are a function of the accepted events alone:
 
 * a resume, a retry or a replay hands recorded results back without appending them again, so a
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from schemas._types import Usage
+from runlog.schemas._types import Usage
 
 __all__ = ["INHERITED_ATTRIBUTE", "NO_USAGE", "UsageTotals", "inherited_from"]
 

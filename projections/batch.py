@@ -12,13 +12,13 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from projections._state import EffectEntry, RunState, StoredCheckpoint
-from projections.fold import Outcome, OutcomeKind, Position, fold
-from projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
-from schemas._codec import Codec
-from schemas._hash import event_hash
-from schemas._types import Checkpoint, RunEvent, Usage
-from schemas.errors import DecodeError, RunlogError
+from runlog.projections._state import EffectEntry, RunState, StoredCheckpoint
+from runlog.projections.fold import Outcome, OutcomeKind, Position, fold
+from runlog.projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
+from runlog.schemas._codec import Codec
+from runlog.schemas._hash import event_hash
+from runlog.schemas._types import Checkpoint, RunEvent, Usage
+from runlog.schemas.errors import DecodeError, RunlogError
 
 __all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "Received", "decode_records"]
 
@@ -26,7 +26,7 @@ MAX_ATTEMPTS = 5
 
 Received = tuple[RunEvent, Position, str]
 """A decoded event, its record's position and its hash computed from the record's bytes as read
-(``schemas.event_hash(event, body)``: the body as received for a version-2 event, never a
+(``runlog.schemas.event_hash(event, body)``: the body as received for a version-2 event, never a
 re-encoding), which the fold takes as the event's ``content_hash``."""
 
 
@@ -262,7 +262,7 @@ class BatchProjector:
 def _refreshes(folded: dict[str, _Folded], stored: dict[str, RunState]) -> list[RunUpdate]:
     """Updates that rewrite nothing but the indexes, for the runs whose stored state already held
     every event of the batch (a redelivery): on Redis Cluster an apply is two steps (the run's
-    slot, then the index shards, :mod:`projections._sharded`), and a projector that died between
+    slot, then the index shards, :mod:`runlog.projections._sharded`), and a projector that died between
     them left the run's state stored and its index entries not; the fold of the redelivered batch
     finds only duplicates, so without these nothing would ever write them. The store answers
     ALREADY to the run's own write (its offset is the stored one) and rewrites the run's status

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from projections._budget import BUDGET_SIGNAL
-from projections._fold_operators import budget_of, raised
-from projections._fold_operators import effect as _effect
-from projections._fold_operators import fingerprints as _fingerprints
-from projections._fold_operators import resolved as _resolved
-from projections._fold_operators import spent as _spent
-from projections._fold_operators import update_call as _update_call
-from projections._fold_operators import upgraded as _upgraded
-from projections._fold_outcome import (
+from runlog.projections._budget import BUDGET_SIGNAL
+from runlog.projections._fold_operators import budget_of, raised
+from runlog.projections._fold_operators import effect as _effect
+from runlog.projections._fold_operators import fingerprints as _fingerprints
+from runlog.projections._fold_operators import resolved as _resolved
+from runlog.projections._fold_operators import spent as _spent
+from runlog.projections._fold_operators import update_call as _update_call
+from runlog.projections._fold_operators import upgraded as _upgraded
+from runlog.projections._fold_outcome import (
     _ACCEPTED,
     CHECKPOINT_WINDOW,
     DIGEST_WINDOW,
@@ -31,7 +31,7 @@ from projections._fold_outcome import (
     OutcomeKind,
     Position,
 )
-from projections._state import (
+from runlog.projections._state import (
     CallRecord,
     CallStatus,
     CheckpointEntry,
@@ -41,10 +41,10 @@ from projections._state import (
     WaitInfo,
     evolve_state,
 )
-from projections._usage import INHERITED_ATTRIBUTE, inherited_from
-from schemas._hash import event_hash
-from schemas._tracecontext import TRACEPARENT, TRACESTATE
-from schemas._types import (
+from runlog.projections._usage import INHERITED_ATTRIBUTE, inherited_from
+from runlog.schemas._hash import event_hash
+from runlog.schemas._tracecontext import TRACEPARENT, TRACESTATE
+from runlog.schemas._types import (
     Checkpoint,
     EffectStatus,
     EventType,
@@ -103,7 +103,7 @@ def fold(
         position: (partition, offset) of the event's record, when read from Kafka; makes
             redelivery of any record (rejected ones included) a no-op.
         content_hash: the event's hash as its record was read, ``event_hash(event, body)`` with the
-            body from :meth:`schemas.Codec.decode_with_body`: every reader of the log passes it.
+            body from :meth:`runlog.schemas.Codec.decode_with_body`: every reader of the log passes it.
             None: ``event_hash(event)``, which for a version-2 event encodes it with the current
             schema (right for events written with it: in-memory paths, tests).
 
@@ -310,7 +310,7 @@ def _verified(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState,
 
 Item = RunEvent | tuple[RunEvent, Position | None] | tuple[RunEvent, Position | None, str | None]
 """What :func:`fold_all` and :func:`fold_many` take: an event, ``(event, position)``, or
-``(event, position, content_hash)`` (as :func:`projections.batch.decode_records` gives)."""
+``(event, position, content_hash)`` (as :func:`runlog.projections.batch.decode_records` gives)."""
 
 
 def _unpack(item: Item) -> tuple[RunEvent, Position | None, str | None]:

@@ -9,16 +9,16 @@ otherwise): records appended meanwhile are not read, so a read always ends.
 * :meth:`LogReader.batches` (and :func:`read_range`): partition -> ``(start, end)`` offsets
   (``end`` exclusive), in batches of raw messages, each partition in offset order;
 * :meth:`LogReader.run_events` (and :func:`read_run`): one run's events, decoded, with their
-  offsets: the run's partition (:func:`schemas.topics.partition_for`), only records keyed by
+  offsets: the run's partition (:func:`runlog.schemas.topics.partition_for`), only records keyed by
   the run id, from an offset to the partition's high watermark at start;
   :meth:`LogReader.run_records` (and :func:`read_run_records`) the same with each event's hash
-  computed from its record's bytes as read (``schemas.event_hash(event, body)``), for folding;
+  computed from its record's bytes as read (``runlog.schemas.event_hash(event, body)``), for folding;
 * :meth:`LogReader.topic_ranges` and :func:`read_topic`: every partition from its low watermark
   (or a given offset) to its high watermark at start.
 
-Every watermark is read with :func:`schemas._kafka.watermarks` (a leader election is waited out).
+Every watermark is read with :func:`runlog.schemas._kafka.watermarks` (a leader election is waited out).
 A read that gets no record for ``stall_s`` seconds while records are still due raises
-:class:`~schemas.errors.RunlogError` (``no progress reading ...``); so does a topic that does not
+:class:`~runlog.schemas.errors.RunlogError` (``no progress reading ...``); so does a topic that does not
 exist. An optional progress callback is called with ``(records read, records in the range)``;
 :func:`progress_bar` draws one on a text stream.
 
@@ -36,13 +36,13 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from schemas._codec import Codec
-from schemas._hash import event_hash
-from schemas._kafka import RETRIABLE_METADATA_ERRORS, watermarks
-from schemas._types import RunEvent
-from schemas.errors import DecodeError, LogUnavailable, RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics, partition_for
+from runlog.schemas._codec import Codec
+from runlog.schemas._hash import event_hash
+from runlog.schemas._kafka import RETRIABLE_METADATA_ERRORS, watermarks
+from runlog.schemas._types import RunEvent
+from runlog.schemas.errors import DecodeError, LogUnavailable, RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, partition_for
 
 __all__ = [
     "BATCH",
@@ -229,7 +229,7 @@ class LogReader:
     def run_records(self, run_id: str, partition: int | None = None, from_offset: int = 0, *,
                     codec: Codec | None = None) -> Iterator[tuple[int, RunEvent, str]]:
         """:meth:`run_events` with each event's hash, from its record's bytes as read
-        (``schemas.event_hash(event, body)``): what the fold takes as ``content_hash``."""
+        (``runlog.schemas.event_hash(event, body)``): what the fold takes as ``content_hash``."""
         cdc = codec or Codec.from_settings(self.settings)
         p = self.partition_of(run_id) if partition is None else partition
         lo, hi = self.watermarks([p])[p]

@@ -1,14 +1,14 @@
 """Rebuild projections from the log, compare namespaces, swap them, and fold one run's tail.
 
-Reads go through :mod:`projections.log_reader` (assigned partitions, no group
+Reads go through :mod:`runlog.projections.log_reader` (assigned partitions, no group
 offsets committed): every partition from the beginning (or a given offset) up
 to the high watermark taken at start. Rebuild writes through the
-same :class:`~projections.batch.BatchProjector` as the live projector, so a
+same :class:`~runlog.projections.batch.BatchProjector` as the live projector, so a
 rebuild of the same log gives the same keys, field by field.
 
 Rebuild is three modules: this one replays the log; the namespaces (which keys are the
-projection's, overlaps, dumps and diffs) are :mod:`projections._namespaces`, the swap
-:mod:`projections._swap`. Every name stays importable from here.
+projection's, overlaps, dumps and diffs) are :mod:`runlog.projections._namespaces`, the swap
+:mod:`runlog.projections._swap`. Every name stays importable from here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TextIO
 
 import redis
 
-from projections._namespaces import (
+from runlog.projections._namespaces import (
     NamespaceOverlap,
     delete_namespace,
     diff_namespaces,
@@ -29,16 +29,16 @@ from projections._namespaces import (
     is_projection_key,
     prefixes_overlap,
 )
-from projections._state import RunState
-from projections._swap import SwapFailed, SwapRefused, swap_namespaces
-from projections.batch import BatchProjector, RawRecord
-from projections.fold import fold
-from projections.log_reader import LogReader, progress_bar, read_run, read_run_records
-from projections.redis_store import RedisStore
-from schemas._codec import Codec
-from schemas._redis import redis_client
-from schemas._types import RunEvent
-from schemas.settings import Settings
+from runlog.projections._state import RunState
+from runlog.projections._swap import SwapFailed, SwapRefused, swap_namespaces
+from runlog.projections.batch import BatchProjector, RawRecord
+from runlog.projections.fold import fold
+from runlog.projections.log_reader import LogReader, progress_bar, read_run, read_run_records
+from runlog.projections.redis_store import RedisStore
+from runlog.schemas._codec import Codec
+from runlog.schemas._redis import redis_client
+from runlog.schemas._types import RunEvent
+from runlog.schemas.settings import Settings
 
 __all__ = [
     "NamespaceOverlap",
@@ -146,7 +146,7 @@ def run_events(
     """One run's decodable events, with their offsets, from ``from_offset`` to the high
     watermark its partition had when the read began (records of other runs are skipped
     undecoded; undecodable ones are the projector's dead letters, not the run's story).
-    :func:`projections.log_reader.read_run`."""
+    :func:`runlog.projections.log_reader.read_run`."""
     return read_run(settings, run_id, partition, from_offset, codec=codec)
 
 

@@ -6,7 +6,7 @@ happen is a projector folding the middle of a run onto nothing and committing
 the offsets past it. Two guards see to that:
 
 * **While running**, every apply carries the namespace generation
-  (:class:`~projections.redis_store.RedisStore`); once the marker is gone the
+  (:class:`~runlog.projections.redis_store.RedisStore`); once the marker is gone the
   script refuses and the store raises :class:`ProjectionLost`. The projector
   then calls :func:`recover`: one instance (the holder of the rebuild lock)
   replays the whole events topic into the live namespace under a new
@@ -29,13 +29,13 @@ from typing import TextIO
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from projections._marker import WRITABLE
-from projections.batch import BatchProjector
-from projections.rebuild import RebuildReport, replay_into
-from projections.redis_store import ProjectionLost, RedisStore
-from schemas.errors import RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.projections._marker import WRITABLE
+from runlog.projections.batch import BatchProjector
+from runlog.projections.rebuild import RebuildReport, replay_into
+from runlog.projections.redis_store import ProjectionLost, RedisStore
+from runlog.schemas.errors import RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["RecoveryTimeout", "lost_at_start", "recover"]
 

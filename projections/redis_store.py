@@ -1,4 +1,4 @@
-"""The Redis adapter of :class:`~projections.store.ProjectionStore`.
+"""The Redis adapter of :class:`~runlog.projections.store.ProjectionStore`.
 
 Key layout (``P`` = ``settings.redis_prefix``; braces are literal hash tags, so
 one run's keys share a Redis Cluster slot):
@@ -6,19 +6,19 @@ one run's keys share a Redis Cluster slot):
 * ``P:{run}:state``        hash: status, stage, next_stage, last_seq, last_hash, epoch,
   partition, offset, workflow, workflow_version, updated_at, rejected, checkpoint,
   open_effects, ``snapshot`` (the RunState as JSON but its calls) and ``call:<call id>`` per
-  call (``calls`` = ``apart``; :mod:`projections._layout`);
+  call (``calls`` = ``apart``; :mod:`runlog.projections._layout`);
 * ``P:{run}:checkpoints``  sorted set by last_seq of JSON {checkpoint, state};
 * ``P:{run}:effects``      hash delivery_key -> effect JSON;
 * ``P:runs:by_status:S``   sorted set of run ids by last update time (event time);
 * ``P:effects:by_key``     hash delivery_key -> effect JSON (includes run_id, status and
   ``sort_key``): when runs share a delivery key, the entry with the smallest
-  :attr:`~projections._state.EffectEntry.sort_key` (done beats open, then the earliest opened),
+  :attr:`~runlog.projections._state.EffectEntry.sort_key` (done beats open, then the earliest opened),
   so the live projector and a rebuild pick the same run whatever order they process runs in;
 * ``P:projection``         hash: ``gen`` (a token naming this incarnation of the namespace) and
   ``state`` (``ready`` | ``rebuilding``); ``P:projection:rebuild`` the rebuild lock.
 
 The state's ``last_seq`` and ``last_hash`` (in the snapshot too, with the seq and hash of each
-recent checkpoint entry) are the run's anchors: the seq and ``schemas.event_hash`` of the last
+recent checkpoint entry) are the run's anchors: the seq and ``runlog.schemas.event_hash`` of the last
 event the fold accepted, held outside the log; ``runlog audit`` checks that the log still holds
 that event at that seq. State written before hashes existed has none: no anchor.
 
@@ -26,14 +26,14 @@ The marker makes a lost Redis visible: every apply carries the generation the
 writer claimed or adopted, and the script refuses (``LOST``) when the marker no
 longer holds it (Redis restarted empty, flushed, or the namespace swapped), so
 a projector never folds a run's middle onto nothing. It then rebuilds the
-namespace from the log (:mod:`projections.recovery`).
+namespace from the log (:mod:`runlog.projections.recovery`).
 
 Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
 On Redis Cluster the global indexes are sharded, one hash tag per shard, and an apply is two
-pipelined steps: that layout and its apply are :mod:`projections._sharded` (a mixin of the store).
+pipelined steps: that layout and its apply are :mod:`runlog.projections._sharded` (a mixin of the store).
 An apply returns once its writes are on replicas (``RUNLOG_REDIS_WAIT_REPLICAS``: on a cluster by
-default, on a standalone server when set to a number; :mod:`projections._replicas`).
+default, on a standalone server when set to a number; :mod:`runlog.projections._replicas`).
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ from typing import Any
 
 import redis
 
-from projections._layout import apply_argv, state_from_hash
-from projections._marker import (
+from runlog.projections._layout import apply_argv, state_from_hash
+from runlog.projections._marker import (
     Marker,
     state_key,
 )
-from projections._marker_store import NamespaceMarker
-from projections._replicas import ReplicaWaits
-from projections._sharded import (
+from runlog.projections._marker_store import NamespaceMarker
+from runlog.projections._replicas import ReplicaWaits
+from runlog.projections._sharded import (
     LOST,
     RESULTS,
     AfterWrites,
@@ -61,7 +61,7 @@ from projections._sharded import (
     lua,
     raise_failed,
 )
-from projections._state import (
+from runlog.projections._state import (
     EffectEntry,
     RunState,
     RunStatus,
@@ -70,9 +70,9 @@ from projections._state import (
     effect_from_dict,
     state_from_dict,
 )
-from projections.store import ApplyResult, RunUpdate
-from schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
-from schemas.settings import Settings
+from runlog.projections.store import ApplyResult, RunUpdate
+from runlog.schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
+from runlog.schemas.settings import Settings
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
 
@@ -85,12 +85,12 @@ def apply_script() -> str:
 
 class RedisStore(NamespaceMarker, ShardedIndexes):
     """Projection store in Redis under ``prefix`` (see the module docstring; on Redis Cluster,
-    :mod:`projections._sharded`)."""
+    :mod:`runlog.projections._sharded`)."""
 
     def __init__(self, client: redis.Redis, prefix: str, *, wait_replicas: int | None = None,
                  wait_ms: int = 2000) -> None:
         """``wait_replicas`` and ``wait_ms``: how many replicas must hold an apply's writes before
-        it returns (None: auto) and how long to wait for them (:mod:`projections._replicas`)."""
+        it returns (None: auto) and how long to wait for them (:mod:`runlog.projections._replicas`)."""
         self.client = client
         self.prefix = prefix
         self._gen: str | None = None
@@ -138,7 +138,7 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
     def effects_index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
 
-    # on Redis Cluster: the sharded global indexes (projections._sharded)
+    # on Redis Cluster: the sharded global indexes (runlog.projections._sharded)
 
     def status_keys(self, status: RunStatus) -> list[str]:
         """Every key holding the runs of ``status``: one, or one per shard on a cluster."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from projections._state import CallRecord, EffectEntry, RunState, RunStatus, StoredCheckpoint
-from schemas.errors import RunlogError
+from runlog.projections._state import CallRecord, EffectEntry, RunState, RunStatus, StoredCheckpoint
+from runlog.schemas.errors import RunlogError
 
 __all__ = ["ApplyResult", "MemoryStore", "ProjectionStore", "RunUpdate", "StoreWentBack"]
 

@@ -6,8 +6,8 @@ The codec's names are imported on first use (PEP 562), so the types alone load n
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from schemas._hash import event_hash
-from schemas._types import (
+from runlog.schemas._hash import event_hash
+from runlog.schemas._types import (
     ArtifactRef,
     Checkpoint,
     Effect,
@@ -25,7 +25,7 @@ from schemas._types import (
     WorkflowSpec,
     now_ms,
 )
-from schemas.errors import (
+from runlog.schemas.errors import (
     ArtifactCorrupt,
     ArtifactError,
     ArtifactMissing,
@@ -47,11 +47,11 @@ from schemas.errors import (
     VerificationFailed,
     WorkflowDefinitionError,
 )
-from schemas.settings import Settings
-from schemas.topics import Topics, TopicSpec, murmur2, partition_for
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, TopicSpec, murmur2, partition_for
 
 if TYPE_CHECKING:
-    from schemas._codec import (
+    from runlog.schemas._codec import (
         SINGLE_OBJECT_MAGIC,
         Codec,
         SchemaRegistry,
@@ -67,7 +67,7 @@ _CODEC = frozenset({"SINGLE_OBJECT_MAGIC", "Codec", "SchemaRegistry", "crc64_avr
 def __getattr__(name: str) -> Any:
     if name not in _CODEC:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("schemas._codec"), name)
+    value = getattr(importlib.import_module("runlog.schemas._codec"), name)
     globals()[name] = value
     return value
 

@@ -14,7 +14,7 @@ The subset is what Runlog's schemas use: records, enums, arrays, maps, ``null``/
 ``int``/``long``/``double``/``string``/``bytes``, unions of ``null`` and one other type, named
 types referenced by name. A schema outside it raises :class:`Unsupported`, and the codec keeps
 fastavro for it. Only a record written with the reader's own schema takes the generated reader;
-other writer schemas are resolved by fastavro (:mod:`schemas._codec`).
+other writer schemas are resolved by fastavro (:mod:`runlog.schemas._codec`).
 
 Errors: the generated writer raises whatever Python raises on a value of the wrong type (the
 codec then lets fastavro write it, or name the problem, so behaviour on bad input is
@@ -173,7 +173,7 @@ def _union_branch(t: list[Any]) -> tuple[int, Any]:
 
 class _EncodeGen(_Gen):
     """Writes a record from its Avro dict. The hooks below (``py``: the Python type of the value, None
-    here) are where :mod:`schemas._avro_objects` reads a record's object instead."""
+    here) are where :mod:`runlog.schemas._avro_objects` reads a record's object instead."""
 
     def emit(self, t: Any, expr: str, ind: int, py: Any = None) -> None:
         t = self.resolve(t)
@@ -270,7 +270,7 @@ class _DecodeGen(_Gen):
 
     def emit(self, t: Any, target: str, ind: int, py: Any = None) -> None:
         """Reads ``t`` into ``target``: a dict for a record (the hooks, as in :class:`_EncodeGen`, are
-        where :mod:`schemas._avro_object_reader` builds objects instead)."""
+        where :mod:`runlog.schemas._avro_object_reader` builds objects instead)."""
         t = self.resolve(t)
         pad = "    " * ind
         out = self.lines.append

@@ -1,12 +1,12 @@
 """A generated Avro reader that builds a record's Python object directly (the codec's read path).
 
-:func:`schemas._avro_gen.compile_schema` reads a record into its Avro dict, which the codec then
-turns into the dataclass (:mod:`schemas._mapping`: every field looked up by name again, enums
+:func:`runlog.schemas._avro_gen.compile_schema` reads a record into its Avro dict, which the codec then
+turns into the dataclass (:mod:`runlog.schemas._mapping`: every field looked up by name again, enums
 converted by value, arrays copied into tuples, nested records converted one by one): about as much
 time as reading the bytes. :func:`compile_object_decoder` walks the schema and the dataclass's type
 hints together once and writes a function that reads the bytes as the dict reader does (the same
 statements for every primitive, union and block) but builds the objects themselves: a record's
-fields are set on a new object through its slots (what ``schemas._plain`` does after reading a
+fields are set on a new object through its slots (what ``runlog.schemas._plain`` does after reading a
 dict), an enum index gives the member from a table made once (``EventType(symbol)`` for each
 symbol), an array gives a tuple, a map of strings the dict read.
 
@@ -15,7 +15,7 @@ compares them, and fastavro's reading, over generated events of every shape) and
 dict reader fails, with the same exceptions (``IndexError`` on a body that ends early,
 ``ValueError`` or ``UnicodeDecodeError`` on a malformed one). A class whose fields or hints do
 not match the schema (a field missing from the schema, an enum symbol its class does not take, a
-union the generator does not take) raises :class:`~schemas._avro_gen.Unsupported`, and the codec
+union the generator does not take) raises :class:`~runlog.schemas._avro_gen.Unsupported`, and the codec
 keeps the dict path. Only a record written with the reader's own schema takes it; the codec uses
 it for the bundled ``RunEvent`` only (past schemas are resolved by fastavro, then mapped as before).
 """
@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, ClassVar
 
-from schemas._avro_gen import Unsupported, _DecodeGen
-from schemas._avro_objects import _items, _optional, _values
+from runlog.schemas._avro_gen import Unsupported, _DecodeGen
+from runlog.schemas._avro_objects import _items, _optional, _values
 
 __all__ = ["ObjectDecoder", "compile_object_decoder"]
 
@@ -38,7 +38,7 @@ ObjectDecoder = Callable[[bytes, int], tuple[Any, int]]
 
 
 class _ObjectDecodeGen(_DecodeGen):
-    """:class:`~schemas._avro_gen._DecodeGen` building objects where it builds dicts; ``py`` is the
+    """:class:`~runlog.schemas._avro_gen._DecodeGen` building objects where it builds dicts; ``py`` is the
     Python type of the value read (its hint)."""
 
     globals_: ClassVar[Mapping[str, Any]] = {**_DecodeGen.globals_, "NEW": object.__new__}
@@ -98,7 +98,7 @@ class _ObjectDecodeGen(_DecodeGen):
             cls = self.const("C", py)
             out(f"{pad}{target} = {cls}({', '.join(f'{n}={values[n]}' for n in names)})")
             return
-        # what ``schemas._plain`` does after reading a dict: a new object, its slots set directly
+        # what ``runlog.schemas._plain`` does after reading a dict: a new object, its slots set directly
         out(f"{pad}{target} = NEW({self.const('C', py)})")
         for n in names:
             out(f"{pad}{self.const('SET', getattr(py, n).__set__)}({target}, {values[n]})")

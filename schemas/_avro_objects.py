@@ -1,7 +1,7 @@
 """A generated Avro writer that reads a record's Python object directly (the codec's write path).
 
-:func:`schemas._avro_gen.compile_schema` writes a record from its Avro dict, so an append first
-builds that dict (:mod:`schemas._mapping`: every field, nested records, enums by value, tuples as
+:func:`runlog.schemas._avro_gen.compile_schema` writes a record from its Avro dict, so an append first
+builds that dict (:mod:`runlog.schemas._mapping`: every field, nested records, enums by value, tuples as
 lists, maps copied): a tenth of an append's time on the write path. :func:`compile_object_encoder`
 walks the schema and the dataclass's type hints together once and writes a function that reads
 the object's attributes where the dict writer reads keys (``ev.stage`` for ``rec['stage']``),
@@ -11,10 +11,10 @@ writes **the same bytes** (``tests/unit/schemas/test_avro_objects.py`` compares 
 fastavro's for generated events) and fails where that would: a value of the wrong type raises
 ``TypeError``, ``AttributeError`` or ``KeyError`` (the codec then takes the dict path, so
 behaviour on bad input is unchanged), an ``int`` outside 32 bits
-:class:`~schemas._avro_gen.OutOfRange`.
+:class:`~runlog.schemas._avro_gen.OutOfRange`.
 
 A class whose fields or hints do not match the schema (a field missing, an enum that is not an
-``Enum``, a union the generator does not take) raises :class:`~schemas._avro_gen.Unsupported`, and
+``Enum``, a union the generator does not take) raises :class:`~runlog.schemas._avro_gen.Unsupported`, and
 the codec keeps the dict path for it. The codec uses it for the bundled ``RunEvent`` only.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from schemas._avro_gen import Unsupported, _EncodeGen
+from runlog.schemas._avro_gen import Unsupported, _EncodeGen
 
 __all__ = ["ObjectEncoder", "compile_object_encoder"]
 
@@ -61,7 +61,7 @@ def _values(py: Any) -> Any:
 
 
 class _ObjectEncodeGen(_EncodeGen):
-    """:class:`~schemas._avro_gen._EncodeGen` reading attributes where it reads keys; ``py`` is the
+    """:class:`~runlog.schemas._avro_gen._EncodeGen` reading attributes where it reads keys; ``py`` is the
     Python type of the value written (its hint)."""
 
     def record(self, t: dict[str, Any], py: Any, expr: str, ind: int) -> None:

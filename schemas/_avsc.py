@@ -16,7 +16,7 @@ from typing import Any, cast
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
 
-from schemas.errors import ConfigError
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["RECORD_FILES", "Writer", "crc64_avro", "load_past_schemas", "load_schema", "writer_for"]
 
@@ -61,7 +61,7 @@ _PAST_FILES: dict[str, tuple[str, ...]] = {
 
 
 def _read_avsc(name: str) -> dict[str, Any]:
-    text = resources.files("schemas").joinpath("avro", name).read_text(encoding="utf-8")
+    text = resources.files("runlog.schemas").joinpath("avro", name).read_text(encoding="utf-8")
     return cast(dict[str, Any], json.loads(text))
 
 

@@ -1,7 +1,7 @@
 """Client configuration built from the settings, in one place: librdkafka's (producers, consumers,
 admin clients, with pass-through security and its log lines routed to Python logging), the Schema
 Registry client's, and redis-py's keyword arguments. :class:`ClientConfig` is a base of
-:class:`~schemas.settings.Settings`, which holds the values these methods read; the results hold
+:class:`~runlog.schemas.settings.Settings`, which holds the values these methods read; the results hold
 credentials and are never logged."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.errors import ConfigError
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig"]
 
@@ -33,11 +33,12 @@ def _close_time_noise(text: str) -> bool:
 class _KafkaNoise(logging.Filter):
     """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger),
     and the lines of an authentication failure once it is reported as
-    :class:`~schemas.errors.AuthenticationFailed` (:func:`~schemas._kafka_auth.auth_failure_line`:
+    :class:`~runlog.schemas.errors.AuthenticationFailed`
+    (:func:`~runlog.schemas._kafka_auth.auth_failure_line`:
     librdkafka repeats them at every reconnect)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then
+        from runlog.schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then
 
         text = record.getMessage() if record.levelno > logging.DEBUG else ""
         if text and (_close_time_noise(text) or auth_failure_line(text)):
@@ -67,7 +68,7 @@ SR_NUMERIC = frozenset({"timeout", "max.retries", "retries.wait.ms", "retries.ma
 
 
 class ClientConfig:
-    """The client configuration methods of :class:`~schemas.settings.Settings` (the attributes
+    """The client configuration methods of :class:`~runlog.schemas.settings.Settings` (the attributes
     below are its fields)."""
 
     kafka_bootstrap_servers: str
@@ -100,11 +101,11 @@ class ClientConfig:
         librdkafka's own log lines go to the ``librdkafka`` Python logger (:data:`KAFKA_LOG`)
         instead of straight to stderr, served by the client's poll calls; known close-time noise
         is demoted to DEBUG there. With ``RUNLOG_KAFKA_DEBUG`` set, librdkafka prints to stderr
-        itself, as asked. The error callback (:class:`~schemas._kafka_auth.AuthWatch`) raises
-        :class:`~schemas.errors.AuthenticationFailed` from the call that serves an authentication
+        itself, as asked. The error callback (:class:`~runlog.schemas._kafka_auth.AuthWatch`) raises
+        :class:`~runlog.schemas.errors.AuthenticationFailed` from the call that serves an authentication
         failure (a wrong password, a failed TLS handshake) instead of letting the client retry it
         for ever."""
-        from schemas._kafka_auth import AuthWatch  # deferred: importing schemas loads no Kafka driver
+        from runlog.schemas._kafka_auth import AuthWatch  # deferred: importing schemas loads no Kafka driver
 
         conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
         if "debug" not in self.kafka_extra:

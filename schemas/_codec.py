@@ -23,9 +23,9 @@ with a ``reason``: ``unknown_framing``, ``unknown_schema``, ``truncated``,
 ``invalid_body``, ``wrong_type`` or ``oversized``.
 
 The codec is four modules: this one frames and unframes records (:class:`Codec`); the bundled
-schemas and fingerprints are in :mod:`schemas._avsc`, the mapping between the Python types and
-Avro dicts in :mod:`schemas._mapping`, the registry's ids and writer schemas in
-:mod:`schemas._registry_framing`. Their public names stay importable from here.
+schemas and fingerprints are in :mod:`runlog.schemas._avsc`, the mapping between the Python types and
+Avro dicts in :mod:`runlog.schemas._mapping`, the registry's ids and writer schemas in
+:mod:`runlog.schemas._registry_framing`. Their public names stay importable from here.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ from typing import Any, TypeVar, cast
 import fastavro
 from fastavro.read import SchemaResolutionError
 
-from schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
-from schemas._avro_object_reader import ObjectDecoder, compile_object_decoder
-from schemas._avro_objects import ObjectEncoder, compile_object_encoder
-from schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
-from schemas._mapping import KINDS
-from schemas._registry_framing import RegistryFraming, SchemaRegistry
-from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
-from schemas.errors import ConfigError, DecodeError
-from schemas.settings import Settings, redact_urls
+from runlog.schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
+from runlog.schemas._avro_object_reader import ObjectDecoder, compile_object_decoder
+from runlog.schemas._avro_objects import ObjectEncoder, compile_object_encoder
+from runlog.schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
+from runlog.schemas._mapping import KINDS
+from runlog.schemas._registry_framing import RegistryFraming, SchemaRegistry
+from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
+from runlog.schemas.errors import ConfigError, DecodeError
+from runlog.schemas.settings import Settings, redact_urls
 
 __all__ = [
     "SINGLE_OBJECT_MAGIC",
@@ -64,9 +64,9 @@ __all__ = [
 ]
 
 _RECORD_FILES = RECORD_FILES
-"""Record full name -> its ``.avsc`` file (:data:`schemas._avsc.RECORD_FILES`)."""
+"""Record full name -> its ``.avsc`` file (:data:`runlog.schemas._avsc.RECORD_FILES`)."""
 _KINDS = KINDS
-"""The records by Python type (:data:`schemas._mapping.KINDS`)."""
+"""The records by Python type (:data:`runlog.schemas._mapping.KINDS`)."""
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _SR_MAGIC = 0
@@ -135,7 +135,7 @@ class Codec:
             self._schemas[name] = schema
             w = writer_for(schema)
             self._readers[name] = w.parsed
-            with contextlib.suppress(Unsupported):  # the generated writer and reader (schemas._avro_gen)
+            with contextlib.suppress(Unsupported):  # the generated writer and reader (_avro_gen)
                 self._fast[name] = compile_schema(w.parsed)
             if name == "runlog.RunEvent":
                 with contextlib.suppress(Unsupported):
@@ -183,7 +183,7 @@ class Codec:
             data = self._encode_dict(kind, name, header, value)
         else:
             try:
-                data = header + direct(value)  # the attributes written directly (schemas._avro_objects)
+                data = header + direct(value)  # the attributes written directly (_avro_objects)
             except (TypeError, AttributeError, KeyError, OverflowError, struct.error):
                 # a value the direct writer does not take: through its Avro dict, as before
                 data = self._encode_dict(kind, name, header, value)
@@ -192,7 +192,7 @@ class Codec:
         return data
 
     def _encode_dict(self, kind: Any, name: str, header: bytes, value: Any) -> bytes:
-        """``header`` + the body of ``value`` written from its Avro dict (:mod:`schemas._mapping`)."""
+        """``header`` + the body of ``value`` written from its Avro dict (:mod:`runlog.schemas._mapping`)."""
         record = kind.to_dict(value)
         fast = self._fast.get(name)
         try:
@@ -218,7 +218,7 @@ class Codec:
 
     def decode_with_body(self, data: bytes, kind: type[T]) -> tuple[T, bytes]:
         """:meth:`decode`, and the record's Avro body as received (``data`` after its framing):
-        what a version-2 event hash is computed over (``schemas.event_hash(event, body)``), taken
+        what a version-2 event hash is computed over (``runlog.schemas.event_hash(event, body)``), taken
         from the bytes read, never re-encoded, so a record written with another version of the
         schema hashes as its writer hashed it.
 
@@ -242,7 +242,7 @@ class Codec:
         reader = self._readers[k.record_name]
         if writer.parsed is reader:
             direct = self._object_readers.get(k.record_name)
-            if direct is not None:  # the object read from the bytes (schemas._avro_object_reader)
+            if direct is not None:  # the object read from the bytes (runlog.schemas._avro_object_reader)
                 obj, end = self._read_fast(direct, data, start)
                 if end != len(data):
                     raise DecodeError("invalid_body", f"{len(data) - end} trailing bytes after the record")
@@ -327,7 +327,7 @@ def body_start(data: bytes) -> int:
 
 def body_of(data: bytes) -> bytes:
     """A framed record's Avro body (the bytes after its framing, :func:`body_start`): what a writer
-    hashes for a version-2 event hash (``schemas.event_hash(event, body_of(data))``)."""
+    hashes for a version-2 event hash (``runlog.schemas.event_hash(event, body_of(data))``)."""
     return data[body_start(data):]
 
 
@@ -344,7 +344,7 @@ def registry_codec(settings: Settings) -> Codec:
         RegistryUnavailable: the registry did not answer.
         ConfigError: no URL, client settings refused, or credentials refused.
     """
-    from schemas._registry_client import check_registry, client_key, registry_client
+    from runlog.schemas._registry_client import check_registry, client_key, registry_client
 
     key = (*client_key(settings), settings.schema_registry_auto_register, settings.max_record_bytes)
     with _REGISTRY_LOCK:

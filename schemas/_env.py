@@ -1,6 +1,6 @@
 """The environment Runlog reads: every variable with its default and meaning (:data:`ENV_VARS`,
 from which the docs' configuration reference is generated), parsed into the values of
-:class:`~schemas.settings.Settings`' fields (:func:`values_from_env`) and written back from them
+:class:`~runlog.schemas.settings.Settings`' fields (:func:`values_from_env`) and written back from them
 (:func:`env_from_values`, for a child process's environment)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.errors import ConfigError
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["ENV_VARS", "env_from_values", "values_from_env"]
 

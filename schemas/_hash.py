@@ -11,7 +11,7 @@ bytes the hash covers; Avro default 1, so every event written before the field e
 * **version 2** (what Runlog's writers write): the sha256 (lowercase hex) of the record's Avro
   **body** as written: the bytes after the framing (``C3 01`` + 8-byte fingerprint, or ``00`` +
   4-byte schema id; the body is the same under both). A reader hashes the bytes it received
-  (:meth:`schemas.Codec.decode_with_body`), never a re-encoding, so an event written with any
+  (:meth:`runlog.schemas.Codec.decode_with_body`), never a re-encoding, so an event written with any
   writer schema (older or newer than the reader's) hashes alike for every reader, and a service
   in another language verifies the chain with one sha256 of the value's bytes after the header.
   Given no body, :func:`event_hash` encodes the event with the *current bundled* schema: the
@@ -36,7 +36,7 @@ from dataclasses import MISSING, fields
 from enum import Enum
 from typing import Any
 
-from schemas._types import RunEvent
+from runlog.schemas._types import RunEvent
 
 __all__ = ["HASH_VERSION", "current_body", "event_hash"]
 
@@ -191,7 +191,7 @@ def current_body(event: RunEvent) -> bytes:
     if not _BODY:
         import sys
 
-        from schemas._codec import Codec, body_of
+        from runlog.schemas._codec import Codec, body_of
 
         codec = Codec(max_record_bytes=sys.maxsize)  # hashing is not writing: no size limit here
 

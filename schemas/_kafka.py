@@ -8,10 +8,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from schemas._kafka_auth import served
-from schemas.errors import ConfigError, LogUnavailable, RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.schemas._kafka_auth import served
+from runlog.schemas.errors import ConfigError, LogUnavailable, RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["REBALANCE_COMMIT_ERRORS", "RETRIABLE_METADATA_ERRORS", "commit_refused_by_rebalance",
            "partitions_of", "watermarks"]
@@ -67,7 +67,7 @@ def watermarks(
 
     A request that meets a leader election (a topic created a moment ago, a broker restarting)
     or lost connections is asked again with a short backoff until ``timeout``; past the deadline
-    :class:`~schemas.errors.LogUnavailable` is raised, any other error :class:`RunlogError`, both
+    :class:`~runlog.schemas.errors.LogUnavailable` is raised, any other error :class:`RunlogError`, both
     naming the topic.
     """
     deadline = time.monotonic() + timeout
@@ -107,7 +107,7 @@ def partitions_of(settings: Settings, *, fallback: bool = False) -> int:
 
     A topic the broker does not report raises :class:`ConfigError` naming it; with ``fallback``,
     ``settings.partitions`` (the count Runlog creates it with) is returned instead. Brokers that
-    do not answer within 10 s raise :class:`~schemas.errors.LogUnavailable`.
+    do not answer within 10 s raise :class:`~runlog.schemas.errors.LogUnavailable`.
     """
     from confluent_kafka.admin import AdminClient
 

@@ -1,10 +1,11 @@
-"""A broker that refuses the credentials, as one typed error: :class:`~schemas.errors.AuthenticationFailed`.
+"""A broker that refuses the credentials, as one typed error:
+:class:`~runlog.schemas.errors.AuthenticationFailed`.
 
 librdkafka reports an authentication failure (a wrong SASL password, an unsupported mechanism, a
 failed TLS handshake) to the client's error callback, and otherwise only logs it and retries for
 ever: a consumer polls nothing, a metadata request times out as "Broker transport failure".
 :class:`AuthWatch` is the ``error_cb`` of every client built from
-:meth:`~schemas._client_config.ClientConfig.kafka_common`: it raises ``AuthenticationFailed``, which
+:meth:`~runlog.schemas._client_config.ClientConfig.kafka_common`: it raises ``AuthenticationFailed``, which
 confluent-kafka re-raises from the ``poll``/``flush``/``consume`` call that served the callback.
 
 Blocking metadata calls (``list_topics``, ``get_watermark_offsets``, ``committed``) and the
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas.errors import AuthenticationFailed
+from runlog.schemas.errors import AuthenticationFailed
 
 __all__ = ["AUTHENTICATION_ERRORS", "AUTHORIZATION_ERRORS", "UNREACHABLE_ERRORS", "AuthWatch",
            "auth_failure_line", "awaited", "quiet_auth_lines", "refused", "served"]

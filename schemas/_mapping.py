@@ -1,5 +1,5 @@
 """Runlog's records to the dicts fastavro writes, and back: the Avro style of the one generic
-mapping (:class:`schemas._plain.PlainMapping`), every record an object of all its fields, gathered
+mapping (:class:`runlog.schemas._plain.PlainMapping`), every record an object of all its fields, gathered
 by Python type in :data:`KINDS` with each record's Avro full name."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from schemas._plain import PlainMapping
-from schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
+from runlog.schemas._plain import PlainMapping
+from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
 
 __all__ = ["AVRO", "KINDS", "Kind"]
 

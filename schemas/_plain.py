@@ -7,9 +7,9 @@ types it knows: ``str``, ``int``, ``float``, ``bool``, ``bytes``; enums (by valu
 dataclasses; ``X | None``; ``tuple[X, ...]`` and fixed tuples (as lists); ``Mapping[str, X]`` (as
 objects). How a mapping writes records is its style:
 
-* the Avro style (:data:`schemas._mapping.AVRO`): every record an object of all its fields, the
+* the Avro style (:data:`runlog.schemas._mapping.AVRO`): every record an object of all its fields, the
   shape fastavro reads and writes, every field present when read (``complete``);
-* the projection's JSON style (``projections._state``): some small records as lists of their
+* the projection's JSON style (``runlog.projections._state``): some small records as lists of their
   field values in field order (``positional``), some maps of records as lists sorted by key
   (``keyed``), fields added later read as their default when absent.
 

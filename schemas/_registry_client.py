@@ -1,7 +1,7 @@
 """The Schema Registry client Runlog builds from its settings, and its failures as Runlog errors.
 
 Shared by the codec (which fetches and registers writer schemas through it) and
-:mod:`schemas.registry` (publishing the contract); it imports neither.
+:mod:`runlog.schemas.registry` (publishing the contract); it imports neither.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
 
-from schemas.errors import ConfigError, RunlogError
-from schemas.settings import Settings
+from runlog.schemas.errors import ConfigError, RunlogError
+from runlog.schemas.settings import Settings
 
 __all__ = ["RegistryUnavailable", "check_registry", "client_key", "registry_client", "registry_error"]
 
@@ -74,7 +74,7 @@ def registry_error(err: Exception, url: str, action: str) -> RunlogError | None:
 
     Args:
         err: what the confluent-kafka client raised.
-        url: the registry's URL, credentials masked (:func:`~schemas.settings.redact_urls`).
+        url: the registry's URL, credentials masked (:func:`~runlog.schemas.settings.redact_urls`).
         action: what was asked, for the message (``"registering runlog.RunEvent"``).
     """
     if isinstance(err, SchemaRegistryError):

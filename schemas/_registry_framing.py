@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from fastavro.schema import SchemaParseException, UnknownType
 
-from schemas._avsc import Writer, writer_for
-from schemas.errors import ConfigError, DecodeError, RunlogError
+from runlog.schemas._avsc import Writer, writer_for
+from runlog.schemas.errors import ConfigError, DecodeError, RunlogError
 
 __all__ = ["RegistryFraming", "SchemaRegistry"]
 
@@ -77,7 +77,7 @@ class RegistryFraming:
     def _failure(self, err: Exception, record_name: str) -> RunlogError:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-        from schemas._registry_client import registry_error
+        from runlog.schemas._registry_client import registry_error
 
         verb = "registering" if self.auto_register else "looking up"
         mapped = registry_error(err, self.url, f"{verb} {record_name}")
@@ -107,7 +107,7 @@ class RegistryFraming:
             return w
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-        from schemas._registry_client import registry_error
+        from runlog.schemas._registry_client import registry_error
 
         try:
             registered = self.registry.get_schema(sid)

@@ -66,7 +66,7 @@ class EventType(StrEnum):
 
 STAGES_ATTRIBUTE = "runlog.stages"
 """The attribute of ``RUN_STARTED`` (and ``RUN_UPGRADED``) holding the workflow's stage fingerprints:
-a JSON object, stage name -> 16 hex digits (``producers.Stage.fingerprint``)."""
+a JSON object, stage name -> 16 hex digits (``runlog.producers.Stage.fingerprint``)."""
 
 
 class ReplayPolicy(StrEnum):
@@ -166,7 +166,7 @@ class Usage:
     response counted them, and the cost the application's price table gives (None: no price known).
 
     Framework-neutral: any integration that calls a model can report one for its call
-    (``Tool(usage=...)``); ``producers.pydantic_ai`` reads Pydantic AI's ``RequestUsage``."""
+    (``Tool(usage=...)``); ``runlog.producers.pydantic_ai`` reads Pydantic AI's ``RequestUsage``."""
 
     model: str
     """The model asked, as the price table names it (``"openai:gpt-5.2"``)."""
@@ -217,7 +217,7 @@ class RunEvent:
     prev_hash: str | None = None
     """``event_hash`` of the run's previous accepted event (None at seq 1): the tamper-evident chain."""
     hash_version: int = 1
-    """How this event's own hash is computed (:func:`schemas.event_hash`): 1, sha256 of its canonical
+    """How this event's own hash is computed (:func:`runlog.schemas.event_hash`): 1, sha256 of its canonical
     JSON (the default: every event written before the field existed reads as 1); 2, sha256 of its
     Avro body as written. Runlog's writers set 2."""
     usage: Usage | None = None

@@ -7,9 +7,9 @@ both framings. One client and one codec are kept per registry configuration in a
 schema id is registered or looked up once and a writer schema fetched once, and ``mock://NAME``
 (confluent-kafka's in-process registry) is the same registry to every writer and reader of the
 process. The registry is asked once when the codec is made: an unreachable one is a
-:class:`RegistryUnavailable` (a :class:`~schemas.errors.ConfigError`: the CLI prints one line and
+:class:`RegistryUnavailable` (a :class:`~runlog.schemas.errors.ConfigError`: the CLI prints one line and
 exits 2), as is a registry that stops answering later; a registry that refuses the credentials is a
-:class:`~schemas.errors.ConfigError` too. No credential is put in an error or a log line.
+:class:`~runlog.schemas.errors.ConfigError` too. No credential is put in an error or a log line.
 
 Subjects follow the record name strategy, as the codec's registry framing does
 (``runlog.RunEvent``, ``runlog.Checkpoint``, ``runlog.Effect``,
@@ -36,8 +36,8 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas._codec import _RECORD_FILES, load_past_schemas, load_schema, registry_codec
-from schemas._registry_client import (
+from runlog.schemas._codec import _RECORD_FILES, load_past_schemas, load_schema, registry_codec
+from runlog.schemas._registry_client import (
     RegistryUnavailable,
     _call,
     _one_line,
@@ -45,8 +45,8 @@ from schemas._registry_client import (
     registry_client,
     registry_error,
 )
-from schemas.errors import ConfigError, RunlogError
-from schemas.settings import redact_urls
+from runlog.schemas.errors import ConfigError, RunlogError
+from runlog.schemas.settings import redact_urls
 
 __all__ = [
     "SUBJECTS",

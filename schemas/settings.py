@@ -1,11 +1,11 @@
 """Runlog's settings: one frozen object built from the environment, the only reader of it.
 
 Every variable, its default and its meaning is listed in :data:`ENV_VARS`
-(:mod:`schemas._env`, which parses the environment and writes it back), from which
+(:mod:`runlog.schemas._env`, which parses the environment and writes it back), from which
 the docs' configuration reference (docs/reference/configuration.md) is generated.
 Client configuration for librdkafka, the Schema Registry client and redis-py is built
 by the methods of
-:class:`~schemas._client_config.ClientConfig`, a base of :class:`Settings`, so
+:class:`~runlog.schemas._client_config.ClientConfig`, a base of :class:`Settings`, so
 security settings (SASL, TLS, Redis AUTH) are passed through in one place and
 never logged; this module validates the settings and masks their secrets.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from schemas._client_config import KAFKA_LOG, SCHEMA_REGISTRY_KEYS, SR_NUMERIC, ClientConfig
-from schemas._env import ENV_VARS, env_from_values, values_from_env
-from schemas.errors import ConfigError
+from runlog.schemas._client_config import KAFKA_LOG, SCHEMA_REGISTRY_KEYS, SR_NUMERIC, ClientConfig
+from runlog.schemas._env import ENV_VARS, env_from_values, values_from_env
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["ENV_VARS", "KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "Settings", "redact_urls"]
 
@@ -97,7 +97,7 @@ class Settings(ClientConfig):
     sweep_interval_ms: int = 5000
     group_instance_id: str | None = None
     """Static group membership: the ``group.instance.id`` of the resumer's consumer
-    (:meth:`~schemas._client_config.ClientConfig.member_config`). Unique per member and stable
+    (:meth:`~runlog.schemas._client_config.ClientConfig.member_config`). Unique per member and stable
     across its restarts (the pod name, say): a member back within the session timeout keeps its
     partitions without a rebalance, and one gone is noticed only after that timeout. None: dynamic
     membership (a member joins and leaves the group)."""
@@ -153,10 +153,10 @@ class Settings(ClientConfig):
             raise ConfigError("REDIS_URL must start with redis://, rediss://, unix://, redis+cluster:// or "
                               "rediss+cluster://")
         if self.redis_url.startswith(("redis+cluster://", "rediss+cluster://")):
-            from schemas._redis import cluster_nodes
+            from runlog.schemas._redis import cluster_nodes
             cluster_nodes(self.redis_url)  # a ConfigError when malformed
         else:
-            from schemas._redis import url_options_refused
+            from runlog.schemas._redis import url_options_refused
             refused = url_options_refused(self.redis_url)
             if "cluster" in refused:
                 raise ConfigError("REDIS_URL: ?cluster= is not an option of a redis:// URL; for Redis "

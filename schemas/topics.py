@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from schemas.settings import Settings
+from runlog.schemas.settings import Settings
 
 __all__ = ["TopicSpec", "Topics", "murmur2", "partition_for"]
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import redis
 
-from schemas._redis import is_cluster
-from schemas._redis import redis_client as _redis_client
-from schemas.settings import Settings
+from runlog.schemas._redis import is_cluster
+from runlog.schemas._redis import redis_client as _redis_client
+from runlog.schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -386,7 +386,7 @@ def leftovers(namespaces: list[Settings], *, must_answer: set[str] | frozenset[s
 @pytest.fixture
 def topics(settings: Settings) -> Settings:
     """``settings`` with Runlog's topics created on the broker."""
-    from processors.admin import ensure_topics
+    from runlog.processors.admin import ensure_topics
 
     reports = ensure_topics(settings)
     assert all(r.action == "created" for r in reports), reports

@@ -2,10 +2,10 @@
 
 A page asks for a part with a marker on a line of its own, ``<!-- generated: NAME -->``:
 
-* ``cli``: every ``runlog`` command, from the parser ``processors.cli.build_parser`` builds (its
+* ``cli``: every ``runlog`` command, from the parser ``runlog.processors.cli.build_parser`` builds (its
   ``--help`` text, subcommands included), so the reference cannot drift from the parser;
 * ``env-vars``: every environment variable, its default and meaning, from
-  ``schemas.settings.ENV_VARS``;
+  ``runlog.schemas.settings.ENV_VARS``;
 * ``avro``: every record of ``schemas/avro/*.avsc`` with its fields, types, defaults and docs.
 
 The same functions are what the tests read (``tests/unit/docs/``), so a command or a variable
@@ -33,7 +33,7 @@ def commands(parser: argparse.ArgumentParser | None = None,
              path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
     """(command path, one-line help, parser) of every command and subcommand, depth first."""
     if parser is None:
-        from processors.cli import build_parser
+        from runlog.processors.cli import build_parser
 
         parser = build_parser()
     for action in parser._actions:
@@ -70,7 +70,7 @@ def _cell(text: str) -> str:
 
 
 def env_markdown() -> str:
-    from schemas.settings import ENV_VARS
+    from runlog.schemas.settings import ENV_VARS
 
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, default, meaning in ENV_VARS:

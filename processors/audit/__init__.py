@@ -2,7 +2,7 @@
 
 Delivery semantics: read-only. A consumer with a fresh group id (never
 committed: ``enable.auto.commit`` is off and nothing commits; the reader of
-:mod:`projections.log_reader`) is *assigned* the partitions and reads from the
+:mod:`runlog.projections.log_reader`) is *assigned* the partitions and reads from the
 start of the range up to the high watermarks taken when the audit starts;
 nothing is produced, live consumer groups are not moved, and Redis is only
 read: the projection's anchors (below), read *before* the watermarks are
@@ -10,14 +10,14 @@ taken, so everything the projection had accepted was already on the log the
 audit reads. Replaying the same range twice against the same projection gives
 the same report.
 
-Every run is folded with :func:`projections.fold` (the one fold) and checked:
+Every run is folded with :func:`runlog.projections.fold` (the one fold) and checked:
 
 * ``rejected_event`` — an event the fold refused (stale epoch of a fenced
   writer, a seq gap, a replayed seq), one finding per event, with why. Gapless
   seq and rising epochs are exactly what the fold accepts, so a gap or a falling
   epoch always shows up here.
 * ``hash_chain`` — an accepted event whose ``prev_hash`` is not the
-  :func:`schemas.event_hash` of the accepted event before it (by that event's
+  :func:`runlog.schemas.event_hash` of the accepted event before it (by that event's
   ``hash_version``: version 2 is the sha256 of its record's Avro body as read from
   the topic, never a re-encoding; version 1 its canonical JSON); the finding names
   the seq whose content no longer matches what its successor recorded (the
@@ -71,8 +71,8 @@ the range from its first event in the range, trusting that event's seq, epoch
 and ``prev_hash`` (the run is marked ``partial``); the rest is checked as usual.
 
 The audit is three modules: this one reads the topic and runs an audit; the checks are
-:class:`~processors.audit.checks.Auditor`'s (:mod:`processors.audit.checks`); the report, its
-findings and the anchors are plain data (:mod:`processors.audit.report`). Every name stays
+:class:`~runlog.processors.audit.checks.Auditor`'s (:mod:`runlog.processors.audit.checks`); the report, its
+findings and the anchors are plain data (:mod:`runlog.processors.audit.report`). Every name stays
 importable from here.
 """
 
@@ -85,8 +85,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from processors.audit.checks import Auditor
-from processors.audit.report import (
+from runlog.processors.audit.checks import Auditor
+from runlog.processors.audit.report import (
     FINDING_KINDS,
     Anchor,
     AuditOptions,
@@ -96,10 +96,10 @@ from processors.audit.report import (
     RunAudit,
     load_anchors,
 )
-from producers import LocalArtifactStore
-from projections import ProjectionStore, RedisStore
-from projections.log_reader import LogReader, progress_bar
-from schemas import Codec, Settings, Topics, partition_for
+from runlog.producers import LocalArtifactStore
+from runlog.projections import ProjectionStore, RedisStore
+from runlog.projections.log_reader import LogReader, progress_bar
+from runlog.schemas import Codec, Settings, Topics, partition_for
 
 __all__ = [
     "FINDING_KINDS",
@@ -150,7 +150,7 @@ def read_records(settings: Settings, options: AuditOptions | None = None, *,
                  ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """``(partition, offset, key, value)`` of the events topic in the range, each partition in order.
 
-    A fresh, never-committing reader with assigned partitions (:class:`projections.log_reader.
+    A fresh, never-committing reader with assigned partitions (:class:`runlog.projections.log_reader.
     LogReader`, see the module docstring). ``plan_out`` receives each partition's ``(start, end)``
     offsets; ``progress`` (a text stream) gets a progress bar.
     """
@@ -195,7 +195,7 @@ def audit(settings: Settings, options: AuditOptions | None = None, *,
 
 def write_report(report: AuditReport, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``audit.json`` and ``audit.html`` (self-contained) into ``out_dir``; returns both paths."""
-    from processors.audit.html import render_html
+    from runlog.processors.audit.html import render_html
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The audit's checks: :class:`Auditor`, fed the events topic's records in log order, folds every
 run with the one fold and records each finding (the kinds and what they mean are described in
-:mod:`processors.audit`); :meth:`Auditor.finish` runs the checks that need the whole range (open
+:mod:`runlog.processors.audit`); :meth:`Auditor.finish` runs the checks that need the whole range (open
 intents, effects executed twice, checkpoint artifacts, the projection's anchors). No I/O but the
 artifact store's reads in :meth:`~Auditor.finish`."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from processors.audit.report import (
+from runlog.processors.audit.report import (
     AuditOptions,
     AuditReport,
     Finding,
@@ -17,11 +17,11 @@ from processors.audit.report import (
     RunAudit,
     effect_dict,
 )
-from processors.inspect.upgrades import describe_upgrade
-from producers import LocalArtifactStore
-from producers.calls._artifacts import label
-from projections import OutcomeKind, RunState, RunStatus, fold
-from schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
+from runlog.processors.inspect.upgrades import describe_upgrade
+from runlog.producers import LocalArtifactStore
+from runlog.producers.calls._artifacts import label
+from runlog.projections import OutcomeKind, RunState, RunStatus, fold
+from runlog.schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
 
 __all__ = ["Auditor"]
 

@@ -179,7 +179,7 @@ def _run_section(run: dict[str, Any]) -> str:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    """The page for a report as :meth:`processors.audit.AuditReport.to_dict` gives it."""
+    """The page for a report as :meth:`runlog.processors.audit.AuditReport.to_dict` gives it."""
     n = len(report["findings"])
     verdict = f'<span class="{"bad" if n else "ok"}">{n} finding{"s" if n != 1 else ""}</span>'
     head = (f'<div class="summary"><div><b>{len(report["runs"])}</b>runs</div>'

@@ -1,15 +1,15 @@
 """What ``runlog audit`` reports, as data: the options of an audit, its findings, each run's
 history and anchors, and the whole report with its JSON form (rendered to HTML by
-:mod:`processors.audit.html`). The checks that fill it are in :mod:`processors.audit.checks`;
-reading the topic and the finding kinds are described in :mod:`processors.audit`."""
+:mod:`runlog.processors.audit.html`). The checks that fill it are in :mod:`runlog.processors.audit.checks`;
+reading the topic and the finding kinds are described in :mod:`runlog.processors.audit`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections import OutcomeKind, ProjectionStore, RunState, RunStatus
-from schemas import ArtifactRef, EventType
+from runlog.projections import OutcomeKind, ProjectionStore, RunState, RunStatus
+from runlog.schemas import ArtifactRef, EventType
 
 __all__ = [
     "FINDING_KINDS",
@@ -126,7 +126,7 @@ class RunAudit:
     findings: list[Finding] = field(default_factory=list)
     open_intents: list[dict[str, Any]] = field(default_factory=list)
     anchor: dict[str, Any] | None = None
-    """The anchor check (see :mod:`processors.audit`); None when anchors were not checked."""
+    """The anchor check (see :mod:`runlog.processors.audit`); None when anchors were not checked."""
     _artifacts: list[tuple[str, int, ArtifactRef]] = field(default_factory=list)
 
     @property

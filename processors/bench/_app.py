@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from processors.bench._events import WORKFLOW
-from processors.resume import App
-from producers import DictInputSource, StageContext, Workflow
+from runlog.processors.bench._events import WORKFLOW
+from runlog.processors.resume import App
+from runlog.producers import DictInputSource, StageContext, Workflow
 
 __all__ = ["app", "workflow"]
 
@@ -28,5 +28,5 @@ def workflow() -> Workflow:
 
 
 def app() -> App:
-    """The bench :class:`~processors.resume.App` (``--app processors.bench._app:app``)."""
+    """The bench :class:`~runlog.processors.resume.App` (``--app runlog.processors.bench._app:app``)."""
     return App.of([workflow()], [], DictInputSource({}))

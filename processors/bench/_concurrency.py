@@ -7,7 +7,8 @@ with its own delivery key per run, so every run appends one confirmed ``EFFECT_I
 Per side: runs/s and events/s (the events topic's high watermarks before and after); the latency of
 the confirmed ``EFFECT_INTENT``, from the writer's ``produce`` of the intent to the run going on after
 its acknowledgement (encode, hash, send, broker ack, wake-up of the awaiting task or thread), taken by
-a :class:`~producers.log._writer.RunWriter` subclass handed to ``from_settings(writer=...)`` and read when
+a :class:`~runlog.producers.log._writer.RunWriter` subclass handed to ``from_settings(writer=...)`` and read
+when
 the effect tool is entered, beside the same start to the delivery report (``intent_ack``); the same
 latency with one run at a time (``intent_idle``, the warm-up runs); and resident memory per open
 run: every run is parked once inside its first tool call (an event they all wait on) while RSS is
@@ -33,7 +34,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from processors.bench._concurrency_app import (
+from runlog.processors.bench._concurrency_app import (
     ADMIT,
     CALLS_PER_RUN,
     TimedWriter,
@@ -43,16 +44,16 @@ from processors.bench._concurrency_app import (
     latencies,
     sync_workflow,
 )
-from processors.bench._env import BenchEnv, end_offsets, rss_kib
-from processors.bench._events import history, percentile
-from processors.bench._write import RawWriter
-from producers import (
+from runlog.processors.bench._env import BenchEnv, end_offsets, rss_kib
+from runlog.processors.bench._events import history, percentile
+from runlog.processors.bench._write import RawWriter
+from runlog.producers import (
     AsyncRunner,
     Runner,
     RunResult,
 )
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["bench_async_runs", "bench_threaded_runs"]
 
@@ -185,7 +186,7 @@ async def _async_main(settings: Settings, n: int, lat: list[list[int]], warmup: 
 
 def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int = 20, seed: int = 7,
                      admit: int = ADMIT, max_connections: int = 256, tick: Tick) -> dict[str, Any]:
-    """``runs`` concurrent runs on one asyncio loop and one :class:`~producers.AsyncRunner`."""
+    """``runs`` concurrent runs on one asyncio loop and one :class:`~runlog.producers.AsyncRunner`."""
     settings = env.settings("async-runs")
     raw = raw_confirmed(env, settings, raw_samples)
     tick("async: raw baseline")
@@ -209,7 +210,7 @@ def bench_async_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int 
 
 def bench_threaded_runs(env: BenchEnv, *, runs: int, raw_samples: int, warmup: int = 20, seed: int = 7,
                         admit: int = ADMIT, tick: Tick) -> dict[str, Any]:
-    """``runs`` concurrent runs on the sync :class:`~producers.Runner`, one thread per run."""
+    """``runs`` concurrent runs on the sync :class:`~runlog.producers.Runner`, one thread per run."""
     settings = env.settings("threaded-runs")
     raw = raw_confirmed(env, settings, raw_samples)
     tick("threads: raw baseline")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from producers import (
+from runlog.producers import (
     AsyncStageContext,
     CallInfo,
     ReplayPolicy,
@@ -21,12 +21,12 @@ from producers import (
     Workflow,
     tool,
 )
-from producers.log._log import DeliveryCallback
-from producers.log._writer import RunWriter
-from schemas._tracecontext import TraceContext
-from schemas._types import EventType, RunEvent
-from schemas.errors import DeliveryError
-from schemas.settings import Settings
+from runlog.producers.log._log import DeliveryCallback
+from runlog.producers.log._writer import RunWriter
+from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas._types import EventType, RunEvent
+from runlog.schemas.errors import DeliveryError
+from runlog.schemas.settings import Settings
 
 __all__ = ["ADMIT", "CALLS_PER_RUN", "TimedWriter", "async_workflow", "latencies", "sync_workflow"]
 

@@ -2,7 +2,7 @@
 
 A durable Pydantic AI agent (``RunlogAgent``, the ``pydantic-ai`` extra) whose context is a 200 KB
 system prompt calls one tool per turn until its ``N``-th model request, with Pydantic AI's
-``FunctionModel`` (no network), on the sync :class:`~producers.Runner` against the bench's broker,
+``FunctionModel`` (no network), on the sync :class:`~runlog.producers.Runner` against the bench's broker,
 Redis and a fresh local artifact store. Three runs, of ``N / 4``, ``N / 2`` and ``N`` model calls,
 each measured after it completed: the run's records on the events topic (key and value bytes, what
 the broker stores before compression) plus every file under its artifact root.
@@ -25,10 +25,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processors.bench._env import BenchEnv, end_offsets
-from schemas.errors import RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors.bench._env import BenchEnv, end_offsets
+from runlog.schemas.errors import RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["CONTEXT_BYTES", "bench_conversation", "conversation_figures", "unavailable"]
 
@@ -53,8 +53,8 @@ def _workflow(calls: int) -> tuple[Any, list[int]]:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import UsageLimits
 
-    from producers import AsyncStageContext, Workflow
-    from producers.pydantic_ai import RunlogAgent
+    from runlog.producers import AsyncStageContext, Workflow
+    from runlog.producers.pydantic_ai import RunlogAgent
 
     asked: list[int] = []
 
@@ -114,7 +114,7 @@ def _log_bytes(settings: Settings, run_id: str) -> tuple[int, int, int]:
 
 
 def _one(env: BenchEnv, settings: Settings, calls: int) -> dict[str, Any]:
-    from producers import DictInputSource, Runner
+    from runlog.producers import DictInputSource, Runner
 
     root = Path(env.workdir) / f"conversation-{calls}"
     s = settings.with_(artifact_root=str(root))

@@ -22,22 +22,22 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from processors.admin import ensure_topics
-from processors.projector import ProjectorOptions, run_projector
-from schemas._codec import Codec
-from schemas._kafka import watermarks
-from schemas._redis import redis_client
-from schemas._types import RunEvent
-from schemas.errors import ConfigError, RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics, TopicSpec
+from runlog.processors.admin import ensure_topics
+from runlog.processors.projector import ProjectorOptions, run_projector
+from runlog.schemas._codec import Codec
+from runlog.schemas._kafka import watermarks
+from runlog.schemas._redis import redis_client
+from runlog.schemas._types import RunEvent
+from runlog.schemas.errors import ConfigError, RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, TopicSpec
 
 __all__ = ["BenchEnv", "end_offsets", "kafka_replication", "peak_rss_kib", "raw_topic_spec",
            "replication_mismatch", "rss_kib"]
 
 
 def end_offsets(consumer: Consumer, topic: str, timeout: float = 30.0) -> dict[int, int]:
-    """Each partition's high watermark of ``topic`` (:func:`schemas._kafka.watermarks`, which asks
+    """Each partition's high watermark of ``topic`` (:func:`runlog.schemas._kafka.watermarks`, which asks
     again while a leader is not there yet: a topic the bench just created, a leader moving)."""
     return {p: high for p, (_, high) in watermarks(consumer, topic, timeout=timeout).items()}
 
@@ -133,7 +133,7 @@ class BenchEnv:
     def settings(self, name: str, *, topics: bool = True, partitions: int | None = None) -> Settings:
         """Settings of a private namespace ``name`` (topics created unless ``topics`` is false).
 
-        The topics are Runlog's own (:func:`processors.admin.ensure_topics`): replication factor and
+        The topics are Runlog's own (:func:`runlog.processors.admin.ensure_topics`): replication factor and
         ``min.insync.replicas`` from the base settings (``RUNLOG_REPLICATION_FACTOR``,
         ``RUNLOG_MIN_INSYNC_REPLICAS``).
 
@@ -196,7 +196,7 @@ class BenchEnv:
 
     def start_projector(self, settings: Settings, app_id: str, *, batch_size: int | None = None,
                         within: float | None = None) -> BaseProcess:
-        """Start ``runlog project`` (:func:`processors.projector.run_projector`) in a child process.
+        """Start ``runlog project`` (:func:`runlog.processors.projector.run_projector`) in a child process.
 
         ``batch_size`` and ``within`` default to ``runlog project``'s own defaults.
         """

@@ -17,16 +17,16 @@ from typing import Any
 import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from processors.bench._env import BenchEnv, end_offsets, peak_rss_kib
-from processors.bench._events import history, median, percentile, ratio
-from processors.bench._stream import bench_stream_ceiling
-from processors.bench._write import _plain_schema, avro_body
-from producers.log._writer import RunWriter
-from projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
-from schemas._codec import load_schema
-from schemas.errors import RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors.bench._env import BenchEnv, end_offsets, peak_rss_kib
+from runlog.processors.bench._events import history, median, percentile, ratio
+from runlog.processors.bench._stream import bench_stream_ceiling
+from runlog.processors.bench._write import _plain_schema, avro_body
+from runlog.producers.log._writer import RunWriter
+from runlog.projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
+from runlog.schemas._codec import load_schema
+from runlog.schemas.errors import RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["bench_lag", "bench_projector", "bench_rebuild", "populate"]
 
@@ -305,7 +305,7 @@ def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: fl
 
 
 def bench_rebuild(env: BenchEnv, settings: Settings, *, rounds: int, tick: Tick) -> dict[str, Any]:
-    """Events/s of ``projections.rebuild`` vs raw consume + fastavro decode of the same topic."""
+    """Events/s of ``runlog.projections.rebuild`` vs raw consume + fastavro decode of the same topic."""
     topic = Topics.of(settings).events
     schema = fastavro.parse_schema(_plain_schema(load_schema("runlog.RunEvent")), named_schemas={})
     ours: list[float] = []

@@ -1,9 +1,9 @@
 """Resume benchmarks: plan time against history length, and many crashed runs through the resumer group.
 
 Delivery semantics: histories are written by an idempotent ``acks=all``
-producer; their checkpoint snapshots reach Redis through ``projections.rebuild``
+producer; their checkpoint snapshots reach Redis through ``runlog.projections.rebuild``
 (as after a projector outage); resume requests are consumed at-least-once by
-:class:`processors.resume.ResumerService` members.
+:class:`runlog.processors.resume.ResumerService` members.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from processors.bench._app import app
-from processors.bench._env import BenchEnv
-from processors.bench._events import CYCLE, history, median, ratio
-from processors.resume import Resumer, ResumerService
-from projections import rebuild
-from schemas._types import ResumeRequest, now_ms
-from schemas.errors import RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors.bench._app import app
+from runlog.processors.bench._env import BenchEnv
+from runlog.processors.bench._events import CYCLE, history, median, ratio
+from runlog.processors.resume import Resumer, ResumerService
+from runlog.projections import rebuild
+from runlog.schemas._types import ResumeRequest, now_ms
+from runlog.schemas.errors import RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["bench_resume", "bench_resumer_group"]
 

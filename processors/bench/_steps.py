@@ -22,7 +22,7 @@ over the baseline's at the largest N.
 
 The namespace's projection marker is set ``ready`` first, as a deployment's projector leaves it: the
 effects ledger then trusts Redis for a key it has never seen instead of reading the effects topic
-(:mod:`producers.calls._ledger_topic`), which is its behaviour only while a projection is missing or
+(:mod:`runlog.producers.calls._ledger_topic`), which is its behaviour only while a projection is missing or
 being rebuilt.
 """
 
@@ -38,11 +38,11 @@ from typing import Any
 
 import fastavro
 
-from processors.bench._concurrency import log_end
-from processors.bench._env import BenchEnv
-from processors.bench._events import history
-from processors.bench._write import RawWriter
-from producers import (
+from runlog.processors.bench._concurrency import log_end
+from runlog.processors.bench._env import BenchEnv
+from runlog.processors.bench._events import history
+from runlog.processors.bench._write import RawWriter
+from runlog.producers import (
     AsyncRunner,
     AsyncStageContext,
     CallInfo,
@@ -52,9 +52,9 @@ from producers import (
     Workflow,
     tool,
 )
-from projections._marker import READY, marker_key
-from schemas._redis import aredis_client
-from schemas.settings import Settings
+from runlog.projections._marker import READY, marker_key
+from runlog.schemas._redis import aredis_client
+from runlog.schemas.settings import Settings
 
 __all__ = ["ADMIT", "CALLS_PER_RUN", "THREADS", "bench_steps"]
 

@@ -1,7 +1,7 @@
 """Faust's own ceilings: the projector's Faust app with nothing in its agent.
 
 The projector is a Faust agent that used to take its records through Faust's per-record stream
-(``stream.take_events``); it now takes whole fetches below it (:mod:`processors.projector._batches`),
+(``stream.take_events``); it now takes whole fetches below it (:mod:`runlog.processors.projector._batches`),
 then folds and applies them on a worker thread. Faust's per-record consumption (aiokafka's fetcher, one
 ``Event`` per record through the stream, the acknowledgements Faust tracks to commit offsets) costs
 Python time per record that the raw projector baseline (the raw client's batched ``consume``) never pays.
@@ -9,7 +9,7 @@ This measures it in the same run: the same Faust settings, topic and batching as
 agent that only counts the events it takes (one ``INCRBY`` per batch), so the projector's throughput can
 be read against the most Faust delivers here. ``batches=True`` measures the path the projector takes
 instead: the same app with Faust's consumer handing whole fetches to the agent below the per-record
-stream (:mod:`processors.projector._batches`), the agent counting and acknowledging them.
+stream (:mod:`runlog.processors.projector._batches`), the agent counting and acknowledging them.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from processors.bench._env import BenchEnv
-from processors.projector import ProjectorOptions, faust_settings
-from schemas._redis import redis_client
-from schemas.errors import RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors.bench._env import BenchEnv
+from runlog.processors.projector import ProjectorOptions, faust_settings
+from runlog.schemas._redis import redis_client
+from runlog.schemas.errors import RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["bench_stream_ceiling"]
 
@@ -32,7 +32,7 @@ __all__ = ["bench_stream_ceiling"]
 def _stream_main(settings: Settings, opts: ProjectorOptions, workdir: str, key: str, batches: bool) -> None:
     import faust
 
-    from processors.projector._batches import BatchDelivery, install
+    from runlog.processors.projector._batches import BatchDelivery, install
 
     os.chdir(workdir)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,8 +1,8 @@
 """Streams: token produced to subscriber, at a steady rate spread over many streaming runs.
 
-Each run streams one model call's deltas through the stream writer (:mod:`producers.streams`, the
+Each run streams one model call's deltas through the stream writer (:mod:`runlog.producers.streams`, the
 producer of its own a streaming request writes with). The subscriber is a relay: one
-:class:`processors.streams.StreamReader` following every run from offset 0 on a thread, as a server
+:class:`runlog.processors.streams.StreamReader` following every run from offset 0 on a thread, as a server
 forwarding many runs' streams to their clients (the console's live view) does. A delta's latency is
 the time from the writer producing it (``produced_ns``) to the relay holding the decoded record.
 Also reported: what a delta costs the run that streams it (the time inside the writer's call, which
@@ -18,15 +18,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from processors.bench._env import BenchEnv
-from processors.bench._events import percentile
-from processors.bench._write import _sessions
-from processors.streams import StreamReader
-from producers.log._writer import RunWriter
-from producers.run._lease import RedisLeaseManager
-from producers.streams import StreamWriter
-from schemas._types import EventType, ReplayPolicy, StreamKind
-from schemas.settings import Settings
+from runlog.processors.bench._env import BenchEnv
+from runlog.processors.bench._events import percentile
+from runlog.processors.bench._write import _sessions
+from runlog.processors.streams import StreamReader
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._lease import RedisLeaseManager
+from runlog.producers.streams import StreamWriter
+from runlog.schemas._types import EventType, ReplayPolicy, StreamKind
+from runlog.schemas.settings import Settings
 
 __all__ = ["bench_streams"]
 

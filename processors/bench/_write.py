@@ -15,17 +15,17 @@ from typing import Any
 import fastavro
 from confluent_kafka import Producer
 
-from processors.bench._env import BenchEnv, rss_kib
-from processors.bench._events import event_fields, history, median, percentile, ratio
-from producers import DictInputSource, Workflow
-from producers.define._inputs import PinnedInputs
-from producers.log._session import RunSession
-from producers.log._writer import RunWriter
-from producers.run._lease import RedisLeaseManager
-from schemas._codec import SINGLE_OBJECT_MAGIC, load_schema
-from schemas._types import EventType, ReplayPolicy, RunEvent
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors.bench._env import BenchEnv, rss_kib
+from runlog.processors.bench._events import event_fields, history, median, percentile, ratio
+from runlog.producers import DictInputSource, Workflow
+from runlog.producers.define._inputs import PinnedInputs
+from runlog.producers.log._session import RunSession
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._lease import RedisLeaseManager
+from runlog.schemas._codec import SINGLE_OBJECT_MAGIC, load_schema
+from runlog.schemas._types import EventType, ReplayPolicy, RunEvent
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["avro_body", "bench_append", "bench_intent", "bench_writer_scale"]
 
@@ -63,7 +63,7 @@ class RawWriter:
 
     def as_record(self, event: RunEvent) -> dict[str, Any]:
         """The Avro dict of an event, read back from Runlog's own encoding (identical bytes)."""
-        from schemas._codec import Codec
+        from runlog.schemas._codec import Codec
 
         data = Codec().encode(event)
         rec = fastavro.schemaless_reader(io.BytesIO(data[10:]), self.schema, None)

@@ -17,19 +17,19 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TextIO
 
-from processors.bench._concurrency import bench_async_runs, bench_threaded_runs
-from processors.bench._conversation import bench_conversation
-from processors.bench._conversation import unavailable as conversation_unavailable
-from processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
-from processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
-from processors.bench._resume import bench_resume, bench_resumer_group
-from processors.bench._sizes import SIZES, BenchSize
-from processors.bench._steps import bench_steps
-from processors.bench._streams import bench_streams
-from processors.bench._write import bench_append, bench_intent, bench_writer_scale
-from processors.projector import ProjectorOptions
-from schemas.errors import ConfigError
-from schemas.settings import Settings
+from runlog.processors.bench._concurrency import bench_async_runs, bench_threaded_runs
+from runlog.processors.bench._conversation import bench_conversation
+from runlog.processors.bench._conversation import unavailable as conversation_unavailable
+from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
+from runlog.processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
+from runlog.processors.bench._resume import bench_resume, bench_resumer_group
+from runlog.processors.bench._sizes import SIZES, BenchSize
+from runlog.processors.bench._steps import bench_steps
+from runlog.processors.bench._streams import bench_streams
+from runlog.processors.bench._write import bench_append, bench_intent, bench_writer_scale
+from runlog.processors.projector import ProjectorOptions
+from runlog.schemas.errors import ConfigError
+from runlog.schemas.settings import Settings
 
 __all__ = ["SECTIONS", "TARGETS", "PlotUnavailable", "Progress", "machine", "plot_result", "require_plot",
            "run_bench", "steps_of", "targets_met"]
@@ -248,7 +248,7 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
     Raises:
         PlotUnavailable: ``plot`` asked for (and the resume section runs) without matplotlib.
         ConfigError: the settings replicate the bench's topics less than the brokers' own defaults
-            (:func:`processors.bench._env.replication_mismatch`), or a topic could not be created;
+            (:func:`runlog.processors.bench._env.replication_mismatch`), or a topic could not be created;
             or ``only`` names the conversation section without the ``pydantic-ai`` extra installed.
     """
     sz = SIZES[size] if isinstance(size, str) else size

@@ -13,31 +13,31 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from processors._tracing import command_span
-from processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from producers.crash import arm_from_env
-from schemas._kafka_auth import quiet_auth_lines
-from schemas.errors import AuthenticationFailed, ConfigError, RunlogError
+from runlog.processors._tracing import command_span
+from runlog.processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from runlog.producers.crash import arm_from_env
+from runlog.schemas._kafka_auth import quiet_auth_lines
+from runlog.schemas.errors import AuthenticationFailed, ConfigError, RunlogError
 
 __all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 
 # Each module exposes ``register(subparsers)`` adding its subcommands; a subcommand
 # sets ``func`` (args -> exit code) through ``set_defaults``.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "processors.cli.admin",
-    "processors.cli.runs",
-    "processors.cli.versions",
-    "processors.cli.project",
-    "processors.cli.audit",
-    "processors.cli.schemas",
-    "processors.cli.bench",
-    "processors.console._cmd",
-    "processors.cli.signal",
-    "processors.cli.operate",
-    "processors.cli.upgrade",
-    "processors.cli.replay",
-    "processors.cli.budget",
-    "processors.cli.tail",
+    "runlog.processors.cli.admin",
+    "runlog.processors.cli.runs",
+    "runlog.processors.cli.versions",
+    "runlog.processors.cli.project",
+    "runlog.processors.cli.audit",
+    "runlog.processors.cli.schemas",
+    "runlog.processors.cli.bench",
+    "runlog.processors.console._cmd",
+    "runlog.processors.cli.signal",
+    "runlog.processors.cli.operate",
+    "runlog.processors.cli.upgrade",
+    "runlog.processors.cli.replay",
+    "runlog.processors.cli.budget",
+    "runlog.processors.cli.tail",
 )
 
 

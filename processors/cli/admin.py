@@ -7,9 +7,15 @@ import json
 import sys
 from typing import Any
 
-from processors.admin import RedisModeMismatch, ServiceUnavailable, check_kafka, check_redis, ensure_topics
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
-from schemas.settings import Settings
+from runlog.processors.admin import (
+    RedisModeMismatch,
+    ServiceUnavailable,
+    check_kafka,
+    check_redis,
+    ensure_topics,
+)
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
+from runlog.schemas.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,8 +92,8 @@ def _doctor(args: argparse.Namespace) -> int:
         out["redis"] = {"error": str(err)}
         out["ok"] = False
     if settings.schema_registry_url:
-        from schemas import Codec
-        from schemas.errors import ConfigError
+        from runlog.schemas import Codec
+        from runlog.schemas.errors import ConfigError
 
         try:
             Codec.from_settings(settings)  # asks the registry, as every reader and writer does first
@@ -149,8 +155,8 @@ def _versions_check(settings: Settings) -> dict[str, Any]:
     is not ready (its counts are not the truth then)."""
     import redis
 
-    from processors.cli.versions import read_versions
-    from schemas.errors import RunlogError
+    from runlog.processors.cli.versions import read_versions
+    from runlog.schemas.errors import RunlogError
 
     try:
         rows, note = read_versions(settings, log_fallback=False)
@@ -196,10 +202,10 @@ def _smoke(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    from processors.admin import admin_client
-    from schemas import Topics
-    from schemas._kafka_auth import awaited
-    from schemas.errors import ConfigError
+    from runlog.processors.admin import admin_client
+    from runlog.schemas import Topics
+    from runlog.schemas._kafka_auth import awaited
+    from runlog.schemas.errors import ConfigError
 
     tag = uuid.uuid4().hex[:8]
     settings = smoke_settings(Settings.from_env(), tag)
@@ -239,7 +245,7 @@ def _smoke_round_trip(settings: Settings, topic: str, tag: str, runs: int) -> tu
     the line to print, empty when appends were not acknowledged)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from schemas import Codec, EventType, RunEvent, now_ms
+    from runlog.schemas import Codec, EventType, RunEvent, now_ms
 
     codec = Codec.from_settings(settings)
     producer = Producer(settings.producer_config())

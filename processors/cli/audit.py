@@ -7,8 +7,8 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
-from schemas import ConfigError, Settings
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
+from runlog.schemas import ConfigError, Settings
 
 
 def _time_ms(text: str) -> int:
@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from processors.audit import AuditOptions, audit, write_report
-    from projections import ProjectionStoreError
+    from runlog.processors.audit import AuditOptions, audit, write_report
+    from runlog.projections import ProjectionStoreError
 
     settings = Settings.from_env()
     opts = AuditOptions(

@@ -9,8 +9,8 @@ import math
 import sys
 from typing import Any
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
-from schemas.settings import Settings
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
+from runlog.schemas.settings import Settings
 
 DEFAULT_PLOT = ".runlog/reports/bench.png"
 
@@ -56,7 +56,7 @@ def _clean(v: Any) -> Any:
 def _plot_path(arg: str | None, sections: list[str]) -> str | None:
     """Where the plot goes: ``--plot`` as given (``''``: none); by default :data:`DEFAULT_PLOT`, or
     none, with one line saying why, when matplotlib is not installed."""
-    from processors.bench.harness import PlotUnavailable, require_plot
+    from runlog.processors.bench.harness import PlotUnavailable, require_plot
 
     if arg is not None:
         return arg or None
@@ -71,8 +71,8 @@ def _plot_path(arg: str | None, sections: list[str]) -> str | None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from processors.bench import SIZES, PlotUnavailable, run_bench
-    from processors.bench.harness import SECTIONS
+    from runlog.processors.bench import SIZES, PlotUnavailable, run_bench
+    from runlog.processors.bench.harness import SECTIONS
 
     if args.only is not None:
         unknown = [x for x in args.only.split(",") if x.strip() not in SECTIONS]

@@ -1,12 +1,12 @@
-"""``runlog budget``: set a run's budget caps (:mod:`processors.budget`)."""
+"""``runlog budget``: set a run's budget caps (:mod:`runlog.processors.budget`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from processors.cli.codes import EXIT_REFUSED
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_REFUSED
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from processors.budget import raise_budget
-    from processors.cli.signal import print_result
-    from processors.operate import OperatorRefused
+    from runlog.processors.budget import raise_budget
+    from runlog.processors.cli.signal import print_result
+    from runlog.processors.operate import OperatorRefused
 
     try:
         res = raise_budget(Settings.from_env(), args.run_id, tokens=args.tokens, cost_usd=args.cost_usd,

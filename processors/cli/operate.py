@@ -1,4 +1,4 @@
-"""``runlog resolve|cancel|retry``: people act on runs through the log (:mod:`processors.operate`).
+"""``runlog resolve|cancel|retry``: people act on runs through the log (:mod:`runlog.processors.operate`).
 
 Exit 0 when the action was appended (``retry``: when the run completed), 1 when it was refused
 (one line on stderr, nothing appended) or the retried run did not complete.
@@ -10,10 +10,10 @@ import argparse
 import json
 import sys
 
-from processors.cli.codes import EXIT_OK, EXIT_REFUSED
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK, EXIT_REFUSED
+from runlog.schemas import Settings
 
-_DEMO_APP = "processors.demo.pipeline:app"
+_DEMO_APP = "runlog.processors.demo.pipeline:app"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _who_why(p: argparse.ArgumentParser, *, reason_required: bool) -> None:
-    # --by is checked by processors.operate (a refusal, exit 1), not argparse (usage, exit 2)
+    # --by is checked by runlog.processors.operate (a refusal, exit 1), not argparse (usage, exit 2)
     p.add_argument("--by", default="", metavar="WHO", help="who is acting (recorded on the log); required")
     p.add_argument("--reason", default="", metavar="TEXT",
                    help="why (recorded on the log)" + ("; required" if reason_required else ""))
@@ -76,7 +76,7 @@ def _refused(command: str, err: Exception) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused, resolve_effect
+    from runlog.processors.operate import OperatorRefused, resolve_effect
 
     settings = Settings.from_env()
     try:
@@ -86,7 +86,7 @@ def _resolve(args: argparse.Namespace) -> int:
         return _refused("resolve", err)
     requested = False
     if not args.no_resume and res.status == "RUNNING":
-        from processors.resume import request_resume
+        from runlog.processors.resume import request_resume
 
         request_resume(settings, res.run_id, f"effect resolved by {args.by.strip()}", requested_by="operator")
         requested = True
@@ -98,7 +98,7 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused, cancel_run
+    from runlog.processors.operate import OperatorRefused, cancel_run
 
     try:
         res = cancel_run(Settings.from_env(), args.run_id, by=args.by, reason=args.reason)
@@ -109,8 +109,8 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused, retry_run
-    from processors.resume import describe, load_app
+    from runlog.processors.operate import OperatorRefused, retry_run
+    from runlog.processors.resume import describe, load_app
 
     try:
         outcome = retry_run(Settings.from_env(), load_app(args.app), args.run_id, by=args.by,

@@ -7,9 +7,9 @@ import json
 import sys
 from collections.abc import Callable
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from schemas._redis import redis_client
-from schemas.settings import Settings
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from runlog.schemas._redis import redis_client
+from runlog.schemas.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
-    from processors.projector import ProjectorOptions, run_projector
+    from runlog.processors.projector import ProjectorOptions, run_projector
 
     settings = Settings.from_env()
     opts = ProjectorOptions(app_id=args.app_id, batch_size=args.batch_size, within=args.within,
@@ -75,7 +75,7 @@ def _project(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from projections.rebuild import (
+    from runlog.projections.rebuild import (
         NamespaceOverlap,
         SwapFailed,
         SwapRefused,
@@ -86,7 +86,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         replay_into,
         swap_namespaces,
     )
-    from projections.redis_store import RedisStore
+    from runlog.projections.redis_store import RedisStore
 
     settings = Settings.from_env()
     live = settings.redis_prefix

@@ -1,5 +1,5 @@
 """``runlog replay``: what recorded runs would have done with another model or other parameters
-(:mod:`processors.replay`).
+(:mod:`runlog.processors.replay`).
 
 Exit 0 when every replay completed; 1 when one stopped at an effect it does not make or failed (the
 report says where and why) or the run was refused (one line on stderr); 2 for bad arguments.
@@ -13,8 +13,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from processors.cli.codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,9 +76,9 @@ def parse_since(text: str) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused
-    from processors.replay import replay_cohort, replay_run, summary_table
-    from processors.resume import load_app
+    from runlog.processors.operate import OperatorRefused
+    from runlog.processors.replay import replay_cohort, replay_run, summary_table
+    from runlog.processors.resume import load_app
 
     one_run, cohort = args.run_id is not None, args.workflow is not None
     if one_run == cohort or cohort != (args.since is not None):

@@ -11,10 +11,10 @@ import sys
 import threading
 from typing import Any
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
+from runlog.schemas import Settings
 
-DEMO_APP = "processors.demo.pipeline:app"
+DEMO_APP = "runlog.processors.demo.pipeline:app"
 _DEMO_APP = DEMO_APP
 
 
@@ -47,9 +47,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _run_known(settings: Settings, run_id: str) -> bool:
     """Whether Redis (projected state or checkpoints) or the events topic knows the run."""
-    from processors.inspect import partitions_of
-    from projections import RedisStore, run_events
-    from schemas import partition_for
+    from runlog.processors.inspect import partitions_of
+    from runlog.projections import RedisStore, run_events
+    from runlog.schemas import partition_for
 
     store = RedisStore.from_settings(settings)
     try:
@@ -72,8 +72,8 @@ def _unknown(run_id: str, what: str) -> int:
 def _resume(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if not args.dry_run:
-        from processors.operate import load_run
-        from processors.resume import request_resume
+        from runlog.processors.operate import load_run
+        from runlog.processors.resume import request_resume
 
         if not _run_known(settings, args.run_id):  # a missing events topic: a configuration error
             return _unknown(args.run_id, "nothing requested")
@@ -84,8 +84,8 @@ def _resume(args: argparse.Namespace) -> int:
         print(f"resume of {args.run_id} requested on the resume topic"
               + (f" (run {state.status.value} at epoch {seen})" if state is not None else ""))
         return EXIT_OK
-    from processors.resume import Resumer, UnknownRun, load_app
-    from processors.resume.resumer import NOT_ACTED
+    from runlog.processors.resume import Resumer, UnknownRun, load_app
+    from runlog.processors.resume.resumer import NOT_ACTED
 
     if args.app is None:
         if not _run_known(settings, args.run_id):
@@ -129,8 +129,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _writer_lease_ms(settings: Settings, run_id: str) -> int:
     """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
-    from producers.run._lease import lease_key
-    from schemas._redis import redis_client
+    from runlog.producers.run._lease import lease_key
+    from runlog.schemas._redis import redis_client
 
     c = redis_client(settings)
     try:
@@ -140,7 +140,7 @@ def _writer_lease_ms(settings: Settings, run_id: str) -> int:
 
 
 def _resumer(args: argparse.Namespace) -> int:
-    from processors.resume import ResumerService, load_app
+    from runlog.processors.resume import ResumerService, load_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     settings = Settings.from_env()

@@ -9,13 +9,13 @@ import time
 from datetime import UTC
 from typing import Any
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK
-from processors.cli.resume import DEMO_APP as _DEMO_APP
-from processors.cli.resume import register as register_resume
-from schemas import Settings, now_ms
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK
+from runlog.processors.cli.resume import DEMO_APP as _DEMO_APP
+from runlog.processors.cli.resume import register as register_resume
+from runlog.schemas import Settings, now_ms
 
 _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]
-"""``projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""
+"""``runlog.projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""
 
 
 
@@ -81,9 +81,9 @@ def _age(ms: int) -> str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from processors.inspect import run_summary, runs_from_log
-    from projections import RedisStore, RunState
-    from projections._marker import READY
+    from runlog.processors.inspect import run_summary, runs_from_log
+    from runlog.projections import RedisStore, RunState
+    from runlog.projections._marker import READY
 
     settings = Settings.from_env()
     store = RedisStore.from_settings(settings)
@@ -163,9 +163,9 @@ def _spend(total: dict[str, Any]) -> tuple[str, str]:
 
 def _version_waits(settings: Settings, run_ids: list[str]) -> dict[str, Any]:
     """The runs of ``run_ids`` parked for a member serving their ``workflow@version``
-    (:mod:`processors.resume._versions`), with their label's view."""
-    from processors.resume._versions import VersionRoutes
-    from schemas._redis import redis_client
+    (:mod:`runlog.processors.resume._versions`), with their label's view."""
+    from runlog.processors.resume._versions import VersionRoutes
+    from runlog.schemas._redis import redis_client
 
     if not run_ids:
         return {}
@@ -190,14 +190,14 @@ def _parse_at(at: str | None) -> tuple[int | None, int | None]:
 
 
 def _state_dict(state: Any) -> dict[str, Any]:
-    from processors.inspect.payloads import inline_refs_named
+    from runlog.processors.inspect.payloads import inline_refs_named
 
     doc: dict[str, Any] = inline_refs_named(json.loads(state.to_json()))  # refs, never inline payloads
     return doc
 
 
 def _show(args: argparse.Namespace) -> int:
-    from processors.inspect import (
+    from runlog.processors.inspect import (
         call_views,
         payload_text,
         payload_value,
@@ -206,8 +206,8 @@ def _show(args: argparse.Namespace) -> int:
         run_summary,
         usage_lines,
     )
-    from producers import LocalArtifactStore
-    from projections._state import effect_to_dict
+    from runlog.producers import LocalArtifactStore
+    from runlog.projections._state import effect_to_dict
 
     settings = Settings.from_env()
     seq, at_ms = _parse_at(args.at)
@@ -287,8 +287,8 @@ def _indent(text: str, n: int) -> str:
 
 
 def _branch(args: argparse.Namespace) -> int:
-    from processors.branch import branch_run
-    from processors.resume import load_app
+    from runlog.processors.branch import branch_run
+    from runlog.processors.resume import load_app
 
     settings = Settings.from_env()
     changes = dict(i.split("=", 1) for i in args.input)
@@ -298,7 +298,7 @@ def _branch(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from processors.demo.run import DEFAULT_CRASH_AT, format_receipt, run_demo
+    from runlog.processors.demo.run import DEFAULT_CRASH_AT, format_receipt, run_demo
 
     settings = Settings.from_env()
     t0 = time.monotonic()

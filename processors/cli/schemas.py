@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from processors.cli.codes import EXIT_OK, EXIT_USAGE
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK, EXIT_USAGE
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _register(args: argparse.Namespace) -> int:
-    from schemas.registry import register_schemas, registry_client
+    from runlog.schemas.registry import register_schemas, registry_client
 
     settings = Settings.from_env()
     if not settings.schema_registry_url:

@@ -7,11 +7,11 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from processors.cli.codes import EXIT_OK, EXIT_REFUSED
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK, EXIT_REFUSED
+from runlog.schemas import Settings
 
 if TYPE_CHECKING:
-    from processors.operate import OperatorResult
+    from runlog.processors.operate import OperatorResult
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,8 +39,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, name: str, data: Any) -> int:
-    from processors.operate import OperatorRefused
-    from processors.signal import signal_run
+    from runlog.processors.operate import OperatorRefused
+    from runlog.processors.signal import signal_run
 
     try:
         res = signal_run(Settings.from_env(), args.run_id, name, data, by=args.by, reason=args.reason)
@@ -61,8 +61,8 @@ def print_result(res: OperatorResult, *, as_json: bool) -> int:
 
 
 def _signal(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused
-    from processors.signal import parse_data
+    from runlog.processors.operate import OperatorRefused
+    from runlog.processors.signal import parse_data
 
     try:
         data = parse_data(args.data)

@@ -1,4 +1,4 @@
-"""``runlog tail RUN``: a run's streamed model output from an offset (processors.streams)."""
+"""``runlog tail RUN``: a run's streamed model output from an offset (runlog.processors.streams)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import sys
 from collections.abc import Iterator
 
-from processors.cli.codes import EXIT_FOUND, EXIT_OK
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _tail(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
 
-    from processors.streams import StreamEntry, StreamReader
+    from runlog.processors.streams import StreamEntry, StreamReader
 
     settings = Settings.from_env()
     dlq = Producer(settings.producer_config())

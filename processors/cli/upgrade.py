@@ -1,4 +1,5 @@
-"""``runlog upgrade``: move runs in flight to another version of their workflow (:mod:`processors.upgrade`).
+"""``runlog upgrade``: move runs in flight to another version of their workflow
+(:mod:`runlog.processors.upgrade`).
 
 Exit 0 when the upgrade was appended and the run completed or waits (``--dry-run``: when it would be
 allowed), 1 when it was refused (one line on stderr, nothing appended) or the run did not complete.
@@ -10,8 +11,8 @@ import argparse
 import json
 import sys
 
-from processors.cli.codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,9 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from processors.operate import OperatorRefused
-    from processors.resume import load_app
-    from processors.upgrade import UpgradeResult, upgrade_run, upgrade_runs
+    from runlog.processors.operate import OperatorRefused
+    from runlog.processors.resume import load_app
+    from runlog.processors.upgrade import UpgradeResult, upgrade_run, upgrade_runs
 
     settings = Settings.from_env()
     app = load_app(args.app)

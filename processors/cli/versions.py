@@ -1,5 +1,5 @@
 """``runlog versions``: per ``workflow@version``, its open runs, the runs parked for a member serving
-it and the live members (:mod:`processors.resume._drains`): when a version can leave its App."""
+it and the live members (:mod:`runlog.processors.resume._drains`): when a version can leave its App."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 import sys
 from typing import Any
 
-from processors.cli.codes import EXIT_OK
-from schemas import Settings, now_ms
+from runlog.processors.cli.codes import EXIT_OK
+from runlog.schemas import Settings, now_ms
 
 __all__ = ["read_versions", "register"]
 
 _OPEN = ("PENDING", "RUNNING", "WAITING", "BLOCKED", "FAILED")
-"""``processors.resume._drains.OPEN`` (not imported here: the CLI imports drivers lazily)."""
+"""``runlog.processors.resume._drains.OPEN`` (not imported here: the CLI imports drivers lazily)."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,12 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def read_versions(settings: Settings, *, log_fallback: bool = True) -> tuple[list[Any], str | None]:
-    """The :class:`~processors.resume._drains.VersionRow` rows, and None, or the note on why the
+    """The :class:`~runlog.processors.resume._drains.VersionRow` rows, and None, or the note on why the
     projection's open runs are not counted: then, with ``log_fallback``, counted from the events
     topic (the note says so), else not counted."""
-    from processors.resume._drains import open_runs_of, version_rows, version_table
-    from processors.resume._versions import VersionRoutes
-    from projections import RedisStore
+    from runlog.processors.resume._drains import open_runs_of, version_rows, version_table
+    from runlog.processors.resume._versions import VersionRoutes
+    from runlog.projections import RedisStore
 
     store = RedisStore.from_settings(settings)
     try:
@@ -48,7 +48,7 @@ def read_versions(settings: Settings, *, log_fallback: bool = True) -> tuple[lis
         rows, note = version_table(store, routes)
         if note is None or not log_fallback:
             return rows, note
-        from processors.inspect import runs_from_log
+        from runlog.processors.inspect import runs_from_log
 
         views = routes.views()
     finally:

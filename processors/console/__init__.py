@@ -4,10 +4,10 @@ An aiohttp application with Jinja2 templates (package data, like its script and 
 the run list from the Redis projection, a run's timeline read from the log and followed live
 (server-sent events), its checkpoints and effects, buttons for the operator actions (the same
 functions as ``runlog resolve|cancel|retry|signal|approve|reject``) and the health of the
-projector and resumer groups. See :mod:`processors.console._guard` for what protects it.
+projector and resumer groups. See :mod:`runlog.processors.console._guard` for what protects it.
 """
 
-from processors.console._app import make_app, serve
-from processors.console._console import Console, ConsoleOptions
+from runlog.processors.console._app import make_app, serve
+from runlog.processors.console._console import Console, ConsoleOptions
 
 __all__ = ["Console", "ConsoleOptions", "make_app", "serve"]

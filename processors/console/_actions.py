@@ -1,12 +1,12 @@
 """The console's actions: resolve, cancel, retry, signal, approve, reject.
 
-Each one calls the same function as its CLI command (:mod:`processors.operate`,
-:mod:`processors.signal`), on a worker thread, after the guard's checks, in this order:
+Each one calls the same function as its CLI command (:mod:`runlog.processors.operate`,
+:mod:`runlog.processors.signal`), on a worker thread, after the guard's checks, in this order:
 a token is configured, the request comes from this console (Origin / Referer /
 Sec-Fetch-Site), the CSRF token belongs to the session cookie, the console token is
 right, and someone is named (``by``). A request failing any check is answered 403 (400
 for a missing name or a malformed field) before anything is called, so nothing is
-appended. A refusal of the action itself (:class:`processors.operate.OperatorRefused`)
+appended. A refusal of the action itself (:class:`runlog.processors.operate.OperatorRefused`)
 is answered 409 with its message.
 
 A page's script posts with ``Accept: application/json`` and shows the answer in place;
@@ -24,9 +24,9 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from processors.console._console import CONSOLE, Console
-from processors.console._guard import COOKIE
-from schemas import ConfigError, RunlogError
+from runlog.processors.console._console import CONSOLE, Console
+from runlog.processors.console._guard import COOKIE
+from runlog.schemas import ConfigError, RunlogError
 
 __all__ = ["ACTIONS", "ActionAnswer", "handler"]
 
@@ -82,7 +82,7 @@ def _text(v: Any) -> str | None:
 
 
 async def _resolve(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.operate import resolve_effect
+    from runlog.processors.operate import resolve_effect
 
     key = _field(form, "key", required=True, limit=200)
     outcome = _field(form, "outcome", required=True)
@@ -94,7 +94,7 @@ async def _resolve(console: Console, run_id: str, form: MultiDictProxy[Any], by:
                              external_id=external_id, by=by, reason=reason)
     message = res.detail
     if form.get("resume") == "on":
-        from processors.resume import request_resume
+        from runlog.processors.resume import request_resume
 
         await console.call(request_resume, console.settings, run_id, f"resolved by {by}: {reason}",
                            requested_by=f"console:{by}")
@@ -103,14 +103,14 @@ async def _resolve(console: Console, run_id: str, form: MultiDictProxy[Any], by:
 
 
 async def _cancel(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.operate import cancel_run
+    from runlog.processors.operate import cancel_run
 
     res = await console.call(cancel_run, console.settings, run_id, by=by, reason=_field(form, "reason"))
     return ActionAnswer(200, True, res.detail, res.to_dict())
 
 
 async def _retry(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.operate import OperatorRefused, retry_run
+    from runlog.processors.operate import OperatorRefused, retry_run
 
     app = console.app
     if app is None:
@@ -141,7 +141,7 @@ async def _retry(console: Console, run_id: str, form: MultiDictProxy[Any], by: s
 
 
 async def _signal(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.signal import parse_data, signal_run
+    from runlog.processors.signal import parse_data, signal_run
 
     name = _field(form, "name", required=True, limit=200)
     data = parse_data(_field(form, "data", limit=64_000) or "null")
@@ -151,7 +151,7 @@ async def _signal(console: Console, run_id: str, form: MultiDictProxy[Any], by: 
 
 
 async def _approve(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.signal import APPROVAL, approve_run
+    from runlog.processors.signal import APPROVAL, approve_run
 
     res = await console.call(approve_run, console.settings, run_id, by=by, reason=_field(form, "reason"),
                              name=_field(form, "name", limit=200) or APPROVAL)
@@ -159,7 +159,7 @@ async def _approve(console: Console, run_id: str, form: MultiDictProxy[Any], by:
 
 
 async def _reject(console: Console, run_id: str, form: MultiDictProxy[Any], by: str) -> ActionAnswer:
-    from processors.signal import APPROVAL, reject_run
+    from runlog.processors.signal import APPROVAL, reject_run
 
     res = await console.call(reject_run, console.settings, run_id, by=by, reason=_field(form, "reason"),
                              name=_field(form, "name", limit=200) or APPROVAL)
@@ -177,7 +177,7 @@ async def _act(console: Console, request: web.Request, action: str) -> ActionAns
     if refused is not None:
         log.warning("console %s on %s refused: %s", action, request.match_info["run_id"], refused.message)
         return refused
-    from processors.operate import OperatorRefused
+    from runlog.processors.operate import OperatorRefused
 
     run_id = request.match_info["run_id"]
     try:

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 import redis
 from aiohttp import web
 
-from processors.console import _actions, _views
-from processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console, ConsoleOptions
-from processors.console._guard import COOKIE, is_loopback
-from processors.console._stream_view import run_stream
-from schemas import ConfigError, RunlogError, Settings
+from runlog.processors.console import _actions, _views
+from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console, ConsoleOptions
+from runlog.processors.console._guard import COOKIE, is_loopback
+from runlog.processors.console._stream_view import run_stream
+from runlog.schemas import ConfigError, RunlogError, Settings
 
 if TYPE_CHECKING:
-    from processors.resume import App
+    from runlog.processors.resume import App
 
 __all__ = ["make_app", "serve"]
 

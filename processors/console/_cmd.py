@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from processors.cli.codes import EXIT_OK
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_OK
+from runlog.schemas import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _console(args: argparse.Namespace) -> int:
-    from processors.console import ConsoleOptions, serve
-    from processors.resume import load_app
+    from runlog.processors.console import ConsoleOptions, serve
+    from runlog.processors.resume import load_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     settings = Settings.from_env()

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from processors.console._guard import Guard
-from schemas import Settings, Topics, now_ms
+from runlog.processors.console._guard import Guard
+from runlog.schemas import Settings, Topics, now_ms
 
 if TYPE_CHECKING:
-    from processors.resume import App
-    from projections import RedisStore
+    from runlog.processors.resume import App
+    from runlog.projections import RedisStore
 
 __all__ = ["CONSOLE", "SECURITY_HEADERS", "SESSION", "Console", "ConsoleOptions"]
 
@@ -86,7 +86,7 @@ class Console:
         self.app = app
         self.guard = Guard(settings, host=options.host)
         self.topics = Topics.of(settings)
-        self.templates = Environment(loader=PackageLoader("processors.console", "templates"),
+        self.templates = Environment(loader=PackageLoader("runlog.processors.console", "templates"),
                                      autoescape=True, undefined=StrictUndefined, trim_blocks=True,
                                      lstrip_blocks=True)
         self.templates.filters["age"] = _age
@@ -110,7 +110,7 @@ class Console:
     def store(self) -> RedisStore:
         with self._lock:
             if self._store is None:
-                from projections import RedisStore
+                from runlog.projections import RedisStore
 
                 self._store = RedisStore.from_settings(self.settings)
             return self._store
@@ -162,9 +162,9 @@ class Console:
 
     def static(self, name: str) -> bytes:
         if name not in self._static:
-            body = resources.files("processors.console").joinpath("static", name).read_bytes()
+            body = resources.files("runlog.processors.console").joinpath("static", name).read_bytes()
             if name == "console.css":  # the audit report's look first, then the console's own rules
-                from processors.audit.html import _CSS
+                from runlog.processors.audit.html import _CSS
 
                 body = _CSS.encode("utf-8") + body
             self._static[name] = body

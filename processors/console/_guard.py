@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from schemas import Settings
+from runlog.schemas import Settings
 
 __all__ = ["COOKIE", "Guard", "Refusal", "is_loopback", "secrets_of"]
 

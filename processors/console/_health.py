@@ -1,6 +1,6 @@
 """The console's health page: the lag of the projector group(s) on the events topic and of every
 resumer group on the resume topic (committed offsets, asked of the admin API, against the
-watermarks of :func:`schemas._kafka.watermarks`: no group is joined or committed), the dead-letter
+watermarks of :func:`runlog.schemas._kafka.watermarks`: no group is joined or committed), the dead-letter
 topic's count and newest records (read with an assigned, never-committing reader), and the
 projection's marker and rebuild lock (Redis, only read)."""
 
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from processors.dlq import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
-from projections import RedisStore
-from schemas import RunlogError, Settings, Topics
+from runlog.processors.dlq import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
+from runlog.projections import RedisStore
+from runlog.schemas import RunlogError, Settings, Topics
 
 if TYPE_CHECKING:
-    from projections.log_reader import LogReader
+    from runlog.projections.log_reader import LogReader
 
 __all__ = ["DeadLetterView", "GroupLag", "Health", "read_health"]
 
@@ -109,8 +109,8 @@ def _latest_dead_letters(reader: LogReader, marks: Mapping[int, tuple[int, int]]
 def _kafka_health(h: Health, settings: Settings, admin: Any, reader: LogReader,
                   projector_groups: Iterable[str], timeout: float, dead_letters_shown: int) -> None:
     """The groups' lag and the dead letters into ``h``; ``reader`` reads the dead-letter topic, and its
-    consumer every watermark (a leader election is waited out, :func:`schemas._kafka.watermarks`)."""
-    from schemas._kafka import watermarks
+    consumer every watermark (a leader election is waited out, :func:`runlog.schemas._kafka.watermarks`)."""
+    from runlog.schemas._kafka import watermarks
 
     names = Topics.of(settings)
     events = watermarks(reader.consumer, names.events, timeout=timeout)
@@ -141,7 +141,7 @@ def read_health(settings: Settings, store: RedisStore, admin: Any, *, projector_
     """
     from confluent_kafka import KafkaException
 
-    from projections.log_reader import LogReader
+    from runlog.projections.log_reader import LogReader
 
     h = Health(read_at=int(time.time() * 1000))
     try:

@@ -1,5 +1,5 @@
 """A run's page in the console, from the log: a :class:`RunFollower` feeds the run's records to the
-audit's :class:`~processors.audit.checks.Auditor` (the one fold plus the audit's checks), so the
+audit's :class:`~runlog.processors.audit.checks.Auditor` (the one fold plus the audit's checks), so the
 console's timeline is ``runlog audit``'s view of the run, and it keeps following the partition
 from where it stopped (its own reader, assigned partitions, never committing);
 :func:`timeline_items` groups the events into stage blocks as the audit page does."""
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from processors.audit import AuditOptions, Auditor, RunAudit
-from processors.audit.html import KIND_CLASS, event_bits, event_classes
-from projections import RunState
-from schemas import Codec, DecodeError, RunEvent, RunlogError, Settings, Topics
+from runlog.processors.audit import AuditOptions, Auditor, RunAudit
+from runlog.processors.audit.html import KIND_CLASS, event_bits, event_classes
+from runlog.projections import RunState
+from runlog.schemas import Codec, DecodeError, RunEvent, RunlogError, Settings, Topics
 
 if TYPE_CHECKING:
-    from projections.log_reader import LogReader
+    from runlog.projections.log_reader import LogReader
 
 __all__ = ["SHOWN_ATTRIBUTES", "SHOWN_EVENTS", "RunFollower", "timeline_items"]
 
@@ -76,7 +76,7 @@ class RunFollower:
         """
         from confluent_kafka import KafkaException
 
-        from projections.log_reader import LogReader
+        from runlog.projections.log_reader import LogReader
 
         before = self.events
         try:

@@ -1,15 +1,15 @@
-"""The console's run list, from the Redis projection (:class:`projections.RedisStore`, only read):
+"""The console's run list, from the Redis projection (:class:`runlog.projections.RedisStore`, only read):
 one row per run, filtered by status, workflow and a search text, with counts by status, the
 runs that wait for a person, and for a run parked for a member serving its version, which version
-it waits for (:class:`~processors.resume._versions.VersionRoutes`, only read)."""
+it waits for (:class:`~runlog.processors.resume._versions.VersionRoutes`, only read)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from processors.resume._versions import VersionRoutes
-from projections import RedisStore, RunState, RunStatus
+from runlog.processors.resume._versions import VersionRoutes
+from runlog.projections import RedisStore, RunState, RunStatus
 
 __all__ = ["ATTENTION", "SCAN_LIMIT", "RunRow", "RunsPage", "list_runs"]
 
@@ -41,7 +41,7 @@ class RunRow:
     """The signal a ``WAITING`` run waits for, else empty."""
     version_wait: str = ""
     """``waits for a member serving orders@1 (none live)`` for a run parked for a member serving its
-    version (:mod:`processors.resume._versions`), else empty."""
+    version (:mod:`runlog.processors.resume._versions`), else empty."""
     tokens: int = 0
     """Input and output tokens of the run's model calls (a branch's inherited ones included)."""
     cost_usd: float | None = None

@@ -1,5 +1,5 @@
 """A run's streamed model output in the console: ``/runs/RUN/stream``, server-sent events from the
-streams topic (:mod:`processors.streams`). Each record is an event ``record`` whose ``id`` is its
+streams topic (:mod:`runlog.processors.streams`). Each record is an event ``record`` whose ``id`` is its
 offset, so a browser's ``EventSource`` that lost its connection reconnects with ``Last-Event-ID``
 and the stream resumes right after the last record it got (``?from=OFFSET`` starts elsewhere; the
 default is 0, the oldest kept). A record that does not decode is an event ``undecodable`` with its
@@ -15,9 +15,9 @@ import time
 from aiohttp import web
 from confluent_kafka import KafkaException
 
-from processors.console._console import CONSOLE, SECURITY_HEADERS
-from processors.streams import StreamEntry, StreamReader
-from schemas import RunlogError
+from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS
+from runlog.processors.streams import StreamEntry, StreamReader
+from runlog.schemas import RunlogError
 
 __all__ = ["run_stream", "start_offset"]
 

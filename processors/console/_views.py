@@ -12,14 +12,14 @@ from typing import Any
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from confluent_kafka import KafkaException
 
-from processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console
-from processors.console._guard import COOKIE
-from processors.console._reads import RunFollower, list_runs, read_health, timeline_items
-from processors.inspect import usage_doc
-from processors.resume._drains import OPEN, version_table
-from processors.resume._versions import VersionRoutes
-from projections import RunState, RunStatus
-from schemas import RunlogError
+from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console
+from runlog.processors.console._guard import COOKIE
+from runlog.processors.console._reads import RunFollower, list_runs, read_health, timeline_items
+from runlog.processors.inspect import usage_doc
+from runlog.processors.resume._drains import OPEN, version_table
+from runlog.processors.resume._versions import VersionRoutes
+from runlog.projections import RunState, RunStatus
+from runlog.schemas import RunlogError
 
 __all__ = [
     "health_json",

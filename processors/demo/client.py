@@ -7,7 +7,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from schemas.errors import RetryableToolError, TerminalToolError
+from runlog.schemas.errors import RetryableToolError, TerminalToolError
 
 __all__ = ["WorldClient"]
 

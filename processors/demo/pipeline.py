@@ -1,12 +1,12 @@
 """The seed's content pipeline: research -> verify -> draft -> visual -> prefill -> publish.
 
-Tools talk to the demo world (:mod:`processors.demo.world`) and carry the
+Tools talk to the demo world (:mod:`runlog.processors.demo.world`) and carry the
 replay policies the seed gives them: search and drafting are ``SAFE``,
 rendering and uploading are ``IDEMPOTENT``, publishing is ``RECONCILE_FIRST``
 (the platform is asked by delivery key before a second publish), and charging
 a card is ``NEVER``.
 
-``app()`` is what ``runlog resumer --app processors.demo.pipeline:app`` loads.
+``app()`` is what ``runlog resumer --app runlog.processors.demo.pipeline:app`` loads.
 """
 
 from __future__ import annotations
@@ -15,9 +15,19 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from processors.demo.client import WorldClient
-from producers import App, CallInfo, DictInputSource, ReplayPolicy, StageContext, Tool, Workflow, rule, tool
-from schemas import Settings
+from runlog.processors.demo.client import WorldClient
+from runlog.producers import (
+    App,
+    CallInfo,
+    DictInputSource,
+    ReplayPolicy,
+    StageContext,
+    Tool,
+    Workflow,
+    rule,
+    tool,
+)
+from runlog.schemas import Settings
 
 __all__ = ["FACTS", "app", "app_for", "build", "charge_workflow", "source"]
 

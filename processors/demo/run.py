@@ -19,16 +19,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from processors.admin import ensure_topics
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import app_for
-from processors.demo.world import serve
-from processors.inspect import render_timeline, run_history
-from processors.resume import ResumeOutcome, ResumerService, request_resume
-from producers.crash import ENV as CRASH_ENV
-from producers.run._lease import lease_key
-from schemas import ConfigError, EventType, RunlogError, Settings
-from schemas._redis import redis_client
+from runlog.processors.admin import ensure_topics
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import app_for
+from runlog.processors.demo.world import serve
+from runlog.processors.inspect import render_timeline, run_history
+from runlog.processors.resume import ResumeOutcome, ResumerService, request_resume
+from runlog.producers.crash import ENV as CRASH_ENV
+from runlog.producers.run._lease import lease_key
+from runlog.schemas import ConfigError, EventType, RunlogError, Settings
+from runlog.schemas._redis import redis_client
 
 log = logging.getLogger("runlog.demo")
 
@@ -87,7 +87,7 @@ def spawn_worker(settings: Settings, world_url: str, crash_at: str | None = None
                  inputs: Mapping[str, str] | None = None, sdk: str = "sync") -> subprocess.Popen[str]:
     """Start a demo worker process (one run of ``workflow``); it prints ``run_id=...`` first.
     ``sdk="async"``: the worker runs the AsyncRunner on an asyncio loop."""
-    cmd = [sys.executable, "-m", "processors.demo.worker", "--sdk", sdk, "--workflow", workflow,
+    cmd = [sys.executable, "-m", "runlog.processors.demo.worker", "--sdk", sdk, "--workflow", workflow,
            "--params", params]
     for k, v in (inputs or {}).items():
         cmd += ["--input", f"{k}={v}"]
@@ -145,7 +145,7 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
     if settings.lease_ttl_ms > 10_000:
         settings = settings.with_(lease_ttl_ms=3000)  # a dead worker's lease expires fast in the demo
     if settings.schema_registry_url:
-        from schemas import Codec
+        from runlog.schemas import Codec
 
         Codec.from_settings(settings)  # an unreachable registry: one line and exit 2, before any worker
     tag = uuid.uuid4().hex[:8]

@@ -1,7 +1,7 @@
 """A demo worker process: starts one run of a demo workflow and executes it.
 
 It prints ``run_id=<id>`` on its first line, then works. With ``RUNLOG_CRASH_AT``
-set it SIGKILLs itself at that point (the crash points of :mod:`producers.crash`),
+set it SIGKILLs itself at that point (the crash points of :mod:`runlog.producers.crash`),
 leaving the log exactly where a real crash would.
 """
 
@@ -13,10 +13,10 @@ import json
 import sys
 from typing import Any
 
-from processors.demo.pipeline import app
-from producers import AsyncRunner, InputSource, Runner, Workflow
-from producers.crash import arm_from_env
-from schemas import Settings
+from runlog.processors.demo.pipeline import app
+from runlog.producers import AsyncRunner, InputSource, Runner, Workflow
+from runlog.producers.crash import arm_from_env
+from runlog.schemas import Settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ and countable:
   which is what reconciliation asks.
 * ``payments`` charges a card; no idempotency at all.
 
-Run it with ``python -m processors.demo.world --dir DIR --port PORT``; ``/stats``
+Run it with ``python -m runlog.processors.demo.world --dir DIR --port PORT``; ``/stats``
 returns every counter as JSON.
 """
 

@@ -21,8 +21,9 @@ new records (or exits, with ``--exit-when-caught-up``).
     python processors/examples/effects_ledger_consumer.py --bootstrap 127.0.0.1:19092 \\
         --topic runlog.effects --exit-when-caught-up --json [--schema path/to/effect.avsc]
 
-(run by path it loads no Runlog module at all; ``python -m processors.examples.effects_ledger_consumer``
-works too, but imports the ``processors`` package first).
+(run by path it loads no Runlog module at all; ``python -m
+runlog.processors.examples.effects_ledger_consumer``
+works too, but imports the ``runlog`` package first).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 payloads shown safely (pretty, truncated, with anything that looks like a credential masked).
 
 This module holds what an operator asks about a run (why it is not moving, its summary line) and
-its terminal timeline; the log is read in :mod:`processors.inspect.log`, the calls are told in
-:mod:`processors.inspect.calls`, payloads are shown by :mod:`processors.inspect.payloads`. Every
+its terminal timeline; the log is read in :mod:`runlog.processors.inspect.log`, the calls are told in
+:mod:`runlog.processors.inspect.calls`, payloads are shown by :mod:`runlog.processors.inspect.payloads`. Every
 name stays importable from here.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.inspect.calls import HOW, CallView, call_views
-from processors.inspect.log import LoggedEvent, partitions_of, run_history, runs_from_log
-from processors.inspect.payloads import payload_text, payload_value, redact, redact_text
-from processors.inspect.upgrades import describe_upgrade
-from projections import OutcomeKind, RunState, RunStatus
-from schemas import EventType
+from runlog.processors.inspect.calls import HOW, CallView, call_views
+from runlog.processors.inspect.log import LoggedEvent, partitions_of, run_history, runs_from_log
+from runlog.processors.inspect.payloads import payload_text, payload_value, redact, redact_text
+from runlog.processors.inspect.upgrades import describe_upgrade
+from runlog.projections import OutcomeKind, RunState, RunStatus
+from runlog.schemas import EventType
 
 __all__ = [
     "HOW",
@@ -64,7 +64,7 @@ def reason_of(state: RunState) -> str | None:
 def usage_doc(state: RunState) -> dict[str, Any]:
     """What the run's model calls spent: ``total`` (its own and, for a branch, what its parent had
     spent at the fork), ``own``, ``inherited`` (None for a run that is no branch), and its own by
-    stage and by model (:class:`projections._usage.UsageTotals` as dicts)."""
+    stage and by model (:class:`runlog.projections._usage.UsageTotals` as dicts)."""
     inherited = state.inherited_usage
     return {"total": state.total_usage.to_dict(), "own": state.usage.to_dict(),
             "inherited": None if inherited is None else inherited.to_dict(),

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.inspect.log import LoggedEvent
-from processors.inspect.payloads import redact_text
-from producers.calls._artifacts import label
-from schemas import ArtifactRef, EventType, RunEvent
+from runlog.processors.inspect.log import LoggedEvent
+from runlog.processors.inspect.payloads import redact_text
+from runlog.producers.calls._artifacts import label
+from runlog.schemas import ArtifactRef, EventType, RunEvent
 
 __all__ = ["HOW", "CallView", "call_views"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from projections import Outcome, OutcomeKind, RunState, fold
-from schemas import RunEvent, Settings, partition_for
-from schemas._kafka import partitions_of
+from runlog.projections import Outcome, OutcomeKind, RunState, fold
+from runlog.schemas import RunEvent, Settings, partition_for
+from runlog.schemas._kafka import partitions_of
 
 __all__ = ["LoggedEvent", "partitions_of", "run_history", "runs_from_log"]
 
@@ -26,7 +26,7 @@ class LoggedEvent:
 def run_history(settings: Settings, run_id: str, *, upto_seq: int | None = None,
                 upto_time_ms: int | None = None) -> list[LoggedEvent]:
     """Every event of a run in log order, folded; optionally only up to a seq or a time."""
-    from projections.log_reader import read_run_records
+    from runlog.projections.log_reader import read_run_records
 
     partition = partition_for(run_id, partitions_of(settings))
     state: RunState | None = None
@@ -45,10 +45,10 @@ def run_history(settings: Settings, run_id: str, *, upto_seq: int | None = None,
 def runs_from_log(settings: Settings) -> dict[str, RunState]:
     """Every run on the events topic folded from its first event (what a projector would write to
     Redis): for ``runlog runs`` when no projector has run. Reads the whole topic once
-    (:func:`projections.log_reader.read_topic`); undecodable and mis-keyed records are the
+    (:func:`runlog.projections.log_reader.read_topic`); undecodable and mis-keyed records are the
     projector's dead letters, skipped."""
-    from projections.log_reader import read_topic
-    from schemas import Codec, DecodeError, event_hash
+    from runlog.projections.log_reader import read_topic
+    from runlog.schemas import Codec, DecodeError, event_hash
 
     codec = Codec.from_settings(settings)
     states: dict[str, RunState] = {}

@@ -10,11 +10,11 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from producers.calls._artifacts import label
-from schemas import ArtifactRef
+from runlog.producers.calls._artifacts import label
+from runlog.schemas import ArtifactRef
 
 if TYPE_CHECKING:
-    from producers import ArtifactStore
+    from runlog.producers import ArtifactStore
 
 __all__ = ["MAX_ITEMS", "MAX_LINES", "MAX_STRING", "REDACTED", "inline_refs_named", "payload_text",
            "payload_value", "redact", "redact_text"]
@@ -102,7 +102,7 @@ def inline_refs_named(doc: Any) -> Any:
 def payload_value(store: ArtifactStore, ref: ArtifactRef | None) -> Any:
     """An artifact as a JSON value for ``--json`` output: parsed and redacted when it is JSON,
     redacted text when it is text, a description otherwise (or of why it cannot be read)."""
-    from schemas import ArtifactError
+    from runlog.schemas import ArtifactError
 
     if ref is None:
         return None

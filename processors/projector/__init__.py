@@ -1,7 +1,7 @@
 """``runlog project``: the Faust app folding the events topic into Redis and the compacted topics.
 
 Delivery semantics: at-least-once in, idempotent apply. The agent takes a batch,
-folds it (:class:`projections.BatchProjector`, a plain function of the batch),
+folds it (:class:`runlog.projections.BatchProjector`, a plain function of the batch),
 produces the checkpoints (key run id) and effects (key delivery key) of each
 update and waits for their acknowledgements, then writes Redis through the
 offset-guarded Lua script, then produces dead letters; only then can the batch's
@@ -10,14 +10,14 @@ what it already holds, and what Redis holds was published before it was written
 (a crash between the two publishes identical records again). A Redis that lost the
 namespace (emptied while the projector runs, or while it was down with offsets
 committed) is rebuilt from the log before the projector goes on
-(:mod:`projections.recovery`). Instances sharing the app id
+(:mod:`runlog.projections.recovery`). Instances sharing the app id
 form one consumer group and split the partitions.
 
-Tracing (``RUNLOG_TRACING``, :mod:`processors._tracing`): each batch is a span ``runlog.project``
+Tracing (``RUNLOG_TRACING``, :mod:`runlog.processors._tracing`): each batch is a span ``runlog.project``
 (kind consumer) linked to the distinct trace contexts its records carry (``traceparent`` headers).
 
 The app is this module. Faust's Kafka client is aiokafka, not librdkafka, so the security
-settings (``RUNLOG_KAFKA_*``) are translated for it in :mod:`processors.projector._security`,
+settings (``RUNLOG_KAFKA_*``) are translated for it in :mod:`runlog.processors.projector._security`,
 with the setting lists in ``_keys``, the TLS context in ``_tls`` and OAUTHBEARER in ``_oidc``.
 """
 
@@ -37,22 +37,22 @@ from typing import Any
 
 import faust
 
-from processors._tracing import Tracing
-from processors.dlq import to_record
-from processors.metrics import MetricsServer, ProjectorMetrics
-from processors.projector._auth import check_credentials
-from processors.projector._batches import BatchDelivery, install
-from processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
-from projections._state import EffectEntry
-from projections.batch import BatchProjector, BatchResult, RawRecord
-from projections.recovery import lost_at_start, recover
-from projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
-from projections.store import StoreWentBack
-from schemas._codec import Codec
-from schemas._tracecontext import distinct_contexts
-from schemas._types import Checkpoint
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.processors._tracing import Tracing
+from runlog.processors.dlq import to_record
+from runlog.processors.metrics import MetricsServer, ProjectorMetrics
+from runlog.processors.projector._auth import check_credentials
+from runlog.processors.projector._batches import BatchDelivery, install
+from runlog.processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
+from runlog.projections._state import EffectEntry
+from runlog.projections.batch import BatchProjector, BatchResult, RawRecord
+from runlog.projections.recovery import lost_at_start, recover
+from runlog.projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
+from runlog.projections.store import StoreWentBack
+from runlog.schemas._codec import Codec
+from runlog.schemas._tracecontext import distinct_contexts
+from runlog.schemas._types import Checkpoint
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 __all__ = ["ProjectorOptions", "build_app", "faust_credentials", "faust_settings", "observe", "run_projector"]
 
@@ -87,10 +87,10 @@ def faust_credentials(settings: Settings) -> Any:
     Every security setting the other clients get is translated for aiokafka (TLS trust from a
     file, a directory or inline PEM, CRLs, client certificates and key passwords, host name
     verification, SASL PLAIN / SCRAM / OAUTHBEARER-OIDC); None for PLAINTEXT. A setting it
-    cannot honour raises :class:`~schemas.errors.ConfigError` naming it, so the projector never
-    connects differently from the other clients (:mod:`processors.projector._security`).
+    cannot honour raises :class:`~runlog.schemas.errors.ConfigError` naming it, so the projector never
+    connects differently from the other clients (:mod:`runlog.processors.projector._security`).
     """
-    from processors.projector._security import broker_credentials
+    from runlog.processors.projector._security import broker_credentials
 
     return broker_credentials(settings.kafka_extra)
 
@@ -197,7 +197,7 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
         # A new namespace, and a group with no commits, on a topic that holds events already: the
         # namespace is not whole until the group has consumed up to where the topic was now, so
         # it is marked replaying (readers ask the log) instead of ready at the first write.
-        from projections.log_reader import LogReader
+        from runlog.projections.log_reader import LogReader
 
         with LogReader(settings, names.events, name="runlog-projector-start") as reader:
             marks = reader.watermarks()

@@ -3,8 +3,8 @@
 Faust's client (aiokafka) logs a refused SASL exchange or TLS handshake as "Unable connect", then
 fails its start with ``KafkaConnectionError: Unable to bootstrap`` and a traceback: the reason is
 only in a log line. :func:`check_credentials` opens one connection to a bootstrap server with the
-very credentials Faust gets (:func:`~processors.projector._security.broker_credentials`) and turns
-a refusal into :class:`~schemas.errors.AuthenticationFailed`, which ``runlog project`` reports in
+very credentials Faust gets (:func:`~runlog.processors.projector._security.broker_credentials`) and turns
+a refusal into :class:`~runlog.schemas.errors.AuthenticationFailed`, which ``runlog project`` reports in
 one line (exit 4). A server that cannot be reached is left to Faust, as before.
 """
 
@@ -14,9 +14,9 @@ import asyncio
 import ssl
 from typing import Any
 
-from processors.projector._security import broker_credentials
-from schemas._kafka_auth import refused
-from schemas.settings import Settings
+from runlog.processors.projector._security import broker_credentials
+from runlog.schemas._kafka_auth import refused
+from runlog.schemas.settings import Settings
 
 __all__ = ["check_credentials"]
 

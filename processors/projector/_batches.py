@@ -15,7 +15,7 @@ same ``batch_size`` and ``within`` as ``take_events``) and acknowledges each rec
 consumer itself once the batch is applied (:meth:`BatchDelivery.ack`), so Faust commits only
 offsets whose records are in Redis, as before. Undelivered batches are dropped when partitions
 are revoked, as Faust clears its channel queues; the projector's offset guard fills whatever a
-consumer skipped (:mod:`processors.projector._offsets`).
+consumer skipped (:mod:`runlog.processors.projector._offsets`).
 
 Records of any other topic go through Faust's own path unchanged.
 """

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schemas.errors import ConfigError
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["GSSAPI", "HONOURED", "KEYSTORE_PEM", "NOT_SECURITY", "REFUSED", "check_keys", "env_name",
            "failed", "flag", "refuse"]
 
-#: Keys translated for aiokafka (see :func:`processors.projector._security.broker_credentials` for how
+#: Keys translated for aiokafka (see :func:`runlog.processors.projector._security.broker_credentials` for how
 #: each one is applied).
 HONOURED = frozenset({
     "security.protocol",
@@ -119,7 +119,8 @@ def check_keys(extra: Mapping[str, str]) -> None:
             continue
         raise refuse(key, REFUSED.get(key, "not a setting the projector knows how to apply (only the "
                                             "security settings its Kafka client supports, and the "
-                                            "tunables listed in processors.projector._keys, are accepted)"))
+                                            "tunables listed in runlog.processors.projector._keys, "
+                                            "are accepted)"))
 
 
 def flag(extra: Mapping[str, str], key: str, default: bool) -> bool:

@@ -16,7 +16,7 @@ does. Per partition it keeps the next offset whose record must be applied: on th
 partition after an assignment, the group's committed offset (read from the broker, the low
 watermark when none is committed); then one past the last record applied. A batch whose first
 record of a partition lies beyond that offset had records skipped: they are read from the log
-(a never-committing :class:`~projections.log_reader.LogReader`) and applied first, in order, and
+(a never-committing :class:`~runlog.projections.log_reader.LogReader`) and applied first, in order, and
 then acknowledged to Faust with the batch, so its commits go on. Records below the offset are
 redeliveries, which the fold ignores. So every offset the group commits was applied, by induction
 over the members: each applies everything from the committed offset it started at.
@@ -29,8 +29,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from projections.batch import RawRecord, Received
-from schemas.settings import Settings
+from runlog.projections.batch import RawRecord, Received
+from runlog.schemas.settings import Settings
 
 __all__ = ["LogGaps", "OffsetGuard", "kafka_committed"]
 
@@ -145,7 +145,7 @@ def kafka_committed(settings: Settings, group: str, topic: str) -> tuple[Committ
 class LogGaps:
     """Reads what the projector missed, with one never-committing reader (made on first use): a range
     of a partition (:meth:`range`, a :data:`Read`) or one run's events from an offset (:meth:`run`,
-    the heal of :class:`~projections.batch.BatchProjector`)."""
+    the heal of :class:`~runlog.projections.batch.BatchProjector`)."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.settings = settings
@@ -154,7 +154,7 @@ class LogGaps:
 
     def _get(self) -> Any:
         if self._reader is None:
-            from projections.log_reader import LogReader
+            from runlog.projections.log_reader import LogReader
 
             self._reader = LogReader(self.settings, self.topic, name="runlog-projector-gap")
         return self._reader

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from aiokafka.abc import AbstractTokenProvider  # type: ignore[import-untyped]
 
-from processors.projector._keys import env_name, refuse
-from schemas.errors import ConfigError
+from runlog.processors.projector._keys import env_name, refuse
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["OidcTokenProvider", "oidc_provider"]
 

@@ -3,7 +3,7 @@
 The projector runs on Faust, whose Kafka client is aiokafka, not librdkafka: every setting the
 other clients receive verbatim must be translated, or the projector would connect with weaker
 security than them (or fail, as an inline ``ssl.ca.pem`` did). :func:`broker_credentials` does it,
-key by key, and refuses (:class:`~schemas.errors.ConfigError` naming the setting) every key it
+key by key, and refuses (:class:`~runlog.schemas.errors.ConfigError` naming the setting) every key it
 cannot honour. Nothing is dropped silently:
 
 * :data:`HONOURED`: translated into an :class:`ssl.SSLContext` and Faust credentials;
@@ -12,8 +12,9 @@ cannot honour. Nothing is dropped silently:
   so they are deliberately not passed;
 * anything else is refused, with the reason when it is known (:data:`REFUSED`).
 
-The lists are in :mod:`processors.projector._keys`, the TLS context in :mod:`processors.projector._tls`,
-the OAUTHBEARER token provider in :mod:`processors.projector._oidc`; their public names stay
+The lists are in :mod:`runlog.processors.projector._keys`, the TLS context in
+:mod:`runlog.processors.projector._tls`,
+the OAUTHBEARER token provider in :mod:`runlog.processors.projector._oidc`; their public names stay
 importable from here.
 """
 
@@ -24,9 +25,9 @@ from typing import Any
 
 import faust
 
-from processors.projector._keys import GSSAPI, HONOURED, NOT_SECURITY, REFUSED, check_keys, refuse
-from processors.projector._oidc import OidcTokenProvider, oidc_provider
-from processors.projector._tls import ssl_context
+from runlog.processors.projector._keys import GSSAPI, HONOURED, NOT_SECURITY, REFUSED, check_keys, refuse
+from runlog.processors.projector._oidc import OidcTokenProvider, oidc_provider
+from runlog.processors.projector._tls import ssl_context
 
 __all__ = ["HONOURED", "NOT_SECURITY", "REFUSED", "OidcTokenProvider", "broker_credentials",
            "check_keys", "ssl_context"]

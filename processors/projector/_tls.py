@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from processors.projector._keys import KEYSTORE_PEM, failed, flag, refuse
-from schemas.errors import ConfigError
+from runlog.processors.projector._keys import KEYSTORE_PEM, failed, flag, refuse
+from runlog.schemas.errors import ConfigError
 
 __all__ = ["ssl_context"]
 

@@ -5,18 +5,18 @@ least once); a run is resumed by one writer at a time (a lease at a new epoch, c
 log before anything else), so a request seen twice resumes nothing twice. An effect intent
 without a result is settled by its tool's replay policy before the run goes on.
 
-* :mod:`processors.resume.resumer`: :class:`Resumer`, one resume (plan, take over, continue).
-* :mod:`processors.resume.facts`: what a plan reads, through the ports.
-* :mod:`processors.resume.plan`: what to do, as pure functions of those facts.
-* :mod:`processors.resume.ports`: the run's events (Kafka, or in memory for unit tests).
-* :mod:`processors.resume.service`: :class:`ResumerService`, the ``runlog resumer`` process
+* :mod:`runlog.processors.resume.resumer`: :class:`Resumer`, one resume (plan, take over, continue).
+* :mod:`runlog.processors.resume.facts`: what a plan reads, through the ports.
+* :mod:`runlog.processors.resume.plan`: what to do, as pure functions of those facts.
+* :mod:`runlog.processors.resume.ports`: the run's events (Kafka, or in memory for unit tests).
+* :mod:`runlog.processors.resume.service`: :class:`ResumerService`, the ``runlog resumer`` process
   (consumes the resume topic in a consumer group, sweeps for runs nobody resumes, dead-letters
   requests it cannot read).
-* :mod:`processors.resume.request`: :func:`request_resume`, a request on the resume topic.
+* :mod:`runlog.processors.resume.request`: :func:`request_resume`, a request on the resume topic.
 """
 
-from processors.resume.request import request_resume
-from processors.resume.resumer import (
+from runlog.processors.resume.request import request_resume
+from runlog.processors.resume.resumer import (
     App,
     EffectPlan,
     ResumeOutcome,
@@ -27,7 +27,7 @@ from processors.resume.resumer import (
     load_app,
     plan_effect,
 )
-from processors.resume.service import (
+from runlog.processors.resume.service import (
     CONTENDED_RETRIES,
     RETRY_MARGIN_S,
     ResumerService,

@@ -8,7 +8,7 @@ A run is *open* while it may still need the code of its version: ``PENDING``, ``
 and ``FAILED`` (``runlog retry`` resumes it on its version). ``COMPLETED`` and ``CANCELLED`` runs
 need no code.
 
-Open runs are read from the projection (:class:`projections.RedisStore`): the ids of its status
+Open runs are read from the projection (:class:`runlog.projections.RedisStore`): the ids of its status
 indexes for :data:`OPEN`, then four fields of each run's state hash (status, workflow,
 workflow_version, updated_at), never a snapshot. A run listed by two indexes (between the two steps
 of a cluster apply) counts once, under its state's status. While the projection is not marked
@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from processors.resume._versions import VersionRoutes, VersionView, label
-from projections import RedisStore, RunState, RunStatus
-from projections._marker import READY
+from runlog.processors.resume._versions import VersionRoutes, VersionView, label
+from runlog.projections import RedisStore, RunState, RunStatus
+from runlog.projections._marker import READY
 
 if TYPE_CHECKING:
     from prometheus_client import Gauge

@@ -1,5 +1,5 @@
 """Contended runs, retried once the lease can have expired (a mixin of
-:class:`~processors.resume.service.ResumerService`): a request answered ``contended`` (another writer's
+:class:`~runlog.processors.resume.service.ResumerService`): a request answered ``contended`` (another writer's
 lease is still alive) is retried in memory at now + the lease key's remaining PTTL +
 :data:`RETRY_MARGIN_S`, at most :data:`CONTENDED_RETRIES` times per run, keeping the epoch its requests
 saw; then the sweep is the backstop."""
@@ -13,9 +13,9 @@ import time
 
 import redis
 
-from processors.metrics import ResumerMetrics
-from processors.resume.resumer import NOT_ACTED, ResumeOutcome
-from schemas import Settings
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume.resumer import NOT_ACTED, ResumeOutcome
+from runlog.schemas import Settings
 
 __all__ = ["CONTENDED_RETRIES", "RETRY_MARGIN_S", "ContendedRetries"]
 

@@ -1,4 +1,4 @@
-"""The resumer's sweep (a mixin of :class:`~processors.resume.service.ResumerService`): the runs of its
+"""The resumer's sweep (a mixin of :class:`~runlog.processors.resume.service.ResumerService`): the runs of its
 App's workflows whose writer is gone (their lease expired) get a resume request, and waits whose
 deadline passed are handed to their policy. Candidates are the writers' active set and, when the
 projection is whole (marker ``ready``), its ``RUNNING`` index; while a rebuild, a swap or a replay
@@ -13,14 +13,14 @@ from typing import Any
 
 import redis
 
-from processors.metrics import ResumerMetrics
-from processors.resume._versions import VersionRoutes
-from processors.resume.request import request_resume
-from processors.resume.resumer import App
-from producers.run._active import ActiveRuns
-from projections import RedisStore, RunStatus
-from projections._marker import READY
-from schemas import Settings
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume._versions import VersionRoutes
+from runlog.processors.resume.request import request_resume
+from runlog.processors.resume.resumer import App
+from runlog.producers.run._active import ActiveRuns
+from runlog.projections import RedisStore, RunStatus
+from runlog.projections._marker import READY
+from runlog.schemas import Settings
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -94,7 +94,7 @@ class Sweeper:
     def sweep(self) -> SweepReport:
         """Request the resume of every run of this App's workflows that is active (or projected
         ``RUNNING``) and whose lease has expired; cancelled runs are skipped, and so are runs parked
-        for a member serving their version (:mod:`processors.resume._versions`)."""
+        for a member serving their version (:mod:`runlog.processors.resume._versions`)."""
         self.metrics.sweeps.inc()
         report = SweepReport()
         candidates = self._candidates()

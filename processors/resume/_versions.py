@@ -3,7 +3,7 @@
 An App may register several versions of a workflow (a rolling deploy serves the old version's runs
 while new runs start on the new one), and the members of one resumer group need not all register
 the same versions: during a deploy, old members serve ``orders@1``, new ones ``orders@1`` and
-``orders@2``. The group is named by the App's workflow *names* (:func:`processors.resume.app_id`),
+``orders@2``. The group is named by the App's workflow *names* (:func:`runlog.processors.resume.app_id`),
 so every member of a deploy shares one group and a request lands on whichever member owns its
 partition. A member that does not serve the run's version never blocks it: it *parks* the run here
 (outcome ``not_served``) and commits the request. Every member advertises the versions it serves
@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from processors.resume.resumer import NOT_ACTED
-from projections._state import RunStatus
+from runlog.processors.resume.resumer import NOT_ACTED
+from runlog.projections._state import RunStatus
 
 if TYPE_CHECKING:
-    from processors.metrics import ResumerMetrics
-    from processors.resume.resumer import ResumeOutcome
-    from projections.redis_store import RedisStore
+    from runlog.processors.metrics import ResumerMetrics
+    from runlog.processors.resume.resumer import ResumeOutcome
+    from runlog.projections.redis_store import RedisStore
 
 __all__ = ["ADVERTISE_S", "LIVE_MS", "PICKUP_S", "Advertiser", "VersionPickup", "VersionRoutes",
            "VersionView", "label"]
@@ -248,7 +248,7 @@ class Advertiser:
 
 class VersionPickup:
     """The resumer service's part of version routing (a mixin of
-    :class:`~processors.resume.service.ResumerService`): park what it does not serve, pick up what
+    :class:`~runlog.processors.resume.service.ResumerService`): park what it does not serve, pick up what
     it does."""
 
     routes: VersionRoutes

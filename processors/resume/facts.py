@@ -1,8 +1,9 @@
 """What resume reads before it decides: a run's facts, through the resumer's ports.
 
-:class:`FactsReader` reads a run through the event log (:class:`~processors.resume.ports.RunEventReader`),
+:class:`FactsReader` reads a run through the event log
+(:class:`~runlog.processors.resume.ports.RunEventReader`),
 the projection store, the artifact store and the effects ledger, into the
-:class:`~processors.resume.plan.PlanFacts` that :func:`~processors.resume.plan.decide_plan`
+:class:`~runlog.processors.resume.plan.PlanFacts` that :func:`~runlog.processors.resume.plan.decide_plan`
 decides from. It reads only what the plan can use: the latest projected checkpoint and the tail
 after it in the usual case; the whole checkpoint history only when the latest fails verification;
 nothing past a refusal. It changes nothing.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from processors.resume.plan import (
+from runlog.processors.resume.plan import (
     CheckpointCheck,
     PlanFacts,
     calls_to_guard,
@@ -21,13 +22,13 @@ from processors.resume.plan import (
     needs_checkpoints,
     strict_refusal,
 )
-from processors.resume.ports import RunEventReader
-from producers import App, ArtifactStore
-from producers.calls._ledger import EffectLedger, LedgerEntry
-from projections._state import CallRecord, CallStatus, RunState
-from projections.fold import fold
-from projections.store import ProjectionStore
-from schemas import ArtifactError, ArtifactRef, Checkpoint, EventType, RunlogError
+from runlog.processors.resume.ports import RunEventReader
+from runlog.producers import App, ArtifactStore
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.projections._state import CallRecord, CallStatus, RunState
+from runlog.projections.fold import fold
+from runlog.projections.store import ProjectionStore
+from runlog.schemas import ArtifactError, ArtifactRef, Checkpoint, EventType, RunlogError
 
 __all__ = ["FactsReader", "UnknownRun"]
 
@@ -41,7 +42,7 @@ class UnknownRun(RunlogError):
 
 
 class FactsReader:
-    """Reads a run's :class:`~processors.resume.plan.PlanFacts` through the ports.
+    """Reads a run's :class:`~runlog.processors.resume.plan.PlanFacts` through the ports.
 
     Args:
         app: the application (whether it may continue the run decides what else is read).

@@ -1,6 +1,6 @@
 """Resume's decisions, as pure functions of what its ports returned (no I/O here).
 
-:meth:`processors.resume.Resumer.facts` reads a run through the resumer's ports (the event log,
+:meth:`runlog.processors.resume.Resumer.facts` reads a run through the resumer's ports (the event log,
 the projection store, the artifact store, the effects ledger) into :class:`PlanFacts`;
 :func:`decide_plan` turns those facts and the App into a :class:`ResumePlan`. The same facts
 always give the same plan, so every decision is unit tested without services
@@ -29,15 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from producers.calls._artifacts import label
-from producers.calls._calls import RecordedCall
-from projections._state import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
-from schemas._types import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers.calls._artifacts import label
+from runlog.producers.calls._calls import RecordedCall
+from runlog.projections._state import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
+from runlog.schemas._types import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
+from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers import App, Tool
-    from producers.calls._ledger import LedgerEntry
+    from runlog.producers import App, Tool
+    from runlog.producers.calls._ledger import LedgerEntry
 
 __all__ = [
     "NO_WORKFLOW",
@@ -347,7 +347,7 @@ def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: boo
     not; dry runs still plan it), ``failed`` (a failed run without
     ``retry``), ``waiting`` (for a signal whose deadline, if any, is after ``now``),
     ``not_served`` (the App registers the run's workflow, but not at the version the run is pinned
-    to: a member serving that version continues it, :mod:`processors.resume._versions`; never a
+    to: a member serving that version continues it, :mod:`runlog.processors.resume._versions`; never a
     block), ``superseded`` (the run's epoch is later than ``seen_epoch``, the one the request saw:
     another resume or an operator moved the run since), ``planned`` (``dry_run``).
 

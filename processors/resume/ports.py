@@ -1,9 +1,9 @@
 """The event-log port the resumer reads a run through, and its adapters (Kafka, in memory).
 
 The resumer's other ports are the SDK's: the projection store
-(:class:`projections.store.ProjectionStore`), the artifact store
-(:class:`producers.calls._artifacts.ArtifactStore`), and the runner's lease manager and effects ledger
-(:class:`producers.run._lease.LeaseManager`, :class:`producers.calls._ledger.EffectLedger`).
+(:class:`runlog.projections.store.ProjectionStore`), the artifact store
+(:class:`runlog.producers.calls._artifacts.ArtifactStore`), and the runner's lease manager and effects ledger
+(:class:`runlog.producers.run._lease.LeaseManager`, :class:`runlog.producers.calls._ledger.EffectLedger`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from producers.log._runlog import KafkaRunLog
-from schemas._types import RunEvent
-from schemas.settings import Settings
+from runlog.producers.log._runlog import KafkaRunLog
+from runlog.schemas._types import RunEvent
+from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from producers.log._memory import InMemoryEventLog
-    from projections.log_reader import LogReader
-    from schemas._codec import Codec
+    from runlog.producers.log._memory import InMemoryEventLog
+    from runlog.projections.log_reader import LogReader
+    from runlog.schemas._codec import Codec
 
 __all__ = ["KafkaRunEvents", "MemoryRunEvents", "RunEventReader"]
 
@@ -33,14 +33,14 @@ class RunEventReader(Protocol):
 
     def run_records(self, run_id: str, partition: int,
                     from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
-        """The run's decodable events with their offsets and hashes (``schemas.event_hash`` of each
+        """The run's decodable events with their offsets and hashes (``runlog.schemas.event_hash`` of each
         from its record's bytes as stored: the fold's ``content_hash``), from ``from_offset`` to the
         end of the partition as it was when the read began."""
         ...
 
 
 class KafkaRunEvents(KafkaRunLog):
-    """The events topic on Kafka (:meth:`projections.log_reader.LogReader.run_records`).
+    """The events topic on Kafka (:meth:`runlog.projections.log_reader.LogReader.run_records`).
 
     One reader (its consumer, assigned per read, never in a group) and one codec serve every read
     until :meth:`close`: a resume's tail of 20 events costs one watermark request and one fetch,
@@ -56,8 +56,8 @@ class KafkaRunEvents(KafkaRunLog):
 
     def run_records(self, run_id: str, partition: int,
                     from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
-        from projections.log_reader import LogReader
-        from schemas._codec import Codec
+        from runlog.projections.log_reader import LogReader
+        from runlog.schemas._codec import Codec
 
         with self._lock:
             if self.codec is None:
@@ -83,7 +83,7 @@ class KafkaRunEvents(KafkaRunLog):
 
 
 class MemoryRunEvents:
-    """An :class:`~producers.log._memory.InMemoryEventLog` read as the events topic (unit tests)."""
+    """An :class:`~runlog.producers.log._memory.InMemoryEventLog` read as the events topic (unit tests)."""
 
     def __init__(self, log: InMemoryEventLog) -> None:
         self.log = log

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from producers.log._cloudevents import CloudEventHeaders
-from producers.log._writer import send_resume_request
-from schemas import Codec, ResumeRequest, Settings, Topics, now_ms
+from runlog.producers.log._cloudevents import CloudEventHeaders
+from runlog.producers.log._writer import send_resume_request
+from runlog.schemas import Codec, ResumeRequest, Settings, Topics, now_ms
 
 __all__ = ["request_resume"]
 

@@ -22,11 +22,11 @@ consumer, ``runlog resume``, the demo, the fault suite). In order:
 
 The model is never asked where the run was: everything comes from the log.
 
-The :class:`Resumer` takes its ports: the event log (:class:`~processors.resume.ports.RunEventReader`),
-the projection store (:class:`~projections.store.ProjectionStore`), the artifact store and the
+The :class:`Resumer` takes its ports: the event log (:class:`~runlog.processors.resume.ports.RunEventReader`),
+the projection store (:class:`~runlog.projections.store.ProjectionStore`), the artifact store and the
 runner (its lease manager, effects ledger and writer). Steps 1 to 4 and the planning of 6 read
-facts through them (:meth:`Resumer.facts`, :mod:`processors.resume.facts`); what to do is then
-decided by pure functions of those facts (:mod:`processors.resume.plan`); this module acts.
+facts through them (:meth:`Resumer.facts`, :mod:`runlog.processors.resume.facts`); what to do is then
+decided by pure functions of those facts (:mod:`runlog.processors.resume.plan`); this module acts.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from processors._tracing import Tracing
-from processors.resume.facts import FactsReader, UnknownRun
-from processors.resume.plan import (
+from runlog.processors._tracing import Tracing
+from runlog.processors.resume.facts import FactsReader, UnknownRun
+from runlog.processors.resume.plan import (
     Early,
     EffectPlan,
     PlanFacts,
@@ -49,14 +49,14 @@ from processors.resume.plan import (
     outcome_before_lease,
     plan_effect,
 )
-from processors.resume.ports import KafkaRunEvents, RunEventReader
-from producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
-from producers.calls._call_budget import BudgetGuard
-from producers.log._writer import RunWriter
-from producers.run._lease import LeaseHeld
-from projections._state import RunState
-from projections.store import ProjectionStore
-from schemas import (
+from runlog.processors.resume.ports import KafkaRunEvents, RunEventReader
+from runlog.producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
+from runlog.producers.calls._call_budget import BudgetGuard
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._lease import LeaseHeld
+from runlog.projections._state import RunState
+from runlog.projections.store import ProjectionStore
+from runlog.schemas import (
     ArtifactRef,
     ConfigError,
     EffectStatus,
@@ -66,8 +66,14 @@ from schemas import (
     Settings,
     now_ms,
 )
-from schemas._tracecontext import TraceContext, current, parse
-from schemas.errors import LeaseLost, ResumeBlocked, ToolError, VerificationFailed, WorkflowDefinitionError
+from runlog.schemas._tracecontext import TraceContext, current, parse
+from runlog.schemas.errors import (
+    LeaseLost,
+    ResumeBlocked,
+    ToolError,
+    VerificationFailed,
+    WorkflowDefinitionError,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -153,7 +159,7 @@ class Resumer:
         metrics_registry: when the runner is made here, its writer counts its appends in this
             ``prometheus_client`` registry (``runlog_writer_*``).
         tracer_provider: where the spans of a resume (and of the runner made here) go; None: the
-            global provider (:mod:`processors._tracing`, off with ``RUNLOG_TRACING=false``).
+            global provider (:mod:`runlog.processors._tracing`, off with ``RUNLOG_TRACING=false``).
     """
 
     def __init__(self, settings: Settings, app: App, *, runner: Runner | None = None,
@@ -173,7 +179,7 @@ class Resumer:
                                                      prices=app.prices)
         self._own_projection: Any = None
         if projection is None:
-            from projections.redis_store import RedisStore
+            from runlog.projections.redis_store import RedisStore
 
             projection = self._own_projection = RedisStore.from_settings(settings)
         self.projection: ProjectionStore = projection
@@ -234,7 +240,7 @@ class Resumer:
         A resume is exclusive and final: a ``CANCELLED`` run is never resumed (outcome
         ``cancelled``, no lease taken, nothing appended), nor is a run whose epoch is later than
         ``seen_epoch`` (the epoch the request saw; outcome ``superseded``). A ``FAILED`` or
-        ``BLOCKED`` run is resumed only with ``retry`` (:func:`processors.operate.retry_run`: a
+        ``BLOCKED`` run is resumed only with ``retry`` (:func:`runlog.processors.operate.retry_run`: a
         person says the cause is fixed); otherwise the outcome is ``failed`` / ``blocked`` and
         nothing is done. ``attributes`` go on the ``LEASE_ACQUIRED`` (who acts, for an operator's retry).
 
@@ -289,8 +295,8 @@ class Resumer:
                 operator: Mapping[str, str]) -> ResumeOutcome:
         """Take the run's lease (``LEASE_ACQUIRED`` with ``operator``), append ``RUN_UPGRADED``
         (``workflow``'s spec, ``stage`` and ``artifact_refs`` of the checkpoint kept, ``attributes``:
-        :func:`processors.upgrade.upgrade_attributes`), plan again from the upgraded state and go on
-        on ``workflow``'s code (:mod:`processors.upgrade`). ``contended``: a writer holds the run,
+        :func:`runlog.processors.upgrade.upgrade_attributes`), plan again from the upgraded state and go on
+        on ``workflow``'s code (:mod:`runlog.processors.upgrade`). ``contended``: a writer holds the run,
         nothing was appended."""
         plan = ResumePlan(state.run_id, state.status.value, state.partition, 0, None)
         session = self._take_over(state, workflow, plan, force=False, attributes=operator)

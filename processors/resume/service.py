@@ -12,7 +12,7 @@ share its work (up to the partition count); run one group per App so no workflow
 a resumer, and register each workflow name in one App only: two Apps with the same name both act
 on its runs (the lease lets one continue).
 
-Versions (:mod:`processors.resume._versions`): the group name hashes workflow *names*, not
+Versions (:mod:`runlog.processors.resume._versions`): the group name hashes workflow *names*, not
 versions, so the members of a rolling deploy (old ones serving ``orders@1``, new ones ``orders@1``
 and ``orders@2``) share one group. A run is pinned to the version it started on; a member whose App
 registers the name but not that version answers ``not_served``: it parks the run in Redis
@@ -44,7 +44,7 @@ handled by one member of a group at a time.
 Members come and go (the DESIGN's "Motion"): the group uses the cooperative-sticky assignor, so a
 member joining or leaving moves only the partitions that change owner; a commit refused because
 the group moved on since the poll (``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``,
-``UNKNOWN_MEMBER_ID``, ... see :data:`schemas._kafka.REBALANCE_COMMIT_ERRORS`) is logged at
+``UNKNOWN_MEMBER_ID``, ... see :data:`runlog.schemas._kafka.REBALANCE_COMMIT_ERRORS`) is logged at
 WARNING with the request's partition and offset and the member goes on: the partition's new owner
 gets the request again and resumes idempotently. Any other commit error, or a fatal consumer error
 (fenced by another member with the same ``group.instance.id``), raises. With
@@ -54,7 +54,7 @@ closes the consumer, which leaves the group (a static member's partitions wait o
 
 The sweeper requests the resume of runs of *its App's workflows* whose lease key is gone
 from Redis (their worker died and the lease expired): the runs of the writer-side active
-set (:class:`producers.run._active.ActiveRuns`, ``P:runs:active``; needs no projector) and,
+set (:class:`runlog.producers.run._active.ActiveRuns`, ``P:runs:active``; needs no projector) and,
 for runs written before that set existed, those the projection shows ``RUNNING``. A
 resume that finds the run completed, blocked or failed removes it from the active set.
 
@@ -62,10 +62,10 @@ Undecodable requests, and requests for runs neither Redis nor the log knows, go 
 dead-letter topic with their reason, logged at WARNING.
 
 Metrics: every service counts into its own ``prometheus_client`` registry
-(:class:`~processors.metrics.ResumerMetrics`, ``service.metrics.registry``): requests, resumes
+(:class:`~runlog.processors.metrics.ResumerMetrics`, ``service.metrics.registry``): requests, resumes
 by outcome and their duration, contended retries, sweeps and the resumes they requested, dead
 letters, the runs waiting for a version's member and the members per version, the open runs per
-version and status (:mod:`processors.resume._drains`), and the appends of the resumer's writer
+version and status (:mod:`runlog.processors.resume._drains`), and the appends of the resumer's writer
 (``runlog_writer_*``). ``metrics_port`` serves it on ``GET /metrics``.
 """
 
@@ -84,20 +84,20 @@ from collections.abc import Callable
 import redis
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from processors.dlq import headers as dead_letter_headers
-from processors.metrics import MetricsServer, ResumerMetrics
-from processors.resume._drains import OpenRunsGauge
-from processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
-from processors.resume._sweep import Sweeper, SweepReport
-from processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
-from processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
-from producers.run._active import ActiveRuns
-from producers.run._lease import lease_key
-from projections import ProjectionStoreError, RedisStore, RunStatus
-from schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
-from schemas._kafka import commit_refused_by_rebalance
-from schemas._redis import redis_client
-from schemas._tracecontext import from_headers
+from runlog.processors.dlq import headers as dead_letter_headers
+from runlog.processors.metrics import MetricsServer, ResumerMetrics
+from runlog.processors.resume._drains import OpenRunsGauge
+from runlog.processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
+from runlog.processors.resume._sweep import Sweeper, SweepReport
+from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
+from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._lease import lease_key
+from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
+from runlog.schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
+from runlog.schemas._kafka import commit_refused_by_rebalance
+from runlog.schemas._redis import redis_client
+from runlog.schemas._tracecontext import from_headers
 
 __all__ = ["CONTENDED_RETRIES", "PICKUP_S", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
            "group_id"]
@@ -136,11 +136,11 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         accept: asked before every resume (a request's, a contended run's retry, a version pickup);
             runs it refuses are not resumed (a demo or test resumer that owns only some runs).
         metrics: where to count (``runlog_resumer_*``; the resumer's writer adds ``runlog_writer_*``
-            to the same registry); a new :class:`~processors.metrics.ResumerMetrics` with a registry
+            to the same registry); a new :class:`~runlog.processors.metrics.ResumerMetrics` with a registry
             of its own when None.
         metrics_port: serve the registry on ``GET /metrics`` at this port (0: a free one, see
             ``metrics_server.port``); None (the default): no HTTP server.
-        tracer_provider: where resume spans go (None: the global provider; :mod:`processors._tracing`).
+        tracer_provider: where resume spans go (None: the global provider; :mod:`runlog.processors._tracing`).
     """
 
     def __init__(self, settings: Settings, app: App, *,
@@ -176,7 +176,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         self.advertiser = Advertiser(self.routes, self.member, self.serves).start()
         self.open_runs = OpenRunsGauge(self.projection, self.metrics.open_runs, self.member)
         """``runlog_resumer_open_runs``, refreshed from the pick-up tick every 10 s
-        (:mod:`processors.resume._drains`)."""
+        (:mod:`runlog.processors.resume._drains`)."""
         self._last_pickup = 0.0
         self._warned: dict[str, float] = {}
         log.info("resumer group %s (member %s) serving %s", self.group, self.member, ", ".join(self.serves))
@@ -258,7 +258,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
 
     def _commit(self, msg: Message) -> None:
         """Commit past ``msg``. A commit refused because the group moved on since the poll (a member
-        joined, left or replaced this one: :func:`~schemas._kafka.commit_refused_by_rebalance`) is
+        joined, left or replaced this one: :func:`~runlog.schemas._kafka.commit_refused_by_rebalance`) is
         logged and ignored: the partition's owner gets the request again and resumes idempotently.
         Any other commit error raises."""
         try:

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from schemas._types import ArtifactRef
-from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
+from runlog.schemas._types import ArtifactRef
+from runlog.schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
 __all__ = ["ArtifactStore", "LocalArtifactStore", "inline_bytes", "inline_ref", "is_inline", "label"]
 
@@ -74,7 +74,7 @@ def inline_bytes(ref: ArtifactRef) -> bytes | None:
 
 
 class ArtifactStore(abc.ABC):
-    """Where payloads live; events carry only :class:`~schemas.ArtifactRef` s.
+    """Where payloads live; events carry only :class:`~runlog.schemas.ArtifactRef` s.
 
     An S3-compatible store implements the same three methods. A store whose :attr:`inline_max` is above 0
     hands out inline refs (:meth:`inline`); its ``get`` and ``exists`` answer them with

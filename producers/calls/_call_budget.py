@@ -1,18 +1,18 @@
-"""A run's budget as its writer checks it before each model call (:mod:`projections._budget`)."""
+"""A run's budget as its writer checks it before each model call (:mod:`runlog.projections._budget`)."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING, Any
 
-from projections._budget import BUDGET_SIGNAL, SOFT_ATTRIBUTE, BudgetCaps
-from projections._usage import NO_USAGE, UsageTotals
-from schemas._types import EventType, Usage
-from schemas.errors import TerminalToolError
+from runlog.projections._budget import BUDGET_SIGNAL, SOFT_ATTRIBUTE, BudgetCaps
+from runlog.projections._usage import NO_USAGE, UsageTotals
+from runlog.schemas._types import EventType, Usage
+from runlog.schemas.errors import TerminalToolError
 
 if TYPE_CHECKING:
-    from producers.define._tools import Tool
-    from producers.run._protocol import Steps
+    from runlog.producers.define._tools import Tool
+    from runlog.producers.run._protocol import Steps
 
 __all__ = ["BudgetExceeded", "BudgetGuard", "BudgetSteps"]
 
@@ -45,7 +45,7 @@ class BudgetGuard:
 class BudgetSteps:
     """The budget's part of a stage context (a mixin of ``_ContextCore``)."""
 
-    session: Any  # producers.log._session.RunSession (which names this module's guard)
+    session: Any  # runlog.producers.log._session.RunSession (which names this module's guard)
 
     def _fail(self, err: BaseException) -> None:
         raise NotImplementedError
@@ -58,7 +58,7 @@ class BudgetSteps:
     def _within_budget(self, tool: Tool, call_id: str, common: dict[str, Any]) -> Steps[None]:
         """Before a model call (a tool reporting usage) the run makes anew: refuse it once a hard cap
         is reached (the run waits for ``runlog budget``, or fails)."""
-        from producers.calls._calls import RunWaits, error_info
+        from runlog.producers.calls._calls import RunWaits, error_info
 
         guard: BudgetGuard | None = getattr(self.session, "budget", None)  # sessions of tests may lack it
         why = guard.exceeded() if guard is not None and tool.usage is not None else None

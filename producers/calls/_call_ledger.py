@@ -1,10 +1,10 @@
 """The effects ledger's steps of a tool call (a mixin of the stage context,
-:class:`producers.calls._call_steps._ContextCore`): before an effect tool executes, its delivery key is
+:class:`runlog.producers.calls._call_steps._ContextCore`): before an effect tool executes, its delivery key is
 opened in the ledger shared by all runs. Done in another run: the tool is not called and that run's
 external id is this call's result (``EFFECT_RECONCILED`` with ``source=ledger``). Open in another run:
 in doubt, handled by the tool's policy (``RECONCILE_FIRST`` asks the external system, ``NEVER`` blocks
 the run for a person). A claim no replica acknowledged is released and the call fails before the
-effect runs (:class:`~projections._replicas.ReplicasBehind`)."""
+effect runs (:class:`~runlog.projections._replicas.ReplicasBehind`)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from producers.calls._calls import JSON, _external_id
-from producers.calls._keys import canonical_json
-from producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnavailable
-from producers.define._tools import CallInfo, Tool
-from producers.log._session import RunSession
-from producers.run._protocol import IO, Invoke, Steps
-from projections._replicas import ReplicasBehind
-from schemas._types import ArtifactRef, EffectStatus, EventType, ReplayPolicy
-from schemas.errors import EffectInDoubt, RunlogError
+from runlog.producers.calls._calls import JSON, _external_id
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnavailable
+from runlog.producers.define._tools import CallInfo, Tool
+from runlog.producers.log._session import RunSession
+from runlog.producers.run._protocol import IO, Invoke, Steps
+from runlog.projections._replicas import ReplicasBehind
+from runlog.schemas._types import ArtifactRef, EffectStatus, EventType, ReplayPolicy
+from runlog.schemas.errors import EffectInDoubt, RunlogError
 
 __all__ = ["EffectsLedgerSteps"]
 

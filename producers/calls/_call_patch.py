@@ -1,6 +1,6 @@
 """``ctx.patched(patch_id)``: a recorded marker that lets a long stage change its calls for new runs
 while runs recorded without it replay exactly (a mixin of the stage context; the rules are in
-:mod:`producers.calls._call_steps`' docstring)."""
+:mod:`runlog.producers.calls._call_steps`' docstring)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from producers.calls._calls import PATCHED, RecordedCall
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.define._tools import Tool
-from producers.run._protocol import Steps
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers.calls._calls import PATCHED, RecordedCall
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.define._tools import Tool
+from runlog.producers.run._protocol import Steps
+from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["PatchSteps"]
 

@@ -23,7 +23,7 @@ record stands in for the result and one ``TOOL_RESULT`` with attribute
 The determinism guard: a call made at the position (stage, index) of a recorded
 call must be the recorded call, same tool and same request hash. Otherwise the
 recorded result is never handed back: ``CALL_DIVERGED`` is appended (call id,
-recorded and new tool and request hash) and :class:`~schemas.errors.Diverged` is
+recorded and new tool and request hash) and :class:`~runlog.schemas.errors.Diverged` is
 raised, which blocks the run. Stage code gets recorded sources for what would
 diverge on a re-run: :meth:`StageContext.now`, :meth:`StageContext.random`,
 :meth:`StageContext.uuid` are calls like any other, so a resume reads them back.
@@ -38,11 +38,11 @@ without the marker (a run recorded before the patch existed): the calls after it
 recorded positions. A patch id is decided once per stage execution: asked again, it answers the same.
 
 The effects ledger: before an effect tool executes, its delivery key is opened in
-the ledger shared by all runs (:mod:`producers.calls._ledger`). Done in another run: the
+the ledger shared by all runs (:mod:`runlog.producers.calls._ledger`). Done in another run: the
 tool is not called, ``EFFECT_RECONCILED`` (attribute ``source=ledger``, ``from_run``)
 records the existing external id. Open in another run: in doubt, the tool's
 policy decides (``RECONCILE_FIRST`` asks, ``NEVER`` raises
-:class:`~schemas.errors.EffectInDoubt`, ``IDEMPOTENT`` calls with the holder's
+:class:`~runlog.schemas.errors.EffectInDoubt`, ``IDEMPOTENT`` calls with the holder's
 idempotency key, ``SAFE`` executes).
 """
 
@@ -58,11 +58,11 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from producers.calls._artifacts import ArtifactStore, is_inline
-from producers.calls._call_budget import BudgetSteps
-from producers.calls._call_ledger import EffectsLedgerSteps
-from producers.calls._call_patch import PatchSteps
-from producers.calls._calls import (
+from runlog.producers.calls._artifacts import ArtifactStore, is_inline
+from runlog.producers.calls._call_budget import BudgetSteps
+from runlog.producers.calls._call_ledger import EffectsLedgerSteps
+from runlog.producers.calls._call_patch import PatchSteps
+from runlog.producers.calls._calls import (
     _WAIT_TOOL,
     JSON,
     WAIT,
@@ -75,17 +75,17 @@ from producers.calls._calls import (
     _reused,
     error_info,
 )
-from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers.calls._ledger import EffectLedger
-from producers.calls._replay_hook import tool_function
-from producers.calls._stored_args import StoredArgsSteps
-from producers.define._prices import PriceTable, usage_of
-from producers.define._tools import CallInfo, Tool, retry_steps
-from producers.log._session import AppendResult, RunSession
-from producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
-from producers.run._trace import NO_TRACE, Span, Tracer
-from schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
-from schemas.errors import (
+from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from runlog.producers.calls._ledger import EffectLedger
+from runlog.producers.calls._replay_hook import tool_function
+from runlog.producers.calls._stored_args import StoredArgsSteps
+from runlog.producers.define._prices import PriceTable, usage_of
+from runlog.producers.define._tools import CallInfo, Tool, retry_steps
+from runlog.producers.log._session import AppendResult, RunSession
+from runlog.producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
+from runlog.producers.run._trace import NO_TRACE, Span, Tracer
+from runlog.schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
+from runlog.schemas.errors import (
     DeliveryError,
     Diverged,
     LeaseLost,

@@ -13,11 +13,11 @@ import uuid as _uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from producers.calls._artifacts import ArtifactStore
-from producers.define._tools import CallInfo, Tool
-from producers.run._trace import Span
-from schemas._types import ArtifactRef, ErrorInfo, ReplayPolicy
-from schemas.errors import (
+from runlog.producers.calls._artifacts import ArtifactStore
+from runlog.producers.define._tools import CallInfo, Tool
+from runlog.producers.run._trace import Span
+from runlog.schemas._types import ArtifactRef, ErrorInfo, ReplayPolicy
+from runlog.schemas.errors import (
     TerminalToolError,
     WorkflowDefinitionError,
 )

@@ -15,7 +15,7 @@ import math
 import struct
 from typing import Any
 
-from schemas.errors import WorkflowDefinitionError
+from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = [
     "canonical_json",
@@ -46,7 +46,7 @@ def canonical_json(value: Any) -> bytes:
 
     Equal values always give equal bytes, so their sha256 is a stable identity.
     Tuples encode as arrays. Anything that is not plain JSON data is refused with
-    :class:`~schemas.errors.WorkflowDefinitionError`.
+    :class:`~runlog.schemas.errors.WorkflowDefinitionError`.
     """
     _check(value, "$")
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,

@@ -20,7 +20,7 @@ so runs racing on one key see each other at once, without waiting for a
 projector. Keys the claims do not know (effects recorded before claims existed,
 or claims lost with Redis) are looked up in the projected index
 ``{prefix}:effects:by_key``, which the projector rebuilds from the log (on Redis Cluster,
-its shard ``{prefix}:{idx:<n>}:effects:by_key``, ``n`` = ``schemas._redis.index_shard(key)``).
+its shard ``{prefix}:{idx:<n>}:effects:by_key``, ``n`` = ``runlog.schemas._redis.index_shard(key)``).
 
 ``aopen`` / ``aclose_effect`` are the same calls for an event loop: with an asyncio
 client, the Redis adapter awaits the same round trips on it.
@@ -39,13 +39,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers.calls._keys import canonical_json
-from producers.run._redis_io import Lua, Steps, arun, offloaded, pipelined, run
-from projections._marker import READY, marker_key, parse_marker
-from projections._sharded import ProjectionStoreError
-from schemas._redis import index_shard, is_cluster
-from schemas._types import EffectStatus, now_ms
-from schemas.errors import RunlogError
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.run._redis_io import Lua, Steps, arun, offloaded, pipelined, run
+from runlog.projections._marker import READY, marker_key, parse_marker
+from runlog.projections._sharded import ProjectionStoreError
+from runlog.schemas._redis import index_shard, is_cluster
+from runlog.schemas._types import EffectStatus, now_ms
+from runlog.schemas.errors import RunlogError
 
 __all__ = ["EffectLedger", "InMemoryEffectLedger", "LedgerEntry", "LedgerUnavailable", "RedisEffectLedger"]
 
@@ -215,10 +215,11 @@ class RedisEffectLedger(EffectLedger):
         self.prefix = prefix
         self.effects_topic = effects_topic
         """Looks a key up in the compacted effects topic
-        (:class:`~producers.calls._ledger_topic.EffectsTopic`) when Redis has neither its claim nor a
+        (:class:`~runlog.producers.calls._ledger_topic.EffectsTopic`) when Redis has neither its claim nor a
         ready projection; None: Redis is the only source."""
         self.waits = waits
-        """:func:`~producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it (None:
+        """:func:`~runlog.producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it
+        (None:
         never waits). A claim a failover could take back would let another run execute the effect."""
         self._open = Lua(_OPEN, client)
         self._close = Lua(_CLOSE, client)
@@ -245,7 +246,7 @@ class RedisEffectLedger(EffectLedger):
         except (redis.RedisError, ProjectionStoreError) as err:  # a failover, Redis unreachable
             raise LedgerUnavailable(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
 
-    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
 
     def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
         key = self.index_key_of(delivery_key)

@@ -6,12 +6,12 @@ says otherwise (the namespace marker is missing or ``rebuilding``), a delivery k
 is not an unknown effect: the compacted effects topic, which the projector publishes *before* it
 writes Redis, still holds the last entry of every effect. :class:`EffectsTopic` reads it there: the
 one partition the key is on (the projector's producer partitions by the key's murmur2, as
-:func:`schemas.topics.partition_for`), from where the previous read of that partition stopped to
+:func:`runlog.schemas.topics.partition_for`), from where the previous read of that partition stopped to
 its high watermark, remembering the last entry of each key it passed; so a process reads each record
 once, however many lookups it makes while Redis is being rebuilt.
 
 A synchronous Kafka read: the async ledger face runs it on a worker thread (a step of
-:func:`producers.run._redis_io.offloaded`), so the event loop and the other runs on it go on meanwhile.
+:func:`runlog.producers.run._redis_io.offloaded`), so the event loop and the other runs on it go on meanwhile.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import threading
 import time
 from typing import Any
 
-from producers.calls._ledger import LedgerEntry
-from schemas._codec import Codec
-from schemas._types import Effect
-from schemas.errors import DecodeError, RunlogError
-from schemas.settings import Settings
-from schemas.topics import Topics, partition_for
+from runlog.producers.calls._ledger import LedgerEntry
+from runlog.schemas._codec import Codec
+from runlog.schemas._types import Effect
+from runlog.schemas.errors import DecodeError, RunlogError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, partition_for
 
 __all__ = ["ATTEMPTS", "EffectsTopic"]
 
@@ -53,7 +53,7 @@ class EffectsTopic:
     def __call__(self, delivery_key: str) -> LedgerEntry | None:
         """The topic's last entry for ``delivery_key``, or None. A read that fails (a broker lost
         mid-read) is tried again with a new reader, :data:`ATTEMPTS` times in all, then raises
-        :class:`~schemas.errors.RunlogError`: the effect is not executed on a guess."""
+        :class:`~runlog.schemas.errors.RunlogError`: the effect is not executed on a guess."""
         with self._lock:
             for attempt in range(1, ATTEMPTS + 1):
                 try:
@@ -68,7 +68,7 @@ class EffectsTopic:
 
     def _lookup(self, delivery_key: str) -> LedgerEntry | None:
         if self._reader is None:
-            from projections.log_reader import LogReader
+            from runlog.projections.log_reader import LogReader
 
             self._reader = LogReader(self.settings, self.topic, name="runlog-ledger-effects")
         r = self._reader

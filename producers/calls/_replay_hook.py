@@ -1,4 +1,4 @@
-"""What a counterfactual replay (``runlog replay``, :mod:`processors.replay`) puts between a call and
+"""What a counterfactual replay (``runlog replay``, :mod:`runlog.processors.replay`) puts between a call and
 its tool.
 
 A replay is a new run, in a namespace of its own, of a recorded run's workflow. Before a tool of the
@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from schemas.errors import TerminalToolError
+from runlog.schemas.errors import TerminalToolError
 
 if TYPE_CHECKING:
-    from producers.define._tools import CallInfo, Tool
+    from runlog.producers.define._tools import CallInfo, Tool
 
 __all__ = ["EXECUTE", "Interceptor", "NotReplayed", "model_override", "register", "registered",
            "tool_function", "unregister"]
@@ -74,7 +74,7 @@ def tool_function(tool: Tool, run_id: str) -> Callable[..., Any]:
     icp = _interceptors.get(run_id)
     if icp is None:
         return tool.fn
-    from producers.run._protocol import is_async_fn
+    from runlog.producers.run._protocol import is_async_fn
 
     fn = tool.fn
     if is_async_fn(fn):

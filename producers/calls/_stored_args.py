@@ -36,13 +36,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.calls._artifacts import ArtifactStore
-from producers.calls._calls import JSON
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.define._tools import Tool
-from producers.run._protocol import Steps
-from schemas._types import ArtifactRef
-from schemas.errors import ArtifactCorrupt
+from runlog.producers.calls._artifacts import ArtifactStore
+from runlog.producers.calls._calls import JSON
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.define._tools import Tool
+from runlog.producers.run._protocol import Steps
+from runlog.schemas._types import ArtifactRef
+from runlog.schemas.errors import ArtifactCorrupt
 
 __all__ = ["BIG_STRING", "STORED_ARGS", "StoredArgs", "StoredArgsSteps", "expand_args", "load_args",
            "stored_args"]
@@ -206,7 +206,7 @@ def load_args(store: ArtifactStore, ref: ArtifactRef) -> dict[str, Any]:
 
 class StoredArgsSteps:
     """Storing a call's arguments (a mixin of the stage context,
-    :class:`producers.calls._call_steps._ContextCore`)."""
+    :class:`runlog.producers.calls._call_steps._ContextCore`)."""
 
     _lock: threading.Lock
     _artifacts: dict[str, ArtifactRef]

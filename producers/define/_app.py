@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from producers.define._inputs import InputSource
-from producers.define._prices import Price, PriceTable
-from producers.define._tools import Tool
-from producers.define._workflow import Workflow, WorkflowRegistry
+from runlog.producers.define._inputs import InputSource
+from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._tools import Tool
+from runlog.producers.define._workflow import Workflow, WorkflowRegistry
 
 __all__ = ["App"]
 
@@ -20,8 +20,8 @@ class App:
     An application module exposes one (``runlog resumer --app module:attribute``).
     ``name`` names the application's resumer group (``<RUNLOG_RESUMER_GROUP>.<name>``);
     without it the group is named by a hash of the registered workflow names
-    (:func:`processors.resume.app_id`). ``prices`` prices the model calls its runs record (model
-    name -> :class:`~producers.Price`, US dollars per million tokens): a call of a model without a
+    (:func:`runlog.processors.resume.app_id`). ``prices`` prices the model calls its runs record (model
+    name -> :class:`~runlog.producers.Price`, US dollars per million tokens): a call of a model without a
     price records its tokens and no cost. Runners take it (``Runner.from_settings(settings,
     prices=app.prices)``); the resumer and ``runlog branch`` use the App's.
     """

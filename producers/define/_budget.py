@@ -1,11 +1,11 @@
-"""``Budget``: what a run's model calls may spend (:mod:`projections._budget` has the rules)."""
+"""``Budget``: what a run's model calls may spend (:mod:`runlog.projections._budget` has the rules)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from projections._budget import ON_EXCEEDED, BudgetCaps
-from schemas.errors import WorkflowDefinitionError
+from runlog.projections._budget import ON_EXCEEDED, BudgetCaps
+from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["Budget"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import RunlogError
+from runlog.schemas.errors import RunlogError
 
 __all__ = ["DictInputSource", "InputNotFound", "InputSource", "JsonDirInputSource", "PinnedInputs"]
 

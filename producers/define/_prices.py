@@ -1,9 +1,9 @@
-"""What model calls cost: the price table an :class:`~producers.App` declares (pure).
+"""What model calls cost: the price table an :class:`~runlog.producers.App` declares (pure).
 
 A :class:`Price` is per million tokens, in US dollars, as providers publish them: input tokens not
 read from or written to the cache, output tokens, and, when the provider bills them differently,
 cache reads and cache writes (each defaults to the input price). :meth:`PriceTable.cost_nanos`
-prices one call's :class:`~schemas.Usage` in billionths of a dollar (an integer, so totals add up
+prices one call's :class:`~runlog.schemas.Usage` in billionths of a dollar (an integer, so totals add up
 exactly); a model the table does not name has no cost (None), never a guessed one.
 
 A model is looked up by the name its usage records (``"openai:gpt-5.2"``: provider, colon, the
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from schemas._types import Usage
-from schemas.errors import WorkflowDefinitionError
+from runlog.schemas._types import Usage
+from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["Price", "PriceTable", "check_usage", "usage_of"]
 
@@ -137,8 +137,8 @@ class PriceTable(Mapping[str, Price]):
 
 
 def check_usage(usage: object, where: str) -> Usage:
-    """``usage`` when it is a :class:`~schemas.Usage` with a model name and counts that are
-    non-negative integers; else :class:`~schemas.errors.WorkflowDefinitionError` naming ``where``."""
+    """``usage`` when it is a :class:`~runlog.schemas.Usage` with a model name and counts that are
+    non-negative integers; else :class:`~runlog.schemas.errors.WorkflowDefinitionError` naming ``where``."""
     if not isinstance(usage, Usage):
         raise WorkflowDefinitionError(f"{where}: usage must be a runlog Usage, got {type(usage).__name__}")
     counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)

@@ -2,13 +2,13 @@
 
 Pure: declaring a tool validates it (``RECONCILE_FIRST`` needs a reconcile
 function, effect tools need a target and a delivery-key function) and raises
-:class:`~schemas.errors.WorkflowDefinitionError` at definition time.
+:class:`~runlog.schemas.errors.WorkflowDefinitionError` at definition time.
 
 A tool function is ``fn(call: CallInfo, **args) -> result``; ``args`` and the
 result are JSON data. An effect tool returns the external record, a JSON object
 with a string ``"external_id"``. It raises
-:class:`~schemas.errors.RetryableToolError` for transient failures and anything
-else (preferably :class:`~schemas.errors.TerminalToolError`) for terminal ones.
+:class:`~runlog.schemas.errors.RetryableToolError` for transient failures and anything
+else (preferably :class:`~runlog.schemas.errors.TerminalToolError`) for terminal ones.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.run._protocol import Sleep, Steps
-from schemas._types import ReplayPolicy, Usage
-from schemas.errors import RetryableToolError, WorkflowDefinitionError
+from runlog.producers.run._protocol import Sleep, Steps
+from runlog.schemas._types import ReplayPolicy, Usage
+from runlog.schemas.errors import RetryableToolError, WorkflowDefinitionError
 
 __all__ = [
     "CallInfo",
@@ -100,7 +100,7 @@ class Tool:
     """Arguments stored by reference: each stored once in the artifact store, content-addressed, and
     named by hash in the call's recorded arguments; a list as a hash chain of its items, so a list that
     grows from call to call (a conversation's messages) stores only its new items
-    (:mod:`producers.calls._stored_args`). The request hash is the same either way: it is computed
+    (:mod:`runlog.producers.calls._stored_args`). The request hash is the same either way: it is computed
     over the full arguments. Not for effect tools (their reconcile function reads the recorded ones)."""
     usage: UsageFn | None = None
     """Reads what a call spent from its result (a model request's tokens): recorded with the call's
@@ -179,7 +179,7 @@ def retry_steps(attempt: Callable[[int], Steps[Any]], policy: RetryPolicy,
 
     Returns ``(result, attempts used)``. Any other exception propagates at once; the last
     RetryableToolError propagates when the attempts are used up. Between attempts: a
-    :class:`~producers.run._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
+    :class:`~runlog.producers.run._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
     (the writer checks its lease there).
     """
     delays = policy.delays()

@@ -24,18 +24,18 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from schemas._types import RuleResult, StageSpec, WorkflowSpec
-from schemas.errors import WorkflowDefinitionError
+from runlog.schemas._types import RuleResult, StageSpec, WorkflowSpec
+from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers.define._budget import Budget
+    from runlog.producers.define._budget import Budget
 
 __all__ = ["Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "evaluate_rules", "rule"]
 
 StageFn = Callable[..., Mapping[str, Any]] | Callable[..., Awaitable[Mapping[str, Any]]]
 """A stage: ``fn(ctx, inputs) -> output`` (a JSON object), where ``ctx`` is a
-:class:`~producers.StageContext`, or ``async def fn(ctx, inputs)`` awaited for it (its ``ctx`` is an
-:class:`~producers.AsyncStageContext`). Spelled with ``...`` so that this module, which the
+:class:`~runlog.producers.StageContext`, or ``async def fn(ctx, inputs)`` awaited for it (its ``ctx`` is an
+:class:`~runlog.producers.AsyncStageContext`). Spelled with ``...`` so that this module, which the
 context's modules import, does not import them back; the runner checks the arity at definition."""
 _F = TypeVar("_F", bound=StageFn)
 
@@ -124,7 +124,7 @@ class Workflow:
         self.name = name
         self.version = version
         self.budget = budget
-        """What each run's model calls may spend (:class:`~producers.Budget`); a run's own wins."""
+        """What each run's model calls may spend (:class:`~runlog.producers.Budget`); a run's own wins."""
         self._stages: list[Stage] = []
 
     def stage(self, name: str, *, inputs: Sequence[str] = (), rules: Sequence[Rule] = (),

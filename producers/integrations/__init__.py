@@ -1,8 +1,8 @@
-"""What the public integration modules build on (:mod:`producers.pydantic_ai`,
-:mod:`producers.openai_agents`, :mod:`producers.otel`).
+"""What the public integration modules build on (:mod:`runlog.producers.pydantic_ai`,
+:mod:`runlog.producers.openai_agents`, :mod:`runlog.producers.otel`).
 
-* :mod:`producers.integrations._pydantic_ai_json`: what a durable Pydantic AI agent records, as JSON.
-* :mod:`producers.integrations._openai_agents_json`: what a durable OpenAI Agents SDK agent records,
-  as JSON (and the usage it reports); :mod:`producers.integrations._openai_agents_run`: its model
+* :mod:`runlog.producers.integrations._pydantic_ai_json`: what a durable Pydantic AI agent records, as JSON.
+* :mod:`runlog.producers.integrations._openai_agents_json`: what a durable OpenAI Agents SDK agent records,
+  as JSON (and the usage it reports); :mod:`runlog.producers.integrations._openai_agents_run`: its model
   and the state of one run.
 """

@@ -1,5 +1,5 @@
-"""The recorded call an agent's tool runs in, for the agent integrations (``producers.pydantic_ai``,
-``producers.openai_agents``): each keeps one :class:`CurrentCall` of its own and sets it around the
+"""The recorded call an agent's tool runs in, for the agent integrations (``runlog.producers.pydantic_ai``,
+``runlog.producers.openai_agents``): each keeps one :class:`CurrentCall` of its own and sets it around the
 tool function it runs inside a recorded call."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from producers.define._tools import CallInfo
+from runlog.producers.define._tools import CallInfo
 
 __all__ = ["CurrentCall"]
 
@@ -24,7 +24,7 @@ class CurrentCall:
         return self._var.get()
 
     def current_call(self) -> CallInfo:
-        """The :class:`~producers.CallInfo` of the recorded call an agent tool runs in.
+        """The :class:`~runlog.producers.CallInfo` of the recorded call an agent tool runs in.
 
         An effect tool hands ``call.delivery_key`` (or ``call.idempotency_key`` of an ``IDEMPOTENT``
         tool) to the external system, as a Runlog tool function does with its ``call`` argument.

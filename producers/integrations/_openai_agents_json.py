@@ -1,7 +1,7 @@
-"""What :mod:`producers.openai_agents` records, as JSON: a model request's arguments, a model
+"""What :mod:`runlog.producers.openai_agents` records, as JSON: a model request's arguments, a model
 response (its output items, the ``openai`` package's pydantic models, in their wire form; its usage,
-ids), a tool's result, and what a response spent as a Runlog :class:`~schemas.Usage`. Anything
-that is not JSON data raises :class:`~schemas.errors.WorkflowDefinitionError` naming it."""
+ids), a tool's result, and what a response spent as a Runlog :class:`~runlog.schemas.Usage`. Anything
+that is not JSON data raises :class:`~runlog.schemas.errors.WorkflowDefinitionError` naming it."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from agents.usage import deserialize_usage, serialize_usage
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from producers.calls._keys import canonical_json
-from schemas._types import Usage
-from schemas.errors import TerminalToolError, WorkflowDefinitionError
+from runlog.producers.calls._keys import canonical_json
+from runlog.schemas._types import Usage
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 __all__ = ["decode_response", "decode_result", "encode_response", "encode_result", "jsonable",
            "request_args", "tool_description", "usage_reader"]

@@ -1,4 +1,4 @@
-"""The parts of a durable OpenAI Agents SDK run (part of :mod:`producers.openai_agents`): the call
+"""The parts of a durable OpenAI Agents SDK run (part of :mod:`runlog.producers.openai_agents`): the call
 a function tool runs in (:func:`current_call`), the run's state (:class:`Run`: the positions of a
 response's tool calls, the first error a recorded call raised) and the model whose calls are
 recorded (:class:`RunlogModel`)."""
@@ -25,18 +25,18 @@ from agents.models.interface import Model, ModelTracing
 from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-from producers.define._tools import CallInfo, Tool
-from producers.integrations._current_call import CurrentCall
-from producers.integrations._openai_agents_json import (
+from runlog.producers.define._tools import CallInfo, Tool
+from runlog.producers.integrations._current_call import CurrentCall
+from runlog.producers.integrations._openai_agents_json import (
     decode_response,
     encode_response,
     request_args,
     usage_reader,
 )
-from schemas.errors import RetryableToolError, WorkflowDefinitionError
+from runlog.schemas.errors import RetryableToolError, WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext, CallPosition
+    from runlog.producers import AsyncStageContext, CallPosition
 
 __all__ = ["Run", "RunlogModel", "calling", "current_call"]
 
@@ -51,7 +51,7 @@ calling = _CALL.calling
 class Run:
     """One durable run: the stage, the positions of the latest response's tool calls, and the first
     error a recorded call raised (the SDK wraps a tool's exception in a ``UserError``; the run
-    raises the recorded call's own error, a :class:`~schemas.errors.Diverged` say)."""
+    raises the recorded call's own error, a :class:`~runlog.schemas.errors.Diverged` say)."""
 
     def __init__(self, stage: AsyncStageContext) -> None:
         self.stage = stage

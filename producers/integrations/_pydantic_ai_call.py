@@ -1,4 +1,4 @@
-"""The recorded call an agent tool of a :class:`~producers.pydantic_ai.RunlogAgent` runs in
+"""The recorded call an agent tool of a :class:`~runlog.producers.pydantic_ai.RunlogAgent` runs in
 (:func:`current_call`), and the model errors its retry policy may retry."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 
-from producers.define._tools import CallInfo
-from producers.integrations._current_call import CurrentCall
-from schemas.errors import TerminalToolError
+from runlog.producers.define._tools import CallInfo
+from runlog.producers.integrations._current_call import CurrentCall
+from runlog.schemas.errors import TerminalToolError
 
 __all__ = ["RETRYABLE_MODEL_ERRORS", "calling", "current_call", "unbound"]
 

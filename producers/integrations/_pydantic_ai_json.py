@@ -1,8 +1,8 @@
-"""What :mod:`producers.pydantic_ai` records, as JSON: the messages of a conversation
+"""What :mod:`runlog.producers.pydantic_ai` records, as JSON: the messages of a conversation
 (:func:`dump_messages`, :func:`load_messages`), a model request's arguments without what changes
 on every run, a model response, and a tool's result or control-flow exception (``ModelRetry``,
 ``ToolFailed``, ``CallDeferred``, ``ApprovalRequired``) in an envelope that gives it back on
-replay. Anything that is not JSON data raises :class:`~schemas.errors.WorkflowDefinitionError`."""
+replay. Anything that is not JSON data raises :class:`~runlog.schemas.errors.WorkflowDefinitionError`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from producers.calls._keys import canonical_json
-from schemas.errors import TerminalToolError, WorkflowDefinitionError
+from runlog.producers.calls._keys import canonical_json
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 __all__ = ["decode_response", "decode_result", "dump_messages", "encode_response", "encode_result",
            "encode_signal", "jsonable", "load_messages", "request_args"]

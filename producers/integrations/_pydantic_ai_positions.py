@@ -1,4 +1,5 @@
-"""The call positions of a durable Pydantic AI agent's tool calls (part of :mod:`producers.pydantic_ai`).
+"""The call positions of a durable Pydantic AI agent's tool calls (part of
+:mod:`runlog.producers.pydantic_ai`).
 
 The tool calls of one model response run concurrently; each is recorded at a position taken in the
 response's order when the response arrives (asked of the model or read back), before any of them
@@ -16,7 +17,7 @@ from pydantic_ai import DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext, CallPosition
+    from runlog.producers import AsyncStageContext, CallPosition
 
 __all__ = ["Positions", "pending_calls"]
 

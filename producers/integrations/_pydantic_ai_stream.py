@@ -1,6 +1,6 @@
-"""Streaming model requests of a :class:`~producers.pydantic_ai.RunlogAgent`: the recorded call's
+"""Streaming model requests of a :class:`~runlog.producers.pydantic_ai.RunlogAgent`: the recorded call's
 function streams the wrapped model, writing each event to the streams topic
-(:mod:`producers.streams`) as it arrives, and returns the whole response, which is what the call
+(:mod:`runlog.producers.streams`) as it arrives, and returns the whole response, which is what the call
 records; the agent gets a stream of that recorded response (Pydantic AI's
 ``CompletedStreamedResponse`` with its events synthesized), the same on a first run and a replay."""
 
@@ -25,11 +25,11 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 from pydantic_core import to_jsonable_python
 
-from producers.define._tools import CallInfo
-from producers.streams import StreamAttempt, StreamWriter
+from runlog.producers.define._tools import CallInfo
+from runlog.producers.streams import StreamAttempt, StreamWriter
 
 if TYPE_CHECKING:
-    from producers import AsyncStageContext
+    from runlog.producers import AsyncStageContext
 
 __all__ = ["StreamedTools", "stream_event", "streamed_request", "was_called"]
 

@@ -1,6 +1,6 @@
 """What a Pydantic AI model request spent, read from its recorded response: Pydantic AI's
-:class:`~pydantic_ai.usage.RequestUsage` as a Runlog :class:`~schemas.Usage` (part of
-:mod:`producers.pydantic_ai`).
+:class:`~pydantic_ai.usage.RequestUsage` as a Runlog :class:`~runlog.schemas.Usage` (part of
+:mod:`runlog.producers.pydantic_ai`).
 
 The model is named as the request asked for it, ``"<system>:<model_name>"`` of the wrapped model
 (``"openai:gpt-5.2"``), not the response's ``model_name`` (a dated snapshot, say), so a price table
@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from schemas._types import Usage
+from runlog.schemas._types import Usage
 
 __all__ = ["model_label", "usage_reader"]
 

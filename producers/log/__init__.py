@@ -1,10 +1,10 @@
 """The event log: a run's events appended, delivered and read back.
 
-* :mod:`producers.log._log`: the event log port and its delivery semantics.
-* :mod:`producers.log._writer`: the Kafka adapter, one idempotent producer per process.
-* :mod:`producers.log._session`: one writer's hold on one run (gapless seq, the epoch, confirmation).
-* :mod:`producers.log._cloudevents`: the CloudEvents headers of every record.
-* :mod:`producers.log._metrics`: the writer's Prometheus metrics.
-* :mod:`producers.log._runlog`: reading back a run's first event (an interrupted start).
-* :mod:`producers.log._memory`: in-memory adapters of the ports (event log, lease, artifacts).
+* :mod:`runlog.producers.log._log`: the event log port and its delivery semantics.
+* :mod:`runlog.producers.log._writer`: the Kafka adapter, one idempotent producer per process.
+* :mod:`runlog.producers.log._session`: one writer's hold on one run (gapless seq, the epoch, confirmation).
+* :mod:`runlog.producers.log._cloudevents`: the CloudEvents headers of every record.
+* :mod:`runlog.producers.log._metrics`: the writer's Prometheus metrics.
+* :mod:`runlog.producers.log._runlog`: reading back a run's first event (an interrupted start).
+* :mod:`runlog.producers.log._memory`: in-memory adapters of the ports (event log, lease, artifacts).
 """

@@ -16,7 +16,7 @@ Every record the writer produces carries, as UTF-8 header values:
 * ``ce_subject``: the run id (also the record key);
 * ``traceparent`` and ``tracestate`` (W3C Trace Context, the CloudEvents distributed-tracing
   extension's attributes) when the record is written while a trace is active
-  (:mod:`schemas._tracecontext`); absent otherwise, so an untraced record costs nothing more;
+  (:mod:`runlog.schemas._tracecontext`); absent otherwise, so an untraced record costs nothing more;
 * ``content-type``: ``application/avro; framing=single-object`` for Avro
   single-object encoding (``C3 01``, the 8-byte little-endian CRC-64-AVRO
   fingerprint of the writer schema, the body), ``application/avro;
@@ -35,8 +35,8 @@ import time
 import uuid
 from urllib.parse import quote
 
-from schemas._tracecontext import TraceContext
-from schemas._types import EventType, ResumeRequest, RunEvent
+from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas._types import EventType, ResumeRequest, RunEvent
 
 __all__ = [
     "CONTENT_TYPE_REGISTRY",

@@ -1,7 +1,7 @@
-"""The event log port: what a :class:`~producers.log._session.RunSession` appends through.
+"""The event log port: what a :class:`~runlog.producers.log._session.RunSession` appends through.
 
-:class:`~producers.log._writer.RunWriter` is the Kafka adapter (idempotent producer,
-``acks=all``); :class:`~producers.log._memory.InMemoryEventLog` is the in-memory one.
+:class:`~runlog.producers.log._writer.RunWriter` is the Kafka adapter (idempotent producer,
+``acks=all``); :class:`~runlog.producers.log._memory.InMemoryEventLog` is the in-memory one.
 Both pass ``tests/unit/producers/eventlog_contract.py``.
 
 Delivery semantics every adapter keeps: a run's events are stored in produce order,
@@ -17,10 +17,10 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from schemas._tracecontext import TraceContext
-from schemas._types import RunEvent
-from schemas.errors import DeliveryError
-from schemas.settings import Settings
+from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas._types import RunEvent
+from runlog.schemas.errors import DeliveryError
+from runlog.schemas.settings import Settings
 
 __all__ = ["DeliveryCallback", "EventLog"]
 
@@ -34,7 +34,7 @@ class EventLog(abc.ABC):
     settings: Settings
     """Broker and topic prefix."""
     topic: str
-    """The events topic (named in :class:`~schemas.errors.DeliveryError` s)."""
+    """The events topic (named in :class:`~runlog.schemas.errors.DeliveryError` s)."""
     writer_id: str
     """Recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes."""
     delivery_timeout_s: float
@@ -47,8 +47,8 @@ class EventLog(abc.ABC):
         ``trace``: the W3C trace context the record carries (Kafka: ``traceparent`` headers).
 
         Returns:
-            The event's hash, ``schemas.event_hash(event, body)`` with the Avro body of the very
-            bytes produced (:func:`schemas._codec.body_of`): the run's next ``prev_hash``.
+            The event's hash, ``runlog.schemas.event_hash(event, body)`` with the Avro body of the very
+            bytes produced (:func:`runlog.schemas._codec.body_of`): the run's next ``prev_hash``.
         """
 
     @abc.abstractmethod

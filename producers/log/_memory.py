@@ -4,7 +4,7 @@ Each passes the same contract test as its real twin (Kafka, Redis, the local
 filesystem), so the Runner, the resume plan and the determinism guard can be unit
 tested without services. Delivery semantics of :class:`InMemoryEventLog`: every
 produce is stored and reported at once (no batching, nothing in flight), events
-round-trip through the :class:`~schemas._codec.Codec` so only what Kafka would
+round-trip through the :class:`~runlog.schemas._codec.Codec` so only what Kafka would
 carry is stored, a run's events keep produce order on the run's partition.
 """
 
@@ -16,17 +16,17 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
-from producers.calls._artifacts import ArtifactStore, inline_bytes, is_inline
-from producers.log._log import DeliveryCallback, EventLog
-from producers.log._runlog import RunLog
-from producers.run._lease import Lease, LeaseHeld, LeaseManager
-from schemas._codec import Codec, body_of
-from schemas._hash import event_hash
-from schemas._tracecontext import TraceContext
-from schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
-from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
-from schemas.settings import Settings
-from schemas.topics import Topics, partition_for
+from runlog.producers.calls._artifacts import ArtifactStore, inline_bytes, is_inline
+from runlog.producers.log._log import DeliveryCallback, EventLog
+from runlog.producers.log._runlog import RunLog
+from runlog.producers.run._lease import Lease, LeaseHeld, LeaseManager
+from runlog.schemas._codec import Codec, body_of
+from runlog.schemas._hash import event_hash
+from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
+from runlog.schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, partition_for
 
 __all__ = [
     "InMemoryArtifactStore",
@@ -44,7 +44,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class LoggedEvent:
     """An event as stored, with the position its delivery report gave and its hash from the bytes
-    stored (``schemas.event_hash(event, body)``)."""
+    stored (``runlog.schemas.event_hash(event, body)``)."""
 
     event: RunEvent
     partition: int
@@ -53,7 +53,7 @@ class LoggedEvent:
 
 
 class InMemoryEventLog(EventLog, RunLog):
-    """The events topic in lists, one per partition; also the :class:`~producers.log._runlog.RunLog`.
+    """The events topic in lists, one per partition; also the :class:`~runlog.producers.log._runlog.RunLog`.
 
     Args:
         settings: topic prefix and partition count (defaults: ``Settings()``).

@@ -1,7 +1,7 @@
 """The writer's Prometheus metrics (``runlog_writer_*``), in a registry the application owns.
 
 The SDK starts no HTTP server and never touches ``prometheus_client``'s global registry: a
-:class:`~producers.log._writer.RunWriter` counts only when it is given a registry
+:class:`~runlog.producers.log._writer.RunWriter` counts only when it is given a registry
 (``RunWriter(settings, metrics_registry=registry)``), and the application exposes that
 registry as it likes (``prometheus_client.start_http_server(port, registry=registry)``,
 ``make_wsgi_app(registry)``, ``make_asgi_app(registry)``, or ``generate_latest(registry)``
@@ -48,7 +48,7 @@ class WriterMetrics:
                               "budget), fail (a hard cap reached: the run failed).", ["workflow", "kind"],
                               registry=registry)
         self.stream = Counter("runlog_writer_stream_records_total",
-                              "Stream records (streamed model output, producers.streams) by outcome: "
+                              "Stream records (streamed model output, runlog.producers.streams) by outcome: "
                               "produced (handed to the producer), dropped (the producer's queue was full: "
                               "never waited for), failed (the broker did not acknowledge it).", ["outcome"],
                               registry=registry)

@@ -11,9 +11,9 @@ import abc
 import asyncio
 import threading
 
-from schemas._types import RunEvent
-from schemas.settings import Settings
-from schemas.topics import Topics, partition_for
+from runlog.schemas._types import RunEvent
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics, partition_for
 
 __all__ = ["InMemoryRunLog", "KafkaRunLog", "RunLog"]
 
@@ -56,13 +56,13 @@ class KafkaRunLog(RunLog):
 
     def partition_of(self, run_id: str) -> int:
         if self._partitions is None:
-            from schemas._kafka import partitions_of
+            from runlog.schemas._kafka import partitions_of
 
             self._partitions = partitions_of(self.settings, fallback=True)
         return partition_for(run_id, self._partitions)
 
     def first_event(self, run_id: str) -> RunEvent | None:
-        from projections.rebuild import run_events  # the one reader of a run's events
+        from runlog.projections.rebuild import run_events  # the one reader of a run's events
 
         for _, ev in run_events(self.settings, run_id, self.partition_of(run_id), 0):
             return ev

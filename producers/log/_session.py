@@ -1,11 +1,11 @@
 """One writer's hold on one run: gapless seq, the lease epoch on every event, confirmation.
 
-Delivery semantics: see :mod:`producers.log._writer`. A session assigns ``seq`` and
+Delivery semantics: see :mod:`runlog.producers.log._writer`. A session assigns ``seq`` and
 produces under one lock, so produce order is seq order and, with the idempotent
 producer on one partition, log order is seq order. Before every append the
-lease is checked (:class:`~schemas.errors.LeaseLost` stops the writer); after a
+lease is checked (:class:`~runlog.schemas.errors.LeaseLost` stops the writer); after a
 failed delivery every further append raises the
-:class:`~schemas.errors.DeliveryError`.
+:class:`~runlog.schemas.errors.DeliveryError`.
 """
 
 from __future__ import annotations
@@ -17,21 +17,21 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from producers.crash import armed, crash_point, event_subject, kill_self
-from producers.define._inputs import InputSource, PinnedInputs
-from producers.log._log import EventLog
-from producers.log._new_event import constructor, new_event
-from producers.run._lease import Lease, LeaseManager
-from producers.run._protocol import IO, Steps, drive
-from schemas._hash import HASH_VERSION
-from schemas._tracecontext import TraceContext, current
-from schemas._types import EventType, RunEvent, now_ms
-from schemas.errors import DeliveryError
+from runlog.producers.crash import armed, crash_point, event_subject, kill_self
+from runlog.producers.define._inputs import InputSource, PinnedInputs
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._new_event import constructor, new_event
+from runlog.producers.run._lease import Lease, LeaseManager
+from runlog.producers.run._protocol import IO, Steps, drive
+from runlog.schemas._hash import HASH_VERSION
+from runlog.schemas._tracecontext import TraceContext, current
+from runlog.schemas._types import EventType, RunEvent, now_ms
+from runlog.schemas.errors import DeliveryError
 
 if TYPE_CHECKING:
-    from producers.calls._call_budget import BudgetGuard
-    from producers.define._workflow import Workflow
-    from producers.run._trace import Span
+    from runlog.producers.calls._call_budget import BudgetGuard
+    from runlog.producers.define._workflow import Workflow
+    from runlog.producers.run._trace import Span
 
 __all__ = ["AppendResult", "RunSession"]
 
@@ -48,7 +48,7 @@ class AppendResult:
 
 
 _result: Callable[..., AppendResult] = constructor(AppendResult)
-"""``AppendResult(...)`` without ``object.__setattr__`` per field (:mod:`producers.log._new_event`)."""
+"""``AppendResult(...)`` without ``object.__setattr__`` per field (:mod:`runlog.producers.log._new_event`)."""
 
 
 class _Ack:
@@ -91,7 +91,7 @@ class RunSession:
         self.inputs = inputs
         self.params: dict[str, Any] = dict(params)
         self.budget: BudgetGuard | None = None
-        """The run's budget, checked before each model call it makes (``producers.Budget``)."""
+        """The run's budget, checked before each model call it makes (``runlog.producers.Budget``)."""
         self.last_hash = last_hash
         """``event_hash`` of the run's last event, from the bytes the writer produced (version 2):
         the next one's ``prev_hash`` (None before seq 1)."""
@@ -147,7 +147,8 @@ class RunSession:
                         params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
                         attributes: Mapping[str, str] | None = None,
                         last_hash: str | None = None) -> Steps[RunSession]:
-        """:meth:`take_over` as protocol steps (driven sync or async, :mod:`producers.run._protocol`)."""
+        """:meth:`take_over` as protocol steps (driven sync or async,
+        :mod:`runlog.producers.run._protocol`)."""
         lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
                                 {"force": force, "min_epoch": last_epoch + 1})
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,

@@ -9,17 +9,17 @@ is sent at once, without waiting out ``linger.ms`` (:meth:`RunWriter.send_now`),
 and waits for the broker's acknowledgement before returning, and
 :meth:`RunSession.flush` (at every stage end and run end) waits for all of a
 run's outstanding events. A failed delivery is never dropped: it is raised as
-:class:`~schemas.errors.DeliveryError` from the next append or flush of that run,
+:class:`~runlog.schemas.errors.DeliveryError` from the next append or flush of that run,
 and the session refuses further appends (its seq may have a gap; resume from the
 log).
 
 Every record carries the CloudEvents Kafka binding's binary-mode headers
 (``ce_specversion``, ``ce_id``, ``ce_source``, ``ce_type``, ``ce_time``,
-``ce_subject``, ``content-type``; :mod:`producers.log._cloudevents`); a producer retry
+``ce_subject``, ``content-type``; :mod:`runlog.producers.log._cloudevents`); a producer retry
 resends a record with its headers, so every copy of an event has the same ``ce_id``. A record
 written while a trace is active also carries ``traceparent`` (and ``tracestate``): a run event
 its session's context (:attr:`RunSession.trace`), a resume request the asker's
-(:func:`schemas._tracecontext.current`).
+(:func:`runlog.schemas._tracecontext.current`).
 """
 
 from __future__ import annotations
@@ -33,20 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from producers.log._cloudevents import CloudEventHeaders
-from producers.log._log import DeliveryCallback, EventLog
-from schemas._codec import Codec
-from schemas._hash import event_hash
-from schemas._tracecontext import TraceContext, current
-from schemas._types import ResumeRequest, RunEvent, now_ms
-from schemas.errors import AuthenticationFailed, DeliveryError
-from schemas.settings import Settings
-from schemas.topics import Topics
+from runlog.producers.log._cloudevents import CloudEventHeaders
+from runlog.producers.log._log import DeliveryCallback, EventLog
+from runlog.schemas._codec import Codec
+from runlog.schemas._hash import event_hash
+from runlog.schemas._tracecontext import TraceContext, current
+from runlog.schemas._types import ResumeRequest, RunEvent, now_ms
+from runlog.schemas.errors import AuthenticationFailed, DeliveryError
+from runlog.schemas.settings import Settings
+from runlog.schemas.topics import Topics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from producers.log._metrics import WriterMetrics
+    from runlog.producers.log._metrics import WriterMetrics
 
 __all__ = ["DeliveryCallback", "RunWriter", "send_resume_request"]
 
@@ -57,7 +57,7 @@ def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: C
                         trace: TraceContext | None = None) -> None:
     """Produce ``request`` to the resume topic ``topic`` keyed by its run id, with the CloudEvents
     headers of ``headers`` (the sender's) and the trace context ``trace`` (default: the current one,
-    :func:`schemas._tracecontext.current`), and wait for its acknowledgement.
+    :func:`runlog.schemas._tracecontext.current`), and wait for its acknowledgement.
 
     ``wait(done, timeout)`` waits for the delivery report (``done`` is set by it) and says whether
     it came; the default flushes the producer.
@@ -82,7 +82,7 @@ def send_resume_request(producer: Producer, headers: CloudEventHeaders, codec: C
 
 
 class RunWriter(EventLog):
-    """The Kafka adapter of :class:`~producers.log._log.EventLog`: produces encoded run events;
+    """The Kafka adapter of :class:`~runlog.producers.log._log.EventLog`: produces encoded run events;
     thread-safe, shared by many :class:`RunSession` s.
 
     Args:
@@ -90,7 +90,7 @@ class RunWriter(EventLog):
         writer_id: recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes.
         producer_overrides: extra librdkafka settings (tests shorten timeouts).
         metrics_registry: a ``prometheus_client.CollectorRegistry`` to count appends, confirmed-append
-            latency and delivery failures in (``runlog_writer_*``, :mod:`producers.log._metrics`); the
+            latency and delivery failures in (``runlog_writer_*``, :mod:`runlog.producers.log._metrics`); the
             application exposes it. None (the default): no metrics.
     """
 
@@ -102,7 +102,7 @@ class RunWriter(EventLog):
         self.codec = codec or Codec.from_settings(settings)
         self._body_at = 5 if self.codec.uses_registry else 10
         """Where the codec's framing ends (``00`` + schema id, or ``C3 01`` + fingerprint), as
-        :func:`schemas._codec.body_of` finds it."""
+        :func:`runlog.schemas._codec.body_of` finds it."""
         self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
         self._ce = CloudEventHeaders(self.topic, self.writer_id)
         self._ce_resume = CloudEventHeaders(Topics.of(settings).resume, self.writer_id)
@@ -112,7 +112,7 @@ class RunWriter(EventLog):
         self._producer = Producer(conf)
         self.metrics: WriterMetrics | None = None
         if metrics_registry is not None:
-            from producers.log._metrics import WriterMetrics
+            from runlog.producers.log._metrics import WriterMetrics
 
             self.metrics = WriterMetrics.of(metrics_registry)
         self._stop = threading.Event()
@@ -136,7 +136,7 @@ class RunWriter(EventLog):
     def _poll_loop(self) -> None:
         try:
             self._serve()
-        except AuthenticationFailed as err:  # raised by the error callback (schemas._kafka_auth)
+        except AuthenticationFailed as err:  # raised by the error callback (runlog.schemas._kafka_auth)
             self.failure = err
 
     def _raise_failure(self) -> None:

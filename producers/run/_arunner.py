@@ -1,4 +1,4 @@
-"""The asyncio runner: the same protocol steps as :class:`~producers.Runner`, awaited on the loop."""
+"""The asyncio runner: the same protocol steps as :class:`~runlog.producers.Runner`, awaited on the loop."""
 
 from __future__ import annotations
 
@@ -9,34 +9,34 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
-from producers.calls._calls import RecordedCall
-from producers.calls._ledger import EffectLedger, RedisEffectLedger
-from producers.calls._ledger_topic import EffectsTopic
-from producers.define._budget import Budget
-from producers.define._inputs import InputSource
-from producers.define._prices import Price, PriceTable
-from producers.define._workflow import Workflow
-from producers.log._log import EventLog
-from producers.log._runlog import KafkaRunLog, RunLog
-from producers.log._session import RunSession
-from producers.log._writer import RunWriter
-from producers.run._active import ActiveRuns
-from producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
-from producers.run._lease import AsyncRedisLeaseManager, LeaseManager
-from producers.run._protocol import (
+from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from runlog.producers.calls._calls import RecordedCall
+from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
+from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.define._budget import Budget
+from runlog.producers.define._inputs import InputSource
+from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._runlog import KafkaRunLog, RunLog
+from runlog.producers.log._session import RunSession
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from runlog.producers.run._lease import AsyncRedisLeaseManager, LeaseManager
+from runlog.producers.run._protocol import (
     LoopMode,
     Mode,
     ThreadMode,
     adrive,
 )
-from producers.run._redis_io import replica_waits
-from producers.run._runs import RunKeys
-from producers.run._start import _START_DOC, RunHandle
-from producers.run._trace import NO_TRACE, Tracer
-from schemas._redis import aredis_client, redis_client
-from schemas._types import ArtifactRef
-from schemas.settings import Settings
+from runlog.producers.run._redis_io import replica_waits
+from runlog.producers.run._runs import RunKeys
+from runlog.producers.run._start import _START_DOC, RunHandle
+from runlog.producers.run._trace import NO_TRACE, Tracer
+from runlog.schemas._redis import aredis_client, redis_client
+from runlog.schemas._types import ArtifactRef
+from runlog.schemas.settings import Settings
 
 __all__ = ["AsyncRunner"]
 

@@ -1,6 +1,6 @@
 """The run context a stage function receives: inputs, earlier outputs, and tool calls, as
 :class:`StageContext` (called) and :class:`AsyncStageContext` (awaited); both drive the same steps
-(:mod:`producers.calls._call_steps`)."""
+(:mod:`runlog.producers.calls._call_steps`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from producers.calls._call_steps import _ContextCore
-from producers.calls._calls import NOW, RANDOM, UUID
-from producers.define._tools import Tool
-from producers.run._protocol import INLINE, Mode, Steps, adrive, drive
-from schemas._types import ArtifactRef
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers.calls._call_steps import _ContextCore
+from runlog.producers.calls._calls import NOW, RANDOM, UUID
+from runlog.producers.define._tools import Tool
+from runlog.producers.run._protocol import INLINE, Mode, Steps, adrive, drive
+from runlog.schemas._types import ArtifactRef
+from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["AsyncStageContext", "CallPosition", "StageContext"]
 

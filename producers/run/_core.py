@@ -1,8 +1,8 @@
 """Executing a run's stages, as protocol steps both runners drive (also for an existing run,
-which resume continues); starting is :mod:`producers.run._start`.
+which resume continues); starting is :mod:`runlog.producers.run._start`.
 
 Event sequence of a run, all at the session's epoch (delivery: see
-:mod:`producers.log._writer`)::
+:mod:`runlog.producers.log._writer`)::
 
     RUN_STARTED (confirmed)          workflow spec, input_versions, params artifact
     per stage:
@@ -24,20 +24,20 @@ from typing import Any
 
 import redis
 
-from producers.calls._artifacts import ArtifactStore, is_inline
-from producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
-from producers.calls._keys import canonical_json
-from producers.calls._ledger import EffectLedger, LedgerUnavailable
-from producers.define._inputs import DictInputSource, InputSource
-from producers.define._prices import PriceTable
-from producers.define._workflow import Stage, evaluate_rules
-from producers.log._log import EventLog
-from producers.log._runlog import RunLog
-from producers.log._session import AppendResult, RunSession
-from producers.run._active import ActiveRuns
-from producers.run._context import AsyncStageContext, StageContext
-from producers.run._lease import LeaseManager
-from producers.run._protocol import (
+from runlog.producers.calls._artifacts import ArtifactStore, is_inline
+from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
+from runlog.producers.define._inputs import DictInputSource, InputSource
+from runlog.producers.define._prices import PriceTable
+from runlog.producers.define._workflow import Stage, evaluate_rules
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._runlog import RunLog
+from runlog.producers.log._session import AppendResult, RunSession
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._context import AsyncStageContext, StageContext
+from runlog.producers.run._lease import LeaseManager
+from runlog.producers.run._protocol import (
     INLINE,
     IO,
     SYNC,
@@ -46,11 +46,11 @@ from producers.run._protocol import (
     Steps,
     is_async_fn,
 )
-from producers.run._runs import RunKeys
-from producers.run._start import _StartSteps
-from producers.run._trace import NO_TRACE, Span, Tracer, context_of
-from schemas._types import ArtifactRef, ErrorInfo, EventType
-from schemas.errors import (
+from runlog.producers.run._runs import RunKeys
+from runlog.producers.run._start import _StartSteps
+from runlog.producers.run._trace import NO_TRACE, Span, Tracer, context_of
+from runlog.schemas._types import ArtifactRef, ErrorInfo, EventType
+from runlog.schemas.errors import (
     DeliveryError,
     LeaseLost,
     ResumeBlocked,
@@ -78,7 +78,7 @@ class RunResult:
 
 
 class _RunnerCore(_StartSteps):
-    """The protocol of starting and executing runs, as steps (:mod:`producers.run._protocol`);
+    """The protocol of starting and executing runs, as steps (:mod:`runlog.producers.run._protocol`);
     :class:`Runner` drives them blocking, :class:`AsyncRunner` on an asyncio loop."""
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
@@ -272,7 +272,7 @@ _EXECUTE_DOC = """Execute the session's workflow from ``from_stage`` to the end.
                 :class:`RecordedCall`, or just the ``TOOL_RESULT`` payload_ref): a call
                 with a recorded result is not made again and nothing is appended for
                 it; any call at a recorded position must be the recorded call (the
-                determinism guard, see :mod:`producers.calls._call_steps`).
+                determinism guard, see :mod:`runlog.producers.calls._call_steps`).
             reconciled: ``call_id -> external record`` found by reconcile: not made
                 again; one ``TOOL_RESULT`` (``source=reconciled``) is appended.
             complete: append ``RUN_COMPLETED`` after the last stage.

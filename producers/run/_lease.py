@@ -16,7 +16,7 @@ saturated by thousands of runs cannot starve it (measured: with 10,000 runs on o
 heartbeat task started up to 11 s late and leases aged out; the thread kept every lease). A writer
 checks its lease before every append and effect (:meth:`Lease.check`): lost,
 or no successful heartbeat within ``ttl - margin``, raises
-:class:`~schemas.errors.LeaseLost`.
+:class:`~runlog.schemas.errors.LeaseLost`.
 
 Redis timing is not what makes writes safe: a paused writer may still append
 after its lease expired, but its events carry the old epoch and the fold fences
@@ -36,11 +36,11 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers.run._lease_beats import CoalescedBeats
-from producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
-from schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
-from schemas.errors import LeaseLost, RunlogError
-from schemas.settings import Settings
+from runlog.producers.run._lease_beats import CoalescedBeats
+from runlog.producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
+from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+from runlog.schemas.errors import LeaseLost, RunlogError
+from runlog.schemas.settings import Settings
 
 __all__ = ["AsyncRedisLeaseManager", "Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager",
            "lease_key"]
@@ -164,7 +164,7 @@ class RedisLease(Lease):
         if age_ms >= self._m.ttl_ms - self._m.margin_ms:
             raise self._fail(f"no successful heartbeat for {age_ms:.0f} ms")
 
-    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
 
     def _beat(self) -> Steps[bool]:
         if self._lost is not None or self._released:
@@ -230,7 +230,8 @@ class RedisLeaseManager(LeaseManager):
                  waits: Any = None) -> None:
         self.client = client
         self.waits = waits
-        """:func:`~producers.run._redis_io.replica_waits`: an acquired epoch is answered once a replica holds
+        """:func:`~runlog.producers.run._redis_io.replica_waits`: an acquired epoch is answered once a
+        replica holds
         it (None: never waits), so a failover cannot hand the same epoch out twice."""
         self.prefix = settings.redis_prefix
         self.ttl_ms = settings.lease_ttl_ms
@@ -361,7 +362,7 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
 
     async def abeat(self, lease: RedisLease) -> bool:
         """:meth:`RedisLeaseManager.abeat`, sharing one round trip with the other beats asked for on
-        this loop meanwhile (:class:`~producers.run._lease_beats.CoalescedBeats`)."""
+        this loop meanwhile (:class:`~runlog.producers.run._lease_beats.CoalescedBeats`)."""
         if lease.lost or lease._released:
             return False
         return await self._coalesced.beat(lease)

@@ -13,7 +13,7 @@ and get its result back (a sans-I/O core). Three kinds of step:
 A :class:`Mode` carries the steps out. The sync :class:`Runner` uses :data:`SYNC` (every
 step blocks the calling thread); an ``async def`` stage under it runs on a private loop with
 :data:`INLINE` (port calls block that loop, user coroutines are awaited). The
-:class:`~producers.AsyncRunner` uses :class:`LoopMode` (ports awaited on the loop, sync user
+:class:`~runlog.producers.AsyncRunner` uses :class:`LoopMode` (ports awaited on the loop, sync user
 code on an executor) and, for a ``def`` stage it runs on a worker thread,
 :class:`ThreadMode` (port calls hop onto the loop, user code stays on the stage's thread).
 

@@ -29,7 +29,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
-from schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
+from runlog.schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
 
 __all__ = ["Lua", "Step", "Steps", "arun", "offloaded", "one", "pipelined", "replica_waits", "replicated",
            "run"]
@@ -81,11 +81,11 @@ def pipelined(fill: Callable[[Any], object]) -> Step:
 
 
 def replica_waits(client: Any, settings: Any) -> Any:
-    """The :class:`~projections._replicas.ReplicaWaits` of the SDK's durable claims on ``client`` (the
+    """The :class:`~runlog.projections._replicas.ReplicaWaits` of the SDK's durable claims on ``client`` (the
     sync one), from ``RUNLOG_REDIS_WAIT_REPLICAS`` / ``_MS``: on a cluster ("auto") one replica of
     each primary written to that has one online, none on a standalone server unless a number is set."""
-    from projections._replicas import ReplicaWaits
-    from schemas._redis import is_cluster
+    from runlog.projections._replicas import ReplicaWaits
+    from runlog.schemas._redis import is_cluster
 
     return ReplicaWaits(client, cluster=is_cluster(client), replicas=settings.redis_wait_replicas,
                         timeout_ms=settings.redis_wait_ms)
@@ -98,8 +98,8 @@ def replicated(plain: Step, fill: Callable[[Any], object], keys: list[str], wait
     ``plain`` is the write as one step (used when ``waits`` is None or not enabled: a standalone
     server, ``RUNLOG_REDIS_WAIT_REPLICAS=0``). Otherwise ``fill`` queues the same writes (to ``keys``)
     on a pipeline that ends with a ``WAIT`` on the connection that wrote, per primary written to
-    (:class:`~projections._replicas.ReplicaWaits`), and the step answers the first write's answer,
-    or raises :class:`~projections._replicas.ReplicasBehind` (a ``RunlogError``) when the replicas
+    (:class:`~runlog.projections._replicas.ReplicaWaits`), and the step answers the first write's answer,
+    or raises :class:`~runlog.projections._replicas.ReplicasBehind` (a ``RunlogError``) when the replicas
     did not acknowledge in time: the write is not known to survive a failover, so nothing that
     depends on it may act. An asyncio client runs that round trip on ``sync_client`` in a thread
     (the waits are planned with the sync cluster client's nodes)."""

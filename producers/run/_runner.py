@@ -5,31 +5,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from producers.calls._artifacts import ArtifactStore, LocalArtifactStore
-from producers.calls._calls import RecordedCall
-from producers.calls._ledger import EffectLedger, RedisEffectLedger
-from producers.calls._ledger_topic import EffectsTopic
-from producers.define._budget import Budget
-from producers.define._inputs import InputSource
-from producers.define._prices import Price, PriceTable
-from producers.define._workflow import Workflow
-from producers.log._log import EventLog
-from producers.log._runlog import KafkaRunLog, RunLog
-from producers.log._session import RunSession
-from producers.log._writer import RunWriter
-from producers.run._active import ActiveRuns
-from producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
-from producers.run._lease import LeaseManager, RedisLeaseManager
-from producers.run._protocol import (
+from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from runlog.producers.calls._calls import RecordedCall
+from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
+from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.define._budget import Budget
+from runlog.producers.define._inputs import InputSource
+from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._runlog import KafkaRunLog, RunLog
+from runlog.producers.log._session import RunSession
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from runlog.producers.run._lease import LeaseManager, RedisLeaseManager
+from runlog.producers.run._protocol import (
     drive,
 )
-from producers.run._redis_io import replica_waits
-from producers.run._runs import RunKeys
-from producers.run._start import _START_DOC, RunHandle
-from producers.run._trace import NO_TRACE, Tracer
-from schemas._redis import redis_client
-from schemas._types import ArtifactRef
-from schemas.settings import Settings
+from runlog.producers.run._redis_io import replica_waits
+from runlog.producers.run._runs import RunKeys
+from runlog.producers.run._start import _START_DOC, RunHandle
+from runlog.producers.run._trace import NO_TRACE, Tracer
+from runlog.schemas._redis import redis_client
+from runlog.schemas._types import ArtifactRef
+from runlog.schemas.settings import Settings
 
 __all__ = ["Runner"]
 
@@ -51,7 +51,7 @@ class Runner(_RunnerCore):
         run_log: reads a run's first event back (settles interrupted keyed starts).
         lease_wait_s: how long a keyed start waits for a crashed starter's lease to expire.
         active: the registry of active runs the resumers' sweep reads (no projector needed).
-        tracer: spans per run, stage and call (``producers.otel.OtelTracer``; none by default).
+        tracer: spans per run, stage and call (``runlog.producers.otel.OtelTracer``; none by default).
         prices: the price table of the model calls its stages make (the App's ``prices``): each
             call's recorded usage gets its cost (none for a model without a price).
     """

@@ -8,9 +8,9 @@ run exists: no crash can leave a key pointing at a run id other than its own.
 ``{"run_id", "params_hash", "workflow", "state"}`` (no TTL), where ``state`` is
 ``pending`` from the claim until the run's ``RUN_STARTED`` is acknowledged, then
 ``started``. The same key with the same workflow and params resolves to the run;
-with anything else it is refused with :class:`~schemas.errors.RunConflict`. A
+with anything else it is refused with :class:`~runlog.schemas.errors.RunConflict`. A
 claim left ``pending`` by a crashed starter is settled by the next caller, which
-takes the run's lease and reads the log (see :meth:`producers.Runner.start_run`).
+takes the run's lease and reads the log (see :meth:`runlog.producers.Runner.start_run`).
 Claims written before the ``state`` field existed read as ``started``.
 
 Claims live only in Redis, so a Redis that lost its data (a restart without persistence, a
@@ -33,10 +33,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from producers.calls._keys import canonical_json, lp_sha256
-from producers.run._redis_io import Steps, arun, replicated, run
-from projections._marker import READY, marker_key, parse_marker, state_key
-from schemas.errors import RunConflict
+from runlog.producers.calls._keys import canonical_json, lp_sha256
+from runlog.producers.run._redis_io import Steps, arun, replicated, run
+from runlog.projections._marker import READY, marker_key, parse_marker, state_key
+from runlog.schemas.errors import RunConflict
 
 __all__ = ["Claim", "RunKeys", "run_id_for_key"]
 
@@ -80,7 +80,8 @@ class RunKeys:
         self._ar = aclient
         self.prefix = prefix
         self.waits = waits
-        """:func:`~producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it."""
+        """:func:`~runlog.producers.run._redis_io.replica_waits`: a claim is answered once a replica holds
+        it."""
         self._unclaim = client.register_script(_UNCLAIM)
 
     def key(self, idempotency_key: str) -> str:
@@ -91,7 +92,7 @@ class RunKeys:
         return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow,
                                "state": state})
 
-    # -- the protocol, once (see producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
 
     def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)

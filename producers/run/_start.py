@@ -2,7 +2,7 @@
 and the idempotency key's claim.
 
 A run started with an idempotency key gets the run id the key names
-(:func:`producers.run._runs.run_id_for_key`). Its start cannot strand, whatever the
+(:func:`runlog.producers.run._runs.run_id_for_key`). Its start cannot strand, whatever the
 crash point: the key is claimed ``pending``, the lease taken, ``RUN_STARTED``
 appended and acknowledged, the claim marked ``started``. A caller that finds the
 claim ``pending`` (its starter died) waits for the starter's lease to expire,
@@ -24,30 +24,30 @@ from typing import Any
 
 import redis
 
-from producers.calls._artifacts import ArtifactStore
-from producers.calls._call_budget import BudgetGuard
-from producers.calls._calls import JSON
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.crash import crash_point, kill_self
-from producers.define._budget import Budget
-from producers.define._inputs import InputSource, PinnedInputs
-from producers.define._workflow import Workflow
-from producers.log._log import EventLog
-from producers.log._runlog import RunLog
-from producers.log._session import RunSession
-from producers.run._active import ActiveRuns
-from producers.run._lease import Lease, LeaseHeld, LeaseManager
-from producers.run._protocol import (
+from runlog.producers.calls._artifacts import ArtifactStore
+from runlog.producers.calls._call_budget import BudgetGuard
+from runlog.producers.calls._calls import JSON
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.crash import crash_point, kill_self
+from runlog.producers.define._budget import Budget
+from runlog.producers.define._inputs import InputSource, PinnedInputs
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._runlog import RunLog
+from runlog.producers.log._session import RunSession
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._lease import Lease, LeaseHeld, LeaseManager
+from runlog.producers.run._protocol import (
     IO,
     Sleep,
     Steps,
 )
-from producers.run._runs import Claim, RunKeys, run_id_for_key
-from producers.run._trace import Tracer, context_of
-from projections._budget import BUDGET_ATTRIBUTE
-from schemas._hash import event_hash
-from schemas._types import STAGES_ATTRIBUTE, EventType
-from schemas.errors import (
+from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
+from runlog.producers.run._trace import Tracer, context_of
+from runlog.projections._budget import BUDGET_ATTRIBUTE
+from runlog.schemas._hash import event_hash
+from runlog.schemas._types import STAGES_ATTRIBUTE, EventType
+from runlog.schemas.errors import (
     RunlogError,
     WorkflowDefinitionError,
 )
@@ -126,7 +126,8 @@ class _StartSteps:
 
     def _existed(self, run_id: str) -> Steps[bool]:
         """Whether a keyed run whose claim this call just made is already on the log: the
-        projection says so cheaply; without a ready one, the log is read (see :mod:`producers.run._runs`)."""
+        projection says so cheaply; without a ready one, the log is read (see
+        :mod:`runlog.producers.run._runs`)."""
         assert self.run_keys is not None
         known = yield IO(self.run_keys, "known", "aknown", (run_id,))
         if known is not None or self.run_log is None:
@@ -254,7 +255,7 @@ _START_DOC = """Pin inputs, take the lease and append a confirmed ``RUN_STARTED`
                 pinned at its latest version.
             idempotency_key: names the run (its id is derived from the key); the same key
                 with the same workflow and params returns the existing run
-                (``created=False``, no session). See :mod:`producers.run._start` for a start
+                (``created=False``, no session). See :mod:`runlog.producers.run._start` for a start
                 interrupted by a crash.
 
         Raises:

@@ -1,6 +1,6 @@
 """Trace hooks: the runner opens a span per run, per stage and per tool call.
 
-The default :data:`NO_TRACE` does nothing. ``producers.otel.OtelTracer`` (the
+The default :data:`NO_TRACE` does nothing. ``runlog.producers.otel.OtelTracer`` (the
 ``runlog[otel]`` extra) maps them onto OpenTelemetry spans. A span's attributes are
 identifiers and protocol facts only (run id, seq, epoch, replay policy, delivery key,
 whether the result was reused): never payloads, arguments or credentials.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
-from schemas._tracecontext import TraceContext
+from runlog.schemas._tracecontext import TraceContext
 
 __all__ = ["NO_TRACE", "AttrValue", "NoSpan", "Span", "SpanKind", "Tracer", "context_of"]
 
@@ -81,7 +81,7 @@ NO_TRACE: Tracer = _NoTrace()
 
 def context_of(span: Span) -> TraceContext | None:
     """The W3C trace context a span gives the records written under it (its ``trace_context``
-    attribute, which ``producers.otel.OtelSpan`` has), or None: a span without one (``NoSpan``)
+    attribute, which ``runlog.producers.otel.OtelSpan`` has), or None: a span without one (``NoSpan``)
     puts no ``traceparent`` on the records."""
     ctx = getattr(span, "trace_context", None)
     return ctx if isinstance(ctx, TraceContext) else None

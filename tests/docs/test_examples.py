@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.settings import Settings
+from runlog.schemas.settings import Settings
 from tests.docs._examples import ROOT, Block, blocks, pages
 
 pytestmark = pytest.mark.integration

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from producers import CallInfo, StageContext, Workflow, rule, tool
-from producers.log._writer import DeliveryCallback, RunWriter
-from projections.log_reader import read_topic
-from schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings
-from schemas._tracecontext import TraceContext
+from runlog.producers import CallInfo, StageContext, Workflow, rule, tool
+from runlog.producers.log._writer import DeliveryCallback, RunWriter
+from runlog.projections.log_reader import read_topic
+from runlog.schemas import Codec, DeliveryError, ReplayPolicy, RunEvent, RunlogError, Settings
+from runlog.schemas._tracecontext import TraceContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

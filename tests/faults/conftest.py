@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Settings
+from runlog.schemas import Settings
 
 
 @pytest.fixture(scope="session")

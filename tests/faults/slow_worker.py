@@ -1,6 +1,6 @@
 """A slow demo worker for the zombie-writer fault: every call to the demo world waits first.
 
-Same as :mod:`processors.demo.worker` (prints ``run_id=<id>``, runs the content
+Same as :mod:`runlog.processors.demo.worker` (prints ``run_id=<id>``, runs the content
 workflow against ``RUNLOG_DEMO_WORLD_URL``) but each world request is delayed by
 ``--delay`` seconds, so a test can pause the process with SIGSTOP at a known
 stage. Exits 3 when it stops because its lease was lost (``LeaseLost``).
@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any
 
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import app_for
-from schemas import Settings
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import app_for
+from runlog.schemas import Settings
 from tests.integration.resume._slow import run_and_report
 
 

@@ -8,7 +8,7 @@ for runs that never started, and seq gaps.
 
 The report section is written from what the tests saw, not from a list of
 claims: every test sends its dead letters, as the projector does
-(``processors.dlq.to_record``), to a dead-letter topic on the broker, and
+(``runlog.processors.dlq.to_record``), to a dead-letter topic on the broker, and
 records the state it read back from Redis. The last test reads the topic back
 once and builds each entry from the dead letters that came back (count and
 reasons, matched to the test by the original-topic header) and the recorded
@@ -35,9 +35,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from processors.dlq import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers, to_record
-from projections import BatchProjector, DeadLetter, RawRecord, RedisStore, RunStatus
-from schemas import Codec, DecodeError, EventType, RunEvent, Settings
+from runlog.processors.dlq import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers, to_record
+from runlog.projections import BatchProjector, DeadLetter, RawRecord, RedisStore, RunStatus
+from runlog.schemas import Codec, DecodeError, EventType, RunEvent, Settings
 from tests.conftest import Services
 from tests.faults.machinery import PointEntry, write_section
 from tests.integration.processors.harness import read_topic

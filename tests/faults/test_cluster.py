@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from processors.admin import ensure_topics
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import charge_workflow, source
-from processors.demo.world import serve
-from producers import Runner
-from schemas import EventType, Settings, Topics
+from runlog.processors.admin import ensure_topics
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import charge_workflow, source
+from runlog.processors.demo.world import serve
+from runlog.producers import Runner
+from runlog.schemas import EventType, Settings, Topics
 from tests.faults._support import AckLog, busy_workflow, link_jar_cache, local, topic_events
 from tests.faults.machinery.report import PointEntry, write_section
 

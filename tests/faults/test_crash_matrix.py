@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import BRIEFS
-from schemas import EventType, Settings
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import BRIEFS
+from runlog.schemas import EventType, Settings
 from tests.faults.machinery import (
     CrashMatrix,
     PointEntry,

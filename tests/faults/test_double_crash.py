@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from schemas import Settings
+from runlog.schemas import Settings
 from tests.faults.machinery import CrashMatrix, projection_mismatches, start_projector
 from tests.faults.machinery.matrix import describe
 from tests.faults.machinery.report import write_section

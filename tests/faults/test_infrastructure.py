@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.admin import ensure_topics
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import app_for, source
-from processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
-from processors.demo.world import serve
-from processors.inspect import LoggedEvent, run_history
-from processors.resume import Resumer, ResumerService
-from producers import App, DictInputSource, Runner
-from projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
-from schemas import DeliveryError, EventType, Settings
+from runlog.processors.admin import ensure_topics
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import app_for, source
+from runlog.processors.demo.run import DEFAULT_CRASH_AT, spawn_worker, wait_worker, worker_env
+from runlog.processors.demo.world import serve
+from runlog.processors.inspect import LoggedEvent, run_history
+from runlog.processors.resume import Resumer, ResumerService
+from runlog.producers import App, DictInputSource, Runner
+from runlog.projections import OutcomeKind, RedisStore, RunStatus, dump_namespace, rebuild, swap_namespaces
+from runlog.schemas import DeliveryError, EventType, Settings
 from tests.faults._support import ROOT, AckLog, busy_workflow, link_jar_cache, local
 from tests.faults.machinery.matrix import projection_mismatches, start_projector
 from tests.faults.machinery.report import PointEntry, write_section

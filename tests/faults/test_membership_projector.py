@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from projections import diff_namespaces
-from schemas import Settings
+from runlog.projections import diff_namespaces
+from runlog.schemas import Settings
 from tests.integration.processors.harness import (
     converges,
     produce,

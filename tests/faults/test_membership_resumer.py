@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.demo.run import worker_env
-from processors.resume import request_resume
-from producers import Runner
-from projections import RunStatus
-from schemas import Settings
+from runlog.processors.demo.run import worker_env
+from runlog.processors.resume import request_resume
+from runlog.producers import Runner
+from runlog.projections import RunStatus
+from runlog.schemas import Settings
 from tests.integration.cluster import _stream
 from tests.integration.processors.harness import ROOT, start_projector, stop, wait_until
 from tests.integration.resume.conftest import log_of, served_world
@@ -112,7 +112,7 @@ def test_resumer_group_members_join_leave_die_and_pause_while_resuming_runs_with
         def member(name: str) -> subprocess.Popen[bytes]:
             with open(logs / f"{name}.log", "ab") as err:
                 return subprocess.Popen(
-                    [sys.executable, "-m", "processors", "resumer", "--app", f"{_stream.__name__}:app"],
+                    [sys.executable, "-m", "runlog", "resumer", "--app", f"{_stream.__name__}:app"],
                     cwd=ROOT, env=worker_env(s, world.url), stdout=subprocess.DEVNULL, stderr=err)
 
         projector = start_projector(s, f"{s.topic_prefix}proj", log=logs / "projector.log")

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.client import WorldClient
-from processors.demo.run import wait_lease_gone
-from processors.demo.world import serve
-from processors.inspect import run_history
-from processors.resume import Resumer
-from producers.run._runs import run_id_for_key
-from schemas import EventType, Settings
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.demo.world import serve
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer
+from runlog.producers.run._runs import run_id_for_key
+from runlog.schemas import EventType, Settings
 from tests.faults.machinery import PointEntry
 from tests.faults.machinery.points import boundaries, crash_points, expected_prefix
 from tests.faults.machinery.report import write_section

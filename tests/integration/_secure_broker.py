@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from schemas import Settings
+from runlog.schemas import Settings
 from tests.unit.processors.test_projector_settings import Pki, make_pki
 
 __all__ = ["PASSWORD", "USER", "SecureBroker", "available", "secure_broker_running"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from schemas import Settings, Topics
+from runlog.schemas import Settings, Topics
 from tests.conftest import _HANDED_OUT, ROOT, Services, _cleanup, _namespace, claim, leftovers
 
 pytestmark = pytest.mark.integration

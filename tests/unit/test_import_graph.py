@@ -9,16 +9,21 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("schemas", "producers", "processors", "projections")
+PACKAGES = ("schemas", "producers", "processors", "projections")  # runlog.<package>, each a folder at the top
 
 
 def _modules() -> dict[str, Path]:
+    """Every module of ``runlog``: the root's own files and the four packages' (linked under ``runlog/``)."""
     out: dict[str, Path] = {}
-    for pkg in PACKAGES:
-        for f in (ROOT / pkg).rglob("*.py"):
-            parts = f.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            out[name] = f
+    files = [f for f in (ROOT / "runlog").glob("*.py")]
+    files += [f for pkg in PACKAGES for f in (ROOT / pkg).rglob("*.py")]
+    files += [f for f in (ROOT / "runlog").glob("*/**/*.py")
+              if f.relative_to(ROOT / "runlog").parts[0] not in PACKAGES]
+    for f in files:
+        rel = f.relative_to(ROOT / "runlog") if f.is_relative_to(ROOT / "runlog") else f.relative_to(ROOT)
+        parts = ("runlog", *rel.with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = f
     return out
 
 
@@ -82,9 +87,9 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_imports_it_should() -> None:
     g = graph()
-    assert "producers.log._session" in g["producers.calls._call_steps"]  # a module-level import
-    assert "schemas._registry_client" in g["schemas._codec"]  # a deferred one, inside a method
-    assert "processors.console._actions" in g["processors.console._app"]  # from package import module
+    assert "runlog.producers.log._session" in g["runlog.producers.calls._call_steps"]  # a module-level import
+    assert "runlog.schemas._registry_client" in g["runlog.schemas._codec"]  # a deferred one, inside a method
+    assert "runlog.processors.console._actions" in g["runlog.processors.console._app"]  # package: module
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

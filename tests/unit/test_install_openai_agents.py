@@ -1,7 +1,7 @@
 """The documented install line of the OpenAI Agents SDK integration works as documented: the extra it
 names exists in pyproject.toml and brings the SDK (``openai-agents``, module ``agents``), the test
 extra brings the same SDK (the integration's tests run in CI), the installed SDK satisfies the
-extra's range and gives the module ``producers.openai_agents`` imports, and the ImportError raised
+extra's range and gives the module ``runlog.producers.openai_agents`` imports, and the ImportError raised
 without it names that extra."""
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def test_the_installed_sdk_is_in_the_extras_range_and_gives_the_agents_module() 
 
 
 def test_the_import_error_without_the_sdk_names_the_documented_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "producers.openai_agents", raising=False)
+    monkeypatch.delitem(sys.modules, "runlog.producers.openai_agents", raising=False)
     monkeypatch.setitem(sys.modules, "agents", None)  # type: ignore[arg-type]
     with pytest.raises(ImportError) as info:
-        importlib.import_module("producers.openai_agents")
+        importlib.import_module("runlog.producers.openai_agents")
     [named] = EXTRA.findall(str(info.value))
     assert f"runlog[{named}]" in _first_install_line()

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ["schemas", "producers", "projections", "processors"]
+PACKAGES = ["runlog", "runlog.schemas", "runlog.producers", "runlog.projections", "runlog.processors"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -21,7 +21,7 @@ def test_all_names_exist(name: str) -> None:
 
 # The exact public surface of each package: adding or removing a name is a decision, made here.
 EXPORTS = {
-    "producers": [
+    "runlog.producers": [
         "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "Budget", "CallInfo",
         "CallPosition", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
@@ -33,7 +33,7 @@ EXPORTS = {
         "VerificationFailed", "WaitTimedOut", "Workflow", "WorkflowDefinitionError", "WorkflowRegistry",
         "load_args", "rule", "tool",
     ],
-    "schemas": [
+    "runlog.schemas": [
         "ArtifactCorrupt", "ArtifactError", "ArtifactMissing", "ArtifactRef", "AuthenticationFailed",
         "Checkpoint", "Codec",
         "ConfigError", "DecodeError", "DeliveryError", "Diverged", "Effect", "EffectInDoubt", "EffectStatus",
@@ -46,7 +46,7 @@ EXPORTS = {
         "crc64_avro",
         "event_hash", "load_past_schemas", "load_schema", "murmur2", "now_ms", "partition_for",
     ],
-    "projections": [
+    "runlog.projections": [
         "ApplyResult", "BatchProjector", "BatchResult", "CallRecord", "CallStatus", "CheckpointEntry",
         "DeadLetter", "EffectEntry", "MemoryStore", "Outcome", "OutcomeKind", "Position", "ProjectionLost",
         "ProjectionStore", "ProjectionStoreError", "RawRecord", "RebuildReport", "RedisStore",
@@ -55,8 +55,10 @@ EXPORTS = {
         "diff_namespaces", "dump_namespace", "event_digest", "fold", "fold_all", "fold_many", "read_run_tail",
         "rebuild", "run_events", "state_from_json", "state_to_json", "swap_namespaces",
     ],
-    "processors": ["main"],
+    "runlog.processors": ["main"],
 }
+# ``import runlog``: the author's surface (the SDK's names) and the version
+EXPORTS["runlog"] = [*EXPORTS["runlog.producers"], "__version__"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -66,10 +68,20 @@ def test_the_export_list_is_exactly_the_pinned_one(name: str) -> None:
 
 
 def test_an_author_needs_nothing_private_for_a_workflow_with_a_resumer() -> None:
-    import producers
+    import runlog
+    import runlog.producers
 
     needed = {"Workflow", "rule", "tool", "ReplayPolicy", "RetryPolicy", "CallInfo", "Runner", "RunResult",
               "StageContext", "App", "DictInputSource", "Settings", "ToolError", "Diverged", "ResumeBlocked"}
-    assert needed <= set(producers.__all__)
+    assert needed <= set(runlog.producers.__all__)
     plumbing = {"RunWriter", "RunSession", "RedisLeaseManager", "LeaseHeld", "canonical_json", "delivery_key"}
-    assert not plumbing & set(producers.__all__)
+    assert not plumbing & set(runlog.producers.__all__)
+
+
+def test_the_root_is_the_sdk_under_one_name() -> None:
+    import runlog
+    import runlog.producers
+
+    for name in runlog.producers.__all__:
+        assert getattr(runlog, name) is getattr(runlog.producers, name), name
+    assert runlog.__version__ and runlog.__version__ != "0+unknown"

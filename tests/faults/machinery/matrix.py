@@ -2,7 +2,7 @@
 
 Each point gets a fresh demo world (its own SQLite files) so what a crashed and
 resumed run caused outside is counted for that run alone. The worker is a real
-subprocess (:mod:`processors.demo.worker`) that SIGKILLs itself at the point;
+subprocess (:mod:`runlog.processors.demo.worker`) that SIGKILLs itself at the point;
 the resume goes through the resume topic and a :class:`ResumerService` (the
 resumer consumer group), never a shortcut. One service serves every point: a
 routing world client points the demo tools at the world of the run it resumes.
@@ -32,15 +32,15 @@ from typing import Any
 
 import redis
 
-from processors.demo.client import WorldClient
-from processors.demo.pipeline import build, charge_workflow, source
-from processors.demo.world import serve
-from processors.inspect import LoggedEvent, run_history
-from processors.resume import App, ResumeOutcome, ResumerService, request_resume
-from producers.run._lease import lease_key
-from projections import OutcomeKind, RunStatus, dump_namespace, rebuild
-from schemas import RunlogError, Settings
-from schemas._redis import redis_client
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.pipeline import build, charge_workflow, source
+from runlog.processors.demo.world import serve
+from runlog.processors.inspect import LoggedEvent, run_history
+from runlog.processors.resume import App, ResumeOutcome, ResumerService, request_resume
+from runlog.producers.run._lease import lease_key
+from runlog.projections import OutcomeKind, RunStatus, dump_namespace, rebuild
+from runlog.schemas import RunlogError, Settings
+from runlog.schemas._redis import redis_client
 from tests.faults.machinery.points import Boundary, boundaries, expected_prefix
 from tests.faults.machinery.report import PointEntry
 
@@ -108,7 +108,7 @@ def start_projector(settings: Settings, app_id: str, log: Path) -> subprocess.Po
     """``runlog project`` as a real process (stop it with SIGTERM or SIGKILL)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as err:
-        return subprocess.Popen([sys.executable, "-m", "processors", "project", "--app-id", app_id,
+        return subprocess.Popen([sys.executable, "-m", "runlog", "project", "--app-id", app_id,
                                  "--within", "0.2"],
                                 cwd=ROOT, env=worker_env(settings), stdout=subprocess.DEVNULL, stderr=err)
 
@@ -205,8 +205,8 @@ class CrashMatrix:
         env = worker_env(self.settings, RUNLOG_DEMO_WORLD_URL=url)
         if crash_at:
             env["RUNLOG_CRASH_AT"] = crash_at
-        cmd = [sys.executable, "-m", "processors.demo.worker", "--sdk", self.sdk, "--workflow", self.workflow,
-               "--params", self.params]
+        cmd = [sys.executable, "-m", "runlog.processors.demo.worker", "--sdk", self.sdk,
+               "--workflow", self.workflow, "--params", self.params]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
                               check=False)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -257,8 +257,8 @@ class CrashMatrix:
         env = worker_env(self.settings, RUNLOG_DEMO_WORLD_URL=url, RUNLOG_CRASH_AT=crash_at,
                          RUNLOG_SWEEP_INTERVAL_MS="0",
                          RUNLOG_RESUMER_GROUP=f"{self.settings.topic_prefix}crashing-{uuid.uuid4().hex[:6]}")
-        proc = subprocess.run([sys.executable, "-m", "processors", "resumer", "--app",
-                               "processors.demo.pipeline:app", "--idle-exit", str(idle_exit_s)],
+        proc = subprocess.run([sys.executable, "-m", "runlog", "resumer", "--app",
+                               "runlog.processors.demo.pipeline:app", "--idle-exit", str(idle_exit_s)],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(proc.stdout + proc.stderr)
@@ -470,7 +470,7 @@ def projection_mismatches(settings: Settings, client: redis.Redis, run_ids: Sequ
                           timeout_s: float = 60.0) -> tuple[dict[str, list[str]], list[str]]:
     """Wait for the live projection to reach every run's last event, rebuild the log into a
     fresh namespace and compare: (differing keys per run, differing global keys)."""
-    from projections import RedisStore
+    from runlog.projections import RedisStore
 
     store = RedisStore(client, settings.redis_prefix)
     want = _last_offsets(settings, run_ids)

@@ -1,6 +1,6 @@
 """Crash points of a run, enumerated from a reference run's log (pure: no services).
 
-A point names where a worker SIGKILLs itself (see :mod:`producers.crash`):
+A point names where a worker SIGKILLs itself (see :mod:`runlog.producers.crash`):
 ``before:<TYPE>:<subject>`` / ``after:<TYPE>:<subject>`` for every event,
 ``inside:STAGE:<stage>`` for every stage and ``inside:TOOL:<call_id>`` for
 every tool call. The subject of an event is its ``call_id``, else its
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import EventType, RunEvent
+from runlog.schemas import EventType, RunEvent
 
 __all__ = ["Boundary", "boundaries", "crash_points", "expected_prefix", "subject_of"]
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from processors.admin import ensure_topics
-from processors.demo.run import run_demo
-from processors.inspect import run_history
-from producers import CallInfo, Runner, StageContext, Workflow, rule, tool
-from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics, event_hash
+from runlog.processors.admin import ensure_topics
+from runlog.processors.demo.run import run_demo
+from runlog.processors.inspect import run_history
+from runlog.producers import CallInfo, Runner, StageContext, Workflow, rule, tool
+from runlog.schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics, event_hash
 from tests.conftest import Services, _cleanup, claim
 
 

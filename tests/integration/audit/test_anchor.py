@@ -15,13 +15,13 @@ import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from processors.admin import ensure_topics
-from processors.audit import AuditOptions, AuditReport, audit, read_records
-from processors.cli import main
-from processors.inspect import run_history
-from projections import RedisStore
-from projections.rebuild import replay_into
-from schemas import Codec, RunEvent, Settings, Topics
+from runlog.processors.admin import ensure_topics
+from runlog.processors.audit import AuditOptions, AuditReport, audit, read_records
+from runlog.processors.cli import main
+from runlog.processors.inspect import run_history
+from runlog.projections import RedisStore
+from runlog.projections.rebuild import replay_into
+from runlog.schemas import Codec, RunEvent, Settings, Topics
 from tests.integration.audit.conftest import AuditWorld
 
 pytestmark = pytest.mark.integration

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from processors.admin import ensure_topics
-from processors.audit import AuditOptions, audit, read_records, write_report
-from processors.cli import main
-from processors.inspect import run_history
-from producers import LocalArtifactStore
-from schemas import ArtifactRef, Codec, EventType, RunEvent, Topics
+from runlog.processors.admin import ensure_topics
+from runlog.processors.audit import AuditOptions, audit, read_records, write_report
+from runlog.processors.cli import main
+from runlog.processors.inspect import run_history
+from runlog.producers import LocalArtifactStore
+from runlog.schemas import ArtifactRef, Codec, EventType, RunEvent, Topics
 from tests.conftest import _cleanup
 from tests.integration.audit.conftest import AuditWorld
 

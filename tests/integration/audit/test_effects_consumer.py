@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit import audit
-from projections import RedisStore
-from projections._state import effect_from_dict
-from schemas import Codec, Effect, EffectStatus, Topics
+from runlog.processors.audit import audit
+from runlog.projections import RedisStore
+from runlog.projections._state import effect_from_dict
+from runlog.schemas import Codec, Effect, EffectStatus, Topics
 from tests.integration.audit.conftest import AuditWorld
 from tests.integration.processors.harness import start_projector, stop, wait_until
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "processors" / "examples" / "effects_ledger_consumer.py"
-RUNLOG = ("producers", "processors", "projections", "schemas")
+RUNLOG = ("runlog",)  # the one import root of everything Runlog installs
 
 
 def test_example_consumer_rebuilds_the_effects_ledger_of_redis(audit_world: AuditWorld,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from processors.audit import audit, write_report
+from runlog.processors.audit import audit, write_report
 from tests.conftest import require
 from tests.integration.audit.conftest import AuditWorld
 

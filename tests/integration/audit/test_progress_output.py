@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Settings
+from runlog.schemas import Settings
 from tests.integration.audit.conftest import AuditWorld
 from tests.integration.processors.harness import ROOT, env_of, produce
 from tests.unit.projections.runlogs import full_run
@@ -25,7 +25,7 @@ def _runlog(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a process; its output decoded as written (text mode would turn ``\r`` into
     newlines)."""
     env = env_of(settings, RUNLOG_ARTIFACT_ROOT=settings.artifact_root)
-    r = subprocess.run([sys.executable, "-m", "processors", *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "runlog", *args], cwd=ROOT, env=env,
                        capture_output=True, timeout=180, check=False)
     return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from processors.audit import AuditOptions, read_records
-from processors.cli import main
-from projections import RunState, fold
-from schemas import Codec, RunEvent
+from runlog.processors.audit import AuditOptions, read_records
+from runlog.processors.cli import main
+from runlog.projections import RunState, fold
+from runlog.schemas import Codec, RunEvent
 from tests.integration.audit.conftest import AuditWorld
 
 pytestmark = pytest.mark.integration

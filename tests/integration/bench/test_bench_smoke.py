@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from processors.cli import main
-from schemas.settings import Settings
+from runlog.processors.cli import main
+from runlog.schemas.settings import Settings
 
 KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "lag_high_p99_ms",
         "resume_tail_ratio",

@@ -8,8 +8,8 @@ import json
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from processors.cli import main
-from schemas.settings import Settings
+from runlog.processors.cli import main
+from runlog.schemas.settings import Settings
 
 
 @pytest.mark.integration

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from processors.admin import inspect_topic
-from processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
-from schemas import Settings, Topics
-from schemas.errors import ConfigError
+from runlog.processors.admin import inspect_topic
+from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
+from runlog.schemas import Settings, Topics
+from runlog.schemas.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from processors.bench._env import BenchEnv
-from processors.bench._events import history
-from processors.bench._read import RawProjector, consume_and_apply, populate
-from projections import fold_all
-from schemas import Settings, Topics
+from runlog.processors.bench._env import BenchEnv
+from runlog.processors.bench._events import history
+from runlog.processors.bench._read import RawProjector, consume_and_apply, populate
+from runlog.projections import fold_all
+from runlog.schemas import Settings, Topics
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from processors.demo.client import WorldClient
-from producers import App, CallInfo, DictInputSource, ReplayPolicy, StageContext, Workflow, rule, tool
-from schemas import Settings
+from runlog.processors.demo.client import WorldClient
+from runlog.producers import App, CallInfo, DictInputSource, ReplayPolicy, StageContext, Workflow, rule, tool
+from runlog.schemas import Settings
 
 ACCOUNT = "acct-stream"
 WORKFLOW = "shipment"

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from projections._cluster_swap import SOURCE
+from runlog.projections._cluster_swap import SOURCE
 
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
 
@@ -93,16 +93,16 @@ class SlotFailures:
 
 
 def fail_slot_moves(client: Any, n: int, mode: str) -> SlotFailures:
-    """Patch ``client`` (a ``RedisCluster``; still one for :func:`schemas._redis.is_cluster`)."""
+    """Patch ``client`` (a ``RedisCluster``; still one for :func:`runlog.schemas._redis.is_cluster`)."""
     hooks = SlotFailures(client, n, mode)
     client.pipeline = hooks.pipeline
     return hooks
 
 
 def main(argv: list[str]) -> int:
-    from projections import swap_namespaces
-    from schemas._redis import redis_client
-    from schemas.settings import Settings
+    from runlog.projections import swap_namespaces
+    from runlog.schemas._redis import redis_client
+    from runlog.schemas.settings import Settings
 
     url, live, rebuilt, n, ttl = argv
     client = redis_client(Settings.from_env({}, redis_url=url, redis_prefix=live))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis.cluster
 
-from schemas import Settings
-from schemas._redis import redis_client
+from runlog.schemas import Settings
+from runlog.schemas._redis import redis_client
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[3]

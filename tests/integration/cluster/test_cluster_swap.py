@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from producers.run._runs import RunKeys
-from projections import RedisStore, diff_namespaces, dump_namespace, rebuild
-from projections._cluster_swap import SlotMoves, slot_moves
-from projections._replicas import online_replicas
-from projections.rebuild import SwapFailed, SwapRefused, replay_into, swap_namespaces
-from projections.recovery import recover
-from schemas import RunEvent, Settings
-from schemas._redis import redis_client
+from runlog.producers.run._runs import RunKeys
+from runlog.projections import RedisStore, diff_namespaces, dump_namespace, rebuild
+from runlog.projections._cluster_swap import SlotMoves, slot_moves
+from runlog.projections._replicas import online_replicas
+from runlog.projections.rebuild import SwapFailed, SwapRefused, replay_into, swap_namespaces
+from runlog.projections.recovery import recover
+from runlog.schemas import RunEvent, Settings
+from runlog.schemas._redis import redis_client
 from tests.integration.cluster._swap_hooks import SHA as SWAP_SHA
 from tests.integration.cluster._swap_hooks import fail_slot_moves
 from tests.integration.processors.harness import ROOT, env_of, produce, wait_until
@@ -287,7 +287,7 @@ def test_a_cluster_swap_waits_for_replicas_on_every_pipeline_of_slot_moves(
     settings: Settings, cluster_client: Any, two: tuple[str, str]
 ) -> None:
     """Each pipeline of slot moves ends with a ``WAIT`` per primary it moved keys on (the live
-    store's replica waits, :mod:`projections._replicas`), so a failover cannot undo an
+    store's replica waits, :mod:`runlog.projections._replicas`), so a failover cannot undo an
     acknowledged move."""
     live, rebuilt = two
     seen: list[list[tuple[Any, ...]]] = []

@@ -24,7 +24,7 @@ Interruptions a failover may cause and the protocol absorbs are allowed: a write
 lease (heartbeats unanswered for a ttl) stops and its run is resumed; a start refused meanwhile is
 tried again with the same idempotency key. A projection write lost to the failover is not: the
 projector's applies wait for a replica of each primary they wrote to (``RUNLOG_REDIS_WAIT_REPLICAS``
-auto, :mod:`projections._replicas`), so a run state or a global-index entry (``{idx:<n>}`` keys)
+auto, :mod:`runlog.projections._replicas`), so a run state or a global-index entry (``{idx:<n>}`` keys)
 that differs from a rebuild fails the test like anything else.
 """
 
@@ -47,14 +47,14 @@ from typing import Any
 import pytest
 import redis
 
-from processors.demo.client import WorldClient
-from processors.demo.run import worker_env
-from producers import Runner
-from producers.run._active import ActiveRuns
-from producers.run._lease import lease_key
-from projections import RedisStore, RunStatus
-from schemas import EventType, Settings
-from schemas._redis import redis_client
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.demo.run import worker_env
+from runlog.producers import Runner
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._lease import lease_key
+from runlog.projections import RedisStore, RunStatus
+from runlog.schemas import EventType, Settings
+from runlog.schemas._redis import redis_client
 from tests.integration.cluster import _stream
 from tests.integration.processors.harness import converges, reference, start_projector, stop, wait_until
 from tests.integration.producers.helpers import read_events
@@ -238,7 +238,7 @@ def stream_of_runs(topics: Settings, world: DemoWorld, tmp_path: Path, *, kill: 
     def start_resumer() -> None:
         with open(res_log, "ab") as err:
             resumers.append(subprocess.Popen(
-                [sys.executable, "-m", "processors", "resumer", "--app", f"{_stream.__name__}:app"],
+                [sys.executable, "-m", "runlog", "resumer", "--app", f"{_stream.__name__}:app"],
                 cwd=ROOT, env=worker_env(s, world.url), stdout=subprocess.DEVNULL, stderr=err))
 
     def supervise() -> None:  # a supervisor starts a resumer that exited again: so does the test
@@ -398,7 +398,7 @@ def stream_of_runs(topics: Settings, world: DemoWorld, tmp_path: Path, *, kill: 
                         "effects from the ledger")
 
     # -- the projection equals a rebuild, by the CLI's check too
-    proc = subprocess.run([sys.executable, "-m", "processors", "projections", "rebuild", "--diff"],
+    proc = subprocess.run([sys.executable, "-m", "runlog", "projections", "rebuild", "--diff"],
                           capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
                           env={**os.environ, **s.to_env()})
     if proc.returncode != 0 or "0 keys differ" not in proc.stdout:

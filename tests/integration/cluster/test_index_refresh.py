@@ -1,6 +1,6 @@
 """A projector that died between the two steps of a cluster apply (the run's slot written, the
 index shards not) leaves a completed run unlisted; the next projector, which folds the redelivered
-batch to duplicates, still writes its index entries (``projections.batch._refreshes``)."""
+batch to duplicates, still writes its index entries (``runlog.projections.batch._refreshes``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import redis
 
-import projections._sharded as sharded
-from projections import BatchProjector, RedisStore
-from projections._sharded import ProjectionStoreError
-from projections._state import RunStatus
-from schemas import Settings
+import runlog.projections._sharded as sharded
+from runlog.projections import BatchProjector, RedisStore
+from runlog.projections._sharded import ProjectionStoreError
+from runlog.projections._state import RunStatus
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import CODEC, records
 

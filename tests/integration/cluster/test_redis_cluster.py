@@ -22,16 +22,16 @@ import redis
 import redis.asyncio
 import redis.cluster
 
-from processors.admin import RedisModeMismatch, check_redis
-from producers import AsyncRunner, Runner
-from producers.calls._ledger import RedisEffectLedger
-from producers.run._active import ActiveRuns
-from producers.run._lease import RedisLeaseManager
-from producers.run._redis_io import run
-from producers.run._runs import RunKeys
-from projections import RedisStore, RunStatus
-from schemas import Settings
-from schemas._redis import aredis_client, index_shard, redis_client
+from runlog.processors.admin import RedisModeMismatch, check_redis
+from runlog.producers import AsyncRunner, Runner
+from runlog.producers.calls._ledger import RedisEffectLedger
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._lease import RedisLeaseManager
+from runlog.producers.run._redis_io import run
+from runlog.producers.run._runs import RunKeys
+from runlog.projections import RedisStore, RunStatus
+from runlog.schemas import Settings
+from runlog.schemas._redis import aredis_client, index_shard, redis_client
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 from tests.integration.producers.redis_lease_faces import AsyncRedisLeaseCase, RedisLeaseCase
@@ -138,7 +138,7 @@ class TestClusterStore(StoreContract):
         assert self.store.runs(ups[-1].state.status) == ["run-9"]
 
     def test_a_node_that_came_back_empty_is_a_lost_namespace(self) -> None:
-        from projections import ProjectionLost
+        from runlog.projections import ProjectionLost
 
         ups = fold_updates(full_run("run-7", stages=2))
         self.store.apply(ups[:4])
@@ -192,7 +192,7 @@ def test_doctor_refuses_a_standalone_url_to_a_cluster_node(settings: Settings, c
         check_redis(standalone)
     assert check_redis(settings)["redis_mode"] == "cluster"
     env = {**os.environ, **standalone.to_env()}
-    proc = subprocess.run([sys.executable, "-m", "processors.cli", "doctor"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "runlog", "doctor"], capture_output=True, text=True,
                           timeout=120, check=False, env=env, cwd=ROOT)
     assert proc.returncode != 0, proc.stdout
     assert "redis+cluster://" in proc.stdout and "cluster_enabled:1" in proc.stdout
@@ -236,7 +236,7 @@ def test_scripts_flushed_on_every_node_are_loaded_again(settings: Settings, redi
 
 def test_the_projector_on_the_cluster_recovers_an_emptied_namespace_and_equals_a_rebuild(
         topics: Settings, redis_client_: Any, tmp_path: Path) -> None:
-    from projections import diff_namespaces
+    from runlog.projections import diff_namespaces
     from tests.integration.processors.harness import (
         converges,
         interleave,
@@ -271,7 +271,7 @@ def test_the_projector_on_the_cluster_recovers_an_emptied_namespace_and_equals_a
     keys = {k.decode() for k in redis_client_.scan_iter(match=f"{topics.redis_prefix}:*")}
     assert any("{idx:" in k for k in keys) and f"{topics.redis_prefix}:effects:by_key" not in keys
     assert diff_namespaces(redis_client_, topics.redis_prefix, ref) == []
-    proc2 = subprocess.run([sys.executable, "-m", "processors", "projections", "rebuild", "--diff"],
+    proc2 = subprocess.run([sys.executable, "-m", "runlog", "projections", "rebuild", "--diff"],
                            capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
                            env={**os.environ, **topics.to_env()})
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr
@@ -295,7 +295,7 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_completes(topics: Settin
     import threading
     import time
 
-    from producers import CallInfo, ReplayPolicy, StageContext, Workflow, tool
+    from runlog.producers import CallInfo, ReplayPolicy, StageContext, Workflow, tool
 
     if os.environ.get("RUNLOG_TEST_REDIS_CLUSTER_URL"):
         pytest.skip("a cluster from RUNLOG_TEST_REDIS_CLUSTER_URL is not ours to kill nodes of")
@@ -366,7 +366,7 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_completes(topics: Settin
 @pytest.mark.parametrize("sdk", ["sync", "async"])
 def test_the_demo_crashes_and_resumes_through_the_resumer_on_the_cluster(topics: Settings, tmp_path: Path,
                                                                          sdk: str) -> None:
-    from processors.demo.run import DEFAULT_CRASH_AT, run_demo
+    from runlog.processors.demo.run import DEFAULT_CRASH_AT, run_demo
 
     r = run_demo(topics, quiet=True, workdir=tmp_path / "demo", sdk=sdk)
     assert r["crashed_at"] == DEFAULT_CRASH_AT and r["resume"] == "completed" and r["completed"] is True

@@ -1,4 +1,4 @@
-"""The projection store waits for replicas on the cluster (``projections._replicas``): an apply sends
+"""The projection store waits for replicas on the cluster (``runlog.projections._replicas``): an apply sends
 ``WAIT`` to every primary it wrote to, a replica that does not acknowledge (its process stopped)
 fails the apply with ``ReplicasBehind`` after the timeout, and the next apply (the projector's retry,
 which has nothing of its own to write) sends the kept batch again and completes it."""
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from projections import RedisStore
-from projections._replicas import ReplicasBehind
-from schemas import Settings
-from schemas._redis import index_shard
+from runlog.projections import RedisStore
+from runlog.projections._replicas import ReplicasBehind
+from runlog.schemas import Settings
+from runlog.schemas._redis import index_shard
 from tests.integration.processors.harness import wait_until
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import fold_updates

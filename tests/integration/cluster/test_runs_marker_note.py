@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from processors.cli import main
-from projections import RedisStore
-from projections._marker import REBUILDING, marker_key
-from schemas import Settings
+from runlog.processors.cli import main
+from runlog.projections import RedisStore
+from runlog.projections._marker import REBUILDING, marker_key
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import fold_updates
 

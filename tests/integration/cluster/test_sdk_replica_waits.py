@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from producers.calls._ledger import LedgerEntry, RedisEffectLedger
-from producers.run._lease import RedisLeaseManager
-from producers.run._redis_io import replica_waits
-from producers.run._runs import RunKeys, run_id_for_key
-from schemas import EffectStatus, Settings
+from runlog.producers.calls._ledger import LedgerEntry, RedisEffectLedger
+from runlog.producers.run._lease import RedisLeaseManager
+from runlog.producers.run._redis_io import replica_waits
+from runlog.producers.run._runs import RunKeys, run_id_for_key
+from runlog.schemas import EffectStatus, Settings
 from tests.integration.processors.harness import wait_until
 
 from .test_replica_waits import _node, _replica_linked, _waits
@@ -85,11 +85,11 @@ def test_a_claim_no_replica_acknowledges_fails_and_the_effect_is_not_run(
         topics: Settings, cluster_url: str) -> None:
     if os.environ.get("RUNLOG_TEST_REDIS_CLUSTER_URL"):
         pytest.skip("a cluster from RUNLOG_TEST_REDIS_CLUSTER_URL is not ours to stop nodes of")
-    from producers import CallInfo, Runner, StageContext, Workflow, tool
-    from producers.calls._keys import delivery_key
-    from schemas import ReplayPolicy
-    from schemas._redis import redis_client
-    from schemas.errors import RunlogError
+    from runlog.producers import CallInfo, Runner, StageContext, Workflow, tool
+    from runlog.producers.calls._keys import delivery_key
+    from runlog.schemas import ReplayPolicy
+    from runlog.schemas._redis import redis_client
+    from runlog.schemas.errors import RunlogError
     from tests.integration.producers.conftest import SOURCE
 
     settings = topics.with_(redis_url=cluster_url, redis_wait_ms=300)
@@ -146,11 +146,11 @@ def test_the_master_holding_a_never_effects_claim_killed_before_the_call_one_exe
         pytest.skip("a cluster from RUNLOG_TEST_REDIS_CLUSTER_URL is not ours to kill nodes of")
     import threading
 
-    from producers import CallInfo, Runner, StageContext, Workflow, tool
-    from producers.calls._keys import delivery_key
-    from schemas import ReplayPolicy
-    from schemas._redis import redis_client
-    from schemas.errors import EffectInDoubt
+    from runlog.producers import CallInfo, Runner, StageContext, Workflow, tool
+    from runlog.producers.calls._keys import delivery_key
+    from runlog.schemas import ReplayPolicy
+    from runlog.schemas._redis import redis_client
+    from runlog.schemas.errors import EffectInDoubt
     from tests.integration.producers.conftest import SOURCE
 
     from .test_failover_stream import _cluster_script, _node_number, _replicas_linked, _restart

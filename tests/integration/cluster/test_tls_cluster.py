@@ -25,10 +25,10 @@ import redis
 import redis.cluster
 
 import tests.integration.cluster.test_redis_cluster as plain
-from producers import Runner
-from projections import RedisStore, RunStatus, diff_namespaces
-from schemas import Settings
-from schemas._redis import redis_client
+from runlog.producers import Runner
+from runlog.projections import RedisStore, RunStatus, diff_namespaces
+from runlog.schemas import Settings
+from runlog.schemas._redis import redis_client
 from tests.conftest import require
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.test_write_path import content_workflow

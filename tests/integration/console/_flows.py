@@ -7,8 +7,8 @@ import contextlib
 import threading
 from typing import Any
 
-from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, rule, tool
-from schemas import ReplayPolicy, Settings
+from runlog.producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, rule, tool
+from runlog.schemas import ReplayPolicy, Settings
 
 __all__ = ["approval", "completed", "failed", "gated"]
 

@@ -15,9 +15,9 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import Consumer, KafkaException
 
-from processors.console import ConsoleOptions, make_app
-from processors.resume import App
-from schemas import Settings, Topics
+from runlog.processors.console import ConsoleOptions, make_app
+from runlog.processors.resume import App
+from runlog.schemas import Settings, Topics
 from tests.integration.producers.helpers import watermarks
 from tests.integration.resume import conftest as resume_conftest
 from tests.integration.resume.conftest import DemoWorld, served_world

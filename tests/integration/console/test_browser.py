@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.resume import Resumer, ResumerService
-from projections import OutcomeKind
-from schemas import EventType, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer, ResumerService
+from runlog.projections import OutcomeKind
+from runlog.schemas import EventType, Settings
 from tests.conftest import require
 from tests.integration.console._cdp import Browser, chromium_path
 from tests.integration.console.conftest import TOKEN, console, log_size, origin, project

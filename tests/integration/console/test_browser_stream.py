@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from producers import DictInputSource, Runner, StageContext, Workflow
-from producers.streams import StreamWriter
-from schemas import Settings
+from runlog.producers import DictInputSource, Runner, StageContext, Workflow
+from runlog.producers.streams import StreamWriter
+from runlog.schemas import Settings
 from tests.conftest import require
 from tests.integration.console._cdp import Browser, chromium_path
 from tests.integration.console.conftest import console, origin, project

@@ -27,10 +27,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from processors.console import ConsoleOptions, serve
-from processors.inspect import run_history
-from projections import OutcomeKind
-from schemas import ConfigError, EventType, Settings, Topics, partition_for
+from runlog.processors.console import ConsoleOptions, serve
+from runlog.processors.inspect import run_history
+from runlog.projections import OutcomeKind
+from runlog.schemas import ConfigError, EventType, Settings, Topics, partition_for
 from tests.integration.console import _flows
 from tests.integration.console.conftest import TOKEN, console, csrf_of, log_size, origin, post_action, project
 
@@ -342,6 +342,6 @@ def test_a_console_beyond_loopback_needs_the_token_to_start_and_a_sign_in_to_rea
 
 
 def test_the_public_names_are_pinned() -> None:
-    import processors.console as c
+    import runlog.processors.console as c
 
     assert sorted(c.__all__) == ["Console", "ConsoleOptions", "make_app", "serve"]

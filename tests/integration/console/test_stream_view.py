@@ -10,8 +10,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from producers.streams import StreamWriter
-from schemas import Settings, Topics
+from runlog.producers.streams import StreamWriter
+from runlog.schemas import Settings, Topics
 from tests.integration.console.conftest import console
 
 

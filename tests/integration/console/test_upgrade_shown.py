@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit import AuditOptions, audit
-from processors.cli import main
-from processors.demo.run import wait_lease_gone
-from processors.upgrade import upgrade_run
-from schemas import Settings
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.cli import main
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.upgrade import upgrade_run
+from runlog.schemas import Settings
 from tests.integration.console.conftest import console, project
 from tests.integration.resume._orders import orders_app
 from tests.integration.resume.conftest import DemoWorld

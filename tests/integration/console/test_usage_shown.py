@@ -13,9 +13,9 @@ import html as html_lib
 
 import pytest
 
-from processors.branch import branch_run
-from producers import Runner
-from schemas import Settings
+from runlog.processors.branch import branch_run
+from runlog.producers import Runner
+from runlog.schemas import Settings
 from tests.integration.console.conftest import console, project
 from tests.integration.resume._usage_agent import FREE, PRICED, WORKFLOW, usage_app
 

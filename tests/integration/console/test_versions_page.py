@@ -13,9 +13,9 @@ import re
 import pytest
 import redis
 
-from processors.resume._versions import VersionRoutes
-from projections import RedisStore
-from schemas import Settings
+from runlog.processors.resume._versions import VersionRoutes
+from runlog.projections import RedisStore
+from runlog.schemas import Settings
 from tests.integration.console.conftest import console
 from tests.integration.resume.test_drains import populate
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from producers import Runner
-from schemas import Settings, Topics
+from runlog.producers import Runner
+from runlog.schemas import Settings, Topics
 from tests.conftest import require
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.test_write_path import content_workflow

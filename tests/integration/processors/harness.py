@@ -14,9 +14,9 @@ from pathlib import Path
 import redis
 from confluent_kafka import Producer
 
-from projections import diff_namespaces, rebuild
-from projections.log_reader import LogReader
-from schemas import Codec, EventType, RunEvent, Settings, Topics
+from runlog.projections import diff_namespaces, rebuild
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Codec, EventType, RunEvent, Settings, Topics
 
 ROOT = Path(__file__).resolve().parents[3]
 CODEC = Codec()
@@ -85,7 +85,7 @@ def env_of(settings: Settings, **extra: str) -> dict[str, str]:
 def start_projector(
     settings: Settings, app_id: str, *args: str, log: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "processors", "project", "--app-id", app_id, *args]
+    argv = [sys.executable, "-m", "runlog", "project", "--app-id", app_id, *args]
     if log is None:
         return subprocess.Popen(argv, cwd=ROOT, env=env_of(settings, **env),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

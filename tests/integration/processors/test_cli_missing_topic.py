@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from schemas import Settings
+from runlog.schemas import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_a_missing_events_topic_is_a_configuration_error(settings: Settings, command: list[str]) -> None:
     prefix = f"missing{uuid.uuid4().hex[:8]}."
     env = {**os.environ, **settings.with_(topic_prefix=prefix).to_env()}
-    proc = subprocess.run([sys.executable, "-m", "processors", *command], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "runlog", *command], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -7,11 +7,11 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
-from projections import RedisStore, diff_namespaces
-from projections.batch import BatchProjector, RawRecord
-from projections.log_reader import LogReader
-from schemas import Codec, Settings, Topics
+from runlog.processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
+from runlog.projections import RedisStore, diff_namespaces
+from runlog.projections.batch import BatchProjector, RawRecord
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Codec, Settings, Topics
 from tests.unit.projections.runlogs import full_run
 
 from .harness import interleave, produce, reference

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.dlq import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
-from projections import RedisStore, RunStatus, diff_namespaces, dump_namespace, read_run_tail
-from schemas import Codec, Settings, Topics
+from runlog.processors.dlq import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, parse_headers
+from runlog.projections import RedisStore, RunStatus, diff_namespaces, dump_namespace, read_run_tail
+from runlog.schemas import Codec, Settings, Topics
 from tests.unit.projections.runlogs import RunBuilder, full_run, zombie
 
 from .harness import (
@@ -122,13 +122,13 @@ def test_garbage_goes_to_dlq_zombies_are_rejected_and_flush_rebuild_restores(
     redis_client.delete(*[f"{topics.redis_prefix}:{k}" for k in before])
     assert dump_namespace(redis_client, topics.redis_prefix) == {}
     out = subprocess.run(
-        [sys.executable, "-m", "processors", "projections", "rebuild", "--swap", "--diff"],
+        [sys.executable, "-m", "runlog", "projections", "rebuild", "--swap", "--diff"],
         cwd=ROOT, env=env_of(topics), capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 1, out.stderr  # the live namespace was empty: everything differed
     assert dump_namespace(redis_client, topics.redis_prefix) == before
     again = subprocess.run(
-        [sys.executable, "-m", "processors", "projections", "rebuild", "--diff"],
+        [sys.executable, "-m", "runlog", "projections", "rebuild", "--diff"],
         cwd=ROOT, env=env_of(topics), capture_output=True, text=True, timeout=120, check=False,
     )
     assert again.returncode == 0, again.stdout + again.stderr
@@ -204,7 +204,7 @@ def test_a_projector_started_on_an_emptied_namespace_rebuilds_it_before_consumin
     """Redis lost while no projector ran: the group's committed offsets are past everything, so
     consuming on would leave Redis empty. The projector sees no namespace marker with committed
     offsets (``lost_at_start``) and rebuilds from the log first."""
-    from projections.recovery import lost_at_start
+    from runlog.projections.recovery import lost_at_start
 
     runs = many_runs(10, 20)
     produce(topics, interleave(runs))
@@ -239,8 +239,8 @@ def test_a_new_group_on_a_topic_with_history_reads_as_not_ready_until_it_has_cau
     """Issue 24, item 5: a projector with a new group on an existing topic marked the namespace ready at
     its first write, while it was still replaying; a keyed retry in that window took a run missing from
     Redis for an unknown one instead of asking the log."""
-    from producers.run._runs import RunKeys
-    from projections._marker import READY, REPLAYING
+    from runlog.producers.run._runs import RunKeys
+    from runlog.projections._marker import READY, REPLAYING
 
     runs = many_runs(300, 40)
     produce(topics, interleave(runs))

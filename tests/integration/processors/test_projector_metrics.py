@@ -12,7 +12,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas import RunEvent, Settings
+from runlog.schemas import RunEvent, Settings
 from tests.unit.projections.runlogs import RunBuilder, full_run, zombie
 
 from .harness import converges, garbage, interleave, produce, reference, start_projector, stop, wait_until

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import redis
 
-from processors.admin import ensure_topics
-from processors.projector import faust_credentials
-from projections import RedisStore
-from schemas import Settings
+from runlog.processors.admin import ensure_topics
+from runlog.processors.projector import faust_credentials
+from runlog.projections import RedisStore
+from runlog.schemas import Settings
 from tests.integration._secure_broker import SecureBroker
 from tests.integration.processors.harness import ROOT, produce, start_projector, stop, wait_until
 from tests.unit.projections.runlogs import full_run
@@ -113,7 +113,7 @@ CLIENTS = """
 import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from schemas import Settings
+from runlog.schemas import Settings
 
 s = Settings.from_env()
 for round in range(3):

@@ -9,11 +9,11 @@ import json
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from processors.cli import main
-from processors.dlq import parse_headers
-from processors.streams import StreamReader
-from producers.streams import StreamWriter
-from schemas import Settings, StreamKind, Topics
+from runlog.processors.cli import main
+from runlog.processors.dlq import parse_headers
+from runlog.processors.streams import StreamReader
+from runlog.producers.streams import StreamWriter
+from runlog.schemas import Settings, StreamKind, Topics
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,7 +108,7 @@ def test_an_offset_past_the_end_is_refused_and_a_trimmed_start_is_named(
         topics: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from confluent_kafka.admin import AdminClient
 
-    from schemas import ConfigError
+    from runlog.schemas import ConfigError
 
     for k, v in topics.to_env().items():
         monkeypatch.setenv(k, v)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.cli.codes import EXIT_AUTH
-from schemas import Settings
+from runlog.processors.cli.codes import EXIT_AUTH
+from runlog.schemas import Settings
 from tests.integration._secure_broker import USER, SecureBroker
 from tests.integration.processors.harness import ROOT
 
@@ -35,7 +35,7 @@ COMMANDS: dict[str, list[str]] = {
     "audit": ["audit"],
     "smoke": ["smoke"],
     # --idle-exit only bounds a resumer that would loop on: it must stop at the failure, long before
-    "resumer": ["resumer", "--app", "processors.demo.pipeline:app", "--idle-exit", "60"],
+    "resumer": ["resumer", "--app", "runlog.processors.demo.pipeline:app", "--idle-exit", "60"],
 }
 # lines a command prints before it meets the broker (the resumer's group, runs' note on its source)
 BEFORE_BROKER = {"resumer": 2, "runs": 1}
@@ -50,7 +50,7 @@ def test_a_wrong_password_is_one_line_and_a_dedicated_exit_code(
     env.update(s.to_env())
     env["RUNLOG_METRICS_PORT"] = "0"
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "processors", *COMMANDS[command]], cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-m", "runlog", *COMMANDS[command]], cwd=tmp_path,
                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                          timeout=60, check=False)
     took = time.monotonic() - t0

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers import DictInputSource, Runner
-from schemas import Settings
+from runlog.producers import DictInputSource, Runner
+from runlog.schemas import Settings
 
 SOURCE = DictInputSource({
     "facts": {"v1": {"claims": ["a", "b"]}, "v2": {"claims": ["a", "b", "c"]}},

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from projections.log_reader import LogReader
-from schemas import Codec, RunEvent, Settings
-from schemas._kafka import watermarks as _watermarks
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Codec, RunEvent, Settings
+from runlog.schemas._kafka import watermarks as _watermarks
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def read_events(settings: Settings, *, timeout: float = 30.0) -> list[Read]:
 
 def watermarks(consumer: Any, topic: str, partition: int, attempts: int = 20) -> tuple[int, int]:
     """Low and high watermark, waiting out a new topic's partition leader election
-    (:func:`schemas._kafka.watermarks`, for about ``attempts`` half seconds)."""
+    (:func:`runlog.schemas._kafka.watermarks`, for about ``attempts`` half seconds)."""
     lo, hi = _watermarks(consumer, topic, [partition], timeout=max(10.0, attempts * 0.5))[partition]
     return int(lo), int(hi)
 

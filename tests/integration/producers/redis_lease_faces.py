@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
-from schemas import Settings
+from runlog.producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from runlog.schemas import Settings
 from tests.unit.producers.lease_contract import LeaseContract
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 
-from producers import AsyncRunner, AsyncStageContext, CallInfo, ReplayPolicy, Runner, Workflow, tool
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType, Settings
+from runlog.producers import AsyncRunner, AsyncStageContext, CallInfo, ReplayPolicy, Runner, Workflow, tool
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, Settings
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 from tests.integration.producers.test_write_path import EXPECTED, content_workflow

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from producers import Runner
-from producers.log._writer import RunWriter
-from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics, now_ms
-from schemas.errors import DeliveryError
+from runlog.producers import Runner
+from runlog.producers.log._writer import RunWriter
+from runlog.schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics, now_ms
+from runlog.schemas.errors import DeliveryError
 from tests.integration.producers.helpers import watermarks
 from tests.integration.producers.test_write_path import EXPECTED, content_workflow
 
@@ -126,7 +126,7 @@ def test_resume_requests_carry_their_own_type(topics: Settings) -> None:
 
 
 def test_resume_requests_from_the_cli_path_carry_them_too(topics: Settings) -> None:
-    from processors.resume import request_resume
+    from runlog.processors.resume import request_resume
 
     request_resume(topics, "run-cli", "operator asked", requested_by="cli")
     resume_topic = Topics.of(topics).resume

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from producers import CallInfo, LocalArtifactStore, Runner, RunResult, Workflow, tool
-from producers.log._writer import RunWriter
-from schemas import EventType, ReplayPolicy, Settings
-from schemas.errors import DeliveryError
+from runlog.producers import CallInfo, LocalArtifactStore, Runner, RunResult, Workflow, tool
+from runlog.producers.log._writer import RunWriter
+from runlog.schemas import EventType, ReplayPolicy, Settings
+from runlog.schemas.errors import DeliveryError
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import read_events
 

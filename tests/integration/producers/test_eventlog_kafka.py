@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers.log._writer import RunWriter
-from projections.rebuild import run_events
-from schemas import RunEvent, Settings
+from runlog.producers.log._writer import RunWriter
+from runlog.projections.rebuild import run_events
+from runlog.schemas import RunEvent, Settings
 from tests.unit.producers.eventlog_contract import EventLogContract
 
 pytestmark = pytest.mark.integration

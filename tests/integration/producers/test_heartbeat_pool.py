@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from producers import Runner
-from schemas import Settings
+from runlog.producers import Runner
+from runlog.schemas import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import redis
 
-from producers import CallInfo, Runner, Workflow, tool
-from producers.log._session import RunSession
-from producers.run._lease import LeaseHeld, RedisLeaseManager
-from schemas import EventType, ReplayPolicy, Settings
-from schemas.errors import LeaseLost
+from runlog.producers import CallInfo, Runner, Workflow, tool
+from runlog.producers.log._session import RunSession
+from runlog.producers.run._lease import LeaseHeld, RedisLeaseManager
+from runlog.schemas import EventType, ReplayPolicy, Settings
+from runlog.schemas.errors import LeaseLost
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 

@@ -14,9 +14,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
-from schemas import Settings
-from schemas.errors import LeaseLost
+from runlog.producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from runlog.schemas import Settings
+from runlog.schemas.errors import LeaseLost
 from tests.unit.producers.faces import OnLoop
 
 pytestmark = pytest.mark.integration

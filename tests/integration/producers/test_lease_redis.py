@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from schemas import Settings
+from runlog.schemas import Settings
 from tests.integration.producers.redis_lease_faces import AsyncRedisLeaseCase, RedisLeaseCase
 
 pytestmark = pytest.mark.integration

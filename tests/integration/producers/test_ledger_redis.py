@@ -14,8 +14,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers.calls._ledger import LedgerEntry, RedisEffectLedger
-from schemas import EffectStatus, Settings
+from runlog.producers.calls._ledger import LedgerEntry, RedisEffectLedger
+from runlog.schemas import EffectStatus, Settings
 from tests.unit.producers.faces import FACES, Face, OnLoop
 from tests.unit.producers.ledger_contract import DK, LedgerContract, entry
 
@@ -140,8 +140,8 @@ def _publish_effect(settings: Settings, dk: str, run_id: str, status: EffectStat
     """One effects-topic record, as the projector publishes it (key: the delivery key)."""
     from confluent_kafka import Producer
 
-    from schemas import Codec, Topics
-    from schemas._types import Effect
+    from runlog.schemas import Codec, Topics
+    from runlog.schemas._types import Effect
 
     p = Producer(settings.producer_config())
     eff = Effect(dk, run_id, "cards:charges", status, 3, 1_700_000_000_000, external_id, "charge", "pay")
@@ -151,8 +151,8 @@ def _publish_effect(settings: Settings, dk: str, run_id: str, status: EffectStat
 
 def test_a_key_redis_lost_is_found_done_in_the_effects_topic(topics: Settings,
                                                              redis_client: redis.Redis) -> None:
-    from producers.calls._ledger_topic import EffectsTopic
-    from projections._marker import marker_key
+    from runlog.producers.calls._ledger_topic import EffectsTopic
+    from runlog.projections._marker import marker_key
 
     dk = "e" * 64
     _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")
@@ -198,7 +198,7 @@ def test_the_async_face_asks_the_effects_topic_off_the_event_loop(topics: Settin
     import threading
     import time
 
-    from producers.calls._ledger_topic import EffectsTopic
+    from runlog.producers.calls._ledger_topic import EffectsTopic
 
     dk = "e" * 64
     _publish_effect(topics, dk, "run-a", EffectStatus.DONE, "ch-1")

@@ -10,8 +10,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from producers.run._runs import Claim, RunKeys, run_id_for_key
-from schemas import RunConflict, Settings
+from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
+from runlog.schemas import RunConflict, Settings
 from tests.unit.producers.faces import OnLoop
 
 pytestmark = pytest.mark.integration
@@ -118,7 +118,7 @@ def test_known_reads_the_projection(settings: Settings, redis_client: redis.Redi
 
 
 def test_a_keyed_retry_after_redis_lost_its_data_finds_the_run_on_the_log(topics: Settings) -> None:
-    from producers import ReplayPolicy, Runner, StageContext, Workflow, tool
+    from runlog.producers import ReplayPolicy, Runner, StageContext, Workflow, tool
     from tests.integration.producers.helpers import events_of, read_events
 
     calls: list[int] = []

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from producers import CallInfo, LocalArtifactStore, RetryPolicy, Runner, Workflow, rule, tool
-from producers.calls._artifacts import is_inline
-from producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
-from producers.log._session import RunSession
-from producers.log._writer import RunWriter
-from producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
-from projections.log_reader import LogReader
-from schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics
-from schemas.errors import RetryableToolError, RunConflict, TerminalToolError, VerificationFailed
+from runlog.producers import CallInfo, LocalArtifactStore, RetryPolicy, Runner, Workflow, rule, tool
+from runlog.producers.calls._artifacts import is_inline
+from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from runlog.producers.log._session import RunSession
+from runlog.producers.log._writer import RunWriter
+from runlog.producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Codec, EventType, ReplayPolicy, RunEvent, Settings, Topics
+from runlog.schemas.errors import RetryableToolError, RunConflict, TerminalToolError, VerificationFailed
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 
@@ -369,9 +369,9 @@ def test_failed_rule_and_stage_exception_append_failed(runner: Runner, topics: S
 _CRASH_CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from schemas import Settings
-    from producers import Runner
-    from producers.crash import arm_from_env
+    from runlog.schemas import Settings
+    from runlog.producers import Runner
+    from runlog.producers.crash import arm_from_env
     arm_from_env()
     from tests.integration.producers.conftest import SOURCE
     from tests.integration.producers.test_write_path import content_workflow

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from producers import AsyncRunner, LocalArtifactStore, Runner
-from producers.log._writer import RunWriter
-from schemas import DeliveryError, EventType, Settings
+from runlog.producers import AsyncRunner, LocalArtifactStore, Runner
+from runlog.producers.log._writer import RunWriter
+from runlog.schemas import DeliveryError, EventType, Settings
 from tests.integration.producers.conftest import SOURCE
 from tests.integration.producers.helpers import events_of, read_events
 from tests.integration.producers.test_write_path import content_workflow

@@ -1,4 +1,4 @@
-"""A run's calls are fields of their own in its state hash (``projections._layout``): an apply
+"""A run's calls are fields of their own in its state hash (``runlog.projections._layout``): an apply
 writes the calls that changed and drops the ones gone; a whole write drops every stale call field;
 a hash written with the calls inline (the earlier layout) still reads, and is written whole next."""
 
@@ -9,11 +9,11 @@ import json
 import pytest
 import redis
 
-from projections import RedisStore
-from projections._layout import CALL_FIELD, apply_argv
-from projections._state import state_to_json
-from projections.store import ApplyResult, RunUpdate
-from schemas import Settings
+from runlog.projections import RedisStore
+from runlog.projections._layout import CALL_FIELD, apply_argv
+from runlog.projections._state import state_to_json
+from runlog.projections.store import ApplyResult, RunUpdate
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import RunBuilder, full_run
 from tests.unit.projections.store_contract import fold_updates
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from projections import RedisStore, RunUpdate, StoredCheckpoint, fold
-from schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunEvent, Settings
+from runlog.projections import RedisStore, RunUpdate, StoredCheckpoint, fold
+from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunEvent, Settings
 from tests.unit.projections.runlogs import T0
 
 pytestmark = pytest.mark.integration

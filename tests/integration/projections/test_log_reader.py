@@ -1,4 +1,4 @@
-"""``projections.log_reader`` against a real broker: a range, a run, the whole topic, empty
+"""``runlog.projections.log_reader`` against a real broker: a range, a run, the whole topic, empty
 partitions, a topic that does not exist, a read that makes no progress."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from projections.log_reader import LogReader, read_range, read_run, read_topic
-from schemas import RunEvent, RunlogError, Settings, Topics, partition_for
+from runlog.projections.log_reader import LogReader, read_range, read_run, read_topic
+from runlog.schemas import RunEvent, RunlogError, Settings, Topics, partition_for
 from tests.integration.processors.harness import CODEC, produce
 from tests.unit.projections.runlogs import full_run
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-from projections import RedisStore, diff_namespaces, dump_namespace, rebuild
-from projections.rebuild import (
+from runlog.projections import RedisStore, diff_namespaces, dump_namespace, rebuild
+from runlog.projections.rebuild import (
     NamespaceOverlap,
     SwapFailed,
     SwapRefused,
@@ -30,7 +30,7 @@ from projections.rebuild import (
     replay_into,
     swap_namespaces,
 )
-from schemas import EventType, ReplayPolicy, RunEvent, Settings
+from runlog.schemas import EventType, ReplayPolicy, RunEvent, Settings
 from tests.integration.processors.harness import ROOT, env_of, produce, start_projector, stop, wait_until
 from tests.unit.projections.runlogs import T0, RunBuilder, full_run
 from tests.unit.projections.store_contract import fold_updates
@@ -72,7 +72,7 @@ def writer_keys(client: redis.Redis, prefix: str, run_ids: list[str], dks: list[
 
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "processors", "projections", "rebuild", *args],
+    return subprocess.run([sys.executable, "-m", "runlog", "projections", "rebuild", *args],
                           cwd=ROOT, env=env_of(settings), capture_output=True, text=True, timeout=180,
                           check=False)
 

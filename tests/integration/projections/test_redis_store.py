@@ -7,8 +7,8 @@ import json
 import pytest
 import redis
 
-from projections import ProjectionLost, RedisStore, RunStatus
-from schemas import Settings
+from runlog.projections import ProjectionLost, RedisStore, RunStatus
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import StoreContract, fold_updates
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from projections import RedisStore
-from projections._replicas import ReplicasBehind
-from schemas import Settings
+from runlog.projections import RedisStore
+from runlog.projections._replicas import ReplicasBehind
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import full_run
 from tests.unit.projections.store_contract import fold_updates
 

@@ -14,9 +14,9 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
-from processors.cli.admin import smoke_settings
-from projections.log_reader import LogReader
-from schemas import Settings, Topics
+from runlog.processors.cli.admin import smoke_settings
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Settings, Topics
 from tests.integration.processors.harness import ROOT, env_of
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ def test_smoke_writes_no_record_to_the_events_topic_and_deletes_its_own(
 ) -> None:
     before = _watermarks(topics)
     assert all(hi == 0 for parts in before.values() for _, hi in parts.values())
-    out = subprocess.run([sys.executable, "-m", "processors", "smoke", "--runs", "3"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "runlog", "smoke", "--runs", "3"], cwd=ROOT,
                          env=env_of(topics), capture_output=True, text=True, timeout=180, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     # Runlog's own topics got nothing: a whole-topic audit sees only real runs

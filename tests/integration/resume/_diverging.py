@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.resume import App
-from producers import DictInputSource, Runner, Tool, Workflow, rule, tool
-from schemas import Settings
+from runlog.processors.resume import App
+from runlog.producers import DictInputSource, Runner, Tool, Workflow, rule, tool
+from runlog.schemas import Settings
 from tests.integration.resume._toy import Abandon
 
 __all__ = ["Diverging", "crash_diverging", "diverging"]

@@ -6,8 +6,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from processors.resume import App, ResumeOutcome, ResumerService
-from schemas import Settings
+from runlog.processors.resume import App, ResumeOutcome, ResumerService
+from runlog.schemas import Settings
 
 
 class Member:

@@ -37,11 +37,20 @@ from agents.models.interface import Model
 from agents.testing import assistant_message, function_call
 from agents.usage import Usage as AgentsUsage
 
-from processors.resume import App
-from producers import AsyncRunner, AsyncStageContext, DictInputSource, Price, Runner, Workflow, rule, tool
-from producers.crash import arm_from_env
-from producers.openai_agents import RunlogAgent, current_call
-from schemas import ReplayPolicy, Settings
+from runlog.processors.resume import App
+from runlog.producers import (
+    AsyncRunner,
+    AsyncStageContext,
+    DictInputSource,
+    Price,
+    Runner,
+    Workflow,
+    rule,
+    tool,
+)
+from runlog.producers.crash import arm_from_env
+from runlog.producers.openai_agents import RunlogAgent, current_call
+from runlog.schemas import ReplayPolicy, Settings
 from tests.integration.resume._workers import spawn_worker
 
 ACCOUNT = "acct-oa-agent"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.resume import App
-from producers import CallInfo, DictInputSource, RetryPolicy, StageContext, Workflow, tool
-from schemas import ReplayPolicy
+from runlog.processors.resume import App
+from runlog.producers import CallInfo, DictInputSource, RetryPolicy, StageContext, Workflow, tool
+from runlog.schemas import ReplayPolicy
 
 FAIL: list[type[Exception] | None] = [None]
 RUNS: set[str] = set()

@@ -33,9 +33,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from processors.demo.client import WorldClient
-from processors.resume import App
-from producers import (
+from runlog.processors.demo.client import WorldClient
+from runlog.processors.resume import App
+from runlog.producers import (
     AsyncRunner,
     AsyncStageContext,
     CallInfo,
@@ -46,8 +46,8 @@ from producers import (
     rule,
     tool,
 )
-from producers.crash import arm_from_env
-from schemas import ReplayPolicy, Settings
+from runlog.producers.crash import arm_from_env
+from runlog.schemas import ReplayPolicy, Settings
 from tests.integration.resume._workers import spawn_worker
 
 ACCOUNT = "acct-orders"

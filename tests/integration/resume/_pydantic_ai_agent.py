@@ -40,11 +40,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from processors.resume import App
-from producers import AsyncRunner, AsyncStageContext, DictInputSource, Runner, Workflow, rule, tool
-from producers.crash import arm_from_env
-from producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
-from schemas import ReplayPolicy, Settings
+from runlog.processors.resume import App
+from runlog.producers import AsyncRunner, AsyncStageContext, DictInputSource, Runner, Workflow, rule, tool
+from runlog.producers.crash import arm_from_env
+from runlog.producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
+from runlog.schemas import ReplayPolicy, Settings
 from tests.integration.resume._workers import spawn_worker
 
 ACCOUNT = "acct-agent"

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from processors.resume import App
-from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, tool
-from schemas import LeaseLost, ReplayPolicy, Settings
+from runlog.processors.resume import App
+from runlog.producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, tool
+from runlog.schemas import LeaseLost, ReplayPolicy, Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 

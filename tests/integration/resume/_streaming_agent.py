@@ -25,12 +25,12 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from processors.resume import App
-from producers import AsyncRunner, AsyncStageContext, DictInputSource, Workflow
-from producers.crash import kill_self
-from producers.pydantic_ai import RunlogAgent
-from producers.streams import default_stream_writer
-from schemas import Settings
+from runlog.processors.resume import App
+from runlog.producers import AsyncRunner, AsyncStageContext, DictInputSource, Workflow
+from runlog.producers.crash import kill_self
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.producers.streams import default_stream_writer
+from runlog.schemas import Settings
 from tests.integration.resume._workers import spawn_worker
 
 MODEL_TOOL = "pydantic_ai.model.talk"

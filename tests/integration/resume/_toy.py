@@ -15,9 +15,9 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from processors.resume import App
-from producers import DictInputSource, Runner, Tool, Workflow, rule, tool
-from schemas import Settings, Topics
+from runlog.processors.resume import App
+from runlog.producers import DictInputSource, Runner, Tool, Workflow, rule, tool
+from runlog.schemas import Settings, Topics
 from tests.integration.producers.helpers import watermarks
 
 

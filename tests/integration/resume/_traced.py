@@ -8,7 +8,7 @@ environment:
   passed in), print its id, execute it (``RUNLOG_CRASH_AT=inside:STAGE:finish`` kills it there);
 * ``resumer``: a :class:`ResumerService` on the global tracer provider, until it resumed one run
   (prints the outcome);
-* ``cli ARGS...``: ``runlog ARGS...`` (``processors.cli.main``) on the global tracer provider.
+* ``cli ARGS...``: ``runlog ARGS...`` (``runlog.processors.cli.main``) on the global tracer provider.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.resume import App, ResumerService
-from producers import DictInputSource, Runner, Workflow, tool
-from producers.crash import arm_from_env
-from producers.otel import OtelTracer
-from producers.run._context import StageContext
-from schemas import Settings
+from runlog.processors.resume import App, ResumerService
+from runlog.producers import DictInputSource, Runner, Workflow, tool
+from runlog.producers.crash import arm_from_env
+from runlog.producers.otel import OtelTracer
+from runlog.producers.run._context import StageContext
+from runlog.schemas import Settings
 
 wf = Workflow("traced", "1")
 
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
             service.serve(stop=lambda: bool(service.outcomes) or time.monotonic() > deadline)
             print(json.dumps([o.result for o in service.outcomes]), flush=True)
         return 0
-    from processors.cli import main as runlog
+    from runlog.processors.cli import main as runlog
 
     return runlog(argv[2:])
 

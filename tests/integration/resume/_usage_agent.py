@@ -26,11 +26,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from processors.resume import App
-from producers import AsyncStageContext, DictInputSource, Price, Runner, Workflow
-from producers.crash import arm_from_env
-from producers.pydantic_ai import RunlogAgent
-from schemas import Settings
+from runlog.processors.resume import App
+from runlog.producers import AsyncStageContext, DictInputSource, Price, Runner, Workflow
+from runlog.producers.crash import arm_from_env
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.schemas import Settings
 
 WORKFLOW = "usage-agent"
 RESEARCH_MODEL = "pydantic_ai.model.researcher"

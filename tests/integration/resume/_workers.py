@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas.settings import Settings
+from runlog.schemas.settings import Settings
 from tests.conftest import ROOT
 
 __all__ = ["finish", "spawn_worker"]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo import WorldClient, serve
-from processors.demo.pipeline import app_for
-from processors.demo.run import spawn_worker, wait_lease_gone, wait_worker
-from processors.inspect import LoggedEvent, run_history
-from processors.resume import App
-from schemas import EventType, Settings
+from runlog.processors.demo import WorldClient, serve
+from runlog.processors.demo.pipeline import app_for
+from runlog.processors.demo.run import spawn_worker, wait_lease_gone, wait_worker
+from runlog.processors.inspect import LoggedEvent, run_history
+from runlog.processors.resume import App
+from runlog.schemas import EventType, Settings
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,9 @@ def log_of(settings: Settings, run_id: str) -> list[LoggedEvent]:
 def project(settings: Settings) -> int:
     """Fold the whole events topic into the live Redis prefix, as the projector does (its
     BatchProjector, at-least-once safe); returns the records read."""
-    from projections import BatchProjector, RawRecord, RedisStore
-    from projections.log_reader import read_topic
-    from schemas import Codec
+    from runlog.projections import BatchProjector, RawRecord, RedisStore
+    from runlog.projections.log_reader import read_topic
+    from runlog.schemas import Codec
 
     proj = BatchProjector(RedisStore.from_settings(settings), Codec())
     n = 0

@@ -8,8 +8,8 @@ import time
 import pytest
 import redis
 
-from producers.run._active import ActiveRuns
-from schemas import Settings
+from runlog.producers.run._active import ActiveRuns
+from runlog.schemas import Settings
 from tests.unit.producers.faces import OnLoop
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Budgets (``producers.Budget``, ``runlog budget``): a model call that would spend past a hard cap
+"""Budgets (``runlog.producers.Budget``, ``runlog budget``): a model call that would spend past a hard cap
 is not made; the run waits for a person who raises the cap (an event on the log, with who and why)
 or fails, as declared; a soft cap is a warning on the log; a run crashed at its cap and resumed
 does not spend past it. Real broker and Redis; a Pydantic AI agent on a ``FunctionModel`` whose
@@ -19,17 +19,17 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from processors.audit import AuditOptions, audit
-from processors.budget import raise_budget
-from processors.cli import main
-from processors.demo.run import wait_lease_gone
-from processors.operate import OperatorRefused
-from processors.resume import App, Resumer
-from producers import AsyncStageContext, Budget, DictInputSource, Runner, Workflow
-from producers.pydantic_ai import RunlogAgent
-from projections import RunStatus
-from projections._budget import BUDGET_SIGNAL, SOFT_ATTRIBUTE
-from schemas import EventType, Settings
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.budget import raise_budget
+from runlog.processors.cli import main
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.operate import OperatorRefused
+from runlog.processors.resume import App, Resumer
+from runlog.producers import AsyncStageContext, Budget, DictInputSource, Runner, Workflow
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.projections import RunStatus
+from runlog.projections._budget import BUDGET_SIGNAL, SOFT_ATTRIBUTE
+from runlog.schemas import EventType, Settings
 from tests.integration.resume._toy import Abandon
 from tests.integration.resume.conftest import accepted, log_of
 
@@ -152,7 +152,7 @@ def test_a_run_killed_at_its_cap_and_resumed_does_not_spend_past_it(topics: Sett
 
 
 def _runs(settings: Settings, app: App) -> list[str]:
-    from processors.inspect.log import runs_from_log
+    from runlog.processors.inspect.log import runs_from_log
 
     return [r for r, st in runs_from_log(settings).items() if st.workflow and st.workflow.name == "budgeted"]
 

@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 import redis
 
-from processors.demo.run import worker_env
-from projections import dump_namespace
-from projections.log_reader import LogReader
-from schemas import Settings
+from runlog.processors.demo.run import worker_env
+from runlog.projections import dump_namespace
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Settings
 from tests.integration.resume.conftest import DemoWorld, crash_run
 
 pytestmark = pytest.mark.integration
 
 FIGURES = {"publishes", "renders_billed", "research_calls", "uploads"}
-DEMO_APP = "processors.demo.pipeline:app"
+DEMO_APP = "runlog.processors.demo.pipeline:app"
 
 
 def _runlog(settings: Settings, *args: str, cwd: Path,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=worker_env(settings, ""),
+    return subprocess.run([sys.executable, "-m", "runlog", *args], env=worker_env(settings, ""),
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 

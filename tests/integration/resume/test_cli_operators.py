@@ -1,6 +1,7 @@
-"""``runlog signal``, ``approve``, ``reject`` and ``retry`` run as commands (``python -m processors``):
+"""``runlog signal``, ``approve``, ``reject`` and ``retry`` run as commands (``python -m runlog``):
 their exit codes, what they append to the log, and that what they refuse appends nothing.
-(``processors.signal`` and ``processors.operate`` are tested as functions in ``test_waits.py`` and
+(``runlog.processors.signal`` and ``runlog.processors.operate`` are tested as functions in ``test_waits.py``
+and
 ``test_operate.py``.)"""
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from processors.demo.run import worker_env
-from processors.operate import load_run
-from processors.resume import Resumer
-from producers import LocalArtifactStore, Runner
-from projections import RunStatus
-from schemas import EventType, RunEvent, Settings, TerminalToolError
+from runlog.processors.demo.run import worker_env
+from runlog.processors.operate import load_run
+from runlog.processors.resume import Resumer
+from runlog.producers import LocalArtifactStore, Runner
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, RunEvent, Settings, TerminalToolError
 from tests.integration.resume import _ops_app as ops
 from tests.integration.resume.conftest import accepted, log_of
 
@@ -29,7 +30,7 @@ APP = "tests.integration.resume._ops_app:app"
 
 
 def _runlog(settings: Settings, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=worker_env(settings, ""),
+    return subprocess.run([sys.executable, "-m", "runlog", *args], env=worker_env(settings, ""),
                           cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from processors.cli import main
-from schemas import Settings
+from runlog.processors.cli import main
+from runlog.schemas import Settings
 from tests.integration.resume._toy import crash, toy, wait_events_topic_ready
 
 pytestmark = pytest.mark.integration

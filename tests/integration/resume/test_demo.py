@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.run import DEFAULT_CRASH_AT, run_demo
-from schemas import EventType, Settings
+from runlog.processors.demo.run import DEFAULT_CRASH_AT, run_demo
+from runlog.schemas import EventType, Settings
 from tests.integration.resume.conftest import accepted, log_of
 
 pytestmark = pytest.mark.integration

@@ -21,13 +21,13 @@ import uuid
 import pytest
 import redis
 
-from processors.cli import main
-from processors.metrics import ResumerMetrics
-from processors.resume import ResumerService
-from processors.resume._drains import OPEN_RUNS_S, OpenRunsGauge
-from processors.resume._versions import LIVE_MS, VersionRoutes
-from projections import RedisStore
-from schemas import EventType, Settings, WorkflowSpec
+from runlog.processors.cli import main
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume import ResumerService
+from runlog.processors.resume._drains import OPEN_RUNS_S, OpenRunsGauge
+from runlog.processors.resume._versions import LIVE_MS, VersionRoutes
+from runlog.projections import RedisStore
+from runlog.schemas import EventType, Settings, WorkflowSpec
 from tests.integration.resume._toy import toy
 from tests.unit.projections.runlogs import WORKFLOW, RunBuilder
 from tests.unit.projections.store_contract import fold_updates

@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from processors.audit import AuditOptions, audit
-from processors.branch import branch_run
-from processors.demo.run import wait_lease_gone
-from processors.resume import Resumer
-from producers.calls._ledger import RedisEffectLedger
-from producers.run._runs import run_id_for_key
-from projections.log_reader import LogReader
-from schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.branch import branch_run
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import Resumer
+from runlog.producers.calls._ledger import RedisEffectLedger
+from runlog.producers.run._runs import run_id_for_key
+from runlog.projections.log_reader import LogReader
+from runlog.schemas import Codec, EventType, ResumeRequest, RunEvent, Settings, Topics
 from tests.integration.resume._orders import PRICING, orders_app, spawn
 from tests.integration.resume._workers import finish
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of
@@ -301,7 +301,7 @@ def test_a_branch_blocked_by_its_parents_in_doubt_charge_says_what_ran_and_where
     """Issue 25, item 4: the branch reports the stages it ran (not its plan) and where it blocked;
     `runlog resolve` on the branch names the parent run holding the effect; once the parent's effect is
     decided, `runlog retry` continues the branch, which charges exactly once."""
-    from processors.operate import OperatorRefused, resolve_effect, retry_run
+    from runlog.processors.operate import OperatorRefused, resolve_effect, retry_run
 
     app = orders_app(world.client)
     run_id = _crash(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
@@ -340,15 +340,15 @@ def test_runlog_branch_prints_what_the_branch_did_not_its_plan(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 25, item 5: `runlog branch` of a run blocked on an in-doubt charge printed "re-ran pay,
     notify" (the plan) although the branch blocked in pay and notify never ran."""
-    import processors.resume
-    from processors.cli import main
+    import runlog.processors.resume
+    from runlog.processors.cli import main
 
     app = orders_app(world.client)
     run_id = _crash(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
     with Resumer(topics, app) as r:
         assert r.resume(run_id).result == "blocked"
     monkeypatch.setattr(Settings, "from_env", classmethod(lambda cls, env=None: topics))
-    monkeypatch.setattr(processors.resume, "load_app", lambda spec: app)
+    monkeypatch.setattr(runlog.processors.resume, "load_app", lambda spec: app)
     capsys.readouterr()
 
     rc = main(["branch", run_id, "--input", "pricing=v2", "--app", "orders:app"])
@@ -378,7 +378,7 @@ def test_runlog_branch_prints_what_the_branch_did_not_its_plan(
     # a stage that fails (a pricing version without a price): its FAILED, not a traceback
     monkeypatch.setitem(PRICING, "v3", {})
     priceless = orders_app(world.client)  # its input source copies PRICING
-    monkeypatch.setattr(processors.resume, "load_app", lambda spec: priceless)
+    monkeypatch.setattr(runlog.processors.resume, "load_app", lambda spec: priceless)
     rc = main(["branch", run_id, "--input", "pricing=v3", "--app", "orders:app"])
     out = capsys.readouterr()
     line = out.out.strip()

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.resume import ResumeOutcome, Resumer, ResumerService, request_resume
-from projections import RunStatus
-from schemas import EventType, Settings, partition_for
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import ResumeOutcome, Resumer, ResumerService, request_resume
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, Settings, partition_for
 from tests.integration.resume._diverging import crash_diverging, diverging
 from tests.integration.resume._toy import Abandon, crash, toy
 from tests.integration.resume.conftest import log_of

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.resume import Resumer
-from producers import LocalArtifactStore
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType, RunEvent, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer
+from runlog.producers import LocalArtifactStore
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, RunEvent, Settings
 from tests.faults.machinery.points import boundaries, crash_points
 from tests.integration.resume._openai_agents_agent import (
     LOOKUP_TOOL,

@@ -1,4 +1,4 @@
-"""People in the loop (``processors.operate``): resolve an in-doubt effect, cancel, retry.
+"""People in the loop (``runlog.processors.operate``): resolve an in-doubt effect, cancel, retry.
 
 Real broker, Redis and demo-world services. Workers are separate processes (SIGKILLed at
 crash points, or alive and slow for the cancel tests); counts come from the services' own
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import redis
 
-from processors.audit import AuditOptions, audit
-from processors.demo.run import wait_lease_gone, worker_env
-from processors.operate import OperatorRefused, cancel_run, load_run, resolve_effect, retry_run
-from processors.resume import App, Resumer, ResumerService
-from producers import (
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.demo.run import wait_lease_gone, worker_env
+from runlog.processors.operate import OperatorRefused, cancel_run, load_run, resolve_effect, retry_run
+from runlog.processors.resume import App, Resumer, ResumerService
+from runlog.producers import (
     CallInfo,
     DictInputSource,
     LocalArtifactStore,
@@ -33,11 +33,18 @@ from producers import (
     Workflow,
     tool,
 )
-from producers.calls._keys import delivery_key
-from producers.calls._ledger import RedisEffectLedger
-from producers.run._active import ActiveRuns
-from projections import RunStatus
-from schemas import EffectStatus, EventType, ReplayPolicy, RetryableToolError, Settings, TerminalToolError
+from runlog.producers.calls._keys import delivery_key
+from runlog.producers.calls._ledger import RedisEffectLedger
+from runlog.producers.run._active import ActiveRuns
+from runlog.projections import RunStatus
+from runlog.schemas import (
+    EffectStatus,
+    EventType,
+    ReplayPolicy,
+    RetryableToolError,
+    Settings,
+    TerminalToolError,
+)
 from tests.integration.resume._orders import orders_app, spawn
 from tests.integration.resume._slow import slow_app, started
 from tests.integration.resume._slow import spawn as spawn_slow
@@ -69,7 +76,7 @@ def _crash(settings: Settings, world: DemoWorld, tmp: Path, point: str) -> str:
 
 
 def _runlog(settings: Settings, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=worker_env(settings, ""),
+    return subprocess.run([sys.executable, "-m", "runlog", *args], env=worker_env(settings, ""),
                           cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -498,7 +505,7 @@ def test_a_cancelled_runs_in_doubt_charge_is_resolved_and_frees_the_key_for_anot
         topics: Settings, world: DemoWorld, tmp_path: Path) -> None:
     """Issue 24, item 5: an in-doubt effect of a cancelled run could never be resolved, so every later
     run asking for its delivery key stayed in doubt for good."""
-    from schemas.errors import EffectInDoubt
+    from runlog.schemas.errors import EffectInDoubt
 
     run_id, dk = _blocked_on_charge(topics, world, tmp_path, "inside:TOOL:pay/charge/0")
     cancel_run(topics, run_id, by="ann", reason="the customer gave up")

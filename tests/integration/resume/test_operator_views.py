@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from processors.cli import main
-from processors.demo.run import wait_lease_gone
-from processors.operate import resolve_effect
-from processors.resume import Resumer
-from producers import DictInputSource, Runner, Workflow, rule, tool
-from schemas import EventType, Settings
+from runlog.processors.cli import main
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.operate import resolve_effect
+from runlog.processors.resume import Resumer
+from runlog.producers import DictInputSource, Runner, Workflow, rule, tool
+from runlog.schemas import EventType, Settings
 from tests.integration.resume._orders import orders_app, spawn
 from tests.integration.resume._toy import crash, toy, wait_events_topic_ready
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of, project
@@ -35,7 +35,7 @@ HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
 
 @pytest.fixture
 def env(topics: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
-    """The CLI (``processors.cli.main`` in this process) configured for this test's topics."""
+    """The CLI (``runlog.processors.cli.main`` in this process) configured for this test's topics."""
     for k, v in topics.to_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.chdir(tmp_path)

@@ -28,12 +28,12 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.resume import Resumer
-from producers import AsyncRunner, AsyncStageContext, LocalArtifactStore, Runner, Workflow
-from producers.pydantic_ai import RunlogAgent
-from schemas import EventType, RunEvent, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer
+from runlog.producers import AsyncRunner, AsyncStageContext, LocalArtifactStore, Runner, Workflow
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.schemas import EventType, RunEvent, Settings
 from tests.faults.machinery.points import boundaries, crash_points
 from tests.integration.resume._parallel_agent import (
     EFFECTS,

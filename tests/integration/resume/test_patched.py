@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from processors.audit import AuditOptions, audit
-from processors.demo.run import wait_lease_gone
-from processors.resume import App, Resumer
-from producers import CallInfo, DictInputSource, Runner, StageContext, Tool, Workflow, rule, tool
-from schemas import EventType, ReplayPolicy, RunEvent, Settings
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import App, Resumer
+from runlog.producers import CallInfo, DictInputSource, Runner, StageContext, Tool, Workflow, rule, tool
+from runlog.schemas import EventType, ReplayPolicy, RunEvent, Settings
 from tests.integration.resume._toy import Abandon
 from tests.integration.resume.conftest import accepted, log_of
 

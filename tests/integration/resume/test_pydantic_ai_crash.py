@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.resume import Resumer
-from producers import LocalArtifactStore
-from schemas import EventType, RunEvent, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer
+from runlog.producers import LocalArtifactStore
+from runlog.schemas import EventType, RunEvent, Settings
 from tests.faults.machinery.points import boundaries, crash_points
 from tests.integration.resume._pydantic_ai_agent import (
     LOOKUP_TOOL,

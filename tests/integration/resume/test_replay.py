@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from processors.replay import ANEW, NOT_MADE, SERVED, STOPPED, replay_cohort, replay_run, summary_table
-from producers import Runner
-from projections import RedisStore, RunStatus
-from schemas import Settings
+from runlog.processors.replay import ANEW, NOT_MADE, SERVED, STOPPED, replay_cohort, replay_run, summary_table
+from runlog.producers import Runner
+from runlog.projections import RedisStore, RunStatus
+from runlog.schemas import Settings
 from tests.integration.resume._orders import orders_app
 from tests.integration.resume.conftest import DemoWorld, log_of, project
 

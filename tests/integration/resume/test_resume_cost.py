@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from processors.resume import App, Resumer
-from producers import DictInputSource, LocalArtifactStore, Workflow, rule
-from producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
-from projections import rebuild
-from schemas import EventType, ReplayPolicy, RuleResult, RunEvent, Settings
+from runlog.processors.resume import App, Resumer
+from runlog.producers import DictInputSource, LocalArtifactStore, Workflow, rule
+from runlog.producers.run._core import STAGE_OUTPUT_MEDIA_TYPE
+from runlog.projections import rebuild
+from runlog.schemas import EventType, ReplayPolicy, RuleResult, RunEvent, Settings
 from tests.integration.processors.harness import produce
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from processors.branch import branch_run
-from processors.operate import OperatorRefused, retry_run
-from processors.resume import App, ResumeOutcome, Resumer
-from producers import LocalArtifactStore, Workflow
-from projections import RunStatus
-from schemas import Checkpoint, EventType, RunlogError, Settings
+from runlog.processors.branch import branch_run
+from runlog.processors.operate import OperatorRefused, retry_run
+from runlog.processors.resume import App, ResumeOutcome, Resumer
+from runlog.producers import LocalArtifactStore, Workflow
+from runlog.projections import RunStatus
+from runlog.schemas import Checkpoint, EventType, RunlogError, Settings
 from tests.integration.resume.conftest import (
     DemoWorld,
     accepted,
@@ -162,7 +162,7 @@ def _other_definition() -> App:
     def research(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         return {"sources": []}
 
-    from processors.demo.pipeline import source
+    from runlog.processors.demo.pipeline import source
     return App.of([wf], [], source())
 
 

@@ -19,10 +19,10 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from processors.demo.run import wait_lease_gone
-from processors.resume import ResumeOutcome, Resumer, request_resume
-from projections import RunStatus
-from schemas import Codec, EventType, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import ResumeOutcome, Resumer, request_resume
+from runlog.projections import RunStatus
+from runlog.schemas import Codec, EventType, Settings
 from tests.integration.resume._members import Member, until
 from tests.integration.resume._toy import crash, toy
 from tests.integration.resume.conftest import log_of
@@ -111,12 +111,12 @@ def test_runlog_resumer_stops_on_sigterm_leaving_the_group_and_exits_0(topics: S
 
     from confluent_kafka.admin import AdminClient
 
-    from processors.demo.run import worker_env
+    from runlog.processors.demo.run import worker_env
 
     group = f"t-term-{uuid.uuid4().hex[:8]}"
     env = {**worker_env(topics, "http://127.0.0.1:9"), "RUNLOG_RESUMER_GROUP": group}
-    proc = subprocess.Popen([sys.executable, "-m", "processors", "resumer", "--app",
-                             "processors.demo.pipeline:app"], env=env, cwd=os.getcwd(),
+    proc = subprocess.Popen([sys.executable, "-m", "runlog", "resumer", "--app",
+                             "runlog.processors.demo.pipeline:app"], env=env, cwd=os.getcwd(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None

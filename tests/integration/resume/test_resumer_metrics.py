@@ -11,9 +11,9 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from processors.demo.run import wait_lease_gone
-from processors.resume import ResumerService, request_resume
-from schemas import EventType, Settings, Topics
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import ResumerService, request_resume
+from runlog.schemas import EventType, Settings, Topics
 from tests.integration.resume._toy import crash, toy, wait_events_topic_ready
 from tests.integration.resume.conftest import log_of
 
@@ -104,11 +104,12 @@ def test_runlog_resumer_serves_metrics_on_the_port_it_is_given(topics: Settings)
     import subprocess
     import sys
 
-    from processors.demo.run import worker_env
+    from runlog.processors.demo.run import worker_env
 
     env = {**worker_env(topics, "http://127.0.0.1:9"), "RUNLOG_RESUMER_GROUP": f"g-{uuid.uuid4().hex[:8]}"}
-    proc = subprocess.Popen([sys.executable, "-m", "processors", "resumer", "--app",
-                             "processors.demo.pipeline:app", "--idle-exit", "20", "--metrics-port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "runlog", "resumer", "--app",
+                             "runlog.processors.demo.pipeline:app", "--idle-exit", "20",
+                             "--metrics-port", "0"],
                             env=env, cwd=os.getcwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:

@@ -11,11 +11,11 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from processors.demo.run import wait_lease_gone
-from processors.resume import ResumeOutcome, ResumerService, request_resume
-from producers.run._active import ActiveRuns
-from projections import RunStatus
-from schemas import EventType, Settings, Topics
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.resume import ResumeOutcome, ResumerService, request_resume
+from runlog.producers.run._active import ActiveRuns
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, Settings, Topics
 from tests.integration.resume._toy import Toy, crash, toy, wait_events_topic_ready
 from tests.integration.resume.conftest import log_of, project, types_of
 from tests.integration.resume.test_resumer_service import _dead_letters

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from processors.resume import ResumeOutcome, ResumerService, request_resume
-from projections import RunStatus
-from schemas import DecodeError, EventType, Settings, Topics
+from runlog.processors.resume import ResumeOutcome, ResumerService, request_resume
+from runlog.projections import RunStatus
+from runlog.schemas import DecodeError, EventType, Settings, Topics
 from tests.integration.resume.conftest import DemoWorld, crash_runs, log_of, project, types_of
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_resumer_group_resumes_requests_sweeps_dead_runs_and_dead_letters_junk(
         assert types_of(log_of(s, requested))[-1] is EventType.RUN_COMPLETED
 
         # the sweeper: a run whose worker is alive is left alone, a dead one is requested
-        from producers import Runner
+        from runlog.producers import Runner
 
         with Runner.from_settings(s, source=app.source) as runner:
             alive = runner.start_run(app.registry.get("content"), {"seed": 7})
@@ -103,8 +103,8 @@ def test_the_sweep_reads_the_projections_index_only_when_the_namespace_is_ready(
         topics: Settings, world: DemoWorld) -> None:
     """Issue 24, item 5: during a swap (or a rebuild, or a replay) the indexes may list a run under an
     old status; the sweep then sweeps the writers' active set only."""
-    from projections import RedisStore
-    from projections._marker import READY, REBUILDING, marker_key
+    from runlog.projections import RedisStore
+    from runlog.projections._marker import READY, REBUILDING, marker_key
     from tests.unit.projections.runlogs import WORKFLOW, RunBuilder
     from tests.unit.projections.store_contract import fold_updates
 

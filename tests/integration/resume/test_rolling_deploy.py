@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from processors.cli import main
-from processors.resume import App, ResumeOutcome, Resumer
-from processors.resume._versions import VersionRoutes
-from producers import Runner
-from projections import RunStatus
-from schemas import EventType, Settings
-from schemas._redis import redis_client
+from runlog.processors.cli import main
+from runlog.processors.resume import App, ResumeOutcome, Resumer
+from runlog.processors.resume._versions import VersionRoutes
+from runlog.producers import Runner
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, Settings
+from runlog.schemas._redis import redis_client
 from tests.integration.resume._members import Member, until
 from tests.integration.resume._orders import orders_app
 from tests.integration.resume._toy import Abandon

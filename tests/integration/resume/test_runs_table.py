@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import redis
 
-from processors.cli import main
-from projections import RedisStore
-from schemas import Settings
+from runlog.processors.cli import main
+from runlog.projections import RedisStore
+from runlog.schemas import Settings
 from tests.unit.projections.runlogs import WORKFLOW, RunBuilder
 from tests.unit.projections.store_contract import fold_updates
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.resume import Resumer
-from processors.streams import StreamReader, superseded
-from producers import LocalArtifactStore
-from schemas import EventType, Settings, StreamKind, StreamRecord
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.resume import Resumer
+from runlog.processors.streams import StreamReader, superseded
+from runlog.producers import LocalArtifactStore
+from runlog.schemas import EventType, Settings, StreamKind, StreamRecord
 from tests.integration.resume._streaming_agent import ANSWER, CHUNKS, MODEL_TOOL, spawn, talk_app
 from tests.integration.resume._workers import finish
 

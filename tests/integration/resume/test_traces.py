@@ -24,10 +24,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.demo.run import wait_lease_gone, worker_env
-from processors.resume import Resumer
-from schemas import Codec, EventType, RunEvent, Settings, Topics
-from schemas._tracecontext import TraceContext, from_attributes, from_headers
+from runlog.processors.demo.run import wait_lease_gone, worker_env
+from runlog.processors.resume import Resumer
+from runlog.schemas import Codec, EventType, RunEvent, Settings, Topics
+from runlog.schemas._tracecontext import TraceContext, from_attributes, from_headers
 from tests.conftest import ROOT
 from tests.integration.producers.test_cloudevents_headers import records
 from tests.integration.resume._traced import app
@@ -191,7 +191,7 @@ def test_with_tracing_off_an_operator_command_opens_no_span_and_writes_no_contex
 
 
 def test_an_approval_is_a_span_its_signal_and_resume_request_carry(topics: Settings, tmp_path: Path) -> None:
-    from producers import Runner
+    from runlog.producers import Runner
     from tests.integration.resume import _ops_app as ops
 
     with Runner.from_settings(topics, source=ops.app.source) as r:

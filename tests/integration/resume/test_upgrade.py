@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from processors.operate import OperatorRefused
-from processors.resume import App, Resumer
-from processors.upgrade import upgrade_run
-from producers import Runner, Workflow, rule
-from projections import RunStatus
-from schemas import EventType, Settings
+from runlog.processors.operate import OperatorRefused
+from runlog.processors.resume import App, Resumer
+from runlog.processors.upgrade import upgrade_run
+from runlog.producers import Runner, Workflow, rule
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, Settings
 from tests.integration.resume._orders import orders_app
 from tests.integration.resume._toy import Abandon
 from tests.integration.resume.conftest import DemoWorld, log_of
@@ -55,7 +55,7 @@ def _start_crashed(settings: Settings, app: App, order: str) -> str:
 @pytest.mark.parametrize("crash_stage", ["pick", "pay", "notify"])
 def test_an_upgrade_at_a_stage_boundary_reruns_only_what_changed_and_charges_once(
         topics: Settings, world: DemoWorld, tmp_path: Path, crash_stage: str) -> None:
-    from processors.demo.run import wait_lease_gone
+    from runlog.processors.demo.run import wait_lease_gone
 
     v1 = orders_app(world.client, crash=_crash_at(crash_stage))
     run_id = _start_crashed(topics, v1, f"u-{crash_stage}")
@@ -90,7 +90,7 @@ def test_an_upgrade_at_a_stage_boundary_reruns_only_what_changed_and_charges_onc
 
 def test_an_upgrade_is_refused_for_a_version_the_app_does_not_register(
         topics: Settings, world: DemoWorld) -> None:
-    from processors.demo.run import wait_lease_gone
+    from runlog.processors.demo.run import wait_lease_gone
 
     v1 = orders_app(world.client, crash=_crash_at("pick"))
     run_id = _start_crashed(topics, v1, "u-refused")
@@ -102,7 +102,7 @@ def test_an_upgrade_is_refused_for_a_version_the_app_does_not_register(
 
 
 def _diverging(fixed: bool) -> App:
-    from producers import DictInputSource, tool
+    from runlog.producers import DictInputSource, tool
 
     @tool("lookup")
     def lookup(call: Any, q: str) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def _diverging(fixed: bool) -> App:
 
 
 def test_a_diverged_run_continues_on_the_fixed_definition_of_its_version(topics: Settings) -> None:
-    from processors.demo.run import wait_lease_gone
+    from runlog.processors.demo.run import wait_lease_gone
 
     broken = _diverging(fixed=False)
     runner = Runner.from_settings(topics, source=broken.source)

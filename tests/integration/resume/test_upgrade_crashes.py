@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.run import wait_lease_gone
-from processors.operate import OperatorRefused
-from processors.resume import Resumer
-from processors.upgrade import upgrade_run
-from producers.run._runs import run_id_for_key
-from projections import RunStatus
-from schemas import EventType, Settings
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.operate import OperatorRefused
+from runlog.processors.resume import Resumer
+from runlog.processors.upgrade import upgrade_run
+from runlog.producers.run._runs import run_id_for_key
+from runlog.projections import RunStatus
+from runlog.schemas import EventType, Settings
 from tests.integration.resume._orders import orders_app, spawn
 from tests.integration.resume._workers import finish
 from tests.integration.resume.conftest import DemoWorld, accepted, log_of

@@ -18,19 +18,19 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from processors.branch import branch_run
-from processors.cli import main
-from processors.demo.run import wait_lease_gone
-from processors.inspect import run_history
-from processors.metrics import ProjectorMetrics
-from processors.operate import retry_run
-from processors.resume import Resumer
-from producers import PriceTable
-from projections import BatchProjector, RawRecord, RedisStore, RunState
-from projections._usage import UsageTotals
-from projections.log_reader import read_topic
-from schemas import Codec, EventType, Settings, Usage
-from schemas._redis import redis_client
+from runlog.processors.branch import branch_run
+from runlog.processors.cli import main
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import run_history
+from runlog.processors.metrics import ProjectorMetrics
+from runlog.processors.operate import retry_run
+from runlog.processors.resume import Resumer
+from runlog.producers import PriceTable
+from runlog.projections import BatchProjector, RawRecord, RedisStore, RunState
+from runlog.projections._usage import UsageTotals
+from runlog.projections.log_reader import read_topic
+from runlog.schemas import Codec, EventType, Settings, Usage
+from runlog.schemas._redis import redis_client
 from tests.integration.resume._toy import wait_events_topic_ready
 from tests.integration.resume._usage_agent import (
     FAIL_AT,

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis
 
-from processors.inspect import run_history
-from processors.operate import OperatorRefused
-from processors.resume import App, Resumer, ResumerService
-from processors.signal import approve_run, signal_run
-from producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, tool
-from schemas import EventType, ReplayPolicy, Settings
+from runlog.processors.inspect import run_history
+from runlog.processors.operate import OperatorRefused
+from runlog.processors.resume import App, Resumer, ResumerService
+from runlog.processors.signal import approve_run, signal_run
+from runlog.producers import CallInfo, DictInputSource, Runner, StageContext, Workflow, tool
+from runlog.schemas import EventType, ReplayPolicy, Settings
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from processors.admin import ensure_topics, inspect_topic
-from schemas import Settings, Topics
+from runlog.processors.admin import ensure_topics, inspect_topic
+from runlog.schemas import Settings, Topics
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def runlog(s: Settings, *args: str) -> subprocess.CompletedProcess[str]:
            "REDIS_URL": s.redis_url, "RUNLOG_TOPIC_PREFIX": s.topic_prefix,
            "RUNLOG_REDIS_PREFIX": s.redis_prefix,
            **({"RUNLOG_SCHEMA_REGISTRY_URL": s.schema_registry_url} if s.schema_registry_url else {})}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "runlog", *args], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
 

@@ -24,16 +24,16 @@ import pytest
 import redis
 from confluent_kafka.schema_registry import Schema
 
-from processors.audit import AuditOptions, audit
-from processors.demo.run import wait_lease_gone
-from processors.inspect import runs_from_log
-from processors.resume import Resumer
-from producers import DictInputSource, Runner
-from projections import RawRecord, RedisStore, RunStatus, decode_records
-from projections.log_reader import read_topic
-from projections.rebuild import rebuild
-from schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, load_schema
-from schemas.registry import registry_client
+from runlog.processors.audit import AuditOptions, audit
+from runlog.processors.demo.run import wait_lease_gone
+from runlog.processors.inspect import runs_from_log
+from runlog.processors.resume import Resumer
+from runlog.producers import DictInputSource, Runner
+from runlog.projections import RawRecord, RedisStore, RunStatus, decode_records
+from runlog.projections.log_reader import read_topic
+from runlog.projections.rebuild import rebuild
+from runlog.schemas import SINGLE_OBJECT_MAGIC, Codec, Settings, load_schema
+from runlog.schemas.registry import registry_client
 from tests.conftest import ROOT, require
 from tests.integration.resume._toy import crash, toy
 
@@ -147,7 +147,7 @@ def test_registry_writers_frame_with_the_registry_and_every_reader_reads_both_fr
 
 def test_runlog_schemas_register_against_the_real_registry(registry_url: str) -> None:
     env = {**os.environ, "RUNLOG_SCHEMA_REGISTRY_URL": registry_url}
-    proc = subprocess.run([sys.executable, "-m", "processors", "schemas", "register", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "runlog", "schemas", "register", "--json"],
                           capture_output=True, text=True, timeout=120, check=False, env=env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

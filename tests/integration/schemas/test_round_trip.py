@@ -7,7 +7,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from schemas import Codec, EventType, RunEvent, Settings, Topics, partition_for
+from runlog.schemas import Codec, EventType, RunEvent, Settings, Topics, partition_for
 
 pytestmark = pytest.mark.integration
 

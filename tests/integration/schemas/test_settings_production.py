@@ -19,9 +19,9 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from projections import RedisStore, rebuild
-from projections.redis_store import ProjectionStoreError
-from schemas import Settings, Topics
+from runlog.projections import RedisStore, rebuild
+from runlog.projections.redis_store import ProjectionStoreError
+from runlog.schemas import Settings, Topics
 from tests.conftest import require
 from tests.integration.processors.harness import ROOT, env_of, produce
 from tests.unit.processors.test_projector_settings import Pki, make_pki
@@ -160,7 +160,7 @@ def test_rebuild_default_target_works_under_an_acl_limited_to_the_prefix(
                              commands=["+@all"])
     try:
         limited = topics.with_(redis_username=user, redis_password=password)
-        argv = [sys.executable, "-m", "processors", "projections", "rebuild", "--json", "--quiet"]
+        argv = [sys.executable, "-m", "runlog", "projections", "rebuild", "--json", "--quiet"]
         out = subprocess.run(argv, cwd=ROOT, env={**env_of(limited), **limited.to_env()}, capture_output=True,
                              text=True, timeout=180, check=False)
         assert out.returncode == 0, out.stdout + out.stderr

@@ -7,9 +7,9 @@ import dataclasses
 import json
 from typing import Any
 
-from processors.audit import AuditOptions, Auditor, RunAnchors, load_anchors
-from projections import MemoryStore, RunState, RunUpdate, fold_all
-from schemas import Codec, EventType, RunEvent, event_hash
+from runlog.processors.audit import AuditOptions, Auditor, RunAnchors, load_anchors
+from runlog.projections import MemoryStore, RunState, RunUpdate, fold_all
+from runlog.schemas import Codec, EventType, RunEvent, event_hash
 from tests.unit.audit.test_auditor import run
 
 CODEC = Codec()

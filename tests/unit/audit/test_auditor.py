@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from processors.audit import AuditOptions, Auditor
-from processors.audit.html import render_html
-from producers import LocalArtifactStore
-from schemas import Codec, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec, event_hash
+from runlog.processors.audit import AuditOptions, Auditor
+from runlog.processors.audit.html import render_html
+from runlog.producers import LocalArtifactStore
+from runlog.schemas import Codec, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec, event_hash
 
 CODEC = Codec()
 WF = WorkflowSpec("wf", "1", (StageSpec("a"), StageSpec("b")))

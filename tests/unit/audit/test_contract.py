@@ -10,8 +10,8 @@ import pytest
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient, ServerConfig
 
-from schemas import ConfigError, Settings, Topics, load_past_schemas, load_schema
-from schemas.registry import SUBJECTS, register_schemas, registry_client
+from runlog.schemas import ConfigError, Settings, Topics, load_past_schemas, load_schema
+from runlog.schemas.registry import SUBJECTS, register_schemas, registry_client
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 
@@ -122,7 +122,7 @@ def test_registry_client_needs_a_url_and_takes_mock() -> None:
 
 
 def test_cli_register(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from processors.cli import main
+    from runlog.processors.cli import main
 
     monkeypatch.delenv("RUNLOG_SCHEMA_REGISTRY_URL", raising=False)
     assert main(["schemas", "register"]) == 2

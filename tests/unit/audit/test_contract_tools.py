@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from producers.log import _cloudevents as ce
-from schemas import Codec, EventType, load_past_schemas, load_schema
+from runlog.producers.log import _cloudevents as ce
+from runlog.schemas import Codec, EventType, load_past_schemas, load_schema
 from tests.unit.audit.asyncapi_payloads import AVSC_FILES, DOC, SCHEMAS, avro_to_json_schemas
 from tests.unit.audit.node_tools import NodeTools
 

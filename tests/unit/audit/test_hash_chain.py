@@ -8,8 +8,8 @@ import json
 
 import fastavro
 
-from projections import RunState, fold, fold_all
-from schemas import (
+from runlog.projections import RunState, fold, fold_all
+from runlog.schemas import (
     ArtifactRef,
     Codec,
     EventType,

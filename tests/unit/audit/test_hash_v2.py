@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from processors.audit import Auditor
-from schemas import Codec, RunEvent, Settings, event_hash
+from runlog.processors.audit import Auditor
+from runlog.schemas import Codec, RunEvent, Settings, event_hash
 from tests.unit.projections.hash_v2_runs import body_sha, chain, newer_schema, older_schema
 
 

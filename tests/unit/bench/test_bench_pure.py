@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from processors.bench import SIZES, PlotUnavailable, plot_result, targets_met
-from processors.bench._env import raw_topic_spec, replication_mismatch
-from processors.bench._events import CYCLE, history, median, percentile, ratio
-from processors.bench.harness import SECTIONS, steps_of
-from processors.cli import main
-from projections import OutcomeKind, fold
-from projections._state import RunStatus
-from schemas import Codec, ConfigError, EventType, Settings, Topics
+from runlog.processors.bench import SIZES, PlotUnavailable, plot_result, targets_met
+from runlog.processors.bench._env import raw_topic_spec, replication_mismatch
+from runlog.processors.bench._events import CYCLE, history, median, percentile, ratio
+from runlog.processors.bench.harness import SECTIONS, steps_of
+from runlog.processors.cli import main
+from runlog.projections import OutcomeKind, fold
+from runlog.projections._state import RunStatus
+from runlog.schemas import Codec, ConfigError, EventType, Settings, Topics
 from tests.conftest import require_module
 
 
@@ -154,7 +154,7 @@ def test_plot_without_the_extra_says_what_to_install(tmp_path: Path, monkeypatch
 
 
 def test_raw_baselines_read_the_avro_body_of_either_framing() -> None:
-    from processors.bench._write import avro_body
+    from runlog.processors.bench._write import avro_body
 
     ev = next(history("run-x", 1, 1))
     single = Codec().encode(ev)
@@ -165,7 +165,7 @@ def test_raw_baselines_read_the_avro_body_of_either_framing() -> None:
 
 def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from processors.cli.bench import DEFAULT_PLOT, _plot_path
+    from runlog.processors.cli.bench import DEFAULT_PLOT, _plot_path
 
     assert _plot_path("", ["resume"]) is None
     assert _plot_path("p.png", ["append"]) == "p.png"
@@ -180,7 +180,7 @@ def test_the_default_plot_is_skipped_without_the_extra(monkeypatch: pytest.Monke
 
 
 def test_the_conversation_figures_tell_linear_from_quadratic_growth() -> None:
-    from processors.bench._conversation import conversation_figures
+    from runlog.processors.bench._conversation import conversation_figures
 
     def points(cost: Callable[[int], float]) -> list[dict[str, Any]]:
         return [{"model_calls": n, "total_bytes": cost(n)} for n in (50, 25, 12)]  # any order
@@ -216,8 +216,8 @@ def test_the_steps_section_sizes_targets_and_progress() -> None:
 
 def test_the_conversation_section_without_pydantic_ai_names_the_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from processors.bench import run_bench
-    from processors.bench._conversation import unavailable
+    from runlog.processors.bench import run_bench
+    from runlog.processors.bench._conversation import unavailable
 
     assert unavailable() is None
     monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # import pydantic_ai -> ImportError

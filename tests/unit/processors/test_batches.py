@@ -1,5 +1,5 @@
 """The projector's records arrive in whole fetches below Faust's per-record stream
-(``processors.projector._batches``): what the fetch loop hands over, what a batch holds, and what
+(``runlog.processors.projector._batches``): what the fetch loop hands over, what a batch holds, and what
 is acknowledged."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import faust
 import pytest
 
-from processors.projector import ProjectorOptions, build_app
-from processors.projector._batches import BatchConsumer, BatchDelivery, install
-from schemas.settings import Settings
+from runlog.processors.projector import ProjectorOptions, build_app
+from runlog.processors.projector._batches import BatchConsumer, BatchDelivery, install
+from runlog.schemas.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from processors.branch import BranchResult
+from runlog.processors.branch import BranchResult
 
 PLAN = ("quote", "reserve", "charge", "notify")
 

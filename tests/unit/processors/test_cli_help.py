@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from processors.cli import build_parser
+from runlog.processors.cli import build_parser
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("runlog",)) -> Iterator[

@@ -1,4 +1,4 @@
-"""Exit codes are defined once (``processors.cli.codes``) and every command module uses those."""
+"""Exit codes are defined once (``runlog.processors.cli.codes``) and every command module uses those."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from processors import cli
-from processors.cli import codes as _exit
+from runlog.processors import cli
+from runlog.processors.cli import codes as _exit
 
-COMMANDS = [*cli._COMMAND_MODULES, "processors.cli"]
+COMMANDS = [*cli._COMMAND_MODULES, "runlog.processors.cli"]
 
 
 def test_the_values() -> None:

@@ -8,9 +8,9 @@ from collections import Counter
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from processors.metrics import MetricsServer, ProjectorMetrics, ResumerMetrics
-from producers.log._metrics import WriterMetrics
-from projections.batch import BatchResult, DeadLetter, RawRecord
+from runlog.processors.metrics import MetricsServer, ProjectorMetrics, ResumerMetrics
+from runlog.producers.log._metrics import WriterMetrics
+from runlog.projections.batch import BatchResult, DeadLetter, RawRecord
 
 
 def _dead(reason: str, offset: int) -> DeadLetter:
@@ -104,7 +104,7 @@ def test_the_server_exposes_its_registry_in_the_text_format() -> None:
 def test_the_console_reads_the_projector_endpoint() -> None:
     import asyncio
 
-    from processors.console._views import _projector_metrics
+    from runlog.processors.console._views import _projector_metrics
 
     m = ProjectorMetrics()
     m.recoveries.labels("lost").inc()
@@ -124,8 +124,8 @@ def test_model_usage_is_counted_per_workflow_and_model_once_per_accepted_event()
     """The projector's ``runlog_model_*`` counters move by the usage of the events the fold accepted:
     a batch delivered again (its events duplicates) adds nothing; a model without a price adds
     tokens and calls, no cost."""
-    from projections import BatchProjector, MemoryStore
-    from schemas import Codec, EventType, RunEvent, StageSpec, Usage, WorkflowSpec
+    from runlog.projections import BatchProjector, MemoryStore
+    from runlog.schemas import Codec, EventType, RunEvent, StageSpec, Usage, WorkflowSpec
 
     codec = Codec()
     wf = WorkflowSpec("shop", "1", (StageSpec("ask"),))

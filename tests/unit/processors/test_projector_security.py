@@ -5,8 +5,8 @@ from __future__ import annotations
 import faust
 import pytest
 
-from processors.projector import ProjectorOptions, faust_credentials, faust_settings
-from schemas import ConfigError, Settings
+from runlog.processors.projector import ProjectorOptions, faust_credentials, faust_settings
+from runlog.schemas import ConfigError, Settings
 
 
 def test_plaintext_has_no_credentials() -> None:

@@ -1,5 +1,5 @@
 """The projector receives every Kafka security setting the other clients get, or refuses to start
-naming the one it cannot honour (``processors.projector._security``).
+naming the one it cannot honour (``runlog.processors.projector._security``).
 
 TLS mappings are checked by a real handshake against an in-process TLS server on loopback (the
 only way to see which CA, client certificate and host name check a context really uses).
@@ -32,8 +32,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-from processors.projector import ProjectorOptions, faust_credentials, faust_settings
-from processors.projector._security import (
+from runlog.processors.projector import ProjectorOptions, faust_credentials, faust_settings
+from runlog.processors.projector._security import (
     HONOURED,
     NOT_SECURITY,
     REFUSED,
@@ -41,7 +41,7 @@ from processors.projector._security import (
     broker_credentials,
     ssl_context,
 )
-from schemas import ConfigError, Settings
+from runlog.schemas import ConfigError, Settings
 from tests.conftest import require
 
 # -- a small PKI: CA, server certificate for 127.0.0.1, client certificate --------------------------
@@ -477,7 +477,7 @@ def test_metrics_endpoints_listen_on_loopback_unless_a_host_is_set() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from processors.metrics import MetricsServer
+    from runlog.processors.metrics import MetricsServer
 
     assert Settings.from_env({}).metrics_host == "127.0.0.1"
     s = Settings.from_env({"RUNLOG_METRICS_HOST": "0.0.0.0"})
@@ -496,7 +496,7 @@ def test_metrics_endpoints_listen_on_loopback_unless_a_host_is_set() -> None:
 
 
 def test_the_projector_takes_static_membership_and_its_session_timeout() -> None:
-    from processors.projector import ProjectorOptions, faust_settings
+    from runlog.processors.projector import ProjectorOptions, faust_settings
 
     opts = ProjectorOptions(session_timeout_ms=6000, instance_id="pod-1")
     conf = faust_settings(Settings.from_env({}), opts)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from processors.cli import main
-from processors.cli.replay import parse_set, parse_since
+from runlog.processors.cli import main
+from runlog.processors.cli.replay import parse_set, parse_since
 
 
 def test_set_values_are_json_when_they_are_json_else_text() -> None:

@@ -1,5 +1,5 @@
 """A scripted OpenAI Agents SDK model and shop agent for the unit tests of
-:mod:`producers.openai_agents` (no network: the model implements the SDK's ``Model`` interface and
+:mod:`runlog.producers.openai_agents` (no network: the model implements the SDK's ``Model`` interface and
 answers with ``ModelResponse``s built from the SDK's ``agents.testing`` items)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from agents.testing import assistant_message, function_call
 from agents.usage import Usage as AgentsUsage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from producers import AsyncStageContext, ReplayPolicy, Workflow, rule, tool
-from producers.openai_agents import RunlogAgent, current_call
+from runlog.producers import AsyncStageContext, ReplayPolicy, Workflow, rule, tool
+from runlog.producers.openai_agents import RunlogAgent, current_call
 
 MODEL = "openai_agents.model.shop"
 LOOKUP = "openai_agents.tool.shop.lookup"

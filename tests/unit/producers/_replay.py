@@ -7,22 +7,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from producers.calls._calls import RecordedCall
-from producers.calls._ledger import InMemoryEffectLedger
-from producers.define._inputs import DictInputSource, InputSource
-from producers.define._workflow import Workflow
-from producers.log._memory import (
+from runlog.producers.calls._calls import RecordedCall
+from runlog.producers.calls._ledger import InMemoryEffectLedger
+from runlog.producers.define._inputs import DictInputSource, InputSource
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._memory import (
     InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers.log._session import RunSession
-from producers.run._arunner import AsyncRunner
-from producers.run._core import RunResult
-from producers.run._runner import Runner
-from projections.fold import fold_all
-from schemas import EventType, RunEvent
+from runlog.producers.log._session import RunSession
+from runlog.producers.run._arunner import AsyncRunner
+from runlog.producers.run._core import RunResult
+from runlog.producers.run._runner import Runner
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, RunEvent
 
 
 def recorded_calls(events: Sequence[RunEvent]) -> dict[str, RecordedCall]:

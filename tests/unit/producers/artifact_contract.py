@@ -11,9 +11,9 @@ import hashlib
 
 import pytest
 
-from producers.calls._artifacts import ArtifactStore, inline_ref, is_inline
-from schemas import ArtifactRef
-from schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
+from runlog.producers.calls._artifacts import ArtifactStore, inline_ref, is_inline
+from runlog.schemas import ArtifactRef
+from runlog.schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
 
 class ArtifactContract:

@@ -7,15 +7,15 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from producers.define._inputs import DictInputSource, PinnedInputs
-from producers.define._workflow import Workflow
-from producers.log._log import EventLog
-from producers.log._memory import InMemoryLeaseManager
-from producers.log._session import AppendResult, RunSession
-from schemas import EventType, RunEvent, event_hash
-from schemas._types import now_ms
-from schemas.errors import DeliveryError
-from schemas.topics import partition_for
+from runlog.producers.define._inputs import DictInputSource, PinnedInputs
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._memory import InMemoryLeaseManager
+from runlog.producers.log._session import AppendResult, RunSession
+from runlog.schemas import EventType, RunEvent, event_hash
+from runlog.schemas._types import now_ms
+from runlog.schemas.errors import DeliveryError
+from runlog.schemas.topics import partition_for
 
 
 @dataclass(frozen=True)

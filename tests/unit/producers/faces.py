@@ -19,9 +19,9 @@ from typing import Any, Protocol, TypeVar
 
 import redis.asyncio
 
-from producers.calls._ledger import EffectLedger, LedgerEntry
-from producers.run._lease import Lease, LeaseManager
-from schemas import EffectStatus
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.producers.run._lease import Lease, LeaseManager
+from runlog.schemas import EffectStatus
 
 Body = Callable[[], Coroutine[Any, Any, None]]
 

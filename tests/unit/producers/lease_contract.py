@@ -15,8 +15,8 @@ from typing import cast
 
 import pytest
 
-from producers.run._lease import LeaseHeld, LeaseManager
-from schemas.errors import LeaseLost
+from runlog.producers.run._lease import LeaseHeld, LeaseManager
+from runlog.schemas.errors import LeaseLost
 
 from .faces import FACES, Face
 

@@ -12,8 +12,8 @@ from typing import cast
 
 import pytest
 
-from producers.calls._ledger import EffectLedger, LedgerEntry
-from schemas import EffectStatus
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.schemas import EffectStatus
 
 from .faces import FACES, Face
 

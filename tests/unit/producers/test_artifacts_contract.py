@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.calls._artifacts import LocalArtifactStore
-from producers.log._memory import InMemoryArtifactStore
-from schemas import ArtifactRef
+from runlog.producers.calls._artifacts import LocalArtifactStore
+from runlog.producers.log._memory import InMemoryArtifactStore
+from runlog.schemas import ArtifactRef
 
 from .artifact_contract import ArtifactContract
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from producers import (
+from runlog.producers import (
     AsyncStageContext,
     CallInfo,
     Diverged,
@@ -22,11 +22,11 @@ from producers import (
     rule,
     tool,
 )
-from producers.calls._ledger import InMemoryEffectLedger
-from producers.define._inputs import DictInputSource
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType, ReplayPolicy, RunEvent
+from runlog.producers.calls._ledger import InMemoryEffectLedger
+from runlog.producers.define._inputs import DictInputSource
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, ReplayPolicy, RunEvent
 from tests.unit.producers._replay import MemoryWorld, again_async
 
 T = EventType

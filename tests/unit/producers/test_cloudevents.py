@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from producers.log._cloudevents import (
+from runlog.producers.log._cloudevents import (
     CONTENT_TYPE_REGISTRY,
     CONTENT_TYPE_SINGLE_OBJECT,
     CloudEventHeaders,
@@ -14,7 +14,7 @@ from producers.log._cloudevents import (
     run_event_id,
     source_uri,
 )
-from schemas import Codec, EventType, ResumeRequest, RunEvent
+from runlog.schemas import Codec, EventType, ResumeRequest, RunEvent
 
 EVENT = RunEvent(run_id="run-1", seq=7, epoch=2, type=EventType.TOOL_CALLED, occurred_at=1_767_323_045_678,
                  stage="draft", call_id="draft/search/0")

@@ -6,12 +6,12 @@ import uuid
 
 import pytest
 
-from producers.define._inputs import DictInputSource, PinnedInputs
-from producers.define._workflow import Workflow
-from producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
-from producers.log._session import RunSession
-from schemas import EventType, RunEvent
-from schemas.errors import DeliveryError
+from runlog.producers.define._inputs import DictInputSource, PinnedInputs
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
+from runlog.producers.log._session import RunSession
+from runlog.schemas import EventType, RunEvent
+from runlog.schemas.errors import DeliveryError
 
 from .eventlog_contract import EventLogContract, event
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from producers import CallInfo, LocalArtifactStore, StageContext, tool
-from producers.calls._calls import RecordedCall, StageOutputs
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.calls._ledger import InMemoryEffectLedger, LedgerEntry
-from producers.run._protocol import IO
-from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy
+from runlog.producers import CallInfo, LocalArtifactStore, StageContext, tool
+from runlog.producers.calls._calls import RecordedCall, StageOutputs
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.calls._ledger import InMemoryEffectLedger, LedgerEntry
+from runlog.producers.run._protocol import IO
+from runlog.schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy
 
 
 class _Lease:
@@ -160,7 +160,7 @@ def test_recorded_sources_are_read_back_on_a_rerun(tmp_path: Path) -> None:
 
 def _ledger_with(delivery: tuple[str, str, str, str], status: EffectStatus, external_id: str | None = None,
                  idem: str | None = None) -> InMemoryEffectLedger:
-    from producers.calls._keys import delivery_key
+    from runlog.producers.calls._keys import delivery_key
 
     led = InMemoryEffectLedger()
     dk = delivery_key(*delivery)

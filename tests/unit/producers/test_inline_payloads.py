@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers.calls._artifacts import inline_bytes, is_inline
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType
+from runlog.producers.calls._artifacts import inline_bytes, is_inline
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType
 from tests.unit.producers.test_runner_memory import World
 
 T = EventType
@@ -82,7 +82,7 @@ def test_runlog_show_names_inline_refs_by_hash_never_by_payload(world: World) ->
     payloads, unmasked there, are for ``--payloads``, which masks them)."""
     import json
 
-    from processors.cli.runs import _state_dict
+    from runlog.processors.cli.runs import _state_dict
 
     res = world.runner.run(world.workflow(), {"topic": "kafka-secret-topic"})
     state = fold_all(world.events(res.run_id))

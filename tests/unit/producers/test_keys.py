@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.calls._keys import canonical_json, delivery_key, idempotency_key, lp_sha256, sha256_hex
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key, lp_sha256, sha256_hex
+from runlog.schemas.errors import WorkflowDefinitionError
 
 
 def _manual_lp(*fields: str) -> str:

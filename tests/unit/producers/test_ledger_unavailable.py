@@ -10,9 +10,14 @@ from typing import Any
 import pytest
 import redis
 
-from producers import CallInfo, ReplayPolicy, Workflow, tool
-from producers.calls._ledger import InMemoryEffectLedger, LedgerEntry, LedgerUnavailable, RedisEffectLedger
-from schemas import EventType
+from runlog.producers import CallInfo, ReplayPolicy, Workflow, tool
+from runlog.producers.calls._ledger import (
+    InMemoryEffectLedger,
+    LedgerEntry,
+    LedgerUnavailable,
+    RedisEffectLedger,
+)
+from runlog.schemas import EventType
 from tests.unit.producers._replay import MemoryWorld
 
 

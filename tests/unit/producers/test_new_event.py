@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from producers.log._new_event import new_event
-from schemas._types import ArtifactRef, ErrorInfo, EventType, ReplayPolicy, RunEvent
+from runlog.producers.log._new_event import new_event
+from runlog.schemas._types import ArtifactRef, ErrorInfo, EventType, ReplayPolicy, RunEvent
 
 BASE = {"run_id": "run-1", "seq": 7, "epoch": 2, "type": EventType.TOOL_RESULT,
         "occurred_at": 1_765_000_000_123}

@@ -31,13 +31,13 @@ from agents import (
 )
 from agents.testing import assistant_message, function_call
 
-from producers import AsyncStageContext, Price, ReplayPolicy, Workflow, load_args, tool
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.openai_agents import RunlogAgent, current_call
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import Diverged, EventType
-from schemas.errors import TerminalToolError, WorkflowDefinitionError
+from runlog.producers import AsyncStageContext, Price, ReplayPolicy, Workflow, load_args, tool
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.openai_agents import RunlogAgent, current_call
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import Diverged, EventType
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 from tests.unit.producers._openai_shop import (
     CONFIG,
     LOOKUP,
@@ -362,7 +362,7 @@ async def _slow(x: int) -> int:
 
 
 def test_streaming_is_refused_with_a_clear_error() -> None:
-    from producers.integrations._openai_agents_run import Run, RunlogModel
+    from runlog.producers.integrations._openai_agents_run import Run, RunlogModel
 
     durable = RunlogAgent(Agent(name="st"))
     model = RunlogModel(ScriptModel(lambda t, i: []), "m", durable.name, durable.model_tool,
@@ -378,10 +378,10 @@ def test_streaming_is_refused_with_a_clear_error() -> None:
 
 
 def test_importing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "producers.openai_agents")
+    monkeypatch.delitem(sys.modules, "runlog.producers.openai_agents")
     monkeypatch.setitem(sys.modules, "agents", None)  # type: ignore[arg-type]
     with pytest.raises(ImportError, match=r'pip install "runlog\[openai-agents\]"'):
-        importlib.import_module("producers.openai_agents")
+        importlib.import_module("runlog.producers.openai_agents")
 
 
 def test_run_config_model_and_names_are_used(world: World) -> None:

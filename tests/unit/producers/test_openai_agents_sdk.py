@@ -15,12 +15,12 @@ from agents.models import get_default_model_settings
 from agents.testing import assistant_message, function_call
 from pydantic import BaseModel
 
-from producers import AsyncStageContext, Budget, Workflow, load_args
-from producers.calls._call_budget import BudgetExceeded
-from producers.openai_agents import RunlogAgent
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType
+from runlog.producers import AsyncStageContext, Budget, Workflow, load_args
+from runlog.producers.calls._call_budget import BudgetExceeded
+from runlog.producers.openai_agents import RunlogAgent
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType
 from tests.unit.producers._openai_shop import CONFIG, PROMPT, ScriptModel, Shop, item, one_stage
 from tests.unit.producers._replay import MemoryWorld
 

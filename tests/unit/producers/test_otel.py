@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from producers.otel import OtelSpan, OtelTracer
-from producers.run._trace import NO_TRACE, AttrValue, NoSpan, Tracer
+from runlog.producers.otel import OtelSpan, OtelTracer
+from runlog.producers.run._trace import NO_TRACE, AttrValue, NoSpan, Tracer
 
 SECRET = "s3cr3t-token-123"
 
@@ -156,13 +156,13 @@ def test_an_error_sets_error_status_with_its_type_only(spans: Spans) -> None:
 
 
 def test_an_error_of_a_module_is_named_with_its_module(spans: Spans) -> None:
-    from schemas.errors import TerminalToolError
+    from runlog.schemas.errors import TerminalToolError
 
     span = spans.tracer.start("call", "t", None, {})
     span.end(TerminalToolError(SECRET))
     s = spans.named("runlog.call t")
     assert s.status.description == "TerminalToolError"
-    assert (s.attributes or {})["error.type"] == "schemas.errors.TerminalToolError"
+    assert (s.attributes or {})["error.type"] == "runlog.schemas.errors.TerminalToolError"
     assert_nowhere(spans.finished(), SECRET)
 
 
@@ -255,9 +255,9 @@ def test_the_global_provider_is_the_default() -> None:
 def test_importing_without_opentelemetry_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "producers.otel")
+    monkeypatch.delitem(sys.modules, "runlog.producers.otel")
     with pytest.raises(ImportError, match=r"pip install 'runlog\[otel\]'") as info:
-        importlib.import_module("producers.otel")
+        importlib.import_module("runlog.producers.otel")
     assert "\n" not in str(info.value)
 
 

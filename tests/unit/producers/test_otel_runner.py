@@ -14,18 +14,18 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from producers.define._inputs import DictInputSource
-from producers.define._tools import CallInfo, Tool, tool
-from producers.define._workflow import Workflow
-from producers.log._memory import (
+from runlog.producers.define._inputs import DictInputSource
+from runlog.producers.define._tools import CallInfo, Tool, tool
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._memory import (
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers.otel import OtelTracer
-from producers.run._arunner import AsyncRunner
-from producers.run._context import AsyncStageContext, StageContext
-from schemas import EventType, ReplayPolicy
-from schemas.errors import TerminalToolError
+from runlog.producers.otel import OtelTracer
+from runlog.producers.run._arunner import AsyncRunner
+from runlog.producers.run._context import AsyncStageContext, StageContext
+from runlog.schemas import EventType, ReplayPolicy
+from runlog.schemas.errors import TerminalToolError
 from tests.unit.producers._replay import MemoryWorld
 from tests.unit.producers.test_otel import assert_nowhere
 

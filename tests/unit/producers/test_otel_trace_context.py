@@ -1,5 +1,5 @@
 """Trace context on the log: the runner's records carry their run span's W3C context, ``RUN_STARTED``
-records it, the fold keeps it, and a take-over inside a processor span (:mod:`processors._tracing`)
+records it, the fold keeps it, and a take-over inside a processor span (:mod:`runlog.processors._tracing`)
 continues the run's trace. In-memory adapters, a local TracerProvider (the global one is never set)."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors._tracing import Tracing
-from producers.define._tools import CallInfo, tool
-from producers.define._workflow import Workflow
-from producers.otel import OtelTracer
-from producers.run._context import StageContext
-from producers.run._trace import NO_TRACE, NoSpan
-from projections.fold import fold_all
-from schemas import EventType, RunEvent
-from schemas._tracecontext import TraceContext, carrying, current, from_attributes, parse
-from schemas.settings import Settings
+from runlog.processors._tracing import Tracing
+from runlog.producers.define._tools import CallInfo, tool
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.otel import OtelTracer
+from runlog.producers.run._context import StageContext
+from runlog.producers.run._trace import NO_TRACE, NoSpan
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, RunEvent
+from runlog.schemas._tracecontext import TraceContext, carrying, current, from_attributes, parse
+from runlog.schemas.settings import Settings
 from tests.unit.producers._replay import MemoryWorld, _take_over_args
 
 T = EventType
@@ -179,7 +179,7 @@ def test_without_opentelemetry_nothing_is_traced(monkeypatch: pytest.MonkeyPatch
 
     for name in [m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "producers.otel")
+    monkeypatch.delitem(sys.modules, "runlog.producers.otel")
     tracing = Tracing(Settings())
     assert not tracing.enabled and tracing.runner_tracer() is NO_TRACE
     with tracing.span("runlog cancel") as span:

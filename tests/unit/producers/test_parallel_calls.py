@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from producers import (
+from runlog.producers import (
     AsyncStageContext,
     CallInfo,
     Diverged,
@@ -38,9 +38,9 @@ from producers import (
     WorkflowDefinitionError,
     tool,
 )
-from producers.calls._calls import RecordedCall
-from producers.pydantic_ai import RunlogAgent
-from schemas import EventType, RunEvent
+from runlog.producers.calls._calls import RecordedCall
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.schemas import EventType, RunEvent
 from tests.unit.producers._replay import MemoryWorld, again_async
 
 T = EventType

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from producers import AsyncStageContext, CallInfo, Diverged, StageContext, Workflow, rule, tool
-from producers.calls._calls import RecordedCall, StageOutputs
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.log._memory import InMemoryArtifactStore
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import EventType, ReplayPolicy, RunEvent, WorkflowDefinitionError
+from runlog.producers import AsyncStageContext, CallInfo, Diverged, StageContext, Workflow, rule, tool
+from runlog.producers.calls._calls import RecordedCall, StageOutputs
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.log._memory import InMemoryArtifactStore
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import EventType, ReplayPolicy, RunEvent, WorkflowDefinitionError
 from tests.unit.producers._replay import MemoryWorld, again_async
 from tests.unit.producers.test_guard_and_ledger import FakeSession
 

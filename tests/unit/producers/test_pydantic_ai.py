@@ -29,16 +29,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Workflow, load_args, rule, tool
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.log._memory import (
+from runlog.producers import AsyncRunner, AsyncStageContext, ReplayPolicy, Workflow, load_args, rule, tool
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.log._memory import (
     InMemoryLeaseManager,
 )
-from producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import Diverged, EventType
-from schemas.errors import TerminalToolError, WorkflowDefinitionError
+from runlog.producers.pydantic_ai import RunlogAgent, current_call, dump_messages, load_messages
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import Diverged, EventType
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 from tests.unit.producers._replay import MemoryWorld
 
 T = EventType
@@ -357,10 +357,10 @@ def test_declarations_are_checked() -> None:
 
 
 def test_importing_without_pydantic_ai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "producers.pydantic_ai")
+    monkeypatch.delitem(sys.modules, "runlog.producers.pydantic_ai")
     monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # type: ignore[arg-type]
     with pytest.raises(ImportError, match=r'pip install "runlog\[pydantic-ai\]"'):
-        importlib.import_module("producers.pydantic_ai")
+        importlib.import_module("runlog.producers.pydantic_ai")
 
 
 def test_an_effect_tool_may_not_answer_with_a_retry(world: World) -> None:

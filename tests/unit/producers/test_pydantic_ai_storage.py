@@ -16,12 +16,19 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from producers import AsyncStageContext, DictInputSource, LocalArtifactStore, Runner, Workflow, load_args
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.calls._ledger import InMemoryEffectLedger
-from producers.log._memory import InMemoryEventLog, InMemoryLeaseManager, InMemoryLeaseTable
-from producers.pydantic_ai import RunlogAgent
-from schemas import ArtifactRef, EventType
+from runlog.producers import (
+    AsyncStageContext,
+    DictInputSource,
+    LocalArtifactStore,
+    Runner,
+    Workflow,
+    load_args,
+)
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.calls._ledger import InMemoryEffectLedger
+from runlog.producers.log._memory import InMemoryEventLog, InMemoryLeaseManager, InMemoryLeaseTable
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.schemas import ArtifactRef, EventType
 from tests.unit.producers._replay import again, recorded_calls
 
 T = EventType

@@ -16,11 +16,11 @@ from pydantic_ai.exceptions import ModelServerError
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from producers import AsyncStageContext, RetryPolicy, Workflow
-from producers.log._metrics import WriterMetrics
-from producers.pydantic_ai import RunlogAgent
-from producers.streams import StreamWriter
-from schemas import Codec, EventType, StreamKind, StreamRecord
+from runlog.producers import AsyncStageContext, RetryPolicy, Workflow
+from runlog.producers.log._metrics import WriterMetrics
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.producers.streams import StreamWriter
+from runlog.schemas import Codec, EventType, StreamKind, StreamRecord
 from tests.unit.producers._replay import MemoryWorld
 
 MODEL = "pydantic_ai.model.talk"

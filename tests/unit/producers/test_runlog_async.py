@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from producers.log._memory import InMemoryEventLog
-from producers.log._runlog import InMemoryRunLog
-from schemas import EventType, RunEvent
+from runlog.producers.log._memory import InMemoryEventLog
+from runlog.producers.log._runlog import InMemoryRunLog
+from runlog.schemas import EventType, RunEvent
 
 from .eventlog_contract import event
 

@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from producers.calls._keys import delivery_key
-from producers.calls._ledger import LedgerEntry
-from producers.define._inputs import DictInputSource
-from producers.define._tools import CallInfo, Tool, tool
-from producers.define._workflow import Workflow, rule
-from producers.run._context import StageContext
-from projections import RunStatus
-from projections.fold import fold_all
-from schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy, RunEvent
-from schemas._hash import event_hash
-from schemas.errors import VerificationFailed
+from runlog.producers.calls._keys import delivery_key
+from runlog.producers.calls._ledger import LedgerEntry
+from runlog.producers.define._inputs import DictInputSource
+from runlog.producers.define._tools import CallInfo, Tool, tool
+from runlog.producers.define._workflow import Workflow, rule
+from runlog.producers.run._context import StageContext
+from runlog.projections import RunStatus
+from runlog.projections.fold import fold_all
+from runlog.schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy, RunEvent
+from runlog.schemas._hash import event_hash
+from runlog.schemas.errors import VerificationFailed
 from tests.unit.producers._replay import MemoryWorld
 
 T = EventType

@@ -10,15 +10,15 @@ import uuid
 
 import pytest
 
-from producers.define._inputs import DictInputSource, PinnedInputs
-from producers.define._workflow import Workflow
-from producers.log._log import DeliveryCallback
-from producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
-from producers.log._session import RunSession
-from schemas import EventType, RunEvent
-from schemas._tracecontext import TraceContext
-from schemas.errors import DeliveryError
-from schemas.settings import Settings
+from runlog.producers.define._inputs import DictInputSource, PinnedInputs
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._log import DeliveryCallback
+from runlog.producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
+from runlog.producers.log._session import RunSession
+from runlog.schemas import EventType, RunEvent
+from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas.errors import DeliveryError
+from runlog.schemas.settings import Settings
 
 
 class HeldLog(InMemoryEventLog):

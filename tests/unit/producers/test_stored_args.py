@@ -1,4 +1,5 @@
-"""Arguments stored by reference (``Tool(args_by_ref=...)``, :mod:`producers.calls._stored_args`): stored
+"""Arguments stored by reference (``Tool(args_by_ref=...)``, :mod:`runlog.producers.calls._stored_args`):
+stored
 once, content-addressed, given back exactly; the request hash is over the full arguments, so runs
 recorded with the arguments stored whole replay unchanged and a change anywhere still diverges."""
 
@@ -12,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers import CallInfo, Tool, Workflow, load_args, tool
-from producers.calls import _stored_args
-from producers.calls._keys import canonical_json, sha256_hex
-from producers.calls._stored_args import STORED_ARGS, expand_args, stored_args
-from producers.log._memory import InMemoryArtifactStore
-from schemas import ArtifactCorrupt, ArtifactMissing, ArtifactRef, Diverged, EventType, ReplayPolicy
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers import CallInfo, Tool, Workflow, load_args, tool
+from runlog.producers.calls import _stored_args
+from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.calls._stored_args import STORED_ARGS, expand_args, stored_args
+from runlog.producers.log._memory import InMemoryArtifactStore
+from runlog.schemas import ArtifactCorrupt, ArtifactMissing, ArtifactRef, Diverged, EventType, ReplayPolicy
+from runlog.schemas.errors import WorkflowDefinitionError
 from tests.unit.producers._replay import MemoryWorld
 
 T = EventType

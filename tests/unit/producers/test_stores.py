@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from producers import DictInputSource, InputNotFound, JsonDirInputSource, LocalArtifactStore
-from producers.calls._keys import sha256_hex
-from producers.define._inputs import PinnedInputs
-from schemas import ArtifactRef
-from schemas.errors import ArtifactCorrupt, ArtifactMissing
+from runlog.producers import DictInputSource, InputNotFound, JsonDirInputSource, LocalArtifactStore
+from runlog.producers.calls._keys import sha256_hex
+from runlog.producers.define._inputs import PinnedInputs
+from runlog.schemas import ArtifactRef
+from runlog.schemas.errors import ArtifactCorrupt, ArtifactMissing
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -54,7 +54,7 @@ def test_missing_artifact(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from producers import LocalArtifactStore
+    from runlog.producers import LocalArtifactStore
     real_fsync = os.fsync
     def slow_fsync(fd):
         real_fsync(fd)

@@ -13,12 +13,12 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from producers import App, AsyncStageContext, DictInputSource, Price, PriceTable, Tool, Workflow, tool
-from producers.define._prices import check_usage
-from producers.pydantic_ai import RunlogAgent
-from projections._usage import INHERITED_ATTRIBUTE, UsageTotals
-from projections.fold import fold, fold_all
-from schemas import EventType, RunEvent, Usage, WorkflowDefinitionError
+from runlog.producers import App, AsyncStageContext, DictInputSource, Price, PriceTable, Tool, Workflow, tool
+from runlog.producers.define._prices import check_usage
+from runlog.producers.pydantic_ai import RunlogAgent
+from runlog.projections._usage import INHERITED_ATTRIBUTE, UsageTotals
+from runlog.projections.fold import fold, fold_all
+from runlog.schemas import EventType, RunEvent, Usage, WorkflowDefinitionError
 from tests.unit.producers._replay import MemoryWorld
 
 T = EventType

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
-from producers.define._tools import retry_steps
-from producers.define._workflow import evaluate_rules
-from producers.run._protocol import Invoke, Mode, Sleep, Step, Steps, drive
-from schemas import ReplayPolicy, RuleResult, StageSpec
-from schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+from runlog.producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
+from runlog.producers.define._tools import retry_steps
+from runlog.producers.define._workflow import evaluate_rules
+from runlog.producers.run._protocol import Invoke, Mode, Sleep, Step, Steps, drive
+from runlog.schemas import ReplayPolicy, RuleResult, StageSpec
+from runlog.schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 
 
 def _wf() -> Workflow:

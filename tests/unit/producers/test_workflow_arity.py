@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from producers import AsyncStageContext, StageContext, Workflow
-from schemas.errors import WorkflowDefinitionError
+from runlog.producers import AsyncStageContext, StageContext, Workflow
+from runlog.schemas.errors import WorkflowDefinitionError
 
 
 def test_a_stage_taking_ctx_and_inputs_is_accepted_sync_and_async() -> None:

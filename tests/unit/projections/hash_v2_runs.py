@@ -1,6 +1,6 @@
 """Runs whose events carry hash version 2, encoded as records the way a writer writes them, with the
 chain computed the way a service outside Runlog verifies it: sha256 of each record's bytes after its
-framing (not with :func:`schemas.event_hash`). Also writers with another version of the schema."""
+framing (not with :func:`runlog.schemas.event_hash`). Also writers with another version of the schema."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import fastavro
 
-from schemas import SINGLE_OBJECT_MAGIC, Codec, EventType, RunEvent, event_hash, load_schema
-from schemas._avsc import writer_for
-from schemas._mapping import KINDS
+from runlog.schemas import SINGLE_OBJECT_MAGIC, Codec, EventType, RunEvent, event_hash, load_schema
+from runlog.schemas._avsc import writer_for
+from runlog.schemas._mapping import KINDS
 
 T0 = 1_764_000_000_000
 

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
-from schemas import (
+from runlog.schemas import (
     ArtifactRef,
     ErrorInfo,
     EventType,

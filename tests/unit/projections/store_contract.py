@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from projections import (
+from runlog.projections import (
     ApplyResult,
     BatchProjector,
     OutcomeKind,
@@ -15,7 +15,7 @@ from projections import (
     StoredCheckpoint,
     fold,
 )
-from schemas import Codec, EffectStatus, EventType
+from runlog.schemas import Codec, EffectStatus, EventType
 
 from .runlogs import RunBuilder, full_run, zombie
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import projections
+import runlog.projections
 
 
 def test_projections_public_api_is_pinned() -> None:
-    assert set(projections.__all__) >= {
+    assert set(runlog.projections.__all__) >= {
         "RunState", "RunStatus", "fold", "fold_all", "fold_many", "Outcome", "OutcomeKind",
         "ProjectionStore", "MemoryStore", "RedisStore", "RunUpdate", "ApplyResult", "StoredCheckpoint",
         "EffectEntry", "CallRecord", "BatchProjector", "rebuild", "read_run_tail", "diff_namespaces",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from producers import Budget
-from projections._budget import BudgetCaps
-from projections._usage import UsageTotals
-from schemas import WorkflowDefinitionError
+from runlog.producers import Budget
+from runlog.projections._budget import BudgetCaps
+from runlog.projections._usage import UsageTotals
+from runlog.schemas import WorkflowDefinitionError
 
 
 def _spent(tokens_in: int, tokens_out: int, cost: int | None = None) -> UsageTotals:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from projections import EffectEntry, fold_all, state_from_json, state_to_json
-from projections._state import effect_from_dict, effect_to_dict
-from schemas import EffectStatus, ErrorInfo, EventType, RunEvent
+from runlog.projections import EffectEntry, fold_all, state_from_json, state_to_json
+from runlog.projections._state import effect_from_dict, effect_to_dict
+from runlog.schemas import EffectStatus, ErrorInfo, EventType, RunEvent
 
 from .runlogs import T0, full_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from projections import (
+from runlog.projections import (
     CallStatus,
     OutcomeKind,
     RunState,
@@ -17,8 +17,8 @@ from projections import (
     fold,
     fold_all,
 )
-from projections.fold import CHECKPOINT_WINDOW, DIGEST_WINDOW, REJECTED_WINDOW
-from schemas import EffectStatus, ErrorInfo, EventType, RuleResult, StageSpec, WorkflowSpec
+from runlog.projections.fold import CHECKPOINT_WINDOW, DIGEST_WINDOW, REJECTED_WINDOW
+from runlog.schemas import EffectStatus, ErrorInfo, EventType, RuleResult, StageSpec, WorkflowSpec
 
 from .runlogs import STAGES, WORKFLOW, RunBuilder, art, full_run, zombie
 

@@ -16,15 +16,22 @@ from typing import Any
 
 import pytest
 
-from processors.bench._events import history
-from projections import RunState, fold
-from projections._state import CallRecord, CallStatus, evolve_call, evolve_state, state_to_dict, state_to_json
-from schemas import EventType, RunEvent
+from runlog.processors.bench._events import history
+from runlog.projections import RunState, fold
+from runlog.projections._state import (
+    CallRecord,
+    CallStatus,
+    evolve_call,
+    evolve_state,
+    state_to_dict,
+    state_to_json,
+)
+from runlog.schemas import EventType, RunEvent
 
 from .runlogs import STAGES, RunBuilder, zombie
 
-fold_module = importlib.import_module("projections.fold")  # ``projections.fold`` is the function
-fold_operators = importlib.import_module("projections._fold_operators")
+fold_module = importlib.import_module("runlog.projections.fold")  # ``fold`` there is the function
+fold_operators = importlib.import_module("runlog.projections._fold_operators")
 
 
 def _logs(rng: random.Random) -> Iterator[list[tuple[RunEvent, tuple[int, int] | None]]]:
@@ -120,7 +127,7 @@ def test_state_json_is_the_plain_encoding_of_the_state_dict(monkeypatch: pytest.
     for s in states + states[::-1]:
         assert state_to_json(s) == _reference_json(s)
         assert RunState.from_json(state_to_json(s)) == s
-    state_module = importlib.import_module("projections._state")
+    state_module = importlib.import_module("runlog.projections._state")
     monkeypatch.setattr(state_module, "CALL_TEXT_CACHE", 3)
     for s in states:
         assert state_to_json(s) == _reference_json(s)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from projections import BatchProjector, MemoryStore, RawRecord, decode_records, fold, fold_all
-from projections.fold import event_digest
-from schemas import Codec, RunEvent, event_hash
-from schemas._codec import body_of
-from schemas._hash import HASH_VERSION, current_body
+from runlog.projections import BatchProjector, MemoryStore, RawRecord, decode_records, fold, fold_all
+from runlog.projections.fold import event_digest
+from runlog.schemas import Codec, RunEvent, event_hash
+from runlog.schemas._codec import body_of
+from runlog.schemas._hash import HASH_VERSION, current_body
 from tests.unit.projections.hash_v2_runs import body_sha, chain, edited, event, newer_schema, older_schema
 
 TOPIC = "t.runlog.events"

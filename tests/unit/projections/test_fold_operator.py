@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from projections import RunState, RunStatus, fold, fold_all
-from projections._state import CallStatus
-from schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy
+from runlog.projections import RunState, RunStatus, fold, fold_all
+from runlog.projections._state import CallStatus
+from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from tests.unit.projections.runlogs import RunBuilder, art
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import OutcomeKind, fold, fold_many
-from schemas import RunEvent
+from runlog.projections import OutcomeKind, fold, fold_many
+from runlog.schemas import RunEvent
 
 from .runlogs import STAGES, RunBuilder, zombie
 

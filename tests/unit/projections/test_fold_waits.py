@@ -3,9 +3,9 @@ the wait's recorded result, and the state (JSON round trip included) keeps the d
 
 from __future__ import annotations
 
-from projections import RunStatus, fold_all
-from projections._state import CallStatus, WaitInfo, state_from_json, state_to_json
-from schemas import EventType, ReplayPolicy
+from runlog.projections import RunStatus, fold_all
+from runlog.projections._state import CallStatus, WaitInfo, state_from_json, state_to_json
+from runlog.schemas import EventType, ReplayPolicy
 
 from .runlogs import RunBuilder, art
 

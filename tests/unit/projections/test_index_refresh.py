@@ -1,5 +1,5 @@
 """A redelivered batch whose runs the store holds already still rewrites their index entries
-(``projections.batch._refreshes``): on Redis Cluster a projector that died between an apply's two
+(``runlog.projections.batch._refreshes``): on Redis Cluster a projector that died between an apply's two
 steps (the run's slot, then the index shards) left the state stored and the indexes not, and the
 fold of the redelivery finds only duplicates."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from projections import BatchProjector, MemoryStore
-from projections.store import ApplyResult, RunUpdate
+from runlog.projections import BatchProjector, MemoryStore
+from runlog.projections.store import ApplyResult, RunUpdate
 
 from .runlogs import full_run
 from .store_contract import CODEC, records

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections import MemoryStore
+from runlog.projections import MemoryStore
 
 from .store_contract import StoreContract
 

@@ -11,7 +11,8 @@ import pytest
 DRIVERS = ("confluent_kafka", "redis", "fastavro", "faust")
 
 
-@pytest.mark.parametrize("module", ["projections.fold", "projections._state", "projections.store", "schemas"])
+@pytest.mark.parametrize("module", ["runlog", "runlog.projections.fold", "runlog.projections._state",
+                                    "runlog.projections.store", "runlog.schemas"])
 def test_importing_loads_no_driver(module: str) -> None:
     code = (f"import json, sys, {module}\n"
             f"print(json.dumps([m for m in {DRIVERS!r} if m in sys.modules]))")
@@ -20,10 +21,10 @@ def test_importing_loads_no_driver(module: str) -> None:
 
 
 def test_the_lazy_names_still_resolve() -> None:
-    code = ("import projections, schemas\n"
-            "from projections import RedisStore, rebuild, read_run_tail, BatchProjector\n"
-            "from projections.rebuild import run_events\n"
-            "import projections as p\n"
+    code = ("import runlog.projections as projections, runlog.schemas as schemas\n"
+            "from runlog.projections import RedisStore, rebuild, read_run_tail, BatchProjector\n"
+            "from runlog.projections.rebuild import run_events\n"
+            "import runlog.projections as p\n"
             "assert callable(rebuild) and p.rebuild is rebuild, p.rebuild\n"
             "assert schemas.Codec.__name__ == 'Codec' and RedisStore.__name__ == 'RedisStore'\n"
             "for n in projections.__all__ + schemas.__all__:\n"

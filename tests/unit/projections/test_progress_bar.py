@@ -1,4 +1,4 @@
-"""``projections.log_reader.progress_bar``: a tqdm bar on the stream it is given, nothing elsewhere."""
+"""``runlog.projections.log_reader.progress_bar``: a tqdm bar on the stream it is given, nothing elsewhere."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from projections.log_reader import progress_bar
+from runlog.projections.log_reader import progress_bar
 
 
 def test_no_stream_no_bar(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from projections import BatchProjector, MemoryStore
-from projections._state import EffectEntry
-from schemas import Checkpoint
+from runlog.projections import BatchProjector, MemoryStore
+from runlog.projections._state import EffectEntry
+from runlog.schemas import Checkpoint
 
 from .runlogs import full_run
 from .store_contract import CODEC, records

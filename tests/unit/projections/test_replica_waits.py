@@ -1,4 +1,4 @@
-"""The projection's replica waits (``projections._replicas``) without a cluster: which primaries a
+"""The projection's replica waits (``runlog.projections._replicas``) without a cluster: which primaries a
 batch waits on and for how many replicas, the ``WAIT`` commands queued after the writes, the
 failures that keep the batch from being done, and the store keeping a batch that failed to send it
 again with the next (``ShardedIndexes.apply_whole``)."""
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from projections._replicas import CHECK_EVERY_S, ReplicasBehind, ReplicaWaits, online_replicas
-from projections._sharded import ProjectionLost, ProjectionStoreError, ShardedIndexes
-from projections._state import RunState
-from projections.store import ApplyResult, RunUpdate
+from runlog.projections._replicas import CHECK_EVERY_S, ReplicasBehind, ReplicaWaits, online_replicas
+from runlog.projections._sharded import ProjectionLost, ProjectionStoreError, ShardedIndexes
+from runlog.projections._state import RunState
+from runlog.projections.store import ApplyResult, RunUpdate
 
 
 class Node:
@@ -94,7 +94,7 @@ def test_auto_waits_for_one_replica_where_one_is_online_and_warns_once_about_a_n
         caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     w, probe = waits(None, {"a": 2, "b": 0, "c": 1}, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="projections._replicas"):
+    with caplog.at_level(logging.WARNING, logger="runlog.projections._replicas"):
         assert [(x.name, x.replicas) for x in w.plan(["a:k", "b:k", "c:k"])] == [("a", 1), ("c", 1)]
         assert [(x.name, x.replicas) for x in w.plan(["b:k"])] == []
     warned = [r.getMessage() for r in caplog.records]
@@ -244,8 +244,8 @@ def test_a_lost_namespace_drops_the_kept_batch() -> None:
 # -- the settings ---------------------------------------------------------------------------------
 
 def test_the_settings_read_auto_a_number_and_refuse_the_rest() -> None:
-    from schemas.errors import ConfigError
-    from schemas.settings import Settings
+    from runlog.schemas.errors import ConfigError
+    from runlog.schemas.settings import Settings
 
     assert Settings.from_env({}).redis_wait_replicas is None and Settings.from_env({}).redis_wait_ms == 2000
     assert Settings.from_env({"RUNLOG_REDIS_WAIT_REPLICAS": "AUTO"}).redis_wait_replicas is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from projections import BatchProjector, MemoryStore, fold
-from projections.store import StoreWentBack
+from runlog.projections import BatchProjector, MemoryStore, fold
+from runlog.projections.store import StoreWentBack
 
 from .runlogs import full_run
 from .store_contract import CODEC, records

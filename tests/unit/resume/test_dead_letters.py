@@ -1,10 +1,10 @@
-"""The resumer dead-letters with the one header builder (``processors.dlq``), as the projector does."""
+"""The resumer dead-letters with the one header builder (``runlog.processors.dlq``), as the projector does."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from processors.dlq import (
+from runlog.processors.dlq import (
     H_DETAIL,
     H_OFFSET,
     H_PARTITION,
@@ -14,9 +14,9 @@ from processors.dlq import (
     headers,
     parse_headers,
 )
-from processors.metrics import ResumerMetrics
-from processors.resume import ResumerService
-from schemas import Settings, Topics
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume import ResumerService
+from runlog.schemas import Settings, Topics
 
 
 class _Msg:

@@ -1,4 +1,4 @@
-"""Every decision of the resume plan, from facts alone (``processors.resume.plan``: no services).
+"""Every decision of the resume plan, from facts alone (``runlog.processors.resume.plan``: no services).
 
 One test (or parametrized case) per outcome the plan and the outcome functions can produce."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processors.resume.plan import (
+from runlog.processors.resume.plan import (
     NO_WORKFLOW,
     CheckpointCheck,
     PlanFacts,
@@ -18,11 +18,11 @@ from processors.resume.plan import (
     outcome_after_lease,
     outcome_before_lease,
 )
-from producers import App, DictInputSource, Tool, Workflow, tool
-from producers.calls._ledger import LedgerEntry
-from projections import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
-from projections._state import WaitInfo
-from schemas import ArtifactRef, Checkpoint, EffectStatus, ErrorInfo, ReplayPolicy, WorkflowSpec
+from runlog.producers import App, DictInputSource, Tool, Workflow, tool
+from runlog.producers.calls._ledger import LedgerEntry
+from runlog.projections import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
+from runlog.projections._state import WaitInfo
+from runlog.schemas import ArtifactRef, Checkpoint, EffectStatus, ErrorInfo, ReplayPolicy, WorkflowSpec
 
 RUN = "run-1"
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from processors.resume import ResumePlan, plan_effect
-from producers import Tool, tool
-from projections import EffectEntry
-from schemas import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy
+from runlog.processors.resume import ResumePlan, plan_effect
+from runlog.producers import Tool, tool
+from runlog.projections import EffectEntry
+from runlog.schemas import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy
 
 
 def _effect(policy: ReplayPolicy | None, name: str = "t") -> EffectEntry:

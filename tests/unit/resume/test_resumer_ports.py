@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from processors.resume import App, Resumer, UnknownRun
-from processors.resume.ports import MemoryRunEvents
-from producers import DictInputSource, StageContext, Tool, Workflow, tool
-from producers.calls._ledger import InMemoryEffectLedger
-from producers.log._memory import (
+from runlog.processors.resume import App, Resumer, UnknownRun
+from runlog.processors.resume.ports import MemoryRunEvents
+from runlog.producers import DictInputSource, StageContext, Tool, Workflow, tool
+from runlog.producers.calls._ledger import InMemoryEffectLedger
+from runlog.producers.log._memory import (
     InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
 )
-from producers.run._runner import Runner
-from projections import MemoryStore, RunState, RunUpdate, StoredCheckpoint, fold
-from schemas import EventType, ReplayPolicy, Settings
+from runlog.producers.run._runner import Runner
+from runlog.projections import MemoryStore, RunState, RunUpdate, StoredCheckpoint, fold
+from runlog.schemas import EventType, ReplayPolicy, Settings
 
 
 class Crash(BaseException):

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import processors.resume._retries as resumer_mod
-from processors.metrics import ResumerMetrics
-from processors.resume import (
+import runlog.processors.resume._retries as resumer_mod
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume import (
     CONTENDED_RETRIES,
     App,
     ResumeOutcome,
@@ -21,10 +21,10 @@ from processors.resume import (
     app_id,
     group_id,
 )
-from producers import DictInputSource, Workflow
-from projections import RunState, RunStatus
-from schemas import Settings, WorkflowSpec
-from schemas._types import StageSpec
+from runlog.producers import DictInputSource, Workflow
+from runlog.projections import RunState, RunStatus
+from runlog.schemas import Settings, WorkflowSpec
+from runlog.schemas._types import StageSpec
 
 
 def _wf(name: str, version: str = "1") -> Workflow:

@@ -1,10 +1,10 @@
 """An independent reader of Avro binary bodies, written from the specification, for the codec fuzz tests.
 
-It shares no code with ``schemas._codec`` or fastavro: it walks the schema JSON and the bytes
+It shares no code with ``runlog.schemas._codec`` or fastavro: it walks the schema JSON and the bytes
 itself, so a successful decode by the codec can be checked against what the bytes actually say.
 It follows the specification. Two tolerances that mirror fastavro's reader can be switched on
 (named, so nothing else is tolerated by accident); both are off, because the codec reads bodies
-written with its own schema with the generated reader of :mod:`schemas._avro_gen`, which follows
+written with its own schema with the generated reader of :mod:`runlog.schemas._avro_gen`, which follows
 the specification:
 
 * ``WRAPS_NEGATIVE_INDEX``: a negative union branch or enum index counts from the end (fastavro

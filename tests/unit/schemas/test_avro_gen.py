@@ -1,4 +1,4 @@
-"""The generated Avro writer and reader (``schemas._avro_gen``) against fastavro: same bytes, same
+"""The generated Avro writer and reader (``runlog.schemas._avro_gen``) against fastavro: same bytes, same
 values, for records of every shape the bundled schemas allow; and the codec's fallbacks."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas._avro_gen import Unsupported, compile_schema, read_long, write_long
-from schemas._avsc import RECORD_FILES, load_past_schemas, load_schema, writer_for
-from schemas._codec import Codec
-from schemas._types import EventType, RunEvent
-from schemas.errors import DecodeError
+from runlog.schemas._avro_gen import Unsupported, compile_schema, read_long, write_long
+from runlog.schemas._avsc import RECORD_FILES, load_past_schemas, load_schema, writer_for
+from runlog.schemas._codec import Codec
+from runlog.schemas._types import EventType, RunEvent
+from runlog.schemas.errors import DecodeError
 
 PARSED = {name: writer_for(load_schema(name)).parsed for name in RECORD_FILES}
 PAST = [writer_for(s).parsed for name in RECORD_FILES for s in load_past_schemas(name)]
@@ -77,7 +77,7 @@ def test_varints_round_trip(n: int) -> None:
 
 
 def test_recent_varints_are_cached_for_ints_only() -> None:
-    from schemas._avro_gen import _LONGS, _LONGS_KEPT
+    from runlog.schemas._avro_gen import _LONGS, _LONGS_KEPT
 
     ts = 1_767_323_045_678
     assert write_long(ts) == write_long(ts) == fastavro_bytes("long", ts) and _LONGS[ts] == write_long(ts)
@@ -114,7 +114,7 @@ def test_the_codec_lets_fastavro_name_a_value_the_generated_writer_does_not_take
 
 
 def codec_dict(event: RunEvent) -> dict[str, Any]:
-    from schemas._mapping import KINDS
+    from runlog.schemas._mapping import KINDS
 
     return KINDS[RunEvent].to_dict(event)
 
@@ -134,7 +134,7 @@ def test_the_codec_reports_malformed_bodies_of_its_own_schema_with_their_reason(
 
 
 def test_an_int_outside_32_bits_is_refused_rather_than_written_unreadable() -> None:
-    from schemas._avro_gen import OutOfRange
+    from runlog.schemas._avro_gen import OutOfRange
 
     event = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, hash_version=2**31)
     with pytest.raises(OutOfRange, match="32 bits"):
@@ -144,7 +144,7 @@ def test_an_int_outside_32_bits_is_refused_rather_than_written_unreadable() -> N
 
 
 def test_the_hash_of_an_event_over_the_default_record_size_needs_no_codec_limit() -> None:
-    from schemas._hash import event_hash
+    from runlog.schemas._hash import event_hash
 
     big = RunEvent("r", 1, 1, EventType.STAGE_STARTED, 5, attributes={"blob": "x" * 1_200_000})
     assert len(event_hash(big)) == 64  # a v2 hash encodes the event without a size limit

@@ -1,4 +1,4 @@
-"""The generated reader of ``RunEvent`` objects (``schemas._avro_object_reader``) against fastavro's
+"""The generated reader of ``RunEvent`` objects (``runlog.schemas._avro_object_reader``) against fastavro's
 reader followed by the dict mapping (the codec's path before it): the same event for bytes of every
 shape (every optional field set or not, each enum symbol, arrays of records, maps, usage); the same
 errors on malformed bytes; past schemas through the old path."""
@@ -12,13 +12,13 @@ import fastavro
 import pytest
 from hypothesis import given, settings
 
-from schemas._avro_gen import Unsupported
-from schemas._avro_object_reader import compile_object_decoder
-from schemas._avsc import load_past_schemas, load_schema, writer_for
-from schemas._codec import Codec
-from schemas._mapping import KINDS
-from schemas._types import ArtifactRef, Checkpoint, EventType, ReplayPolicy, RunEvent
-from schemas.errors import DecodeError
+from runlog.schemas._avro_gen import Unsupported
+from runlog.schemas._avro_object_reader import compile_object_decoder
+from runlog.schemas._avsc import load_past_schemas, load_schema, writer_for
+from runlog.schemas._codec import Codec
+from runlog.schemas._mapping import KINDS
+from runlog.schemas._types import ArtifactRef, Checkpoint, EventType, ReplayPolicy, RunEvent
+from runlog.schemas.errors import DecodeError
 from tests.unit.schemas.test_avro_objects import EVENTS, TO_DICT, fastavro_bytes
 
 SCHEMA = writer_for(load_schema("runlog.RunEvent")).parsed

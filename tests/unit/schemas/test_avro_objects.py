@@ -1,4 +1,4 @@
-"""The generated writer of ``RunEvent`` objects (``schemas._avro_objects``) against fastavro and the
+"""The generated writer of ``RunEvent`` objects (``runlog.schemas._avro_objects``) against fastavro and the
 codec's dict path: the same bytes for events of every shape (every optional field set or not, each
 enum symbol, arrays of records, maps); the same behaviour on values it does not take."""
 
@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas._avro_gen import OutOfRange, Unsupported
-from schemas._avro_objects import compile_object_encoder
-from schemas._avsc import load_past_schemas, load_schema, writer_for
-from schemas._codec import Codec
-from schemas._mapping import KINDS
-from schemas._types import (
+from runlog.schemas._avro_gen import OutOfRange, Unsupported
+from runlog.schemas._avro_objects import compile_object_encoder
+from runlog.schemas._avsc import load_past_schemas, load_schema, writer_for
+from runlog.schemas._codec import Codec
+from runlog.schemas._mapping import KINDS
+from runlog.schemas._types import (
     ArtifactRef,
     ErrorInfo,
     EventType,

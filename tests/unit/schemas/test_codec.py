@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import (
+from runlog.schemas import (
     SINGLE_OBJECT_MAGIC,
     ArtifactRef,
     Checkpoint,
@@ -34,7 +34,7 @@ from schemas import (
     WorkflowSpec,
     load_schema,
 )
-from schemas._codec import _KINDS
+from runlog.schemas._codec import _KINDS
 from tests.unit.schemas.avro_reference import Refused, read_body
 
 
@@ -160,7 +160,7 @@ def test_v2_reader_reads_v1_data_filling_defaults() -> None:
 def test_resume_requests_written_before_seen_epoch_still_decode() -> None:
     from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-    from schemas import load_past_schemas
+    from runlog.schemas import load_past_schemas
 
     v1 = load_past_schemas("runlog.ResumeRequest")[0]
     assert "seen_epoch" not in {f["name"] for f in v1["fields"]}
@@ -363,7 +363,7 @@ def test_usage_is_a_compatible_addition_of_tool_results() -> None:
     (run_event.v4.avsc) reads with no usage; a reader of v4 reads an event with usage, without it."""
     from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-    from schemas import Usage, load_past_schemas
+    from runlog.schemas import Usage, load_past_schemas
 
     v4 = load_past_schemas("runlog.RunEvent")[-1]
     assert "usage" not in {f["name"] for f in v4["fields"]}

@@ -18,8 +18,8 @@ from dataclasses import MISSING, fields, replace
 from enum import Enum
 from typing import Any
 
-from processors.bench._events import history
-from schemas import (
+from runlog.processors.bench._events import history
+from runlog.schemas import (
     ArtifactRef,
     Codec,
     ErrorInfo,
@@ -30,8 +30,8 @@ from schemas import (
     WorkflowSpec,
     event_hash,
 )
-from schemas._hash import _canon
-from schemas._types import ReplayPolicy, RuleResult
+from runlog.schemas._hash import _canon
+from runlog.schemas._types import ReplayPolicy, RuleResult
 
 
 def _ref_canon(v: Any) -> Any:

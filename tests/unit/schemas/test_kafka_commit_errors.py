@@ -1,11 +1,12 @@
-"""Which commit errors only mean the consumer group moved on (schemas._kafka.commit_refused_by_rebalance)."""
+"""Which commit errors only mean the consumer group moved on
+(runlog.schemas._kafka.commit_refused_by_rebalance)."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas._kafka import commit_refused_by_rebalance
+from runlog.schemas._kafka import commit_refused_by_rebalance
 
 
 @pytest.mark.parametrize("code", [KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,

@@ -1,4 +1,4 @@
-"""``schemas._kafka.watermarks``: a leader election is waited out, anything else fails at once."""
+"""``runlog.schemas._kafka.watermarks``: a leader election is waited out, anything else fails at once."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas._kafka import watermarks
-from schemas.errors import RunlogError
+from runlog.schemas._kafka import watermarks
+from runlog.schemas.errors import RunlogError
 
 
 class _Consumer:

@@ -1,4 +1,4 @@
-"""The one record mapping (``schemas._plain``): its styles on small records, and the two styles
+"""The one record mapping (``runlog.schemas._plain``): its styles on small records, and the two styles
 Runlog uses pinned on its own records (the Avro dicts, the projection's JSON text)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from enum import StrEnum
 
 import pytest
 
-from projections._budget import BudgetCaps
-from projections._state import (
+from runlog.projections._budget import BudgetCaps
+from runlog.projections._state import (
     CallRecord,
     CallStatus,
     CheckpointEntry,
@@ -23,8 +23,8 @@ from projections._state import (
     state_from_json,
     state_to_json,
 )
-from projections._usage import UsageTotals
-from schemas import (
+from runlog.projections._usage import UsageTotals
+from runlog.schemas import (
     ArtifactRef,
     Checkpoint,
     Effect,
@@ -35,8 +35,8 @@ from schemas import (
     StageSpec,
     WorkflowSpec,
 )
-from schemas._mapping import KINDS
-from schemas._plain import PlainMapping
+from runlog.schemas._mapping import KINDS
+from runlog.schemas._plain import PlainMapping
 
 
 class Colour(StrEnum):

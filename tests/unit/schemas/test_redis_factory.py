@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 import redis
 
-from schemas import Settings
-from schemas._redis import INDEX_SHARDS, cluster_nodes, index_shard, is_cluster, is_cluster_url, redis_client
-from schemas.errors import ConfigError
+from runlog.schemas import Settings
+from runlog.schemas._redis import (
+    INDEX_SHARDS,
+    cluster_nodes,
+    index_shard,
+    is_cluster,
+    is_cluster_url,
+    redis_client,
+)
+from runlog.schemas.errors import ConfigError
 
 
 def test_a_cluster_url_names_its_nodes_credentials_and_tls() -> None:
@@ -50,8 +57,8 @@ def test_the_index_shard_function_is_pinned() -> None:
 
 
 def test_a_redis_url_with_an_option_the_client_does_not_take_is_refused_by_name() -> None:
-    from schemas import ConfigError, Settings
-    from schemas._redis import url_options_refused
+    from runlog.schemas import ConfigError, Settings
+    from runlog.schemas._redis import url_options_refused
 
     assert url_options_refused("redis://h:1/0?socket_timeout=3&health_check_interval=5&db=2") == []
     assert url_options_refused("redis://h:1/0?cluster=true&zz=1") == ["cluster", "zz"]

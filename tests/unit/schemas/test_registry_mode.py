@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from projections import RawRecord, decode_records
-from schemas import SINGLE_OBJECT_MAGIC, Codec, ConfigError, DecodeError, EventType, RunEvent, Settings
-from schemas.registry import RegistryUnavailable, registry_client, registry_error
-from schemas.settings import ENV_VARS
+from runlog.projections import RawRecord, decode_records
+from runlog.schemas import SINGLE_OBJECT_MAGIC, Codec, ConfigError, DecodeError, EventType, RunEvent, Settings
+from runlog.schemas.registry import RegistryUnavailable, registry_client, registry_error
+from runlog.schemas.settings import ENV_VARS
 
 SECRET = "s3cr3t-pw-42"
 
@@ -119,8 +119,8 @@ def test_the_projector_batch_decode_reads_both_framings_from_one_topic() -> None
 
 def test_a_version_2_hash_is_the_same_under_both_framings() -> None:
     """The body after ``00`` + schema id is the body after ``C3 01`` + fingerprint: one hash."""
-    from schemas._codec import body_of
-    from schemas._hash import event_hash
+    from runlog.schemas._codec import body_of
+    from runlog.schemas._hash import event_hash
 
     codec = Codec.from_settings(_mock())
     ev = replace(_event("run-a", 2), hash_version=2, prev_hash="ab" * 32)
@@ -137,7 +137,7 @@ def test_without_auto_register_an_unregistered_schema_names_the_command() -> Non
     s = _mock("noauto-").with_(schema_registry_auto_register=False)
     with pytest.raises(ConfigError, match="runlog schemas register"):
         Codec.from_settings(s).encode(_event("r", 1))
-    from schemas.registry import register_schemas
+    from runlog.schemas.registry import register_schemas
 
     register_schemas(registry_client(s))
     data = Codec.from_settings(s).encode(_event("r", 1))
@@ -145,7 +145,7 @@ def test_without_auto_register_an_unregistered_schema_names_the_command() -> Non
 
 
 def test_register_after_a_writer_registered_keeps_the_current_schema_latest() -> None:
-    from schemas.registry import register_schemas
+    from runlog.schemas.registry import register_schemas
 
     s = _mock("order-")
     data = Codec.from_settings(s).encode(_event("r", 1))  # a writer registers runlog.RunEvent first
@@ -216,7 +216,7 @@ def test_an_unknown_id_is_still_a_dead_letter_with_a_registry() -> None:
 def test_cli_with_an_unreachable_registry_prints_one_line_and_exits_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str],
         tmp_path: Any) -> None:
-    from processors.cli import main
+    from runlog.processors.cli import main
 
     monkeypatch.setenv("RUNLOG_SCHEMA_REGISTRY_URL", f"http://runlog:{SECRET}@127.0.0.1:{_closed_port()}")
     monkeypatch.setenv("RUNLOG_SCHEMA_REGISTRY_MAX_RETRIES", "0")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import ConfigError, Settings, Topics
-from schemas.settings import ENV_VARS
+from runlog.schemas import ConfigError, Settings, Topics
+from runlog.schemas.settings import ENV_VARS
 
 
 def test_defaults_and_env() -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from processors.resume import group_id as resumer_group_id
-from projections.rebuild import default_target, prefixes_overlap
-from schemas import ConfigError, Settings
-from schemas.settings import KAFKA_LOG
+from runlog.processors.resume import group_id as resumer_group_id
+from runlog.projections.rebuild import default_target, prefixes_overlap
+from runlog.schemas import ConfigError, Settings
+from runlog.schemas.settings import KAFKA_LOG
 
 # -- group ids --------------------------------------------------------------------------------------
 
@@ -120,9 +120,9 @@ def test_librdkafka_logs_go_to_python_logging_unless_debug_is_asked_for() -> Non
 
 @pytest.fixture(autouse=True)
 def _auth_lines_not_yet_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No authentication failure reported, no quiet CLI (``processors.cli.main`` run in-process by
+    """No authentication failure reported, no quiet CLI (``runlog.processors.cli.main`` run in-process by
     other tests sets it for the rest of the process)."""
-    from schemas import _kafka_auth
+    from runlog.schemas import _kafka_auth
 
     monkeypatch.setitem(_kafka_auth._state, "reported", False)
     monkeypatch.setitem(_kafka_auth._state, "quiet", False)
@@ -192,8 +192,8 @@ def test_the_error_callback_raises_authentication_failed_naming_the_user_not_the
         caplog: pytest.LogCaptureFixture) -> None:
     from confluent_kafka import KafkaError
 
-    from schemas import _kafka_auth
-    from schemas.errors import AuthenticationFailed
+    from runlog.schemas import _kafka_auth
+    from runlog.schemas.errors import AuthenticationFailed
 
     s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9093", "RUNLOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
                            "RUNLOG_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
@@ -226,7 +226,7 @@ def test_the_error_callback_raises_authentication_failed_naming_the_user_not_the
 
 
 def test_the_cli_drops_even_the_first_failure_line(caplog: pytest.LogCaptureFixture) -> None:
-    from schemas import _kafka_auth
+    from runlog.schemas import _kafka_auth
 
     _kafka_auth.quiet_auth_lines()
     caplog.set_level(logging.INFO, logger="librdkafka")
@@ -238,7 +238,7 @@ def test_the_cli_drops_even_the_first_failure_line(caplog: pytest.LogCaptureFixt
 def test_a_plaintext_client_names_no_mechanism() -> None:
     from confluent_kafka import KafkaError
 
-    from schemas.errors import AuthenticationFailed
+    from runlog.schemas.errors import AuthenticationFailed
 
     cb = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9092"}).admin_config()["error_cb"]
     with pytest.raises(AuthenticationFailed,

@@ -9,9 +9,9 @@ import io
 
 import fastavro
 
-from schemas import Codec, Settings, StreamKind, StreamRecord, Topics, load_schema
-from schemas._avsc import writer_for
-from schemas._codec import SINGLE_OBJECT_MAGIC
+from runlog.schemas import Codec, Settings, StreamKind, StreamRecord, Topics, load_schema
+from runlog.schemas._avsc import writer_for
+from runlog.schemas._codec import SINGLE_OBJECT_MAGIC
 
 
 def test_a_stream_record_round_trips() -> None:

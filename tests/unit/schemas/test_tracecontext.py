@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from producers.log._cloudevents import CloudEventHeaders
-from schemas import EventType, ResumeRequest, RunEvent
-from schemas._tracecontext import (
+from runlog.producers.log._cloudevents import CloudEventHeaders
+from runlog.schemas import EventType, ResumeRequest, RunEvent
+from runlog.schemas._tracecontext import (
     TraceContext,
     carrying,
     current,

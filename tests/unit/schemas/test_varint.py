@@ -8,7 +8,7 @@ import random
 
 import fastavro.write
 
-from schemas._avro_gen import write_long
+from runlog.schemas._avro_gen import write_long
 
 
 def _avro(n: int) -> bytes:

@@ -1,0 +1,140 @@
+"""Runlog: resumable long-running agent workflows.
+
+``import runlog`` gives what an application author writes and calls: workflows, stages and rules
+(``Workflow``, ``rule``), tools with replay and retry policies (``tool``, ``ReplayPolicy``,
+``RetryPolicy``), the runners (``Runner``, ``AsyncRunner``), the resumer's application object
+(``App``), settings and the errors an author catches. The same names are the public API of
+:mod:`runlog.producers` (the agent-side SDK); the list is pinned by ``tests/unit/test_public_api.py``.
+
+The parts, each a package of its own:
+
+* :mod:`runlog.schemas`: the contract (Avro schemas, the types they map to, the codec, topics, settings);
+* :mod:`runlog.producers`: the agent-side SDK (workflows, tools, the run writer and its lease);
+* :mod:`runlog.projections`: the Redis read models and the one fold that computes them;
+* :mod:`runlog.processors`: the projector, the resumer, audits and the ``runlog`` command line;
+* :mod:`runlog.testing`: in-memory parts and crash helpers to unit-test one's own workflows.
+"""
+
+import importlib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runlog.producers import (
+        App,
+        ArtifactError,
+        ArtifactStore,
+        AsyncRunner,
+        AsyncStageContext,
+        Budget,
+        CallInfo,
+        CallPosition,
+        DeliveryError,
+        DeliveryFn,
+        DictInputSource,
+        Diverged,
+        EffectInDoubt,
+        InputNotFound,
+        InputSource,
+        JsonDirInputSource,
+        LeaseLost,
+        LocalArtifactStore,
+        Price,
+        PriceTable,
+        ReconcileFn,
+        ReplayPolicy,
+        ResumeBlocked,
+        RetryableToolError,
+        RetryPolicy,
+        Rule,
+        RunConflict,
+        RunHandle,
+        RunlogError,
+        Runner,
+        RunResult,
+        Settings,
+        Stage,
+        StageContext,
+        StageFn,
+        TerminalToolError,
+        Tool,
+        ToolError,
+        ToolFn,
+        Usage,
+        VerificationFailed,
+        WaitTimedOut,
+        Workflow,
+        WorkflowDefinitionError,
+        WorkflowRegistry,
+        load_args,
+        rule,
+        tool,
+    )
+
+try:
+    __version__ = _version("runlog")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    """The SDK's names, imported on first use (PEP 562): ``import runlog.projections.fold`` alone loads
+    no Kafka or Redis client, while ``runlog.Workflow`` and ``from runlog import Runner`` work as usual."""
+    if name == "__version__" or name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("runlog.producers"), name)
+    globals()[name] = value
+    return value
+
+__all__ = [
+    "App",
+    "ArtifactError",
+    "ArtifactStore",
+    "AsyncRunner",
+    "AsyncStageContext",
+    "Budget",
+    "CallInfo",
+    "CallPosition",
+    "DeliveryError",
+    "DeliveryFn",
+    "DictInputSource",
+    "Diverged",
+    "EffectInDoubt",
+    "InputNotFound",
+    "InputSource",
+    "JsonDirInputSource",
+    "LeaseLost",
+    "LocalArtifactStore",
+    "Price",
+    "PriceTable",
+    "ReconcileFn",
+    "ReplayPolicy",
+    "ResumeBlocked",
+    "RetryPolicy",
+    "RetryableToolError",
+    "Rule",
+    "RunConflict",
+    "RunHandle",
+    "RunResult",
+    "RunlogError",
+    "Runner",
+    "Settings",
+    "Stage",
+    "StageContext",
+    "StageFn",
+    "TerminalToolError",
+    "Tool",
+    "ToolError",
+    "ToolFn",
+    "Usage",
+    "VerificationFailed",
+    "WaitTimedOut",
+    "Workflow",
+    "WorkflowDefinitionError",
+    "WorkflowRegistry",
+    "__version__",
+    "load_args",
+    "rule",
+    "tool",
+]
