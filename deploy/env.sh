@@ -1,20 +1,52 @@
 # deploy/env.sh — sourced by deploy/test and deploy/demo: a project virtualenv with Runlog
 # installed, and Kafka + Redis (from the environment, or started by deploy/local/up).
+#
+# RUNLOG_ENV_PROFILE says what the caller needs: "test" (the default: Runlog with its test and docs
+# extras, and the Debian tools some tests drive) or "demo" (Runlog alone: what `runlog demo` runs).
+# A virtualenv prepared for the tests serves the demo as it is. On a first run the services start
+# while the virtualenv is prepared, not after it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
 VENV="${RUNLOG_VENV:-$ROOT/.runlog/venv}"
 PY="${RUNLOG_PYTHON:-python3}"
+PROFILE="${RUNLOG_ENV_PROFILE:-test}"
 
 say() { printf '[runlog] %s\n' "$*" >&2; }
 
-stamp="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$stamp" ]; then
-    say "preparing the virtualenv in ${VENV#"$ROOT"/} (first run only)"
+case "$PROFILE" in
+test) extras="[test,docs]" ;; # docs: mkdocs build --strict in deploy/test
+demo) extras="" ;;
+*) say "RUNLOG_ENV_PROFILE=$PROFILE: expected test or demo"; exit 2 ;;
+esac
+
+# Services first, in the background, when none is configured: the first start fetches Kafka's
+# jars, which takes as long as the virtualenv does.
+services_log=""
+services_pid=""
+if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+    say "starting local Kafka and Redis (deploy/local/up)"
+    services_log="$(mktemp)"
+    "$ROOT/deploy/local/up" >"$services_log.out" 2>"$services_log" &
+    services_pid=$!
+fi
+
+# The stamp names the pyproject.toml it was installed from and the extras; a test virtualenv
+# (extras [test,docs]) is a superset of the demo's.
+digest="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+installed="$(cat "$VENV/.installed" 2>/dev/null || true)"
+ready=0
+if [ -x "$VENV/bin/python" ]; then
+    case "$installed" in
+    "$digest $extras" | "$digest [test,docs]") ready=1 ;;
+    esac
+fi
+if [ "$ready" = 0 ]; then
+    say "preparing the virtualenv in ${VENV#"$ROOT"/} for the $PROFILE (first run only)"
     "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-    "$VENV/bin/python" -m pip install -q -e ".[test,docs]" >&2  # docs: mkdocs build --strict in deploy/test
-    echo "$stamp" >"$VENV/.installed"
+    "$VENV/bin/python" -m pip install -q -e ".$extras" >&2
+    echo "$digest $extras" >"$VENV/.installed"
 fi
 export PATH="$VENV/bin:$PATH"
 
@@ -38,14 +70,19 @@ apt_tools() { # command:package ...
         || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; } \
         || say "could not install ${missing[*]}: their tests skip, or fail under CI=true"
 }
-apt_tools chromium:chromium node:nodejs npm:npm openssl:openssl
+[ "$PROFILE" != test ] || apt_tools chromium:chromium node:nodejs npm:npm openssl:openssl
 
-if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
-    say "starting local Kafka and Redis (deploy/local/up)"
-    # captured first: a failing deploy/local/up (a port taken, say) stops here with its own message,
-    # instead of going on with the variables unset
-    exports="$("$ROOT/deploy/local/up")" || { say "deploy/local/up failed (see above): stopping"; exit 1; }
-    eval "$exports"
+if [ -n "$services_pid" ]; then
+    # the export lines are captured first: a failing deploy/local/up (a port taken, say) stops here
+    # with its own message, instead of going on with the variables unset
+    if ! wait "$services_pid"; then
+        cat "$services_log" >&2
+        say "deploy/local/up failed (see above): stopping"
+        exit 1
+    fi
+    cat "$services_log" >&2
+    eval "$(cat "$services_log.out")"
+    rm -f "$services_log" "$services_log.out"
     if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
         say "deploy/local/up printed no KAFKA_BOOTSTRAP_SERVERS / REDIS_URL: stopping"
         exit 1

@@ -1,7 +1,7 @@
 """The Schema Registry: the client Runlog builds from its settings, the codec that writes through
 it, and publishing the contract (``runlog schemas register``).
 
-With ``RUNLOG_SCHEMA_REGISTRY_URL`` set, :meth:`Codec.from_settings <schemas.Codec.from_settings>`
+With ``RUNLOG_SCHEMA_REGISTRY_URL`` set, :meth:`Codec.from_settings <runlog.schemas.Codec.from_settings>`
 (through :func:`registry_codec`) gives a codec that writes the registry's wire format and reads
 both framings. One client and one codec are kept per registry configuration in a process, so a
 schema id is registered or looked up once and a writer schema fetched once, and ``mock://NAME``

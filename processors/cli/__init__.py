@@ -45,6 +45,15 @@ class _Registers(Protocol):
     def register(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("runlog")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runlog",
@@ -54,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Configuration comes from the environment; see docs/reference/configuration.md.",
     )
+    parser.add_argument("--version", action="version", version=f"runlog {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         module: _Registers = importlib.import_module(name)
@@ -63,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``runlog`` console script."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `runlog runs | head`: the reader has what it wanted. Nothing more can be written to the
+        # closed pipe, and Python's own flush at exit would fail on it too: point stdout elsewhere.
+        _detach_stdout()
+        return EXIT_OK
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     arm_from_env()  # fault tests only: RUNLOG_CRASH_AT names a point where the process kills itself
@@ -83,6 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("runlog: interrupted", file=sys.stderr)
         return 130
+
+
+def _detach_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured): nothing to detach
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

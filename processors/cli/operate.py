@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("run_id", help="the FAILED (or BLOCKED, its cause fixed) run to retry")
     p.add_argument("--force", action="store_true", help="retry even though the failure was terminal")
     p.add_argument("--app", default=_DEMO_APP, metavar="MODULE:ATTRIBUTE",
-                   help="the application (a producers.App) whose workflow the run is "
+                   help="the application (a runlog.App) whose workflow the run is "
                    "(default: %(default)s)")
     _who_why(p, reason_required=False)
     p.set_defaults(func=_retry)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("run_id", nargs="?", default=None,
                    help="the run to replay (or --workflow with --since for a cohort)")
     p.add_argument("--app", required=True, metavar="MODULE:ATTRIBUTE",
-                   help="the application (a producers.App) registering the run's workflow version")
+                   help="the application (a runlog.App) registering the run's workflow version")
     p.add_argument("--model", default=None, metavar="NAME",
                    help="the model the run's agents use instead of their own (e.g. openai:gpt-5.2)")
     p.add_argument("--set", dest="set_params", action="append", default=[], metavar="PARAM=VALUE",

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the resume plan and change nothing: no lease, no event, no effect")
     p.add_argument("--app", default=None, metavar="MODULE:ATTRIBUTE",
-                   help="the application (a producers.App) the plan is made with; required with "
+                   help="the application (a runlog.App) the plan is made with; required with "
                    f"--dry-run (the demo's is {_DEMO_APP}); modules are found in the current directory")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as one JSON object")
     p.set_defaults(func=_resume)
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "committed, the consumer leaves the group, exit 0; a second SIGTERM abandons the "
                     "request in hand uncommitted (the group's next owner of its partition gets it again). "
                     "RUNLOG_GROUP_INSTANCE_ID makes it a static member of the group.")
-    p.add_argument("--app", required=True, help="module:attribute naming a producers.App")
+    p.add_argument("--app", required=True, help="module:attribute naming a runlog.App")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="stop after this long without a request (default: run forever)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",

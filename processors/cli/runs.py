@@ -12,7 +12,7 @@ from typing import Any
 from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK
 from runlog.processors.cli.resume import DEMO_APP as _DEMO_APP
 from runlog.processors.cli.resume import register as register_resume
-from runlog.schemas import Settings, now_ms
+from runlog.schemas import ConfigError, Settings, now_ms
 
 _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]
 """``runlog.projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--input", action="append", required=True, metavar="NAME=VERSION",
                    help="an input the run reads, at its new version (repeat for several)")
     p.add_argument("--app", default=_DEMO_APP,
-                   help="module:attribute of the producers.App with the run's workflow "
+                   help="module:attribute of the runlog.App with the run's workflow "
                         f"(default {_DEMO_APP})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_branch)
@@ -183,7 +183,10 @@ def _parse_at(at: str | None) -> tuple[int | None, int | None]:
         return int(at), None
     from datetime import datetime
 
-    dt = datetime.fromisoformat(at)
+    try:
+        dt = datetime.fromisoformat(at)
+    except ValueError as err:  # "notatime", "2026-13-45": one line, the usage exit code
+        raise ConfigError(f"--at {at!r} is neither a seq nor an ISO 8601 time ({err})") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return None, int(dt.timestamp() * 1000)

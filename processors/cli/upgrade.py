@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--to", required=True, metavar="VERSION",
                    help="the version to continue on (the run's own version: its fixed definition)")
     p.add_argument("--app", required=True, metavar="MODULE:ATTRIBUTE",
-                   help="the application (a producers.App) registering the new version")
+                   help="the application (a runlog.App) registering the new version")
     p.add_argument("--workflow", default=None, metavar="NAME",
                    help="with --from and no RUN: upgrade every open run of NAME@FROM")
     p.add_argument("--from", dest="from_version", default=None, metavar="VERSION",

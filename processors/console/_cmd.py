@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "and pages then ask for it too)")
     p.add_argument("--port", type=int, default=8470, help="port to listen on (default 8470)")
     p.add_argument("--app", default=None, metavar="MODULE:ATTRIBUTE",
-                   help="module:attribute of the application (a producers.App); the retry button needs it")
+                   help="module:attribute of the application (a runlog.App); the retry button needs it")
     p.add_argument("--projector-group", action="append", default=None, metavar="GROUP",
                    help="consumer group of the projector (runlog project --app-id; default "
                    "runlog-projector); repeat for several")

@@ -95,25 +95,32 @@ def load_app(spec: str) -> App:
     """Import ``module:attribute`` and return the :class:`App` it names (or a factory's result).
 
     Modules are found in the current directory first, as ``python -m`` does (the ``runlog``
-    console script alone would not look there)."""
+    console script alone would not look there). The module may also be a path (``./greet:app``,
+    ``../apps/greet.py:app``): its folder is searched first and the file's stem imported."""
     import os
     import sys
+    from pathlib import Path
 
-    module_name, _, attr = spec.partition(":")
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise ConfigError(f"--app must look like module:attribute, got {spec!r}")
-    cwd = os.getcwd()
-    if not sys.path or sys.path[0] not in ("", cwd):
-        sys.path.insert(0, cwd)
+    folder = os.getcwd()
+    if "/" in module_name or module_name.startswith(".") or module_name.endswith(".py"):
+        path = Path(module_name).expanduser().resolve()
+        folder, module_name = str(path.parent), path.name.removesuffix(".py")
+        if not (path.with_name(module_name + ".py").is_file() or (path.parent / module_name).is_dir()):
+            raise ConfigError(f"cannot load app {spec!r}: no module {module_name!r} in {folder}")
+    if not sys.path or sys.path[0] not in ("", folder):
+        sys.path.insert(0, folder)
         importlib.invalidate_caches()
     try:
         obj: Any = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
+    except (ImportError, AttributeError, TypeError, ValueError) as err:
         raise ConfigError(f"cannot load app {spec!r}: {err}") from err
     if callable(obj) and not isinstance(obj, App):
         obj = obj()
     if not isinstance(obj, App):
-        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a producers.App")
+        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a runlog.App")
     return obj
 
 

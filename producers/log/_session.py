@@ -134,7 +134,7 @@ class RunSession:
                 ``prev_hash``, continuing the run's hash chain.
 
         Raises:
-            producers.LeaseHeld: another writer holds the lease and ``force`` is false.
+            LeaseHeld: another writer holds the lease and ``force`` is false.
         """
         return drive(cls.take_over_steps(writer, leases, run_id, last_seq=last_seq, workflow=workflow,
                                          input_versions=input_versions, source=source, params=params,

@@ -1,0 +1,100 @@
+"""Bad input to the ``runlog`` command line is one line and a documented exit code, never a traceback:
+a time that is no time, an ``--app`` given as a path, a reader that closes the pipe early."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runlog.processors.cli import EXIT_OK, EXIT_USAGE, main
+from runlog.processors.resume import load_app
+from runlog.schemas import ConfigError
+
+
+@pytest.mark.parametrize("at", ["notatime", "2026-13-45"])
+def test_show_at_a_time_that_is_no_time_is_a_usage_error(at: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "run-x", "--at", at]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert repr(at) in err
+
+
+APP = textwrap.dedent("""
+    from runlog import App, DictInputSource, Workflow
+
+    wf = Workflow("greet", version="1")
+
+
+    @wf.stage("hello")
+    def hello(ctx, inputs):
+        return {"hi": 1}
+
+
+    app = App.of([wf], [], DictInputSource({}), name="greet-from-a-path")
+""")
+
+
+@pytest.mark.parametrize("spec", ["{dir}/greet:app", "{dir}/greet.py:app", "../{name}/greet:app",
+                                  "./greet:app"])
+def test_an_app_given_as_a_path_loads(spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "apps"
+    folder.mkdir()
+    (folder / "greet.py").write_text(APP)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(folder if spec.startswith("./") else tmp_path / "elsewhere")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "greet", raising=False)
+    app = load_app(spec.format(dir=folder, name=folder.name))
+    assert app.name == "greet-from-a-path"
+
+
+@pytest.mark.parametrize("spec", ["../nowhere/greet:app", "./greet.py:app", "a..b:app", "greet"])
+def test_an_app_that_cannot_load_is_a_configuration_error(spec: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(ConfigError):
+        load_app(spec)
+
+
+CHATTY = textwrap.dedent("""
+    import argparse, sys
+    import runlog.processors.cli as cli
+
+    built = cli.build_parser
+
+
+    def build_parser():  # a command that prints far more than a pipe holds
+        parser = built()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.add_parser("chatty").set_defaults(func=lambda args: [print("x") for _ in range(200_000)] and 0)
+        return parser
+
+
+    cli.build_parser = build_parser
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("argv", ["chatty", "--help"])
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback(argv: str, tmp_path: Path) -> None:
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    proc = subprocess.run(f"{sys.executable} {script} {argv} | head -1; echo \"exit ${{PIPESTATUS[0]}}\"",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
+    first, status = proc.stdout.splitlines()
+    assert first and status == "exit 0", proc.stdout
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import runlog
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"runlog {runlog.__version__}"
