@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from runlog.schemas import ConfigError, Settings
 
 
@@ -58,6 +58,14 @@ def _audit(args: argparse.Namespace) -> int:
     from runlog.processors.audit import AuditOptions, audit, write_report
     from runlog.projections import ProjectionStoreError
 
+    for name in ("from_offset", "to_offset"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            print(f"runlog audit: --{name.replace('_', '-')} must be an offset (0 or more)", file=sys.stderr)
+            return EXIT_USAGE
+    if args.from_offset is not None and args.to_offset is not None and args.to_offset <= args.from_offset:
+        print(f"runlog audit: --to-offset {args.to_offset} must be after --from-offset {args.from_offset} "
+              "(it is exclusive)", file=sys.stderr)
+        return EXIT_USAGE
     settings = Settings.from_env()
     opts = AuditOptions(
         run_id=args.run_id, from_offset=args.from_offset, to_offset=args.to_offset,
@@ -71,6 +79,10 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"runlog audit: cannot read the anchors from Redis ({err}); --no-anchors audits the "
               "topic alone", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    if args.run_id is not None and not report.runs:
+        print(f"runlog audit: no events of run {args.run_id!r} on {report.topic}"
+              + ("" if not opts.ranged and opts.to_the_end else " in the range asked"), file=sys.stderr)
+        return EXIT_FOUND
     jp, hp = write_report(report, args.out)
     if args.json:
         print(json.dumps({**report.summary(), "report_json": str(jp), "report_html": str(hp)}))

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--soft-cost-usd", type=float, default=None, metavar="USD",
                    help="soft cap (a warning): US dollars")
     p.add_argument("--by", required=True, help="who is acting (recorded on the log)")
-    p.add_argument("--reason", default="", help="why (recorded on the log); required")
+    p.add_argument("--reason", required=True, help="why (recorded on the log)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=_budget)
 

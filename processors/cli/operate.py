@@ -63,10 +63,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _who_why(p: argparse.ArgumentParser, *, reason_required: bool) -> None:
-    # --by is checked by runlog.processors.operate (a refusal, exit 1), not argparse (usage, exit 2)
-    p.add_argument("--by", default="", metavar="WHO", help="who is acting (recorded on the log); required")
-    p.add_argument("--reason", default="", metavar="TEXT",
-                   help="why (recorded on the log)" + ("; required" if reason_required else ""))
+    # required options look required: without them argparse answers (usage, exit 2); a blank value
+    # is refused by runlog.processors.operate (exit 1)
+    p.add_argument("--by", required=True, metavar="WHO", help="who is acting (recorded on the log)")
+    p.add_argument("--reason", required=reason_required, default="", metavar="TEXT",
+                   help="why (recorded on the log)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -64,6 +64,14 @@ def _run_known(settings: Settings, run_id: str) -> bool:
         getattr(events, "close", lambda: None)()  # a generator: closes its consumer
 
 
+#: a run in one of these states has nothing a resume would do; what to run instead
+_FINISHED = {
+    "COMPLETED": "it has nothing left to run",
+    "CANCELLED": "an operator cancelled it",
+    "FAILED": "a stage failed; `runlog retry RUN --app MODULE:APP --by WHO` runs it again",
+}
+
+
 def _unknown(run_id: str, what: str) -> int:
     print(f"runlog resume: no run {run_id!r} in Redis or on the events topic; {what}", file=sys.stderr)
     return EXIT_FOUND
@@ -78,6 +86,10 @@ def _resume(args: argparse.Namespace) -> int:
         if not _run_known(settings, args.run_id):  # a missing events topic: a configuration error
             return _unknown(args.run_id, "nothing requested")
         state = load_run(settings, args.run_id)  # as of the end of the log: the epoch this request sees
+        if state is not None and state.status.value in _FINISHED:
+            print(f"runlog resume: run {args.run_id} is {state.status.value}: "
+                  f"{_FINISHED[state.status.value]}; nothing requested", file=sys.stderr)
+            return EXIT_FOUND
         seen = state.epoch if state is not None else None
         request_resume(settings, args.run_id, "requested by runlog resume", requested_by="cli",
                        seen_epoch=seen)

@@ -33,11 +33,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _tail(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
 
+    from runlog.processors.cli.resume import _run_known
     from runlog.processors.streams import StreamEntry, StreamReader
 
     settings = Settings.from_env()
     dlq = Producer(settings.producer_config())
-    bad = 0
+    bad = printed = 0
     with StreamReader(settings, args.run_id, from_offset=args.from_offset, dead_letters=dlq) as reader:
         if reader.partition in reader.trimmed:
             print(f"runlog tail: records before offset {reader.trimmed[reader.partition]} are no longer kept "
@@ -48,6 +49,7 @@ def _tail(args: argparse.Namespace) -> int:
         try:
             for entry in entries:
                 r, err = entry.record, entry.error
+                printed += 1
                 if r is None:
                     bad += 1
                     assert err is not None
@@ -66,7 +68,13 @@ def _tail(args: argparse.Namespace) -> int:
                     body = r.text if r.text is not None else (r.data or "")
                     print(f"{entry.offset} {r.kind.value} {r.call_id} epoch={r.epoch} attempt={r.attempt} "
                           f"{body!r}", flush=True)
-        finally:
+        except BaseException:
             print(f"runlog tail: next offset {reader.next_offset} (resume with --from {reader.next_offset})",
                   file=sys.stderr)
+            raise
+        next_offset = reader.next_offset
+    if not printed and args.from_offset == 0 and not _run_known(settings, args.run_id):
+        print(f"runlog tail: no run {args.run_id!r} in Redis or on the events topic", file=sys.stderr)
+        return EXIT_FOUND
+    print(f"runlog tail: next offset {next_offset} (resume with --from {next_offset})", file=sys.stderr)
     return EXIT_FOUND if bad else EXIT_OK

@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--from", dest="from_version", default=None, metavar="VERSION",
                    help="with --workflow: the version whose open runs are upgraded")
     p.add_argument("--dry-run", action="store_true", help="print what the upgrade would do; append nothing")
-    p.add_argument("--by", default="", metavar="WHO", help="who is acting (recorded on the log); required")
-    p.add_argument("--reason", default="", metavar="TEXT", help="why (recorded on the log); required")
+    p.add_argument("--by", required=True, metavar="WHO", help="who is acting (recorded on the log)")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded on the log)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_upgrade)
 

@@ -153,3 +153,14 @@ def test_cli_json_summary_exit_status_and_reports(audit_world: AuditWorld, tmp_p
     assert (out / "audit.html").read_text().startswith("<!DOCTYPE html>")
     assert main(["audit", "--json", "--run", audit_world.clean_runs[0], "--out", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["findings"] == []
+    # a run the topic does not hold is not "0 runs, no findings"
+    assert main(["audit", "--run", "run-nope", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines()[-1].startswith(
+        "runlog audit: no events of run 'run-nope'"), captured.err
+    # an empty or negative offset range is bad usage, refused before anything is read
+    for bad in (["--from-offset", "10", "--to-offset", "5"], ["--from-offset", "3", "--to-offset", "3"],
+                ["--from-offset", "-1"]):
+        assert main(["audit", *bad, "--out", str(out)]) == 2, bad
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err

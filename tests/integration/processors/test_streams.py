@@ -52,6 +52,17 @@ def test_a_reader_resumes_from_next_offset_without_gap_or_duplicate(topics: Sett
     assert "".join(texts) == "".join(f"t{i} " for i in range(40))
 
 
+def test_tail_of_a_run_nobody_knows_says_so(topics: Settings, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    _write(topics, "run-known", 2)  # the topics exist, with another run's records
+    assert main(["tail", "run-nope"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip().splitlines() == [
+        "runlog tail: no run 'run-nope' in Redis or on the events topic"], out.err
+
+
 def test_tail_from_an_offset_prints_exactly_the_rest(topics: Settings, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     for k, v in topics.to_env().items():

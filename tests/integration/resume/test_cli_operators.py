@@ -153,7 +153,7 @@ def test_retry_as_a_command_needs_by_and_force_for_a_terminal_failure_then_compl
     n = len(log_of(topics, run_id))
 
     nobody = _runlog(topics, "retry", run_id, "--app", APP, "--force", cwd=tmp_path)
-    assert nobody.returncode == 1 and "--by" in nobody.stderr, nobody
+    assert nobody.returncode == 2 and "--by" in nobody.stderr, nobody  # argparse: a required option
     unforced = _runlog(topics, "retry", run_id, "--app", APP, "--by", "dave", cwd=tmp_path)
     assert unforced.returncode == 1 and "--force" in unforced.stderr, unforced
     assert len(log_of(topics, run_id)) == n

@@ -37,3 +37,35 @@ def test_resume_of_a_run_only_the_log_knows_is_requested(
     run_id = crash(env, toy("alpha"))  # no projector: Redis has no state of it
     assert main(["resume", run_id]) == 0
     assert f"resume of {run_id} requested" in capsys.readouterr().out
+
+
+def test_resume_of_a_completed_run_refuses_and_requests_nothing(
+        env: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    from runlog.producers import DictInputSource, Runner
+    from runlog.schemas import Topics
+    from tests.integration.resume._toy import toy as make
+
+    t = make("beta")
+    t.crashing = False
+    with Runner.from_settings(env, source=DictInputSource({})) as runner:
+        done = runner.run(t.workflow, {"q": "y"})
+    assert done.completed
+    requests_before = _resume_requests(env, Topics.of(env).resume)
+    assert main(["resume", done.run_id]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"run {done.run_id} is COMPLETED" in err and "nothing requested" in err
+    assert _resume_requests(env, Topics.of(env).resume) == requests_before
+
+
+def _resume_requests(settings: Settings, topic: str) -> int:
+    """How many records the resume topic holds (the sum of its partitions' high watermarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "count-only",
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+    finally:
+        c.close()
