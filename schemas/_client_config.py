@@ -12,7 +12,7 @@ from typing import Any
 
 from runlog.schemas.errors import ConfigError
 
-__all__ = ["KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig"]
+__all__ = ["KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig", "quiet_unreachable_lines"]
 
 #: librdkafka's log lines (every client built from :meth:`ClientConfig.kafka_common`), as Python logging
 #: records: ``FAIL [rdkafka#consumer-1] [thrd:...]: ...`` at the matching level (3 ERROR, 4 WARNING,
@@ -30,6 +30,22 @@ def _close_time_noise(text: str) -> bool:
         "Broker handle destroyed" in text or "in state DOWN)" in text)
 
 
+_UNREACHABLE = ("Connection refused", "Broker transport failure", "brokers are down", "Failed to resolve",
+                "Name or service not known", "Connection timed out", "Timed out")
+_quiet = {"unreachable": False}
+
+
+def quiet_unreachable_lines() -> None:
+    """Drop librdkafka's lines about a broker it cannot reach (it writes one per reconnect, about
+    five a second): the caller reports an unreachable broker itself, once, as
+    :class:`~runlog.schemas.errors.LogUnavailable` (the ``runlog`` CLI does, with exit code 3)."""
+    _quiet["unreachable"] = True
+
+
+def _unreachable_line(text: str) -> bool:
+    return _quiet["unreachable"] and any(marker in text for marker in _UNREACHABLE)
+
+
 class _KafkaNoise(logging.Filter):
     """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger),
     and the lines of an authentication failure once it is reported as
@@ -41,7 +57,7 @@ class _KafkaNoise(logging.Filter):
         from runlog.schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then
 
         text = record.getMessage() if record.levelno > logging.DEBUG else ""
-        if text and (_close_time_noise(text) or auth_failure_line(text)):
+        if text and (_close_time_noise(text) or auth_failure_line(text) or _unreachable_line(text)):
             if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
                 return False
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"

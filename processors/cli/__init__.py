@@ -16,8 +16,9 @@ from typing import Protocol
 from runlog.processors._tracing import command_span
 from runlog.processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from runlog.producers.crash import arm_from_env
+from runlog.schemas._client_config import quiet_unreachable_lines
 from runlog.schemas._kafka_auth import quiet_auth_lines
-from runlog.schemas.errors import AuthenticationFailed, ConfigError, RunlogError
+from runlog.schemas.errors import AuthenticationFailed, ConfigError, LogUnavailable, RunlogError
 
 __all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 
@@ -43,6 +44,38 @@ _COMMAND_MODULES: tuple[str, ...] = (
 
 class _Registers(Protocol):
     def register(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+
+def settings_hint() -> str:
+    """Where the command looked: the bootstrap servers it was given (never a credential)."""
+    import os
+
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    return f"KAFKA_BOOTSTRAP_SERVERS={servers}" if servers else "KAFKA_BOOTSTRAP_SERVERS is not set"
+
+
+def _redis_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` was caused, at any depth, by a Redis connection that failed or timed out."""
+    import redis.exceptions
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _redis_hint() -> str:
+    """The Redis the command used, as host:port/db (never its password)."""
+    import os
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return "REDIS_URL is not set"
+    parts = urlsplit(url)
+    return f"REDIS_URL={parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
 
 
 def _version() -> str:
@@ -88,6 +121,7 @@ def _main(argv: Sequence[str] | None) -> int:
     arm_from_env()  # fault tests only: RUNLOG_CRASH_AT names a point where the process kills itself
     func: Callable[[argparse.Namespace], int] = args.func
     quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too
+    quiet_unreachable_lines()  # so is a broker that cannot be reached (LogUnavailable, exit 3)
     try:
         with command_span(args):  # an operator command is a span; what it appends carries its context
             return func(args)
@@ -97,7 +131,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except ConfigError as err:
         print(f"runlog: configuration error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except LogUnavailable as err:
+        print(f"runlog: the Kafka broker cannot be reached ({settings_hint()}): {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except RunlogError as err:
+        if _redis_unreachable(err):
+            print(f"runlog: Redis cannot be reached ({_redis_hint()}): {err}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         print(f"runlog: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FOUND
     except KeyboardInterrupt:

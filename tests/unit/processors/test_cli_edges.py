@@ -3,6 +3,7 @@ a time that is no time, an ``--app`` given as a path, a reader that closes the p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -98,3 +99,17 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exit_.value.code == EXIT_OK
     assert capsys.readouterr().out.strip() == f"runlog {runlog.__version__}"
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["show", "run-x"], "Kafka broker cannot be reached (KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1)"),
+    (["runs"], "Redis cannot be reached (REDIS_URL=redis://127.0.0.1:1/0)"),
+])
+def test_a_service_that_is_down_is_one_line_and_exit_3(argv: list[str], names: str, tmp_path: Path) -> None:
+    """No librdkafka line per reconnect, no traceback, no password: one line naming the service."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://:pw-7@127.0.0.1:1/0"}
+    proc = subprocess.run([sys.executable, "-m", "runlog", *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 3 and len(lines) == 1, proc.stderr[-2000:]
+    assert names in lines[0] and "pw-7" not in proc.stderr
