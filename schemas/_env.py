@@ -14,9 +14,11 @@ __all__ = ["ENV_VARS", "env_from_values", "values_from_env"]
 
 #: (variable, default, meaning) for every environment variable Runlog reads.
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
-    ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers (host:port,...)"),
+    ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers (host:port,...); unset, the "
+     "port `deploy/local/up` starts, and every `runlog` command names it on its first line"),
     ("REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL (redis:// or rediss://, may carry AUTH;"
-     " redis+cluster://host:port[,host:port...] or rediss+cluster://...: a Redis Cluster)"),
+     " redis+cluster://host:port[,host:port...] or rediss+cluster://...: a Redis Cluster); unset, the "
+     "port `deploy/local/up` starts, and every `runlog` command names it on its first line"),
     ("RUNLOG_TOPIC_PREFIX", "", "prefix put before every topic name, e.g. `prod.`"),
     ("RUNLOG_REDIS_PREFIX", "runlog", "first segment of every Redis key"),
     ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects and resume topics"),

@@ -50,8 +50,25 @@ def settings_hint() -> str:
     """Where the command looked: the bootstrap servers it was given (never a credential)."""
     import os
 
-    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    return f"KAFKA_BOOTSTRAP_SERVERS={servers}" if servers else "KAFKA_BOOTSTRAP_SERVERS is not set"
+    from runlog.schemas.settings import Settings
+
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or Settings.kafka_bootstrap_servers
+
+
+def _name_the_defaults() -> None:
+    """Without KAFKA_BOOTSTRAP_SERVERS or REDIS_URL a command uses the ports ``deploy/local/up``
+    starts: on a shared machine those may be another checkout's services, so it says so first."""
+    import os
+
+    from runlog.schemas.settings import Settings
+
+    unset = [(name, value) for name, value in (("KAFKA_BOOTSTRAP_SERVERS", Settings.kafka_bootstrap_servers),
+                                               ("REDIS_URL", Settings.redis_url))
+             if not os.environ.get(name)]
+    if unset:
+        print(f"runlog: {' and '.join(n for n, _ in unset)} not set: using "
+              f"{' and '.join(v for _, v in unset)} (the ports deploy/local/up starts; set "
+              f"{'them' if len(unset) > 1 else 'it'} to use other services)", file=sys.stderr)
 
 
 def _redis_unreachable(err: BaseException) -> bool:
@@ -122,6 +139,7 @@ def _main(argv: Sequence[str] | None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too
     quiet_unreachable_lines()  # so is a broker that cannot be reached (LogUnavailable, exit 3)
+    _name_the_defaults()
     try:
         with command_span(args):  # an operator command is a span; what it appends carries its context
             return func(args)
@@ -132,7 +150,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"runlog: configuration error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except LogUnavailable as err:
-        print(f"runlog: the Kafka broker cannot be reached ({settings_hint()}): {err}", file=sys.stderr)
+        print(f"runlog: the log cannot be read from Kafka at {settings_hint()}: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except RunlogError as err:
         if _redis_unreachable(err):

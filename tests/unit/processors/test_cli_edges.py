@@ -17,7 +17,10 @@ from runlog.schemas import ConfigError
 
 
 @pytest.mark.parametrize("at", ["notatime", "2026-13-45"])
-def test_show_at_a_time_that_is_no_time_is_a_usage_error(at: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_at_a_time_that_is_no_time_is_a_usage_error(at: str, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # never reached: refused before
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     assert main(["show", "run-x", "--at", at]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
@@ -102,7 +105,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(("argv", "names"), [
-    (["show", "run-x"], "Kafka broker cannot be reached (KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1)"),
+    (["show", "run-x"], "the log cannot be read from Kafka at 127.0.0.1:1"),
     (["runs"], "Redis cannot be reached (REDIS_URL=redis://127.0.0.1:1/0)"),
 ])
 def test_a_service_that_is_down_is_one_line_and_exit_3(argv: list[str], names: str, tmp_path: Path) -> None:
@@ -113,3 +116,18 @@ def test_a_service_that_is_down_is_one_line_and_exit_3(argv: list[str], names: s
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 3 and len(lines) == 1, proc.stderr[-2000:]
     assert names in lines[0] and "pw-7" not in proc.stderr
+
+
+def test_without_the_variables_a_command_names_the_services_it_uses_first(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
+    env["RUNLOG_TOPIC_PREFIX"] = "nowhere-"  # whatever answers there, nothing of it is touched
+    proc = subprocess.run([sys.executable, "-m", "runlog", "show", "run-x", "--at", "no-time"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("runlog: KAFKA_BOOTSTRAP_SERVERS and REDIS_URL not set: using 127.0.0.1:19092 "
+                            "and redis://127.0.0.1:16379/0"), proc.stderr
+    env["REDIS_URL"] = "redis://127.0.0.1:1/0"
+    proc = subprocess.run([sys.executable, "-m", "runlog", "show", "run-x", "--at", "no-time"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("runlog: KAFKA_BOOTSTRAP_SERVERS not set: using 127.0.0.1:19092 "), first
