@@ -224,8 +224,10 @@ class Diverged(ResumeBlocked):
         self.recorded = recorded
         self.new = new
         super().__init__(run_id, f"call {call_id} diverged from the recorded run: recorded {recorded}, "
-                                 f"now {new}; fix the stage and continue the run on the fixed code: "
-                                 f"runlog upgrade {run_id} --to VERSION (its own version for a fix)")
+                                 f"now {new}; fix the stage, deploy it and continue the run on the fixed "
+                                 f"code: runlog retry {run_id} --app MODULE:APP --by WHO (the same "
+                                 f"version, fixed), or runlog upgrade {run_id} --to VERSION --app MODULE:APP "
+                                 "--by WHO --reason WHY (a new version)")
 
 
 class EffectInDoubt(ResumeBlocked):

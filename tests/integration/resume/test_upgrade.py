@@ -144,7 +144,11 @@ def test_a_diverged_run_continues_on_the_fixed_definition_of_its_version(topics:
     run_id = h.run_id
     wait_lease_gone(topics, run_id, 10)
     with Resumer(topics, broken) as r:
-        assert r.resume(run_id).result == "blocked"  # random.random() again: the call diverged
+        blocked = r.resume(run_id)
+        assert blocked.result == "blocked"  # random.random() again: the call diverged
+    # the block names commands that continue it: retry (the same version, fixed) or upgrade
+    assert f"runlog retry {run_id} --app" in blocked.detail
+    assert f"runlog upgrade {run_id} --to" in blocked.detail
     fixed = _diverging(fixed=True)
     res = upgrade_run(topics, fixed, run_id, "1", by="ops", reason="use ctx.random")
     assert res.plan.changed_stages == ("second",) and res.plan.kept_stages == ("first",)
