@@ -50,8 +50,16 @@ from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, Run
 if TYPE_CHECKING:
     from runlog.processors.resume import App, ResumeOutcome
 
-__all__ = ["OperatorRefused", "OperatorResult", "cancel_run", "load_run", "resolve_effect", "retry_run",
-           "take_lease"]
+__all__ = [
+    "OperatorRefused",
+    "OperatorResult",
+    "cancel_run",
+    "load_run",
+    "resolve_effect",
+    "retry_run",
+    "take_lease",
+    "writer_lease_ms",
+]
 
 ATTEMPTS = 5
 """How often an action retries when the run moved between reading it and taking its lease
@@ -93,6 +101,18 @@ def load_run(settings: Settings, run_id: str) -> RunState | None:
         return state
     state, _ = read_run_tail(settings, run_id, KafkaRunLog(settings).partition_of(run_id), 0, None)
     return state
+
+
+def writer_lease_ms(settings: Settings, run_id: str) -> int:
+    """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
+    from runlog.producers.run._lease import lease_key
+    from runlog.schemas._redis import redis_client
+
+    c = redis_client(settings)
+    try:
+        return max(int(c.pttl(lease_key(settings.redis_prefix, run_id))), 0)
+    finally:
+        c.close()
 
 
 def _iso_now() -> str:

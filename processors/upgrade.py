@@ -229,7 +229,13 @@ def upgrade_run(settings: Settings, app: App, run_id: str, to_version: str, *, b
         history = r.reader.checkpoint_history(state) if state.checkpoints else []
         ledger = r.reader.ledger_entries(state)
         plan = plan_upgrade(state, app, to_version, history, r.reader.intact_problem, ledger)
-        if dry_run:
+        if dry_run:  # refuses what the upgrade itself would refuse: a run a live writer holds
+            from runlog.processors.operate import writer_lease_ms
+
+            held = writer_lease_ms(settings, run_id)
+            if held > 0:
+                raise OperatorRefused(f"run {run_id} is held by a live writer (its lease has {held} ms "
+                                      "left): upgrade it once that writer let go of it, or cancel it")
             return UpgradeResult(plan)
         new = app.registry.get(plan.workflow, to_version)
         snap = next((s for c, s in history if c.checkpoint_id == plan.checkpoint_id), None)

@@ -111,7 +111,9 @@ def _resume(args: argparse.Namespace) -> int:
         except UnknownRun:
             return _unknown(args.run_id, "nothing to plan")
     plan = outcome.plan.to_dict()
-    writer = _writer_lease_ms(settings, args.run_id) if plan["status"] == "RUNNING" else None
+    from runlog.processors.operate import writer_lease_ms
+
+    writer = writer_lease_ms(settings, args.run_id) if plan["status"] == "RUNNING" else None
     if args.json:
         print(json.dumps({**plan, "writer_lease_ms": writer}))
         return EXIT_OK
@@ -137,18 +139,6 @@ def _resume(args: argparse.Namespace) -> int:
     if outcome.result == "not_served":
         print(f"not served: {outcome.detail}")
     return EXIT_OK
-
-
-def _writer_lease_ms(settings: Settings, run_id: str) -> int:
-    """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
-    from runlog.producers.run._lease import lease_key
-    from runlog.schemas._redis import redis_client
-
-    c = redis_client(settings)
-    try:
-        return max(int(c.pttl(lease_key(settings.redis_prefix, run_id))), 0)
-    finally:
-        c.close()
 
 
 def _resumer(args: argparse.Namespace) -> int:

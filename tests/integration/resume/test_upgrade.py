@@ -154,3 +154,24 @@ def test_a_diverged_run_continues_on_the_fixed_definition_of_its_version(topics:
     assert res.plan.changed_stages == ("second",) and res.plan.kept_stages == ("first",)
     assert res.outcome is not None and res.outcome.result == "completed", res.outcome
     assert res.executed_stages == ("second",)
+
+
+def test_a_dry_run_refuses_a_run_a_live_writer_holds_as_the_upgrade_does(topics: Settings) -> None:
+    from runlog.processors.demo.run import wait_lease_gone
+
+    s = topics.with_(lease_ttl_ms=4000)
+    broken, app = _diverging(fixed=False), _diverging(fixed=True)
+    runner = Runner.from_settings(s, source=broken.source)
+    try:
+        h = runner.start_run(broken.registry.get("coin"), {"crash": True})
+        assert h.session is not None
+        with contextlib.suppress(Abandon):
+            runner.execute(h.session, release=False)
+    finally:
+        runner.close()  # its lease stays until its ttl runs out: a writer that may still be alive
+    for dry_run in (True, False):
+        with pytest.raises(OperatorRefused, match="held by a live writer"):
+            upgrade_run(s, app, h.run_id, "1", by="ops", reason="r", dry_run=dry_run)
+    wait_lease_gone(s, h.run_id, 30)
+    planned = upgrade_run(s, app, h.run_id, "1", by="ops", reason="r", dry_run=True)
+    assert planned.outcome is None and planned.plan.run_id == h.run_id
