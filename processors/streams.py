@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,20 +164,35 @@ class StreamReader:
                                                         msg.offset())))
         self._dead_letters.flush(10)
 
-    def follow(self, *, idle_timeout: float | None = None,
-               until_final: bool = False) -> Iterator[StreamEntry]:
+    def follow(self, *, idle_timeout: float | None = None, until_final: bool = False,
+               ended: Callable[[], bool] | None = None, check_every: float = 1.0) -> Iterator[StreamEntry]:
         """The run's entries as they arrive; stops after ``idle_timeout`` seconds without one (None:
-        never) or, with ``until_final``, after a ``FINAL`` record."""
-        last = time.monotonic()
+        never) or, with ``until_final``, after the run's final answer.
+
+        A ``FINAL`` record ends one model call, and an agent that calls tools makes several: the
+        run's answer is its last one. So with ``ended`` (whether the run has ended: completed,
+        failed, blocked or cancelled), asked after each ``FINAL`` record and every ``check_every``
+        seconds, following stops once the run has ended and everything written before is read.
+        Without ``ended``, it stops after the first ``FINAL`` record."""
+        last = checked = time.monotonic()
         while True:
             got = self.poll(0.2)
+            final = False
             for entry in got:
                 yield entry
                 if until_final and entry.record is not None and entry.record.kind is StreamKind.FINAL:
+                    if ended is None:
+                        return
+                    final = True
+            now = time.monotonic()
+            if until_final and ended is not None and (final or now - checked >= check_every):
+                checked = now
+                if ended():
+                    yield from self.read_to_end()  # what was written before the run ended
                     return
             if got:
-                last = time.monotonic()
-            elif idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                last = now
+            elif idle_timeout is not None and now - last >= idle_timeout:
                 return
 
     def end_offset(self) -> int:

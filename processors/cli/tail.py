@@ -23,11 +23,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the first offset to read (default: 0, the oldest kept)")
     p.add_argument("--follow", action="store_true", help="keep printing records as they are written")
     p.add_argument("--until-final", action="store_true",
-                   help="with --follow: stop after the first FINAL record")
+                   help="with --follow: stop after the run's final answer (once the run has ended: its "
+                        "last FINAL record; a stream with no run on the log: its first)")
     p.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS",
                    help="with --follow: stop after this long without a record of the run")
     p.add_argument("--json", action="store_true", help="one JSON object per record")
     p.set_defaults(func=_tail)
+
+
+#: a run in one of these states writes no more model output
+_ENDED = frozenset({"COMPLETED", "FAILED", "BLOCKED", "CANCELLED"})
+
+
+def _ended(settings: Settings, run_id: str) -> bool:
+    """Whether the run has ended; a stream whose run the log does not know has nothing more coming."""
+    from runlog.processors.operate import load_run
+
+    state = load_run(settings, run_id)
+    return state is None or state.status.value in _ENDED
 
 
 def _tail(args: argparse.Namespace) -> int:
@@ -44,7 +57,8 @@ def _tail(args: argparse.Namespace) -> int:
             print(f"runlog tail: records before offset {reader.trimmed[reader.partition]} are no longer kept "
                   "(the streams topic's retention); reading from there", file=sys.stderr)
         entries: Iterator[StreamEntry] = (
-            reader.follow(idle_timeout=args.idle_timeout, until_final=args.until_final) if args.follow
+            reader.follow(idle_timeout=args.idle_timeout, until_final=args.until_final,
+                          ended=lambda: _ended(settings, args.run_id)) if args.follow
             else reader.read_to_end())
         try:
             for entry in entries:

@@ -140,3 +140,30 @@ def test_an_offset_past_the_end_is_refused_and_a_trimmed_start_is_named(
     offsets = [json.loads(line)["offset"] for line in out.out.splitlines()]
     assert offsets == list(range(3, 8))  # BEGIN 0, deltas 1-6, FINAL 7: from 3 on
     assert "records before offset 3 are no longer kept" in out.err
+
+
+def test_until_final_means_the_runs_final_answer_not_its_first_model_call(
+        topics: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent that calls a tool makes two model calls, each ending FINAL: ``--until-final`` stops
+    after the run's last one, once the run has ended (here: completed on the log)."""
+    from runlog.producers import DictInputSource, Runner
+    from tests.integration.resume._toy import toy
+
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    t = toy("streamer")
+    t.crashing = False
+    with Runner.from_settings(topics, source=DictInputSource({})) as runner:
+        run_id = runner.run(t.workflow, {"q": "z"}).run_id
+    writer = StreamWriter.from_settings(topics)
+    for n, text in enumerate(["calling the tool", "the answer"]):  # the tool call, then the answer
+        call = writer.begin(run_id=run_id, stage="s", call_id=f"s/model/{n}", epoch=1, attempt=1,
+                            supersedes=False)
+        call.delta(0, text)
+        call.final(json.dumps({"text": text}))
+    assert writer.flush(30) == 0
+    assert main(["tail", run_id, "--json", "--follow", "--until-final", "--idle-timeout", "60"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["kind"], r["call_id"]) for r in records if r["kind"] == "FINAL"] == [
+        ("FINAL", "s/model/0"), ("FINAL", "s/model/1")]
+    assert records[-1]["kind"] == "FINAL" and records[-1]["call_id"] == "s/model/1"
