@@ -27,6 +27,8 @@ model calls spent (tokens and cost: the recorded run's against the replay's).
 from __future__ import annotations
 
 import json
+import re
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,8 @@ from runlog.projections._usage import UsageTotals
 from runlog.schemas._types import EventType
 from runlog.schemas.settings import Settings
 
-__all__ = ["CallOutcome", "ReplayReport", "eval_settings", "replay_cohort", "replay_run"]
+__all__ = ["CallOutcome", "ReplayReport", "drop_namespace", "eval_namespaces", "eval_settings",
+           "replay_cohort", "replay_run"]
 
 SERVED, EXECUTED, ANEW, STOPPED, NOT_MADE = "served", "executed", "anew", "stopped", "not made"
 
@@ -98,6 +101,46 @@ def eval_settings(settings: Settings, namespace: str) -> Settings:
     """``settings`` moved into the evaluation namespace ``namespace`` (topics and Redis keys)."""
     return settings.with_(topic_prefix=f"{settings.topic_prefix}{namespace}.",
                           redis_prefix=f"{settings.redis_prefix}:{namespace}")
+
+
+#: every evaluation namespace is named ``eval-<10 hex digits>``
+_NAMESPACE = re.compile(r"eval-[0-9a-f]{10}")
+
+
+def eval_namespaces(settings: Settings) -> list[str]:
+    """The evaluation namespaces with topics on the broker under ``settings``' topic prefix."""
+    from runlog.processors.admin import admin_client
+
+    names = admin_client(settings).list_topics(timeout=30).topics
+    found = {name[len(settings.topic_prefix):].partition(".")[0] for name in names
+             if name.startswith(settings.topic_prefix)}
+    return sorted(ns for ns in found if _NAMESPACE.fullmatch(ns))
+
+
+def drop_namespace(settings: Settings, namespace: str) -> tuple[list[str], int]:
+    """Delete the evaluation namespace ``namespace`` of ``settings``: its topics and its Redis keys
+    (the live topics and keys are never touched). The topics and the number of keys deleted."""
+    from runlog.processors.admin import admin_client
+    from runlog.projections._namespaces import delete_namespace
+    from runlog.schemas._redis import redis_client
+
+    if not _NAMESPACE.fullmatch(namespace):
+        raise OperatorRefused(f"{namespace!r} is not an evaluation namespace (eval-<10 hex digits>)")
+    es = eval_settings(settings, namespace)
+    admin = admin_client(settings)
+    topics = sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(es.topic_prefix))
+    if topics:
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result()
+        deadline = time.monotonic() + 30  # the broker answers before every metadata view has caught up
+        while time.monotonic() < deadline and set(topics) & set(admin.list_topics(timeout=30).topics):
+            time.sleep(0.2)
+    client = redis_client(settings)
+    try:
+        keys = delete_namespace(client, es.redis_prefix)
+    finally:
+        client.close()
+    return topics, keys
 
 
 def _is_model(tool: Tool) -> bool:

@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "an effect whose request is not the recorded one is never made: the replay stops there. Prints "
         "what changed: stage outputs, calls, tokens and cost.")
     p.add_argument("run_id", nargs="?", default=None,
-                   help="the run to replay (or --workflow with --since for a cohort)")
-    p.add_argument("--app", required=True, metavar="MODULE:ATTRIBUTE",
+                   help="the run to replay (or --workflow with --since for a cohort); `runlog replay clean` "
+                        "deletes every evaluation namespace kept before (--keep)")
+    p.add_argument("--app", metavar="MODULE:ATTRIBUTE",
                    help="the application (a runlog.App) registering the run's workflow version")
     p.add_argument("--model", default=None, metavar="NAME",
                    help="the model the run's agents use instead of their own (e.g. openai:gpt-5.2)")
@@ -39,8 +40,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--since", default=None, metavar="TIME",
                    help="with --workflow: an ISO 8601 time (2026-12-01T00:00:00+00:00) or epoch milliseconds")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="with --workflow: at most N runs")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the evaluation namespace (its topics and Redis keys) to read the replays with "
+                        "runlog show or audit; by default it is deleted once the report is made")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=_replay)
+
+
+def _clean(settings: Settings) -> int:
+    from runlog.processors.replay import drop_namespace, eval_namespaces
+
+    spaces = eval_namespaces(settings)
+    for ns in spaces:
+        topics, keys = drop_namespace(settings, ns)
+        print(f"deleted {ns}: {len(topics)} topics, {keys} Redis keys")
+    print(f"{len(spaces)} evaluation namespaces deleted")
+    return EXIT_OK
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -77,9 +92,15 @@ def parse_since(text: str) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from runlog.processors.operate import OperatorRefused
-    from runlog.processors.replay import replay_cohort, replay_run, summary_table
+    from runlog.processors.replay import drop_namespace, replay_cohort, replay_run, summary_table
     from runlog.processors.resume import load_app
 
+    if args.run_id == "clean":
+        return _clean(Settings.from_env())
+    if args.app is None:
+        print("runlog replay: --app MODULE:ATTRIBUTE is required (the application registering the run's "
+              "workflow version)", file=sys.stderr)
+        return EXIT_USAGE
     one_run, cohort = args.run_id is not None, args.workflow is not None
     if one_run == cohort or cohort != (args.since is not None):
         print("runlog replay: give a RUN, or --workflow NAME --since TIME (not both)", file=sys.stderr)
@@ -102,8 +123,11 @@ def _replay(args: argparse.Namespace) -> int:
     except OperatorRefused as err:
         print(f"runlog replay: refused: {err}", file=sys.stderr)
         return EXIT_REFUSED
+    if not args.keep:
+        drop_namespace(settings, namespace)
     if args.json:
-        print(json.dumps({"namespace": namespace, "replays": [r.to_dict() for r in reports]}, indent=2))
+        print(json.dumps({"namespace": namespace, "kept": args.keep,
+                          "replays": [r.to_dict() for r in reports]}, indent=2))
     else:
         for rep in reports if one_run else ():
             print(f"replay of {rep.run_id} ({rep.workflow}) as {rep.replay_run_id} in {rep.namespace}: "
@@ -113,6 +137,10 @@ def _replay(args: argparse.Namespace) -> int:
             for c in rep.calls:
                 print(f"  {c.call_id:<40} {c.how:<9} {c.detail}".rstrip())
         print(summary_table(reports))
-        print(f"namespace: {namespace} (RUNLOG_TOPIC_PREFIX={settings.topic_prefix}{namespace}. "
-              f"RUNLOG_REDIS_PREFIX={settings.redis_prefix}:{namespace} to read the replays)")
+        if args.keep:
+            print(f"namespace: {namespace} (RUNLOG_TOPIC_PREFIX={settings.topic_prefix}{namespace}. "
+                  f"RUNLOG_REDIS_PREFIX={settings.redis_prefix}:{namespace} to read the replays; "
+                  "runlog replay clean deletes it)")
+        else:
+            print(f"namespace: {namespace} (deleted; --keep keeps it to read the replays)")
     return EXIT_OK if all(r.status == "completed" for r in reports) else EXIT_REFUSED

@@ -116,3 +116,47 @@ def test_an_agent_replayed_calls_its_model_anew_and_with_another_model_never_sav
     assert (world.rows(), world.attempts()) == (rows, 1)  # the order was never saved again
     # TestModel asks for every tool in its first response: the save is stopped inside research
     assert other.outputs == {"research": "not reached", "order": "not reached"}, other.outputs
+
+
+def test_a_replay_leaves_no_namespace_behind_unless_kept_and_clean_deletes_kept_ones(
+        topics: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import runlog.processors.resume
+    from runlog.processors.admin import admin_client
+    from runlog.processors.cli import main
+    from runlog.processors.replay import eval_namespaces
+    from runlog.schemas._redis import redis_client
+    from tests.integration.resume._toy import toy
+
+    t = toy("replayed")
+    t.crashing = False
+    app = t.app(name="replayed")
+    with Runner.from_settings(topics, source=app.source) as runner:
+        run_id = runner.run(t.workflow, {"q": "r"}).run_id
+    for k, v in topics.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(runlog.processors.resume, "load_app", lambda spec: app)
+
+    def left(namespace: str) -> tuple[list[str], list[bytes]]:
+        names = admin_client(topics).list_topics(timeout=30).topics
+        client = redis_client(topics)
+        try:
+            keys = list(client.scan_iter(match=f"{topics.redis_prefix}:{namespace}:*"))
+        finally:
+            client.close()
+        return [n for n in names if n.startswith(f"{topics.topic_prefix}{namespace}.")], keys
+
+    assert main(["replay", run_id, "--app", "toy:app", "--json"]) == 0
+    dropped = json.loads(capsys.readouterr().out)
+    assert dropped["kept"] is False and dropped["replays"][0]["status"] == "completed"
+    assert left(dropped["namespace"]) == ([], [])
+
+    assert main(["replay", run_id, "--app", "toy:app", "--json", "--keep"]) == 0
+    kept = json.loads(capsys.readouterr().out)["namespace"]
+    topics_left, keys_left = left(kept)
+    assert topics_left and keys_left  # the replay's log and projection, to read it
+    assert eval_namespaces(topics) == [kept]
+    assert main(["replay", "clean"]) == 0
+    assert f"deleted {kept}" in capsys.readouterr().out
+    assert left(kept) == ([], []) and eval_namespaces(topics) == []
