@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+#: a generated part as committed: its opening marker, the text last generated, its closing marker
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->\n(.*?)^<!-- end generated: \1 -->$",
+                    re.MULTILINE | re.DOTALL)
+PAGES = ("reference/cli.md", "reference/configuration.md", "reference/contract.md")
 
 
 # -- the CLI --------------------------------------------------------------------------------------
@@ -142,14 +145,33 @@ GENERATORS: dict[str, Callable[[], str]] = {"cli": cli_markdown, "env-vars": env
 
 
 def render(markdown: str) -> str:
-    """``markdown`` with every generated part filled in; an unknown marker is an error."""
+    """``markdown`` with every generated part generated anew between its markers; an unknown part
+    is an error."""
     def fill(m: re.Match[str]) -> str:
         if m.group(1) not in GENERATORS:
             raise ValueError(f"unknown generated part {m.group(1)!r}")
-        return GENERATORS[m.group(1)]()
+        return (f"<!-- generated: {m.group(1)} -->\n{GENERATORS[m.group(1)]().rstrip()}\n"
+                f"<!-- end generated: {m.group(1)} -->")
 
     return MARKER.sub(fill, markdown)
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     return render(markdown)
+
+
+def stale() -> list[str]:
+    """The pages whose committed generated parts differ from what the code generates now."""
+    docs = ROOT / "docs"
+    return [page for page in PAGES if render((docs / page).read_text()) != (docs / page).read_text()]
+
+
+if __name__ == "__main__":  # python docs/_hooks/generate.py --write: the committed pages made current
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python docs/_hooks/generate.py --write")
+    for page in PAGES:
+        path = ROOT / "docs" / page
+        path.write_text(render(path.read_text()))
+        print(f"wrote {path.relative_to(ROOT)}")

@@ -76,6 +76,14 @@ def test_fragments_are_a_minority() -> None:
     assert kinds.count("run") + kinds.count("file") >= 5, kinds
 
 
+def test_the_generated_references_are_committed_as_the_code_generates_them() -> None:
+    """cli.md, configuration.md and contract.md hold their generated parts in the repository (they
+    read whole without a site build), and a command, option or variable that changed fails here."""
+    assert hook().stale() == [], "run: python docs/_hooks/generate.py --write"
+    assert "usage: runlog resume" in (DOCS / "reference" / "cli.md").read_text()
+    assert "| `KAFKA_BOOTSTRAP_SERVERS` |" in (DOCS / "reference" / "configuration.md").read_text()
+
+
 def test_every_command_has_a_generated_reference() -> None:
     page = rendered("reference/cli.md")
     names = [" ".join(path) for path, _, _ in hook().commands()]
@@ -95,7 +103,7 @@ def test_the_avro_reference_has_every_schema_file() -> None:
 
 def test_an_unknown_generated_part_is_an_error() -> None:
     with pytest.raises(ValueError, match="nope"):
-        hook().render("<!-- generated: nope -->\n")
+        hook().render("<!-- generated: nope -->\n<!-- end generated: nope -->\n")
 
 
 def test_every_page_is_in_the_nav() -> None:
