@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Append SIGNAL_RECEIVED (signal runlog.budget) with the new caps, who and why under a "
         "new lease epoch; a cap not given is kept. A run waiting at a hard cap is resumed and checks its "
         "next model call against the new caps. Refused (exit 1, nothing appended) for a completed or "
-        "cancelled run, or without --by, --reason or a cap.")
+        "cancelled run, a blank --by or --reason, or without a cap; without --by or --reason: exit 2.")
     p.add_argument("run_id", help="the run")
     p.add_argument("--tokens", type=int, default=None, metavar="N", help="hard cap: input plus output tokens")
     p.add_argument("--cost-usd", type=float, default=None, metavar="USD",
