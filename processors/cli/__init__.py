@@ -156,11 +156,52 @@ def _main(argv: Sequence[str] | None) -> int:
         if _redis_unreachable(err):
             print(f"runlog: Redis cannot be reached ({_redis_hint()}): {err}", file=sys.stderr)
             return EXIT_UNAVAILABLE
+        if type(err).__name__ == "ServiceUnavailable":  # runlog.processors.admin's: Kafka or Redis
+            print(f"runlog: {err}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         print(f"runlog: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FOUND
     except KeyboardInterrupt:
         print("runlog: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # main's: the reader went away
+    except Exception as err:  # noqa: BLE001 -- the CLI's last word: one line, never a traceback
+        return _unexpected(err)
+
+
+def _unexpected(err: Exception) -> int:
+    """A driver error no command translated: a service that cannot be reached is exit 3 with one
+    line; anything else is one line naming the error, and ``RUNLOG_TRACEBACK=1`` prints its
+    traceback (for a bug report)."""
+    import os
+    import traceback
+
+    if _redis_unreachable(err):
+        print(f"runlog: Redis cannot be reached ({_redis_hint()}): {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if _kafka_unreachable(err):
+        print(f"runlog: Kafka cannot be reached at {settings_hint()}: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if os.environ.get("RUNLOG_TRACEBACK") == "1":
+        traceback.print_exception(err)
+    print(f"runlog: unexpected {type(err).__name__}: {err} (RUNLOG_TRACEBACK=1 prints where)",
+          file=sys.stderr)
+    return EXIT_FOUND
+
+
+def _kafka_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` is, at any depth, a Kafka client's error saying no broker answered."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
+    seen: BaseException | None = err
+    while seen is not None:
+        if (isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError)
+                and seen.args[0].code() in down):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _detach_stdout() -> None:

@@ -294,6 +294,9 @@ def _branch(args: argparse.Namespace) -> int:
     from runlog.processors.resume import load_app
 
     settings = Settings.from_env()
+    bad = [i for i in args.input if "=" not in i or not i.partition("=")[0].strip()]
+    if bad:
+        raise ConfigError(f"--input wants NAME=VERSION, got {bad[0]!r}")
     changes = dict(i.split("=", 1) for i in args.input)
     res = branch_run(settings, load_app(args.app), args.run_id, changes)
     print(json.dumps(res.to_dict()) if args.json else res.describe())

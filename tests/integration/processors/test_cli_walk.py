@@ -1,0 +1,97 @@
+"""Every ``runlog`` command, walked through bad values (unknown runs, malformed options) with the
+services down and with them up: each ends with a documented exit code and a line on stderr, never a
+traceback. The commands are read from the parser, so a new command is walked without being named."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runlog.processors.cli import build_parser
+from runlog.schemas import Settings
+
+pytestmark = pytest.mark.integration
+
+#: commands that serve until stopped (walked in the services-down pass only where they give up)
+SERVERS = {"console", "project", "resumer", "demo", "smoke", "bench", "init"}
+DOWN = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0"}
+
+
+def _leaves(parser: argparse.ArgumentParser,
+            path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], list[str]]]:
+    """(command path, argv with bad values for its required arguments) of every leaf command."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+                    out += _leaves(sub, (*path, name))
+                    continue
+                argv = [*path, name]
+                for a in sub._actions:
+                    if a.option_strings:
+                        if a.required:
+                            argv += [a.option_strings[0], "x"]  # not a module:attribute, not a number
+                    elif a.dest != "help" and a.nargs not in ("?", "*"):
+                        argv.append("run-nope")
+                out.append(((*path, name), argv))
+    return out
+
+
+def _walk(argvs: list[list[str]], env: dict[str, str], cwd: Path) -> list[tuple[str, int, str]]:
+    def run(argv: list[str]) -> tuple[str, int, str]:
+        proc = subprocess.run([sys.executable, "-m", "runlog", *argv], env=env, cwd=cwd, capture_output=True,
+                              text=True, timeout=120)
+        return " ".join(argv), proc.returncode, proc.stderr
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return list(pool.map(run, argvs))
+
+
+def _check(results: list[tuple[str, int, str]], codes: set[int]) -> None:
+    """No traceback; a command given a run nobody has (or a value that is none) ends in ``codes``
+    with a line on stderr; one given nothing to find (``runs``, ``audit``) may also answer 0."""
+    bad = [(cmd, rc, err[-600:]) for cmd, rc, err in results
+           if "Traceback" in err or rc not in (codes if _asks(cmd) else {0, *codes})]
+    assert not bad, bad
+    silent = [cmd for cmd, rc, err in results if rc != 0 and not err.strip() and not cmd.startswith("doctor")]
+    assert not silent, f"refused without a word on stderr: {silent}"  # doctor reports on stdout
+
+
+def _asks(cmd: str) -> bool:
+    return "run-nope" in cmd.split() or " x" in cmd
+
+
+def test_every_command_with_the_services_down_is_one_documented_exit(tmp_path: Path) -> None:
+    leaves = _leaves(build_parser())
+    walked = [argv for path, argv in leaves if path[0] != "console"]  # serves pages with Redis down
+    assert len(walked) >= 25, walked
+    results = _walk(walked, {**os.environ, **DOWN}, tmp_path)
+    _check(results, {1, 2, 3})
+    reached = {cmd for cmd, rc, _ in results if rc == 3}
+    assert {"show run-nope", "runs", "resume run-nope", "audit", "projections rebuild"} <= reached, reached
+
+
+def test_every_command_with_bad_values_against_the_real_services(topics: Settings, tmp_path: Path) -> None:
+    leaves = _leaves(build_parser())
+    walked = [argv for path, argv in leaves if path[0] not in SERVERS]
+    env = {**os.environ, **topics.to_env(), "RUNLOG_TOPIC_PREFIX": f"{topics.topic_prefix}absent."}
+    _check(_walk(walked, env, tmp_path), {1, 2, 3})
+    env = {**os.environ, **topics.to_env()}
+    results = _walk(walked, env, tmp_path)  # the topics exist; the run does not
+    _check(results, {1, 2})
+    by = {cmd: err for cmd, _, err in results}
+    assert "no run 'run-nope'" in by["tail run-nope"] and "no events for 'run-nope'" in by["show run-nope"]
+
+
+@pytest.mark.parametrize("command", sorted(SERVERS))
+def test_servers_answer_help(command: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "runlog", command, "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and f"usage: runlog {command}" in proc.stdout, proc.stderr
