@@ -38,13 +38,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runlog.producers import Runner, Workflow
-from runlog.producers.calls._keys import canonical_json
-from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
-from runlog.producers.log._runlog import KafkaRunLog
-from runlog.producers.log._session import RunSession
-from runlog.producers.run._lease import LeaseHeld
-from runlog.projections import RedisStore, RunState, RunStatus, fold, read_run_tail
-from runlog.projections._state import EffectEntry
+from runlog.producers.internal import (
+    EffectLedger,
+    KafkaRunLog,
+    LeaseHeld,
+    LedgerEntry,
+    RunSession,
+    canonical_json,
+)
+from runlog.projections import EffectEntry, RedisStore, RunState, RunStatus, fold, read_run_tail
 from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings
 
 if TYPE_CHECKING:

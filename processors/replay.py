@@ -34,12 +34,11 @@ from typing import Any
 
 from runlog.processors.admin import ensure_topics
 from runlog.processors.operate import OperatorRefused
-from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
-from runlog.producers.define._app import App
-from runlog.producers.define._tools import CallInfo, Tool
-from runlog.projections._state import RunState, RunStatus
-from runlog.projections._usage import UsageTotals
-from runlog.schemas._types import EventType
+from runlog.producers import App, CallInfo, Tool
+from runlog.producers.internal import EXECUTE, NotReplayed, register, unregister
+from runlog.projections import RunState, RunStatus
+from runlog.projections.internal import UsageTotals
+from runlog.schemas import EventType
 from runlog.schemas.settings import Settings
 
 __all__ = ["CallOutcome", "ReplayReport", "eval_settings", "replay_cohort", "replay_run"]

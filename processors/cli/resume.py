@@ -129,8 +129,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _writer_lease_ms(settings: Settings, run_id: str) -> int:
     """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
-    from runlog.producers.run._lease import lease_key
-    from runlog.schemas._redis import redis_client
+    from runlog.producers.internal import lease_key
+    from runlog.schemas.internal import redis_client
 
     c = redis_client(settings)
     try:
