@@ -2,7 +2,7 @@
 
 :class:`Tracing` is on when ``Settings.tracing`` (``RUNLOG_TRACING``, default true) is and
 OpenTelemetry is installed (the ``otel`` extra); otherwise every span it opens is a
-:class:`~runlog.producers.run._trace.NoSpan` and nothing else happens (no import, no headers). Spans go
+:class:`~runlog.producers.base._trace.NoSpan` and nothing else happens (no import, no headers). Spans go
 to the tracer provider passed in, else the global one (``opentelemetry.trace.set_tracer_provider``,
 which Logfire's ``logfire.configure()`` or ``opentelemetry-instrument`` set): any exporter works.
 
@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-from runlog.producers.run._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
-from runlog.schemas._tracecontext import TraceContext, carrying, current
+from runlog.producers.internal import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
+from runlog.schemas.internal import TraceContext, carrying, current
 from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:

@@ -16,10 +16,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from redis.exceptions import RedisClusterException
 
-from runlog.schemas._kafka_auth import served
-from runlog.schemas._redis import is_cluster_url
-from runlog.schemas._redis import redis_client as _redis_client
 from runlog.schemas.errors import ConfigError, RunlogError, TopicConfigConflict
+from runlog.schemas.internal import is_cluster_url, served
+from runlog.schemas.internal import redis_client as _redis_client
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, TopicSpec
 

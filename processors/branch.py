@@ -23,7 +23,7 @@ from typing import Any
 from runlog.processors.inspect import run_history
 from runlog.processors.resume import App
 from runlog.producers import ArtifactStore, LocalArtifactStore, Runner
-from runlog.projections._usage import INHERITED_ATTRIBUTE
+from runlog.projections.internal import INHERITED_ATTRIBUTE
 from runlog.schemas import (
     ArtifactRef,
     ConfigError,

@@ -13,10 +13,10 @@ Refused, with nothing appended, for a settled run (completed or cancelled), with
 from __future__ import annotations
 
 from runlog.processors.operate import OperatorRefused, OperatorResult, _load, _runner, _who, _why, take_lease
-from runlog.producers.define._budget import Budget
-from runlog.producers.run._lease import LeaseHeld
+from runlog.producers import Budget
+from runlog.producers.internal import LeaseHeld
 from runlog.projections import RunStatus
-from runlog.projections._budget import BUDGET_SIGNAL
+from runlog.projections.internal import BUDGET_SIGNAL
 from runlog.schemas import EventType, Settings, WorkflowDefinitionError
 
 __all__ = ["raise_budget"]

@@ -38,13 +38,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runlog.producers import Runner, Workflow
-from runlog.producers.calls._keys import canonical_json
-from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
-from runlog.producers.log._runlog import KafkaRunLog
-from runlog.producers.log._session import RunSession
-from runlog.producers.run._lease import LeaseHeld
-from runlog.projections import RedisStore, RunState, RunStatus, fold, read_run_tail
-from runlog.projections._state import EffectEntry
+from runlog.producers.internal import (
+    EffectLedger,
+    KafkaRunLog,
+    LeaseHeld,
+    LedgerEntry,
+    RunSession,
+    canonical_json,
+)
+from runlog.projections import EffectEntry, RedisStore, RunState, RunStatus, fold, read_run_tail
 from runlog.schemas import EffectStatus, ErrorInfo, EventType, ReplayPolicy, RunlogError, Settings
 
 if TYPE_CHECKING:
@@ -105,8 +107,8 @@ def load_run(settings: Settings, run_id: str) -> RunState | None:
 
 def writer_lease_ms(settings: Settings, run_id: str) -> int:
     """Milliseconds left on the run's writer lease (0: no lease, its writer is gone)."""
-    from runlog.producers.run._lease import lease_key
-    from runlog.schemas._redis import redis_client
+    from runlog.producers.internal import lease_key
+    from runlog.schemas.internal import redis_client
 
     c = redis_client(settings)
     try:

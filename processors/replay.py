@@ -36,12 +36,11 @@ from typing import Any
 
 from runlog.processors.admin import ensure_topics
 from runlog.processors.operate import OperatorRefused
-from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
-from runlog.producers.define._app import App
-from runlog.producers.define._tools import CallInfo, Tool
-from runlog.projections._state import RunState, RunStatus
-from runlog.projections._usage import UsageTotals
-from runlog.schemas._types import EventType
+from runlog.producers import App, CallInfo, Tool
+from runlog.producers.internal import EXECUTE, NotReplayed, register, unregister
+from runlog.projections import RunState, RunStatus
+from runlog.projections.internal import UsageTotals
+from runlog.schemas import EventType
 from runlog.schemas.settings import Settings
 
 __all__ = ["CallOutcome", "ReplayReport", "drop_namespace", "eval_namespaces", "eval_settings",
@@ -121,8 +120,8 @@ def drop_namespace(settings: Settings, namespace: str) -> tuple[list[str], int]:
     """Delete the evaluation namespace ``namespace`` of ``settings``: its topics and its Redis keys
     (the live topics and keys are never touched). The topics and the number of keys deleted."""
     from runlog.processors.admin import admin_client
-    from runlog.projections._namespaces import delete_namespace
-    from runlog.schemas._redis import redis_client
+    from runlog.projections.internal import delete_namespace
+    from runlog.schemas.internal import redis_client
 
     if not _NAMESPACE.fullmatch(namespace):
         raise OperatorRefused(f"{namespace!r} is not an evaluation namespace (eval-<10 hex digits>)")

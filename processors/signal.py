@@ -19,9 +19,7 @@ from typing import Any
 
 from runlog.processors.operate import OperatorRefused, OperatorResult, load_run, take_lease
 from runlog.producers import Runner
-from runlog.producers.calls._calls import WAIT
-from runlog.producers.calls._keys import canonical_json
-from runlog.producers.run._lease import LeaseHeld
+from runlog.producers.internal import WAIT, LeaseHeld, canonical_json
 from runlog.projections import RunStatus
 from runlog.schemas import EventType, ReplayPolicy, Settings, WorkflowDefinitionError
 

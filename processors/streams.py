@@ -24,10 +24,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from runlog.processors.dlq import headers
-from runlog.schemas._codec import Codec
-from runlog.schemas._kafka_auth import served
-from runlog.schemas._types import StreamKind, StreamRecord
+from runlog.schemas import Codec, StreamKind, StreamRecord
 from runlog.schemas.errors import ConfigError, DecodeError, LogUnavailable
+from runlog.schemas.internal import served
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for
 

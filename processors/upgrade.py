@@ -29,15 +29,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runlog.processors.operate import OperatorRefused
-from runlog.producers.define._app import App
-from runlog.producers.define._workflow import Workflow
-from runlog.projections._state import RunState, RunStatus
-from runlog.schemas._types import STAGES_ATTRIBUTE, ArtifactRef, Checkpoint, EventType, ReplayPolicy
+from runlog.producers import App, Workflow
+from runlog.projections import RunState, RunStatus
+from runlog.schemas import ArtifactRef, Checkpoint, EventType, ReplayPolicy
 from runlog.schemas.errors import WorkflowDefinitionError
+from runlog.schemas.internal import STAGES_ATTRIBUTE
 
 if TYPE_CHECKING:
     from runlog.processors.resume.resumer import ResumeOutcome
-    from runlog.producers.calls._ledger import LedgerEntry
+    from runlog.producers.internal import LedgerEntry
     from runlog.schemas.settings import Settings
 
 __all__ = ["UpgradePlan", "UpgradeResult", "plan_upgrade", "upgrade_run", "upgrade_runs"]

@@ -7,7 +7,8 @@ Workflows and stages (``Workflow``, ``rule``), tools with replay and retry polic
 (``load_args`` reads a call's recorded arguments back), settings, and the errors an author
 catches. Crash points for testing one's own workflows' crash safety are the public module
 :mod:`runlog.producers.crash`. Plumbing (the writer, sessions,
-leases, the ledger, key helpers) lives in the private modules and is not part of this surface.
+leases, the ledger, key helpers) lives in the private modules and is not part of this surface; what
+Runlog's other packages use of it is declared in :mod:`runlog.producers.internal` (not a stable API).
 
 Delivery semantics: events are produced by one idempotent, ``acks=all`` producer
 per process, keyed by run id; effect intents are confirmed before the effect,
@@ -28,7 +29,7 @@ from runlog.producers.run._context import AsyncStageContext, CallPosition, Stage
 from runlog.producers.run._core import RunResult
 from runlog.producers.run._runner import Runner
 from runlog.producers.run._start import RunHandle
-from runlog.schemas._types import ReplayPolicy, Usage
+from runlog.schemas import ReplayPolicy, Usage
 from runlog.schemas.errors import (
     ArtifactError,
     DeliveryError,

@@ -99,7 +99,7 @@ from agents.tool_context import ToolContext
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
 from runlog.producers.integrations._openai_agents_json import SDK_ERROR_ATTR, decode_result, encode_result
 from runlog.producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
-from runlog.schemas._types import ReplayPolicy
+from runlog.schemas import ReplayPolicy
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 try:

@@ -1,7 +1,7 @@
 """OpenTelemetry spans for runs, stages and tool calls (the ``runlog[otel]`` extra).
 
 ``Runner(..., tracer=OtelTracer())`` maps the runner's trace hooks
-(:mod:`runlog.producers.run._trace`) onto OpenTelemetry spans:
+(:mod:`runlog.producers.base._trace`) onto OpenTelemetry spans:
 
 * one span per run, per stage and per tool call, named ``runlog.<kind> <name>``
   (``runlog.run article``, ``runlog.stage research``, ``runlog.call search``), all of kind
@@ -49,8 +49,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by a test with the package hidden
     raise ImportError("runlog.producers.otel needs OpenTelemetry: pip install 'runlog[otel]'") from e
 
-from runlog.producers.run._trace import AttrValue, Span, SpanKind
-from runlog.schemas._tracecontext import TraceContext
+from runlog.producers.base._trace import AttrValue, Span, SpanKind
+from runlog.schemas.internal import TraceContext
 
 __all__ = ["OtelSpan", "OtelTracer", "remote_context", "span_context", "trace_context"]
 
@@ -98,7 +98,7 @@ def trace_context(ctx: SpanContext) -> TraceContext | None:
 
 
 class OtelSpan:
-    """One OpenTelemetry span behind the runner's :class:`~runlog.producers.run._trace.Span`."""
+    """One OpenTelemetry span behind the runner's :class:`~runlog.producers.base._trace.Span`."""
 
     __slots__ = ("_ended", "_trace", "context", "span")
 
@@ -133,7 +133,7 @@ class OtelSpan:
 
 
 class OtelTracer:
-    """The runner's :class:`~runlog.producers.run._trace.Tracer` on OpenTelemetry.
+    """The runner's :class:`~runlog.producers.base._trace.Tracer` on OpenTelemetry.
 
     Args:
         tracer_provider: where spans go; None: the global provider

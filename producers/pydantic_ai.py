@@ -153,7 +153,7 @@ from runlog.producers.integrations._pydantic_ai_positions import Positions, pend
 from runlog.producers.integrations._pydantic_ai_stream import StreamedTools, streamed_request
 from runlog.producers.integrations._pydantic_ai_usage import usage_reader
 from runlog.producers.streams import StreamWriter, default_stream_writer
-from runlog.schemas._types import ReplayPolicy
+from runlog.schemas import ReplayPolicy
 from runlog.schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 from runlog.schemas.settings import Settings
 

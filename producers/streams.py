@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from runlog.schemas._codec import Codec
-from runlog.schemas._types import StreamKind, StreamRecord, now_ms
+from runlog.schemas import Codec, StreamKind, StreamRecord, now_ms
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 

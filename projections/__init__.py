@@ -2,7 +2,8 @@
 
 The fold, the run state and the store port import no driver: ``import runlog.projections.fold`` loads
 neither confluent-kafka, redis nor fastavro. The names that need one (the batch projector, rebuild,
-the Redis store) are imported on first use (PEP 562).
+the Redis store) are imported on first use (PEP 562). What Runlog's other packages use beyond these
+names is declared in :mod:`runlog.projections.internal` (not a stable API).
 """
 
 import importlib

@@ -20,14 +20,8 @@ from runlog.projections._state import (
     evolve_state,
 )
 from runlog.projections._usage import NO_USAGE
-from runlog.schemas._types import (
-    STAGES_ATTRIBUTE,
-    ArtifactRef,
-    Checkpoint,
-    EffectStatus,
-    ReplayPolicy,
-    RunEvent,
-)
+from runlog.schemas import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, RunEvent
+from runlog.schemas.internal import STAGES_ATTRIBUTE
 
 __all__ = ["budget_of", "effect", "fingerprints", "raised", "resolved", "spent", "update_call", "upgraded"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from runlog.projections._state import EffectEntry
-from runlog.schemas._types import Checkpoint, Usage
+from runlog.schemas import Checkpoint, Usage
 
 __all__ = ["CHECKPOINT_WINDOW", "DIGEST_WINDOW", "REJECTED_WINDOW", "Outcome", "OutcomeKind", "Position"]
 

@@ -23,7 +23,7 @@ from runlog.projections._marker import (
     parse_marker,
 )
 from runlog.projections._sharded import ProjectionLost, ProjectionStoreError
-from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+from runlog.schemas.internal import TOKEN_EXTEND, TOKEN_RELEASE
 
 __all__ = ["NamespaceMarker"]
 

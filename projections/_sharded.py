@@ -47,8 +47,8 @@ import redis
 from runlog.projections._marker import _text
 from runlog.projections._state import EffectEntry, RunStatus, effect_to_dict
 from runlog.projections.store import ApplyResult, RunUpdate
-from runlog.schemas._redis import index_shard
 from runlog.schemas.errors import RunlogError
+from runlog.schemas.internal import index_shard
 
 __all__ = ["LOST", "RESULTS", "AfterWrites", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes",
            "dumps", "eval_each", "index_entry", "lua", "raise_failed"]

@@ -11,8 +11,7 @@ from typing import Any
 
 from runlog.projections._budget import BudgetCaps
 from runlog.projections._usage import NO_USAGE, UsageTotals
-from runlog.schemas._plain import PlainMapping
-from runlog.schemas._types import (
+from runlog.schemas import (
     ArtifactRef,
     Checkpoint,
     Effect,
@@ -23,6 +22,7 @@ from runlog.schemas._types import (
     StageSpec,
     WorkflowSpec,
 )
+from runlog.schemas.internal import PlainMapping
 
 __all__ = [
     "CallRecord",

@@ -22,8 +22,8 @@ from runlog.projections._namespaces import (
     projection_keys,
 )
 from runlog.projections.redis_store import ProjectionStoreError, RedisStore
-from runlog.schemas._redis import is_cluster
 from runlog.schemas.errors import RunlogError
+from runlog.schemas.internal import is_cluster
 
 __all__ = ["SWAP_CHUNK", "SwapFailed", "SwapRefused", "swap_namespaces"]
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from runlog.schemas._types import Usage
+from runlog.schemas import Usage
 
 __all__ = ["INHERITED_ATTRIBUTE", "NO_USAGE", "UsageTotals", "inherited_from"]
 

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from runlog.projections._state import EffectEntry, RunState, StoredCheckpoint
 from runlog.projections.fold import Outcome, OutcomeKind, Position, fold
 from runlog.projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
-from runlog.schemas._codec import Codec
-from runlog.schemas._hash import event_hash
-from runlog.schemas._types import Checkpoint, RunEvent, Usage
+from runlog.schemas import Checkpoint, Codec, RunEvent, Usage, event_hash
 from runlog.schemas.errors import DecodeError, RunlogError
 
 __all__ = ["BatchProjector", "BatchResult", "DeadLetter", "RawRecord", "Received", "decode_records"]

@@ -42,14 +42,8 @@ from runlog.projections._state import (
     evolve_state,
 )
 from runlog.projections._usage import INHERITED_ATTRIBUTE, inherited_from
-from runlog.schemas._hash import event_hash
-from runlog.schemas._tracecontext import TRACEPARENT, TRACESTATE
-from runlog.schemas._types import (
-    Checkpoint,
-    EffectStatus,
-    EventType,
-    RunEvent,
-)
+from runlog.schemas import Checkpoint, EffectStatus, EventType, RunEvent, event_hash
+from runlog.schemas.internal import TRACEPARENT, TRACESTATE
 
 __all__ = [
     "CHECKPOINT_WINDOW",

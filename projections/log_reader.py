@@ -36,11 +36,9 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from runlog.schemas._codec import Codec
-from runlog.schemas._hash import event_hash
-from runlog.schemas._kafka import RETRIABLE_METADATA_ERRORS, watermarks
-from runlog.schemas._types import RunEvent
+from runlog.schemas import Codec, RunEvent, event_hash
 from runlog.schemas.errors import DecodeError, LogUnavailable, RunlogError
+from runlog.schemas.internal import RETRIABLE_METADATA_ERRORS, watermarks
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for
 

@@ -35,9 +35,8 @@ from runlog.projections.batch import BatchProjector, RawRecord
 from runlog.projections.fold import fold
 from runlog.projections.log_reader import LogReader, progress_bar, read_run, read_run_records
 from runlog.projections.redis_store import RedisStore
-from runlog.schemas._codec import Codec
-from runlog.schemas._redis import redis_client
-from runlog.schemas._types import RunEvent
+from runlog.schemas import Codec, RunEvent
+from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
 
 __all__ = [

@@ -71,7 +71,7 @@ from runlog.projections._state import (
     state_from_dict,
 )
 from runlog.projections.store import ApplyResult, RunUpdate
-from runlog.schemas._redis import INDEX_SHARDS, index_shard, is_cluster, redis_client
+from runlog.schemas.internal import INDEX_SHARDS, index_shard, is_cluster, redis_client
 from runlog.schemas.settings import Settings
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]

@@ -1,6 +1,8 @@
 """Runlog's contract: Avro schemas, the Python types they map to, the codec, topics, settings.
 
-The codec's names are imported on first use (PEP 562), so the types alone load no fastavro.
+The codec's names are imported on first use (PEP 562), so the types alone load no fastavro. What
+Runlog's other packages use beyond these names is declared in :mod:`runlog.schemas.internal` (not a
+stable API).
 """
 
 import importlib

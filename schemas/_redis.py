@@ -170,7 +170,7 @@ class FailoverCluster(redis.cluster.RedisCluster):
     retries a command on a connection error at once, a few times within milliseconds, while a
     replica takes seconds to be promoted. This client retries the errors redis-py itself retries
     with backoff until ``failover_s`` has passed (:func:`retry_failover`). Pipelines are retried
-    by their callers (:func:`runlog.producers.run._redis_io.pipelined`, the projector's batch)."""
+    by their callers (:func:`runlog.producers.base._redis_io.pipelined`, the projector's batch)."""
 
     def __init__(self, *args: Any, failover_s: float = 20.0, **kwargs: Any) -> None:
         self.failover_s = failover_s  # before the client's start: it sends commands already

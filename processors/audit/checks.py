@@ -19,7 +19,7 @@ from runlog.processors.audit.report import (
 )
 from runlog.processors.inspect.upgrades import describe_upgrade
 from runlog.producers import LocalArtifactStore
-from runlog.producers.calls._artifacts import label
+from runlog.producers.internal import label
 from runlog.projections import OutcomeKind, RunState, RunStatus, fold
 from runlog.schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
 

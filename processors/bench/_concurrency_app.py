@@ -21,11 +21,10 @@ from runlog.producers import (
     Workflow,
     tool,
 )
-from runlog.producers.log._log import DeliveryCallback
-from runlog.producers.log._writer import RunWriter
-from runlog.schemas._tracecontext import TraceContext
-from runlog.schemas._types import EventType, RunEvent
+from runlog.producers.internal import DeliveryCallback, RunWriter
+from runlog.schemas import EventType, RunEvent
 from runlog.schemas.errors import DeliveryError
+from runlog.schemas.internal import TraceContext
 from runlog.schemas.settings import Settings
 
 __all__ = ["ADMIT", "CALLS_PER_RUN", "TimedWriter", "async_workflow", "latencies", "sync_workflow"]

@@ -24,11 +24,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from runlog.processors.admin import ensure_topics
 from runlog.processors.projector import ProjectorOptions, run_projector
-from runlog.schemas._codec import Codec
-from runlog.schemas._kafka import watermarks
-from runlog.schemas._redis import redis_client
-from runlog.schemas._types import RunEvent
+from runlog.schemas import Codec, RunEvent
 from runlog.schemas.errors import ConfigError, RunlogError
+from runlog.schemas.internal import redis_client, watermarks
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, TopicSpec
 

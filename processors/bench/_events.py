@@ -8,8 +8,8 @@ import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from runlog.schemas._hash import HASH_VERSION
-from runlog.schemas._types import ArtifactRef, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec
+from runlog.schemas import ArtifactRef, EventType, ReplayPolicy, RunEvent, StageSpec, WorkflowSpec
+from runlog.schemas.internal import HASH_VERSION
 
 __all__ = [
     "CYCLE",

@@ -21,9 +21,9 @@ from runlog.processors.bench._env import BenchEnv, end_offsets, peak_rss_kib
 from runlog.processors.bench._events import history, median, percentile, ratio
 from runlog.processors.bench._stream import bench_stream_ceiling
 from runlog.processors.bench._write import _plain_schema, avro_body
-from runlog.producers.log._writer import RunWriter
+from runlog.producers.internal import RunWriter
 from runlog.projections import RedisStore, RunState, RunStatus, RunUpdate, apply_script, fold_all, rebuild
-from runlog.schemas._codec import load_schema
+from runlog.schemas import load_schema
 from runlog.schemas.errors import RunlogError
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics

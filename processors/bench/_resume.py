@@ -18,7 +18,7 @@ from runlog.processors.bench._env import BenchEnv
 from runlog.processors.bench._events import CYCLE, history, median, ratio
 from runlog.processors.resume import Resumer, ResumerService
 from runlog.projections import rebuild
-from runlog.schemas._types import ResumeRequest, now_ms
+from runlog.schemas import ResumeRequest, now_ms
 from runlog.schemas.errors import RunlogError
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics

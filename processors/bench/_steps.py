@@ -52,8 +52,8 @@ from runlog.producers import (
     Workflow,
     tool,
 )
-from runlog.projections._marker import READY, marker_key
-from runlog.schemas._redis import aredis_client
+from runlog.projections.internal import READY, marker_key
+from runlog.schemas.internal import aredis_client
 from runlog.schemas.settings import Settings
 
 __all__ = ["ADMIT", "CALLS_PER_RUN", "THREADS", "bench_steps"]

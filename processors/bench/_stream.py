@@ -21,8 +21,8 @@ from typing import Any
 
 from runlog.processors.bench._env import BenchEnv
 from runlog.processors.projector import ProjectorOptions, faust_settings
-from runlog.schemas._redis import redis_client
 from runlog.schemas.errors import RunlogError
+from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 

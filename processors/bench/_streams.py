@@ -22,10 +22,9 @@ from runlog.processors.bench._env import BenchEnv
 from runlog.processors.bench._events import percentile
 from runlog.processors.bench._write import _sessions
 from runlog.processors.streams import StreamReader
-from runlog.producers.log._writer import RunWriter
-from runlog.producers.run._lease import RedisLeaseManager
+from runlog.producers.internal import RedisLeaseManager, RunWriter
 from runlog.producers.streams import StreamWriter
-from runlog.schemas._types import EventType, ReplayPolicy, StreamKind
+from runlog.schemas import EventType, ReplayPolicy, StreamKind
 from runlog.schemas.settings import Settings
 
 __all__ = ["bench_streams"]

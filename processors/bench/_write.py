@@ -18,12 +18,8 @@ from confluent_kafka import Producer
 from runlog.processors.bench._env import BenchEnv, rss_kib
 from runlog.processors.bench._events import event_fields, history, median, percentile, ratio
 from runlog.producers import DictInputSource, Workflow
-from runlog.producers.define._inputs import PinnedInputs
-from runlog.producers.log._session import RunSession
-from runlog.producers.log._writer import RunWriter
-from runlog.producers.run._lease import RedisLeaseManager
-from runlog.schemas._codec import SINGLE_OBJECT_MAGIC, load_schema
-from runlog.schemas._types import EventType, ReplayPolicy, RunEvent
+from runlog.producers.internal import PinnedInputs, RedisLeaseManager, RunSession, RunWriter
+from runlog.schemas import SINGLE_OBJECT_MAGIC, EventType, ReplayPolicy, RunEvent, load_schema
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 
@@ -63,7 +59,7 @@ class RawWriter:
 
     def as_record(self, event: RunEvent) -> dict[str, Any]:
         """The Avro dict of an event, read back from Runlog's own encoding (identical bytes)."""
-        from runlog.schemas._codec import Codec
+        from runlog.schemas import Codec
 
         data = Codec().encode(event)
         rec = fastavro.schemaless_reader(io.BytesIO(data[10:]), self.schema, None)

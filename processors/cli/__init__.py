@@ -16,9 +16,8 @@ from typing import Protocol
 from runlog.processors._tracing import command_span
 from runlog.processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from runlog.producers.crash import arm_from_env
-from runlog.schemas._client_config import quiet_unreachable_lines
-from runlog.schemas._kafka_auth import quiet_auth_lines
 from runlog.schemas.errors import AuthenticationFailed, ConfigError, LogUnavailable, RunlogError
+from runlog.schemas.internal import quiet_auth_lines, quiet_unreachable_lines
 
 __all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 

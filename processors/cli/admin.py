@@ -204,8 +204,8 @@ def _smoke(args: argparse.Namespace) -> int:
 
     from runlog.processors.admin import admin_client
     from runlog.schemas import Topics
-    from runlog.schemas._kafka_auth import awaited
     from runlog.schemas.errors import ConfigError
+    from runlog.schemas.internal import awaited
 
     tag = uuid.uuid4().hex[:8]
     settings = smoke_settings(Settings.from_env(), tag)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from runlog.schemas._redis import redis_client
+from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
 
 

@@ -83,7 +83,7 @@ def _age(ms: int) -> str:
 def _runs(args: argparse.Namespace) -> int:
     from runlog.processors.inspect import run_summary, runs_from_log
     from runlog.projections import RedisStore, RunState
-    from runlog.projections._marker import READY
+    from runlog.projections.internal import READY
 
     settings = Settings.from_env()
     store = RedisStore.from_settings(settings)
@@ -165,7 +165,7 @@ def _version_waits(settings: Settings, run_ids: list[str]) -> dict[str, Any]:
     """The runs of ``run_ids`` parked for a member serving their ``workflow@version``
     (:mod:`runlog.processors.resume._versions`), with their label's view."""
     from runlog.processors.resume._versions import VersionRoutes
-    from runlog.schemas._redis import redis_client
+    from runlog.schemas.internal import redis_client
 
     if not run_ids:
         return {}
@@ -210,7 +210,7 @@ def _show(args: argparse.Namespace) -> int:
         usage_lines,
     )
     from runlog.producers import LocalArtifactStore
-    from runlog.projections._state import effect_to_dict
+    from runlog.projections.internal import effect_to_dict
 
     settings = Settings.from_env()
     seq, at_ms = _parse_at(args.at)

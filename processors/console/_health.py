@@ -110,7 +110,7 @@ def _kafka_health(h: Health, settings: Settings, admin: Any, reader: LogReader,
                   projector_groups: Iterable[str], timeout: float, dead_letters_shown: int) -> None:
     """The groups' lag and the dead letters into ``h``; ``reader`` reads the dead-letter topic, and its
     consumer every watermark (a leader election is waited out, :func:`runlog.schemas._kafka.watermarks`)."""
-    from runlog.schemas._kafka import watermarks
+    from runlog.schemas.internal import watermarks
 
     names = Topics.of(settings)
     events = watermarks(reader.consumer, names.events, timeout=timeout)

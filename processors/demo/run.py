@@ -26,9 +26,9 @@ from runlog.processors.demo.world import serve
 from runlog.processors.inspect import render_timeline, run_history
 from runlog.processors.resume import ResumeOutcome, ResumerService, request_resume
 from runlog.producers.crash import ENV as CRASH_ENV
-from runlog.producers.run._lease import lease_key
+from runlog.producers.internal import lease_key
 from runlog.schemas import ConfigError, EventType, RunlogError, Settings
-from runlog.schemas._redis import redis_client
+from runlog.schemas.internal import redis_client
 
 log = logging.getLogger("runlog.demo")
 

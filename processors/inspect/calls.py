@@ -10,7 +10,7 @@ from typing import Any
 
 from runlog.processors.inspect.log import LoggedEvent
 from runlog.processors.inspect.payloads import redact_text
-from runlog.producers.calls._artifacts import label
+from runlog.producers.internal import label
 from runlog.schemas import ArtifactRef, EventType, RunEvent
 
 __all__ = ["HOW", "CallView", "call_views"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from runlog.projections import Outcome, OutcomeKind, RunState, fold
 from runlog.schemas import RunEvent, Settings, partition_for
-from runlog.schemas._kafka import partitions_of
+from runlog.schemas.internal import partitions_of
 
 __all__ = ["LoggedEvent", "partitions_of", "run_history", "runs_from_log"]
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runlog.producers.calls._artifacts import label
+from runlog.producers.internal import label
 from runlog.schemas import ArtifactRef
 
 if TYPE_CHECKING:

@@ -43,14 +43,13 @@ from runlog.processors.metrics import MetricsServer, ProjectorMetrics
 from runlog.processors.projector._auth import check_credentials
 from runlog.processors.projector._batches import BatchDelivery, install
 from runlog.processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
-from runlog.projections._state import EffectEntry
+from runlog.projections import EffectEntry
 from runlog.projections.batch import BatchProjector, BatchResult, RawRecord
 from runlog.projections.recovery import lost_at_start, recover
 from runlog.projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
 from runlog.projections.store import StoreWentBack
-from runlog.schemas._codec import Codec
-from runlog.schemas._tracecontext import distinct_contexts
-from runlog.schemas._types import Checkpoint
+from runlog.schemas import Checkpoint, Codec
+from runlog.schemas.internal import distinct_contexts
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 

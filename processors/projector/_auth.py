@@ -15,7 +15,7 @@ import ssl
 from typing import Any
 
 from runlog.processors.projector._security import broker_credentials
-from runlog.schemas._kafka_auth import refused
+from runlog.schemas.internal import refused
 from runlog.schemas.settings import Settings
 
 __all__ = ["check_credentials"]

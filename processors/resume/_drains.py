@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from runlog.processors.resume._versions import VersionRoutes, VersionView, label
 from runlog.projections import RedisStore, RunState, RunStatus
-from runlog.projections._marker import READY
+from runlog.projections.internal import READY
 
 if TYPE_CHECKING:
     from prometheus_client import Gauge

@@ -17,9 +17,9 @@ from runlog.processors.metrics import ResumerMetrics
 from runlog.processors.resume._versions import VersionRoutes
 from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import App
-from runlog.producers.run._active import ActiveRuns
+from runlog.producers.internal import ActiveRuns
 from runlog.projections import RedisStore, RunStatus
-from runlog.projections._marker import READY
+from runlog.projections.internal import READY
 from runlog.schemas import Settings
 
 __all__ = ["SweepReport", "Sweeper"]

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from runlog.processors.resume.resumer import NOT_ACTED
-from runlog.projections._state import RunStatus
+from runlog.projections import RunStatus
 
 if TYPE_CHECKING:
     from runlog.processors.metrics import ResumerMetrics

@@ -24,8 +24,8 @@ from runlog.processors.resume.plan import (
 )
 from runlog.processors.resume.ports import RunEventReader
 from runlog.producers import App, ArtifactStore
-from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
-from runlog.projections._state import CallRecord, CallStatus, RunState
+from runlog.producers.internal import EffectLedger, LedgerEntry
+from runlog.projections import CallRecord, CallStatus, RunState
 from runlog.projections.fold import fold
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import ArtifactError, ArtifactRef, Checkpoint, EventType, RunlogError

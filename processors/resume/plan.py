@@ -29,15 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runlog.producers.calls._artifacts import label
-from runlog.producers.calls._calls import RecordedCall
-from runlog.projections._state import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
-from runlog.schemas._types import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
+from runlog.producers.internal import RecordedCall, label
+from runlog.projections import CallRecord, CallStatus, EffectEntry, RunState, RunStatus
+from runlog.schemas import ArtifactRef, Checkpoint, EffectStatus, ReplayPolicy, WorkflowSpec
 from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
     from runlog.producers import App, Tool
-    from runlog.producers.calls._ledger import LedgerEntry
+    from runlog.producers.internal import LedgerEntry
 
 __all__ = [
     "NO_WORKFLOW",

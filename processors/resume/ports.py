@@ -3,7 +3,7 @@
 The resumer's other ports are the SDK's: the projection store
 (:class:`runlog.projections.store.ProjectionStore`), the artifact store
 (:class:`runlog.producers.calls._artifacts.ArtifactStore`), and the runner's lease manager and effects ledger
-(:class:`runlog.producers.run._lease.LeaseManager`, :class:`runlog.producers.calls._ledger.EffectLedger`).
+(:class:`runlog.producers.log._lease.LeaseManager`, :class:`runlog.producers.calls._ledger.EffectLedger`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from runlog.producers.log._runlog import KafkaRunLog
-from runlog.schemas._types import RunEvent
+from runlog.producers.internal import KafkaRunLog
+from runlog.schemas import RunEvent
 from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from runlog.producers.log._memory import InMemoryEventLog
+    from runlog.producers.internal import InMemoryEventLog
     from runlog.projections.log_reader import LogReader
-    from runlog.schemas._codec import Codec
+    from runlog.schemas import Codec
 
 __all__ = ["KafkaRunEvents", "MemoryRunEvents", "RunEventReader"]
 
@@ -57,7 +57,7 @@ class KafkaRunEvents(KafkaRunLog):
     def run_records(self, run_id: str, partition: int,
                     from_offset: int) -> Iterable[tuple[int, RunEvent, str]]:
         from runlog.projections.log_reader import LogReader
-        from runlog.schemas._codec import Codec
+        from runlog.schemas import Codec
 
         with self._lock:
             if self.codec is None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from runlog.producers.log._cloudevents import CloudEventHeaders
-from runlog.producers.log._writer import send_resume_request
+from runlog.producers.internal import CloudEventHeaders, send_resume_request
 from runlog.schemas import Codec, ResumeRequest, Settings, Topics, now_ms
 
 __all__ = ["request_resume"]

@@ -51,10 +51,8 @@ from runlog.processors.resume.plan import (
 )
 from runlog.processors.resume.ports import KafkaRunEvents, RunEventReader
 from runlog.producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
-from runlog.producers.calls._call_budget import BudgetGuard
-from runlog.producers.log._writer import RunWriter
-from runlog.producers.run._lease import LeaseHeld
-from runlog.projections._state import RunState
+from runlog.producers.internal import BudgetGuard, LeaseHeld, RunWriter
+from runlog.projections import RunState
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import (
     ArtifactRef,
@@ -66,7 +64,6 @@ from runlog.schemas import (
     Settings,
     now_ms,
 )
-from runlog.schemas._tracecontext import TraceContext, current, parse
 from runlog.schemas.errors import (
     LeaseLost,
     ResumeBlocked,
@@ -74,6 +71,7 @@ from runlog.schemas.errors import (
     VerificationFailed,
     WorkflowDefinitionError,
 )
+from runlog.schemas.internal import TraceContext, current, parse
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

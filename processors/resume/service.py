@@ -91,13 +91,10 @@ from runlog.processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S,
 from runlog.processors.resume._sweep import Sweeper, SweepReport
 from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
-from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._lease import lease_key
+from runlog.producers.internal import ActiveRuns, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
 from runlog.schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
-from runlog.schemas._kafka import commit_refused_by_rebalance
-from runlog.schemas._redis import redis_client
-from runlog.schemas._tracecontext import from_headers
+from runlog.schemas.internal import commit_refused_by_rebalance, from_headers, redis_client
 
 __all__ = ["CONTENDED_RETRIES", "PICKUP_S", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
            "group_id"]

@@ -1,4 +1,4 @@
-"""Content-addressed artifact store: an interface and the local-filesystem adapter.
+"""Content-addressed artifact store: an interface, the local-filesystem adapter and the in-memory one.
 
 Artifacts are named by the sha256 of their bytes. ``LocalArtifactStore`` writes a
 temporary file in the target directory, fsyncs it, renames it over the final name
@@ -23,13 +23,22 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from runlog.schemas._types import ArtifactRef
+from runlog.schemas import ArtifactRef
 from runlog.schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
-__all__ = ["ArtifactStore", "LocalArtifactStore", "inline_bytes", "inline_ref", "is_inline", "label"]
+__all__ = [
+    "ArtifactStore",
+    "InMemoryArtifactStore",
+    "LocalArtifactStore",
+    "inline_bytes",
+    "inline_ref",
+    "is_inline",
+    "label",
+]
 
 _DATA = "data:"
 
@@ -215,3 +224,67 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _check_digest(sha256: str) -> None:
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ArtifactError(sha256, "not a lowercase sha256 hex digest")
+
+
+class InMemoryArtifactStore(ArtifactStore):
+    """Bytes in a dict by sha256, URIs ``mem://sha256/<hex>``; the content hash decides, not the URI. Payloads
+    of up to ``inline_max`` bytes inline in their ref, as in the local store."""
+
+    def __init__(self, *, inline_max: int = 0) -> None:
+        self._blobs: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self.inline_max = inline_max
+
+    @staticmethod
+    def uri_for(sha256: str) -> str:
+        return f"mem://sha256/{sha256}"
+
+    def put(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        sha = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._blobs[sha] = bytes(data)  # also repairs a corrupted entry
+        return ArtifactRef(self.uri_for(sha), sha, len(data), media_type)
+
+    async def aput(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        return self.put(data, media_type)  # no I/O: no thread hop
+
+    async def aget(self, ref: ArtifactRef) -> bytes:
+        return self.get(ref)
+
+    def get(self, ref: ArtifactRef) -> bytes:
+        carried = inline_bytes(ref)
+        if carried is not None:
+            return carried
+        _check_digest(ref.sha256)
+        with self._lock:
+            data = self._blobs.get(ref.sha256)
+        if data is None:
+            raise ArtifactMissing(ref.uri, "no artifact stored under this name")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != ref.sha256:
+            raise ArtifactCorrupt(ref.uri, f"bytes hash to {actual}, expected {ref.sha256}")
+        return data
+
+    def exists(self, ref: ArtifactRef) -> bool:
+        if is_inline(ref):
+            return True
+        _check_digest(ref.sha256)
+        with self._lock:
+            return ref.sha256 in self._blobs
+
+    # -- test hooks
+
+    def corrupt(self, ref: ArtifactRef, data: bytes) -> None:
+        """Store other bytes under ``ref``'s hash (a tampered or bit-rotted artifact)."""
+        with self._lock:
+            self._blobs[ref.sha256] = bytes(data)
+
+    def delete(self, ref: ArtifactRef) -> None:
+        """Lose the artifact."""
+        with self._lock:
+            self._blobs.pop(ref.sha256, None)

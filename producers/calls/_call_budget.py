@@ -5,14 +5,13 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from runlog.projections._budget import BUDGET_SIGNAL, SOFT_ATTRIBUTE, BudgetCaps
-from runlog.projections._usage import NO_USAGE, UsageTotals
-from runlog.schemas._types import EventType, Usage
+from runlog.projections.internal import BUDGET_SIGNAL, NO_USAGE, SOFT_ATTRIBUTE, BudgetCaps, UsageTotals
+from runlog.schemas import EventType, Usage
 from runlog.schemas.errors import TerminalToolError
 
 if TYPE_CHECKING:
+    from runlog.producers.base._protocol import Steps
     from runlog.producers.define._tools import Tool
-    from runlog.producers.run._protocol import Steps
 
 __all__ = ["BudgetExceeded", "BudgetGuard", "BudgetSteps"]
 

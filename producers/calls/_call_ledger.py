@@ -12,14 +12,14 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from runlog.producers.base._protocol import IO, Invoke, Steps
 from runlog.producers.calls._calls import JSON, _external_id
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnavailable
 from runlog.producers.define._tools import CallInfo, Tool
 from runlog.producers.log._session import RunSession
-from runlog.producers.run._protocol import IO, Invoke, Steps
-from runlog.projections._replicas import ReplicasBehind
-from runlog.schemas._types import ArtifactRef, EffectStatus, EventType, ReplayPolicy
+from runlog.projections.internal import ReplicasBehind
+from runlog.schemas import ArtifactRef, EffectStatus, EventType, ReplayPolicy
 from runlog.schemas.errors import EffectInDoubt, RunlogError
 
 __all__ = ["EffectsLedgerSteps"]

@@ -8,10 +8,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from runlog.producers.base._protocol import Steps
 from runlog.producers.calls._calls import PATCHED, RecordedCall
 from runlog.producers.calls._keys import canonical_json, sha256_hex
 from runlog.producers.define._tools import Tool
-from runlog.producers.run._protocol import Steps
 from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["PatchSteps"]

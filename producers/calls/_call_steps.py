@@ -58,6 +58,8 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from runlog.producers.base._protocol import IO, SYNC, Invoke, Mode, Steps
+from runlog.producers.base._trace import NO_TRACE, Span, Tracer
 from runlog.producers.calls._artifacts import ArtifactStore, is_inline
 from runlog.producers.calls._call_budget import BudgetSteps
 from runlog.producers.calls._call_ledger import EffectsLedgerSteps
@@ -82,9 +84,7 @@ from runlog.producers.calls._stored_args import StoredArgsSteps
 from runlog.producers.define._prices import PriceTable, usage_of
 from runlog.producers.define._tools import CallInfo, Tool, retry_steps
 from runlog.producers.log._session import AppendResult, RunSession
-from runlog.producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
-from runlog.producers.run._trace import NO_TRACE, Span, Tracer
-from runlog.schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
+from runlog.schemas import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from runlog.schemas.errors import (
     DeliveryError,
     Diverged,

@@ -13,10 +13,10 @@ import uuid as _uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from runlog.producers.base._trace import Span
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.define._tools import CallInfo, Tool
-from runlog.producers.run._trace import Span
-from runlog.schemas._types import ArtifactRef, ErrorInfo, ReplayPolicy
+from runlog.schemas import ArtifactRef, ErrorInfo, ReplayPolicy
 from runlog.schemas.errors import (
     TerminalToolError,
     WorkflowDefinitionError,

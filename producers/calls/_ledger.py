@@ -39,13 +39,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from runlog.producers.base._redis_io import Lua, Steps, arun, offloaded, pipelined, run
 from runlog.producers.calls._keys import canonical_json
-from runlog.producers.run._redis_io import Lua, Steps, arun, offloaded, pipelined, run
-from runlog.projections._marker import READY, marker_key, parse_marker
-from runlog.projections._sharded import ProjectionStoreError
-from runlog.schemas._redis import index_shard, is_cluster
-from runlog.schemas._types import EffectStatus, now_ms
+from runlog.projections import ProjectionStoreError
+from runlog.projections.internal import READY, marker_key, parse_marker
+from runlog.schemas import EffectStatus, now_ms
 from runlog.schemas.errors import RunlogError
+from runlog.schemas.internal import index_shard, is_cluster
 
 __all__ = ["EffectLedger", "InMemoryEffectLedger", "LedgerEntry", "LedgerUnavailable", "RedisEffectLedger"]
 
@@ -218,7 +218,7 @@ class RedisEffectLedger(EffectLedger):
         (:class:`~runlog.producers.calls._ledger_topic.EffectsTopic`) when Redis has neither its claim nor a
         ready projection; None: Redis is the only source."""
         self.waits = waits
-        """:func:`~runlog.producers.run._redis_io.replica_waits`: a claim is answered once a replica holds it
+        """:func:`~runlog.producers.base._redis_io.replica_waits`: a claim is answered once a replica holds it
         (None:
         never waits). A claim a failover could take back would let another run execute the effect."""
         self._open = Lua(_OPEN, client)
@@ -246,7 +246,7 @@ class RedisEffectLedger(EffectLedger):
         except (redis.RedisError, ProjectionStoreError) as err:  # a failover, Redis unreachable
             raise LedgerUnavailable(f"effects ledger: {doing} {delivery_key[:16]}... failed: {err}") from err
 
-    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.base._redis_io); the sync and async faces drive it
 
     def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
         key = self.index_key_of(delivery_key)

@@ -11,7 +11,8 @@ its high watermark, remembering the last entry of each key it passed; so a proce
 once, however many lookups it makes while Redis is being rebuilt.
 
 A synchronous Kafka read: the async ledger face runs it on a worker thread (a step of
-:func:`runlog.producers.run._redis_io.offloaded`), so the event loop and the other runs on it go on meanwhile.
+:func:`runlog.producers.base._redis_io.offloaded`), so the event loop and the other runs on it go on
+meanwhile.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ import time
 from typing import Any
 
 from runlog.producers.calls._ledger import LedgerEntry
-from runlog.schemas._codec import Codec
-from runlog.schemas._types import Effect
+from runlog.schemas import Codec, Effect
 from runlog.schemas.errors import DecodeError, RunlogError
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for

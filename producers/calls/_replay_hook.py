@@ -74,7 +74,7 @@ def tool_function(tool: Tool, run_id: str) -> Callable[..., Any]:
     icp = _interceptors.get(run_id)
     if icp is None:
         return tool.fn
-    from runlog.producers.run._protocol import is_async_fn
+    from runlog.producers.base._protocol import is_async_fn
 
     fn = tool.fn
     if is_async_fn(fn):

@@ -36,12 +36,12 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runlog.producers.base._protocol import Steps
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import JSON
 from runlog.producers.calls._keys import canonical_json, sha256_hex
 from runlog.producers.define._tools import Tool
-from runlog.producers.run._protocol import Steps
-from runlog.schemas._types import ArtifactRef
+from runlog.schemas import ArtifactRef
 from runlog.schemas.errors import ArtifactCorrupt
 
 __all__ = ["BIG_STRING", "STORED_ARGS", "StoredArgs", "StoredArgsSteps", "expand_args", "load_args",

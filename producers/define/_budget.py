@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runlog.projections._budget import ON_EXCEEDED, BudgetCaps
+from runlog.projections.internal import ON_EXCEEDED, BudgetCaps
 from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["Budget"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from runlog.schemas._types import Usage
+from runlog.schemas import Usage
 from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["Price", "PriceTable", "check_usage", "usage_of"]

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runlog.producers.run._protocol import Sleep, Steps
-from runlog.schemas._types import ReplayPolicy, Usage
+from runlog.producers.base._protocol import Sleep, Steps
+from runlog.schemas import ReplayPolicy, Usage
 from runlog.schemas.errors import RetryableToolError, WorkflowDefinitionError
 
 __all__ = [
@@ -179,7 +179,7 @@ def retry_steps(attempt: Callable[[int], Steps[Any]], policy: RetryPolicy,
 
     Returns ``(result, attempts used)``. Any other exception propagates at once; the last
     RetryableToolError propagates when the attempts are used up. Between attempts: a
-    :class:`~runlog.producers.run._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
+    :class:`~runlog.producers.base._protocol.Sleep` of the policy's delay, then ``before_retry(next_attempt)``
     (the writer checks its lease there).
     """
     delays = policy.delays()

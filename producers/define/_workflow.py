@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from runlog.schemas._types import RuleResult, StageSpec, WorkflowSpec
+from runlog.schemas import RuleResult, StageSpec, WorkflowSpec
 from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from runlog.producers.calls._keys import canonical_json
-from runlog.schemas._types import Usage
+from runlog.schemas import Usage
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 __all__ = ["decode_response", "decode_result", "encode_response", "encode_result", "jsonable",

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from runlog.schemas._types import Usage
+from runlog.schemas import Usage
 
 __all__ = ["model_label", "usage_reader"]
 

@@ -35,8 +35,8 @@ import time
 import uuid
 from urllib.parse import quote
 
-from runlog.schemas._tracecontext import TraceContext
-from runlog.schemas._types import EventType, ResumeRequest, RunEvent
+from runlog.schemas import EventType, ResumeRequest, RunEvent
+from runlog.schemas.internal import TraceContext
 
 __all__ = [
     "CONTENT_TYPE_REGISTRY",

@@ -17,9 +17,9 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from runlog.schemas._tracecontext import TraceContext
-from runlog.schemas._types import RunEvent
+from runlog.schemas import RunEvent
 from runlog.schemas.errors import DeliveryError
+from runlog.schemas.internal import TraceContext
 from runlog.schemas.settings import Settings
 
 __all__ = ["DeliveryCallback", "EventLog"]

@@ -1,8 +1,8 @@
-"""In-memory adapters of the SDK's ports: event log, lease and artifact store (tests, one process).
+"""In-memory adapters of the SDK's ports: event log and lease (tests, one process).
 
-Each passes the same contract test as its real twin (Kafka, Redis, the local
-filesystem), so the Runner, the resume plan and the determinism guard can be unit
-tested without services. Delivery semantics of :class:`InMemoryEventLog`: every
+Each passes the same contract test as its real twin (Kafka, Redis), so the Runner, the resume plan
+and the determinism guard can be unit tested without services (the in-memory artifact store is beside
+its port, :mod:`runlog.producers.calls._artifacts`). Delivery semantics of :class:`InMemoryEventLog`: every
 produce is stored and reported at once (no batching, nothing in flight), events
 round-trip through the :class:`~runlog.schemas._codec.Codec` so only what Kafka would
 carry is stored, a run's events keep produce order on the run's partition.
@@ -10,26 +10,21 @@ carry is stored, a run's events keep produce order on the run's partition.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
-from runlog.producers.calls._artifacts import ArtifactStore, inline_bytes, is_inline
+from runlog.producers.log._lease import Lease, LeaseHeld, LeaseManager
 from runlog.producers.log._log import DeliveryCallback, EventLog
 from runlog.producers.log._runlog import RunLog
-from runlog.producers.run._lease import Lease, LeaseHeld, LeaseManager
-from runlog.schemas._codec import Codec, body_of
-from runlog.schemas._hash import event_hash
-from runlog.schemas._tracecontext import TraceContext
-from runlog.schemas._types import ArtifactRef, ResumeRequest, RunEvent, now_ms
-from runlog.schemas.errors import ArtifactCorrupt, ArtifactError, ArtifactMissing, DeliveryError, LeaseLost
+from runlog.schemas import Codec, ResumeRequest, RunEvent, event_hash, now_ms
+from runlog.schemas.errors import DeliveryError, LeaseLost
+from runlog.schemas.internal import TraceContext, body_of
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for
 
 __all__ = [
-    "InMemoryArtifactStore",
     "InMemoryEventLog",
     "InMemoryLease",
     "InMemoryLeaseManager",
@@ -246,70 +241,3 @@ class InMemoryLeaseManager(LeaseManager):
 
     def close(self) -> None:
         """Nothing to stop (no heartbeat thread)."""
-
-
-# -- the artifact store ---------------------------------------------------------------------------
-
-
-def _check_digest(sha256: str) -> None:
-    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-        raise ArtifactError(sha256, "not a lowercase sha256 hex digest")
-
-
-class InMemoryArtifactStore(ArtifactStore):
-    """Bytes in a dict by sha256, URIs ``mem://sha256/<hex>``; the content hash decides, not the URI. Payloads
-    of up to ``inline_max`` bytes inline in their ref, as in the local store."""
-
-    def __init__(self, *, inline_max: int = 0) -> None:
-        self._blobs: dict[str, bytes] = {}
-        self._lock = threading.Lock()
-        self.inline_max = inline_max
-
-    @staticmethod
-    def uri_for(sha256: str) -> str:
-        return f"mem://sha256/{sha256}"
-
-    def put(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
-        sha = hashlib.sha256(data).hexdigest()
-        with self._lock:
-            self._blobs[sha] = bytes(data)  # also repairs a corrupted entry
-        return ArtifactRef(self.uri_for(sha), sha, len(data), media_type)
-
-    async def aput(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
-        return self.put(data, media_type)  # no I/O: no thread hop
-
-    async def aget(self, ref: ArtifactRef) -> bytes:
-        return self.get(ref)
-
-    def get(self, ref: ArtifactRef) -> bytes:
-        carried = inline_bytes(ref)
-        if carried is not None:
-            return carried
-        _check_digest(ref.sha256)
-        with self._lock:
-            data = self._blobs.get(ref.sha256)
-        if data is None:
-            raise ArtifactMissing(ref.uri, "no artifact stored under this name")
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != ref.sha256:
-            raise ArtifactCorrupt(ref.uri, f"bytes hash to {actual}, expected {ref.sha256}")
-        return data
-
-    def exists(self, ref: ArtifactRef) -> bool:
-        if is_inline(ref):
-            return True
-        _check_digest(ref.sha256)
-        with self._lock:
-            return ref.sha256 in self._blobs
-
-    # -- test hooks
-
-    def corrupt(self, ref: ArtifactRef, data: bytes) -> None:
-        """Store other bytes under ``ref``'s hash (a tampered or bit-rotted artifact)."""
-        with self._lock:
-            self._blobs[ref.sha256] = bytes(data)
-
-    def delete(self, ref: ArtifactRef) -> None:
-        """Lose the artifact."""
-        with self._lock:
-            self._blobs.pop(ref.sha256, None)

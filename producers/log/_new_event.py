@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from runlog.schemas._types import RunEvent
+from runlog.schemas import RunEvent
 
 __all__ = ["constructor", "new_event"]
 

@@ -11,7 +11,7 @@ import abc
 import asyncio
 import threading
 
-from runlog.schemas._types import RunEvent
+from runlog.schemas import RunEvent
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for
 
@@ -56,7 +56,7 @@ class KafkaRunLog(RunLog):
 
     def partition_of(self, run_id: str) -> int:
         if self._partitions is None:
-            from runlog.schemas._kafka import partitions_of
+            from runlog.schemas.internal import partitions_of
 
             self._partitions = partitions_of(self.settings, fallback=True)
         return partition_for(run_id, self._partitions)

@@ -15,25 +15,32 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from runlog.producers.base._protocol import IO, Steps, drive
 from runlog.producers.crash import armed, crash_point, event_subject, kill_self
 from runlog.producers.define._inputs import InputSource, PinnedInputs
+from runlog.producers.log._lease import Lease, LeaseManager
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._new_event import constructor, new_event
-from runlog.producers.run._lease import Lease, LeaseManager
-from runlog.producers.run._protocol import IO, Steps, drive
-from runlog.schemas._hash import HASH_VERSION
-from runlog.schemas._tracecontext import TraceContext, current
-from runlog.schemas._types import EventType, RunEvent, now_ms
+from runlog.schemas import EventType, RunEvent, Usage, now_ms
 from runlog.schemas.errors import DeliveryError
+from runlog.schemas.internal import HASH_VERSION, TraceContext, current
 
 if TYPE_CHECKING:
-    from runlog.producers.calls._call_budget import BudgetGuard
+    from runlog.producers.base._trace import Span
     from runlog.producers.define._workflow import Workflow
-    from runlog.producers.run._trace import Span
 
-__all__ = ["AppendResult", "RunSession"]
+__all__ = ["AppendResult", "RunSession", "SpendGuard"]
+
+
+class SpendGuard(Protocol):
+    """What a session carries for its run's tool calls to check (the calls' ``BudgetGuard``); the session
+    only holds it."""
+
+    def exceeded(self) -> str | None: ...
+
+    def add(self, usage: Usage) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,7 +97,7 @@ class RunSession:
         self.workflow = workflow
         self.inputs = inputs
         self.params: dict[str, Any] = dict(params)
-        self.budget: BudgetGuard | None = None
+        self.budget: SpendGuard | None = None
         """The run's budget, checked before each model call it makes (``runlog.producers.Budget``)."""
         self.last_hash = last_hash
         """``event_hash`` of the run's last event, from the bytes the writer produced (version 2):
@@ -148,7 +155,7 @@ class RunSession:
                         attributes: Mapping[str, str] | None = None,
                         last_hash: str | None = None) -> Steps[RunSession]:
         """:meth:`take_over` as protocol steps (driven sync or async,
-        :mod:`runlog.producers.run._protocol`)."""
+        :mod:`runlog.producers.base._protocol`)."""
         lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
                                 {"force": force, "min_epoch": last_epoch + 1})
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,

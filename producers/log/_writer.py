@@ -35,11 +35,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from runlog.producers.log._cloudevents import CloudEventHeaders
 from runlog.producers.log._log import DeliveryCallback, EventLog
-from runlog.schemas._codec import Codec
-from runlog.schemas._hash import event_hash
-from runlog.schemas._tracecontext import TraceContext, current
-from runlog.schemas._types import ResumeRequest, RunEvent, now_ms
+from runlog.schemas import Codec, ResumeRequest, RunEvent, event_hash, now_ms
 from runlog.schemas.errors import AuthenticationFailed, DeliveryError
+from runlog.schemas.internal import TraceContext, current
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.run._redis_io import Step, arun, one, pipelined, run
+from runlog.producers.base._redis_io import Step, arun, one, pipelined, run
 
 __all__ = ["ActiveRuns"]
 
@@ -65,7 +65,7 @@ class ActiveRuns:
         self.workflow_key = f"{prefix}:runs:active:workflow"
         self.waiting_key = f"{prefix}:runs:waiting"
 
-    # -- the writer's updates, once (see runlog.producers.run._redis_io): one pipeline each
+    # -- the writer's updates, once (see runlog.producers.base._redis_io): one pipeline each
 
     def _added(self, run_id: str, workflow_name: str, at_ms: int | None) -> Step:
         score = at_ms if at_ms is not None else int(time.time() * 1000)

@@ -9,11 +9,11 @@ from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
+from runlog.producers.base._protocol import INLINE, Mode, Steps, adrive, drive
 from runlog.producers.calls._call_steps import _ContextCore
 from runlog.producers.calls._calls import NOW, RANDOM, UUID
 from runlog.producers.define._tools import Tool
-from runlog.producers.run._protocol import INLINE, Mode, Steps, adrive, drive
-from runlog.schemas._types import ArtifactRef
+from runlog.schemas import ArtifactRef
 from runlog.schemas.errors import WorkflowDefinitionError
 
 __all__ = ["AsyncStageContext", "CallPosition", "StageContext"]

@@ -24,20 +24,7 @@ from typing import Any
 
 import redis
 
-from runlog.producers.calls._artifacts import ArtifactStore, is_inline
-from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
-from runlog.producers.calls._keys import canonical_json
-from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
-from runlog.producers.define._inputs import DictInputSource, InputSource
-from runlog.producers.define._prices import PriceTable
-from runlog.producers.define._workflow import Stage, evaluate_rules
-from runlog.producers.log._log import EventLog
-from runlog.producers.log._runlog import RunLog
-from runlog.producers.log._session import AppendResult, RunSession
-from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._context import AsyncStageContext, StageContext
-from runlog.producers.run._lease import LeaseManager
-from runlog.producers.run._protocol import (
+from runlog.producers.base._protocol import (
     INLINE,
     IO,
     SYNC,
@@ -46,10 +33,23 @@ from runlog.producers.run._protocol import (
     Steps,
     is_async_fn,
 )
+from runlog.producers.base._trace import NO_TRACE, Span, Tracer, context_of
+from runlog.producers.calls._artifacts import ArtifactStore, is_inline
+from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
+from runlog.producers.define._inputs import DictInputSource, InputSource
+from runlog.producers.define._prices import PriceTable
+from runlog.producers.define._workflow import Stage, evaluate_rules
+from runlog.producers.log._lease import LeaseManager
+from runlog.producers.log._log import EventLog
+from runlog.producers.log._runlog import RunLog
+from runlog.producers.log._session import AppendResult, RunSession
+from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._context import AsyncStageContext, StageContext
 from runlog.producers.run._runs import RunKeys
 from runlog.producers.run._start import _StartSteps
-from runlog.producers.run._trace import NO_TRACE, Span, Tracer, context_of
-from runlog.schemas._types import ArtifactRef, ErrorInfo, EventType
+from runlog.schemas import ArtifactRef, ErrorInfo, EventType
 from runlog.schemas.errors import (
     DeliveryError,
     LeaseLost,
@@ -78,7 +78,7 @@ class RunResult:
 
 
 class _RunnerCore(_StartSteps):
-    """The protocol of starting and executing runs, as steps (:mod:`runlog.producers.run._protocol`);
+    """The protocol of starting and executing runs, as steps (:mod:`runlog.producers.base._protocol`);
     :class:`Runner` drives them blocking, :class:`AsyncRunner` on an asyncio loop."""
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,

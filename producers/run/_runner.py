@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runlog.producers.base._protocol import (
+    drive,
+)
+from runlog.producers.base._redis_io import replica_waits
+from runlog.producers.base._trace import NO_TRACE, Tracer
 from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
@@ -13,22 +18,17 @@ from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource
 from runlog.producers.define._prices import Price, PriceTable
 from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._lease import LeaseManager, RedisLeaseManager
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._runlog import KafkaRunLog, RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
-from runlog.producers.run._lease import LeaseManager, RedisLeaseManager
-from runlog.producers.run._protocol import (
-    drive,
-)
-from runlog.producers.run._redis_io import replica_waits
 from runlog.producers.run._runs import RunKeys
 from runlog.producers.run._start import _START_DOC, RunHandle
-from runlog.producers.run._trace import NO_TRACE, Tracer
-from runlog.schemas._redis import redis_client
-from runlog.schemas._types import ArtifactRef
+from runlog.schemas import ArtifactRef
+from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
 
 __all__ = ["Runner"]

@@ -33,9 +33,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from runlog.producers.base._redis_io import Steps, arun, replicated, run
 from runlog.producers.calls._keys import canonical_json, lp_sha256
-from runlog.producers.run._redis_io import Steps, arun, replicated, run
-from runlog.projections._marker import READY, marker_key, parse_marker, state_key
+from runlog.projections.internal import READY, marker_key, parse_marker, state_key
 from runlog.schemas.errors import RunConflict
 
 __all__ = ["Claim", "RunKeys", "run_id_for_key"]
@@ -80,7 +80,7 @@ class RunKeys:
         self._ar = aclient
         self.prefix = prefix
         self.waits = waits
-        """:func:`~runlog.producers.run._redis_io.replica_waits`: a claim is answered once a replica holds
+        """:func:`~runlog.producers.base._redis_io.replica_waits`: a claim is answered once a replica holds
         it."""
         self._unclaim = client.register_script(_UNCLAIM)
 
@@ -92,7 +92,7 @@ class RunKeys:
         return canonical_json({"run_id": run_id, "params_hash": params_hash, "workflow": workflow,
                                "state": state})
 
-    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.base._redis_io); the sync and async faces drive it
 
     def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)

@@ -24,6 +24,12 @@ from typing import Any
 
 import redis
 
+from runlog.producers.base._protocol import (
+    IO,
+    Sleep,
+    Steps,
+)
+from runlog.producers.base._trace import Tracer, context_of
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import JSON
@@ -32,25 +38,19 @@ from runlog.producers.crash import crash_point, kill_self
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource, PinnedInputs
 from runlog.producers.define._workflow import Workflow
+from runlog.producers.log._lease import Lease, LeaseHeld, LeaseManager
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._runlog import RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._lease import Lease, LeaseHeld, LeaseManager
-from runlog.producers.run._protocol import (
-    IO,
-    Sleep,
-    Steps,
-)
 from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
-from runlog.producers.run._trace import Tracer, context_of
-from runlog.projections._budget import BUDGET_ATTRIBUTE
-from runlog.schemas._hash import event_hash
-from runlog.schemas._types import STAGES_ATTRIBUTE, EventType
+from runlog.projections.internal import BUDGET_ATTRIBUTE
+from runlog.schemas import EventType, event_hash
 from runlog.schemas.errors import (
     RunlogError,
     WorkflowDefinitionError,
 )
+from runlog.schemas.internal import STAGES_ATTRIBUTE
 
 __all__ = ["RunHandle"]
 

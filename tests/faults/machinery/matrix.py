@@ -37,7 +37,7 @@ from runlog.processors.demo.pipeline import build, charge_workflow, source
 from runlog.processors.demo.world import serve
 from runlog.processors.inspect import LoggedEvent, run_history
 from runlog.processors.resume import App, ResumeOutcome, ResumerService, request_resume
-from runlog.producers.run._lease import lease_key
+from runlog.producers.log._lease import lease_key
 from runlog.projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from runlog.schemas import RunlogError, Settings
 from runlog.schemas._redis import redis_client

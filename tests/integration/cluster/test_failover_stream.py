@@ -50,8 +50,8 @@ import redis
 from runlog.processors.demo.client import WorldClient
 from runlog.processors.demo.run import worker_env
 from runlog.producers import Runner
+from runlog.producers.log._lease import lease_key
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._lease import lease_key
 from runlog.projections import RedisStore, RunStatus
 from runlog.schemas import EventType, Settings
 from runlog.schemas._redis import redis_client

@@ -24,10 +24,10 @@ import redis.cluster
 
 from runlog.processors.admin import RedisModeMismatch, check_redis
 from runlog.producers import AsyncRunner, Runner
+from runlog.producers.base._redis_io import run
 from runlog.producers.calls._ledger import RedisEffectLedger
+from runlog.producers.log._lease import RedisLeaseManager
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._lease import RedisLeaseManager
-from runlog.producers.run._redis_io import run
 from runlog.producers.run._runs import RunKeys
 from runlog.projections import RedisStore, RunStatus
 from runlog.schemas import Settings

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis
 
+from runlog.producers.base._redis_io import replica_waits
 from runlog.producers.calls._ledger import LedgerEntry, RedisEffectLedger
-from runlog.producers.run._lease import RedisLeaseManager
-from runlog.producers.run._redis_io import replica_waits
+from runlog.producers.log._lease import RedisLeaseManager
 from runlog.producers.run._runs import RunKeys, run_id_for_key
 from runlog.schemas import EffectStatus, Settings
 from tests.integration.processors.harness import wait_until

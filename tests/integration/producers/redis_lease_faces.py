@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runlog.producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from runlog.producers.log._lease import AsyncRedisLeaseManager, RedisLeaseManager
 from runlog.schemas import Settings
 from tests.unit.producers.lease_contract import LeaseContract
 

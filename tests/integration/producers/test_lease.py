@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from runlog.producers import CallInfo, Runner, Workflow, tool
+from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager
 from runlog.producers.log._session import RunSession
-from runlog.producers.run._lease import LeaseHeld, RedisLeaseManager
 from runlog.schemas import EventType, ReplayPolicy, Settings
 from runlog.schemas.errors import LeaseLost
 from tests.integration.producers.conftest import SOURCE

@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from runlog.producers.run._lease import AsyncRedisLeaseManager, RedisLeaseManager
+from runlog.producers.log._lease import AsyncRedisLeaseManager, RedisLeaseManager
 from runlog.schemas import Settings
 from runlog.schemas.errors import LeaseLost
 from tests.unit.producers.faces import OnLoop

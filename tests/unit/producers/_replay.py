@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runlog.producers.calls._artifacts import InMemoryArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import InMemoryEffectLedger
 from runlog.producers.define._inputs import DictInputSource, InputSource
 from runlog.producers.define._workflow import Workflow
 from runlog.producers.log._memory import (
-    InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 import redis.asyncio
 
 from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
-from runlog.producers.run._lease import Lease, LeaseManager
+from runlog.producers.log._lease import Lease, LeaseManager
 from runlog.schemas import EffectStatus
 
 Body = Callable[[], Coroutine[Any, Any, None]]

@@ -15,7 +15,7 @@ from typing import cast
 
 import pytest
 
-from runlog.producers.run._lease import LeaseHeld, LeaseManager
+from runlog.producers.log._lease import LeaseHeld, LeaseManager
 from runlog.schemas.errors import LeaseLost
 
 from .faces import FACES, Face

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runlog.producers.calls._artifacts import LocalArtifactStore
-from runlog.producers.log._memory import InMemoryArtifactStore
+from runlog.producers.calls._artifacts import InMemoryArtifactStore, LocalArtifactStore
 from runlog.schemas import ArtifactRef
 
 from .artifact_contract import ArtifactContract

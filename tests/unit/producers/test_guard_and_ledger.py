@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from runlog.producers import CallInfo, LocalArtifactStore, StageContext, tool
+from runlog.producers.base._protocol import IO
 from runlog.producers.calls._calls import RecordedCall, StageOutputs
 from runlog.producers.calls._keys import canonical_json, sha256_hex
 from runlog.producers.calls._ledger import InMemoryEffectLedger, LedgerEntry
-from runlog.producers.run._protocol import IO
 from runlog.schemas import Diverged, EffectInDoubt, EffectStatus, EventType, ReplayPolicy
 
 

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Tracer
 from runlog.producers.otel import OtelSpan, OtelTracer
-from runlog.producers.run._trace import NO_TRACE, AttrValue, NoSpan, Tracer
 
 SECRET = "s3cr3t-token-123"
 

@@ -15,11 +15,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runlog.processors._tracing import Tracing
+from runlog.producers.base._trace import NO_TRACE, NoSpan
 from runlog.producers.define._tools import CallInfo, tool
 from runlog.producers.define._workflow import Workflow
 from runlog.producers.otel import OtelTracer
 from runlog.producers.run._context import StageContext
-from runlog.producers.run._trace import NO_TRACE, NoSpan
 from runlog.projections.fold import fold_all
 from runlog.schemas import EventType, RunEvent
 from runlog.schemas._tracecontext import TraceContext, carrying, current, from_attributes, parse

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from runlog.producers import AsyncStageContext, CallInfo, Diverged, StageContext, Workflow, rule, tool
+from runlog.producers.calls._artifacts import InMemoryArtifactStore
 from runlog.producers.calls._calls import RecordedCall, StageOutputs
 from runlog.producers.calls._keys import canonical_json, sha256_hex
-from runlog.producers.log._memory import InMemoryArtifactStore
 from runlog.projections import RunStatus
 from runlog.projections.fold import fold_all
 from runlog.schemas import EventType, ReplayPolicy, RunEvent, WorkflowDefinitionError

@@ -1,4 +1,4 @@
-"""The two drivers of the Redis ports' protocols (runlog.producers.run._redis_io), on fake clients."""
+"""The two drivers of the Redis ports' protocols (runlog.producers.base._redis_io), on fake clients."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from runlog.producers.run._redis_io import Steps, arun, run
+from runlog.producers.base._redis_io import Steps, arun, run
 
 
 class FakeClient:

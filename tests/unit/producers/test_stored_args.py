@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from runlog.producers import CallInfo, Tool, Workflow, load_args, tool
 from runlog.producers.calls import _stored_args
+from runlog.producers.calls._artifacts import InMemoryArtifactStore
 from runlog.producers.calls._keys import canonical_json, sha256_hex
 from runlog.producers.calls._stored_args import STORED_ARGS, expand_args, stored_args
-from runlog.producers.log._memory import InMemoryArtifactStore
 from runlog.schemas import ArtifactCorrupt, ArtifactMissing, ArtifactRef, Diverged, EventType, ReplayPolicy
 from runlog.schemas.errors import WorkflowDefinitionError
 from tests.unit.producers._replay import MemoryWorld

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from runlog.producers import CallInfo, RetryPolicy, Workflow, WorkflowRegistry, rule, tool
+from runlog.producers.base._protocol import Invoke, Mode, Sleep, Step, Steps, drive
 from runlog.producers.define._tools import retry_steps
 from runlog.producers.define._workflow import evaluate_rules
-from runlog.producers.run._protocol import Invoke, Mode, Sleep, Step, Steps, drive
 from runlog.schemas import ReplayPolicy, RuleResult, StageSpec
 from runlog.schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
 

@@ -1,4 +1,5 @@
-"""The fold, the run state and the store port load no driver (checked in a fresh interpreter)."""
+"""The fold, the run state, the store port and the internal modules of the pure packages load no driver
+(checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ DRIVERS = ("confluent_kafka", "redis", "fastavro", "faust")
 
 
 @pytest.mark.parametrize("module", ["runlog", "runlog.projections.fold", "runlog.projections._state",
-                                    "runlog.projections.store", "runlog.schemas"])
+                                    "runlog.projections.store", "runlog.schemas", "runlog.schemas.internal",
+                                    "runlog.projections.internal"])
 def test_importing_loads_no_driver(module: str) -> None:
     code = (f"import json, sys, {module}\n"
             f"print(json.dumps([m for m in {DRIVERS!r} if m in sys.modules]))")
@@ -29,6 +31,18 @@ def test_the_lazy_names_still_resolve() -> None:
             "assert schemas.Codec.__name__ == 'Codec' and RedisStore.__name__ == 'RedisStore'\n"
             "for n in projections.__all__ + schemas.__all__:\n"
             "    assert hasattr(projections, n) or hasattr(schemas, n), n\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_internal_modules_give_every_name_they_declare() -> None:
+    code = ("import importlib\n"
+            "for pkg in ('schemas', 'projections', 'producers'):\n"
+            "    name = f'runlog.{pkg}.internal'\n"
+            "    module = importlib.import_module(name)\n"
+            "    for n in module.__all__:\n"
+            "        assert getattr(module, n) is not None, (name, n)\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -12,9 +12,9 @@ import pytest
 from runlog.processors.resume import App, Resumer, UnknownRun
 from runlog.processors.resume.ports import MemoryRunEvents
 from runlog.producers import DictInputSource, StageContext, Tool, Workflow, tool
+from runlog.producers.calls._artifacts import InMemoryArtifactStore
 from runlog.producers.calls._ledger import InMemoryEffectLedger
 from runlog.producers.log._memory import (
-    InMemoryArtifactStore,
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,

@@ -79,7 +79,7 @@ def test_the_window_comes_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_pipelined_step_waits_out_a_failover_on_a_cluster_client() -> None:
-    from runlog.producers.run._redis_io import pipelined
+    from runlog.producers.base._redis_io import pipelined
 
     class Pipe:
         def __init__(self, flaky: Flaky) -> None:

@@ -36,10 +36,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.run._lease_beats import CoalescedBeats
-from runlog.producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
-from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+from runlog.producers.base._redis_io import Lua, Step, Steps, arun, pipelined, run
+from runlog.producers.log._lease_beats import CoalescedBeats
 from runlog.schemas.errors import LeaseLost, RunlogError
+from runlog.schemas.internal import TOKEN_EXTEND, TOKEN_RELEASE
 from runlog.schemas.settings import Settings
 
 __all__ = ["AsyncRedisLeaseManager", "Lease", "LeaseHeld", "LeaseManager", "RedisLease", "RedisLeaseManager",
@@ -164,7 +164,7 @@ class RedisLease(Lease):
         if age_ms >= self._m.ttl_ms - self._m.margin_ms:
             raise self._fail(f"no successful heartbeat for {age_ms:.0f} ms")
 
-    # -- the protocol, once (see runlog.producers.run._redis_io); the sync and async faces drive it
+    # -- the protocol, once (see runlog.producers.base._redis_io); the sync and async faces drive it
 
     def _beat(self) -> Steps[bool]:
         if self._lost is not None or self._released:
@@ -230,7 +230,7 @@ class RedisLeaseManager(LeaseManager):
                  waits: Any = None) -> None:
         self.client = client
         self.waits = waits
-        """:func:`~runlog.producers.run._redis_io.replica_waits`: an acquired epoch is answered once a
+        """:func:`~runlog.producers.base._redis_io.replica_waits`: an acquired epoch is answered once a
         replica holds
         it (None: never waits), so a failover cannot hand the same epoch out twice."""
         self.prefix = settings.redis_prefix
@@ -362,7 +362,7 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
 
     async def abeat(self, lease: RedisLease) -> bool:
         """:meth:`RedisLeaseManager.abeat`, sharing one round trip with the other beats asked for on
-        this loop meanwhile (:class:`~runlog.producers.run._lease_beats.CoalescedBeats`)."""
+        this loop meanwhile (:class:`~runlog.producers.log._lease_beats.CoalescedBeats`)."""
         if lease.lost or lease._released:
             return False
         return await self._coalesced.beat(lease)

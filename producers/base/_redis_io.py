@@ -29,7 +29,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
-from runlog.schemas._redis import AsyncFailoverCluster, aretry_failover, retry_failover
+from runlog.schemas.internal import AsyncFailoverCluster, aretry_failover, retry_failover
 
 __all__ = ["Lua", "Step", "Steps", "arun", "offloaded", "one", "pipelined", "replica_waits", "replicated",
            "run"]
@@ -84,8 +84,8 @@ def replica_waits(client: Any, settings: Any) -> Any:
     """The :class:`~runlog.projections._replicas.ReplicaWaits` of the SDK's durable claims on ``client`` (the
     sync one), from ``RUNLOG_REDIS_WAIT_REPLICAS`` / ``_MS``: on a cluster ("auto") one replica of
     each primary written to that has one online, none on a standalone server unless a number is set."""
-    from runlog.projections._replicas import ReplicaWaits
-    from runlog.schemas._redis import is_cluster
+    from runlog.projections.internal import ReplicaWaits
+    from runlog.schemas.internal import is_cluster
 
     return ReplicaWaits(client, cluster=is_cluster(client), replicas=settings.redis_wait_replicas,
                         timeout_ms=settings.redis_wait_ms)

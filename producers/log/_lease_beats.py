@@ -1,6 +1,6 @@
 """Lease verifies of many runs on one event loop, coalesced: one round trip for all of them.
 
-An :class:`~runlog.producers.run._lease.AsyncRedisLeaseManager`'s leases verify themselves before every
+An :class:`~runlog.producers.log._lease.AsyncRedisLeaseManager`'s leases verify themselves before every
 call (a beat: the lease key extended if it still holds the writer's token). Hundreds of runs on
 one loop each made that round trip alone; :class:`CoalescedBeats` gathers the beats asked for on
 a loop until the loop runs the task that sends them, then sends them as one pipeline (on a Redis
@@ -21,7 +21,7 @@ L = TypeVar("L")
 
 Send = Callable[[list[L]], Awaitable[list[bool] | None]]
 """One round trip beating every lease given: each one's answer, or None when Redis did not answer
-(:meth:`runlog.producers.run._lease.RedisLeaseManager.beats`)."""
+(:meth:`runlog.producers.log._lease.RedisLeaseManager.beats`)."""
 
 
 class CoalescedBeats(Generic[L]):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
-from runlog.schemas._tracecontext import TraceContext
+from runlog.schemas.internal import TraceContext
 
 __all__ = ["NO_TRACE", "AttrValue", "NoSpan", "Span", "SpanKind", "Tracer", "context_of"]
 

@@ -1,0 +1,54 @@
+"""What Runlog's own packages use of the SDK beyond its public names: for them, not a stable API.
+
+The writer, sessions, leases, the effects ledger, trace hooks and key helpers, as the processors use
+them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
+"""
+
+from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
+from runlog.producers.calls._artifacts import label
+from runlog.producers.calls._call_budget import BudgetGuard
+from runlog.producers.calls._calls import WAIT, RecordedCall
+from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
+from runlog.producers.define._inputs import PinnedInputs
+from runlog.producers.log._cloudevents import CloudEventHeaders
+from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager, lease_key
+from runlog.producers.log._log import DeliveryCallback
+from runlog.producers.log._memory import InMemoryEventLog
+from runlog.producers.log._runlog import KafkaRunLog
+from runlog.producers.log._session import RunSession
+from runlog.producers.log._writer import RunWriter, send_resume_request
+from runlog.producers.run._active import ActiveRuns
+
+__all__ = [
+    "EXECUTE",
+    "NO_TRACE",
+    "WAIT",
+    "ActiveRuns",
+    "AttrValue",
+    "BudgetGuard",
+    "CloudEventHeaders",
+    "DeliveryCallback",
+    "EffectLedger",
+    "InMemoryEventLog",
+    "KafkaRunLog",
+    "LeaseHeld",
+    "LedgerEntry",
+    "NoSpan",
+    "NotReplayed",
+    "PinnedInputs",
+    "RecordedCall",
+    "RedisLeaseManager",
+    "RunSession",
+    "RunWriter",
+    "Span",
+    "Tracer",
+    "canonical_json",
+    "context_of",
+    "label",
+    "lease_key",
+    "register",
+    "send_resume_request",
+    "unregister",
+]

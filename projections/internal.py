@@ -1,0 +1,65 @@
+"""What Runlog's own packages use of the read models beyond their public names: for them, not a stable API.
+
+Budget and usage totals as the fold keeps them, the namespace marker's keys, replica waits. An
+application imports :mod:`runlog.projections` instead. The names whose module imports a driver
+(Redis) are imported on first use (PEP 562), so importing this module loads none.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from runlog.projections._budget import (
+    BUDGET_ATTRIBUTE,
+    BUDGET_SIGNAL,
+    ON_EXCEEDED,
+    SOFT_ATTRIBUTE,
+    BudgetCaps,
+)
+from runlog.projections._marker import READY, marker_key, parse_marker, state_key
+from runlog.projections._state import effect_to_dict
+from runlog.projections._usage import INHERITED_ATTRIBUTE, NO_USAGE, UsageTotals
+
+if TYPE_CHECKING:
+    from runlog.projections._namespaces import delete_namespace
+    from runlog.projections._replicas import ReplicasBehind, ReplicaWaits
+
+_LAZY = {
+    **dict.fromkeys(("ReplicaWaits", "ReplicasBehind"),
+                    "runlog.projections._replicas"),
+    **dict.fromkeys(("delete_namespace",),
+                    "runlog.projections._namespaces"),
+}
+"""The names whose module imports a driver, by module."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "BUDGET_ATTRIBUTE",
+    "BUDGET_SIGNAL",
+    "INHERITED_ATTRIBUTE",
+    "NO_USAGE",
+    "ON_EXCEEDED",
+    "READY",
+    "SOFT_ATTRIBUTE",
+    "BudgetCaps",
+    "ReplicaWaits",
+    "ReplicasBehind",
+    "UsageTotals",
+    "delete_namespace",
+    "effect_to_dict",
+    "marker_key",
+    "parse_marker",
+    "state_key",
+]

@@ -1,0 +1,111 @@
+"""What Runlog's own packages use of the contract beyond its public names: for them, not a stable API.
+
+Trace context headers, Redis and Kafka helpers, the event hash's version and other constants of the
+contract. An application imports :mod:`runlog.schemas` instead. The names whose module imports a driver
+(Kafka, Redis, fastavro) are imported on first use (PEP 562), so importing this module loads none.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from runlog.schemas._hash import HASH_VERSION
+from runlog.schemas._plain import PlainMapping
+from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
+from runlog.schemas._tracecontext import (
+    TRACEPARENT,
+    TRACESTATE,
+    TraceContext,
+    carrying,
+    current,
+    distinct_contexts,
+    from_headers,
+    parse,
+)
+from runlog.schemas._types import STAGES_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from runlog.schemas._client_config import quiet_unreachable_lines
+    from runlog.schemas._codec import body_of
+    from runlog.schemas._kafka import (
+        RETRIABLE_METADATA_ERRORS,
+        commit_refused_by_rebalance,
+        partitions_of,
+        watermarks,
+    )
+    from runlog.schemas._kafka_auth import awaited, quiet_auth_lines, refused, served
+    from runlog.schemas._redis import (
+        INDEX_SHARDS,
+        AsyncFailoverCluster,
+        aredis_client,
+        aretry_failover,
+        index_shard,
+        is_cluster,
+        is_cluster_url,
+        redis_client,
+        retry_failover,
+    )
+
+_LAZY = {
+    **dict.fromkeys(("body_of",),
+                    "runlog.schemas._codec"),
+    **dict.fromkeys(("quiet_unreachable_lines",),
+                    "runlog.schemas._client_config"),
+    **dict.fromkeys(("RETRIABLE_METADATA_ERRORS", "commit_refused_by_rebalance", "partitions_of",
+                     "watermarks"),
+                    "runlog.schemas._kafka"),
+    **dict.fromkeys(("awaited", "quiet_auth_lines", "refused", "served"),
+                    "runlog.schemas._kafka_auth"),
+    **dict.fromkeys(("AsyncFailoverCluster", "INDEX_SHARDS", "aredis_client", "aretry_failover",
+                     "index_shard", "is_cluster", "is_cluster_url", "redis_client", "retry_failover"),
+                    "runlog.schemas._redis"),
+}
+"""The names whose module imports a driver, by module."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "HASH_VERSION",
+    "INDEX_SHARDS",
+    "RETRIABLE_METADATA_ERRORS",
+    "STAGES_ATTRIBUTE",
+    "TOKEN_EXTEND",
+    "TOKEN_RELEASE",
+    "TRACEPARENT",
+    "TRACESTATE",
+    "AsyncFailoverCluster",
+    "PlainMapping",
+    "TraceContext",
+    "aredis_client",
+    "aretry_failover",
+    "awaited",
+    "body_of",
+    "carrying",
+    "commit_refused_by_rebalance",
+    "current",
+    "distinct_contexts",
+    "from_headers",
+    "index_shard",
+    "is_cluster",
+    "is_cluster_url",
+    "parse",
+    "partitions_of",
+    "quiet_auth_lines",
+    "quiet_unreachable_lines",
+    "redis_client",
+    "refused",
+    "retry_failover",
+    "served",
+    "watermarks",
+]
