@@ -1,7 +1,7 @@
-"""The namespace marker and the rebuild lock of a :class:`~runlog.projections.redis_store.RedisStore` (a mixin
-of it): which generation of the namespace a store writes under, whether the namespace is whole
-(``ready``), being rebuilt (``rebuilding``, under the rebuild lock) or replayed by a new projector group
-(``replaying``), and the moves between those states. Every apply is guarded by the generation: a
+"""The namespace marker and the rebuild lock a :class:`~runlog.projections.redis_store.RedisStore` holds
+(its ``namespace``): which generation of the namespace a store writes under, whether the namespace is
+whole (``ready``), being rebuilt (``rebuilding``, under the rebuild lock) or replayed by a new projector
+group (``replaying``), and the moves between those states. Every apply is guarded by the generation: a
 store whose generation the marker no longer holds is refused (:class:`ProjectionLost`)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 import redis
 
@@ -29,13 +28,13 @@ __all__ = ["NamespaceMarker"]
 
 
 class NamespaceMarker:
-    """The marker's and the rebuild lock's part of the store."""
+    """The marker and the rebuild lock of the namespace ``prefix`` on ``client``, and the generation
+    a store writes under (its own: each store holds one)."""
 
-    client: redis.Redis
-    prefix: str
-    _gen: str | None
-
-    def _register_marker_scripts(self, client: Any) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._gen: str | None = None
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
         self._drop_marker = client.register_script(
@@ -49,6 +48,11 @@ class NamespaceMarker:
             "and redis.call('HGET', KEYS[1], 'state') == ARGV[2] then "
             "redis.call('HSET', KEYS[1], 'state', ARGV[3]) redis.call('HDEL', KEYS[1], 'until') return 1 end "
             "return 0")
+
+    @property
+    def held(self) -> str | None:
+        """The generation adopted so far, without looking the marker up (None: none yet, or void)."""
+        return self._gen
 
     @property
     def marker_key(self) -> str:
@@ -183,5 +187,4 @@ class NamespaceMarker:
         except redis.RedisError as err:
             raise ProjectionStoreError(f"finishing the rebuild of {self.prefix!r} failed: {err}") from err
 
-    # -- reads --------------------------------------------------------------------------------
 

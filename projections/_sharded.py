@@ -1,5 +1,6 @@
-"""The Redis Cluster side of :class:`~runlog.projections.redis_store.RedisStore`: the sharded global
-indexes and the two-step apply, and the runner of one script per slot that the apply and the
+"""The Redis Cluster side of :class:`~runlog.projections.redis_store.RedisStore` (its
+:attr:`~runlog.projections.redis_store.RedisStore.indexes` on a cluster): the sharded global indexes and
+the two-step apply, and the runner of one script per slot that the apply and the
 cluster swap (:mod:`runlog.projections._cluster_swap`) share.
 
 On Redis Cluster (a ``redis.cluster.RedisCluster`` client, ``REDIS_URL=redis+cluster://...``)
@@ -29,9 +30,7 @@ guard, not by the generation. Listings fan out over the shards.
 
 Before an apply returns, its writes are on replicas: each pipeline ends with a ``WAIT`` per primary
 it wrote to (:mod:`runlog.projections._replicas`). Until a batch is whole (both steps, and their waits),
-its updates are kept (:meth:`ShardedIndexes.apply_whole`) and sent again, ahead of the next
-apply's: a retried batch is folded from states the failed attempt may have stored already, which
-the fold then finds duplicate, so it would write (and wait for) nothing itself.
+its updates are kept and sent again, ahead of the next apply's (:mod:`runlog.projections._kept`).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
@@ -48,10 +47,10 @@ from runlog.projections._marker import _text
 from runlog.projections._state import EffectEntry, RunStatus, effect_to_dict
 from runlog.projections.store import ApplyResult, RunUpdate
 from runlog.schemas.errors import RunlogError
-from runlog.schemas.internal import index_shard
+from runlog.schemas.internal import INDEX_SHARDS, index_shard
 
-__all__ = ["LOST", "RESULTS", "AfterWrites", "ProjectionLost", "ProjectionStoreError", "ShardedIndexes",
-           "dumps", "eval_each", "index_entry", "lua", "raise_failed"]
+__all__ = ["LOST", "RESULTS", "AfterWrites", "Generations", "ProjectionLost", "ProjectionStoreError",
+           "ScriptCall", "ShardedIndexes", "dumps", "eval_each", "index_entry", "lua", "raise_failed"]
 
 RESULTS = {1: ApplyResult.APPLIED, 0: ApplyResult.ALREADY, -1: ApplyResult.CONFLICT}
 LOST = -2
@@ -128,28 +127,41 @@ def _eval_pipeline(client: Any, sha: str, args: Sequence[ScriptCall], after: Aft
     return check(raw) if check is not None else raw
 
 
+class Generations(Protocol):
+    """What the cluster apply needs of the namespace marker
+    (:class:`~runlog.projections._marker_store.NamespaceMarker`): the generation the store writes under,
+    the marker's key, and dropping the generation once the marker no longer holds it."""
+
+    @property
+    def generation(self) -> str: ...
+
+    @property
+    def marker_key(self) -> str: ...
+
+    def adopt(self, gen: str | None) -> None: ...
+
+
 class ShardedIndexes:
-    """The cluster part of :class:`~runlog.projections.redis_store.RedisStore` (a mixin of it): the keys
-    of the index shards and the two-step apply (see the module docstring)."""
+    """The index shards of the namespace ``prefix`` on the cluster ``client`` and the two-step apply
+    (see the module docstring).
 
-    client: redis.Redis
-    prefix: str
-    _gen: str | None
-    _source: str
-    _index_source: str
-    _after_writes: AfterWrites | None
-    """Queues the replica waits of a pipeline's writes; None: no waits."""
-    _unconfirmed: list[RunUpdate]
-    """The updates of a batch not yet whole (see :meth:`apply_whole`)."""
+    Args:
+        client: the Redis Cluster client.
+        prefix: the namespace.
+        namespace: the store's generation and marker (a lost one is dropped there).
+        after_writes: queues the replica waits of a pipeline's writes; None: no waits.
+    """
 
-    if TYPE_CHECKING:
-        @property
-        def generation(self) -> str: ...
-
-        @property
-        def marker_key(self) -> str: ...
-
-        def script_args(self, u: RunUpdate) -> ScriptCall: ...
+    def __init__(self, client: Any, prefix: str, namespace: Generations, *,
+                 after_writes: AfterWrites | None = None) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.namespace = namespace
+        self.after_writes = after_writes
+        self.source = lua("cluster_apply.lua")
+        """The run's script (one slot: the run's keys)."""
+        self.index_source = lua("cluster_index.lua")
+        """The index script (one slot: a shard's keys)."""
 
     def shard_status_key(self, shard: int, status: RunStatus) -> str:
         return f"{self.prefix}:{{idx:{shard}}}:runs:by_status:{status.value}"
@@ -160,51 +172,30 @@ class ShardedIndexes:
     def shard_effects_key(self, shard: int) -> str:
         return f"{self.prefix}:{{idx:{shard}}}:effects:by_key"
 
-    def apply_whole(self, updates: Sequence[RunUpdate],
-                    once: Callable[[Sequence[RunUpdate]], list[ApplyResult]]) -> list[ApplyResult]:
-        """``once`` on the updates of the last batch that did not complete (raised anything but
-        :class:`ProjectionLost`), then ``updates``, in one go; the results of ``updates``.
+    def status_keys(self, status: RunStatus) -> list[str]:
+        """The keys holding the runs of ``status``, one per shard."""
+        return [self.shard_status_key(n, status) for n in range(INDEX_SHARDS)]
 
-        A batch that raised may have written part of itself (the run's step and not its indexes,
-        or all of it without the replicas' acknowledgement); the projector then folds the batch
-        again from the store, where those runs already hold it: duplicates, no update, nothing
-        written or waited for. Sending the kept updates again completes them: their run scripts
-        answer ALREADY (nothing written) or APPLIED (the write was lost), their index writes are
-        idempotent and run for both, and the pipelines wait for replicas again. A lost namespace
-        drops them: it is rebuilt from the log."""
-        batch: list[RunUpdate] = []
-        at: dict[tuple[str, int, int], int] = {}
-        for u in [*self._unconfirmed, *updates]:  # a retry re-folds the same updates: send each once
-            k = (u.run_id, u.base_offset, u.state.offset)
-            if k not in at:
-                at[k] = len(batch)
-                batch.append(u)
-        if not batch:
-            return []
-        self._unconfirmed = batch
-        try:
-            results = once(batch)
-        except ProjectionLost:
-            self._unconfirmed = []
-            raise
-        self._unconfirmed = []
-        return [results[at[(u.run_id, u.base_offset, u.state.offset)]] for u in updates]
+    def effects_key_of(self, delivery_key: str) -> str:
+        """The shard's key whose hash holds ``delivery_key``'s indexed effect."""
+        return self.shard_effects_key(index_shard(delivery_key))
 
-    def _apply_cluster(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
-        gen = self.generation
-        args = [self.script_args(u) for u in updates]
+    def apply(self, updates: Sequence[RunUpdate], args: Sequence[ScriptCall]) -> list[ApplyResult]:
+        """Apply ``updates``, whose run scripts' KEYS and ARGV are ``args`` (computed under the
+        namespace's generation), then write their index entries."""
+        gen = self.namespace.generation
         try:
-            held = self.client.hget(self.marker_key, "gen")
+            held = self.client.hget(self.namespace.marker_key, "gen")
             if held is None or _text(held) != gen:
-                self._gen = None
+                self.namespace.adopt(None)
                 raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
                                      f"emptied or the namespace replaced; {len(updates)} updates refused")
-            raw = eval_each(self.client, self._source, args, self._after_writes)
+            raw = eval_each(self.client, self.source, args, self.after_writes)
         except (redis.RedisError, redis.exceptions.RedisClusterException) as err:
             raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
         raise_failed(raw, "apply script")
         if any(int(r) == LOST for r in raw):
-            self._gen = None
+            self.namespace.adopt(None)
             lost = sum(int(r) == LOST for r in raw)
             raise ProjectionLost(f"namespace {self.prefix!r} lost run states under generation {gen}: a "
                                  f"node came back empty; {lost} of {len(raw)} updates refused")
@@ -223,7 +214,7 @@ class ShardedIndexes:
                               ["effect", e.delivery_key, index_entry(e), e.sort_key]))
         if index:
             try:
-                done = eval_each(self.client, self._index_source, index, self._after_writes)
+                done = eval_each(self.client, self.index_source, index, self.after_writes)
             except (redis.RedisError, redis.exceptions.RedisClusterException) as err:
                 raise ProjectionStoreError(f"indexing {len(updates)} updates failed: {err}") from err
             raise_failed(done, "index script")

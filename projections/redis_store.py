@@ -31,7 +31,10 @@ namespace from the log (:mod:`runlog.projections.recovery`).
 Each update is one ``EVALSHA`` of ``lua/apply.lua`` (loaded once), guarded by
 the run's stored log offset; a batch of updates goes through one pipeline.
 On Redis Cluster the global indexes are sharded, one hash tag per shard, and an apply is two
-pipelined steps: that layout and its apply are :mod:`runlog.projections._sharded` (a mixin of the store).
+pipelined steps: that layout and its apply are :mod:`runlog.projections._sharded` (the store's
+:attr:`RedisStore.indexes`). The marker and the rebuild lock are :mod:`runlog.projections._marker_store`
+(the store's :attr:`RedisStore.namespace`); a batch not yet whole is kept and sent again ahead of the
+next (:mod:`runlog.projections._kept`, the store's :attr:`RedisStore.kept`).
 An apply returns once its writes are on replicas (``RUNLOG_REDIS_WAIT_REPLICAS``: on a cluster by
 default, on a standalone server when set to a number; :mod:`runlog.projections._replicas`).
 """
@@ -39,11 +42,12 @@ default, on a standalone server when set to a number; :mod:`runlog.projections._
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
+from runlog.projections._kept import KeptBatch
 from runlog.projections._layout import apply_argv, state_from_hash
 from runlog.projections._marker import (
     Marker,
@@ -71,11 +75,10 @@ from runlog.projections._state import (
     state_from_dict,
 )
 from runlog.projections.store import ApplyResult, RunUpdate
-from runlog.schemas.internal import INDEX_SHARDS, index_shard, is_cluster, redis_client
+from runlog.schemas.internal import is_cluster, redis_client
 from runlog.schemas.settings import Settings
 
 __all__ = ["Marker", "ProjectionLost", "ProjectionStoreError", "RedisStore", "apply_script"]
-
 
 
 def apply_script() -> str:
@@ -83,9 +86,15 @@ def apply_script() -> str:
     return lua("apply.lua")
 
 
-class RedisStore(NamespaceMarker, ShardedIndexes):
+class RedisStore:
     """Projection store in Redis under ``prefix`` (see the module docstring; on Redis Cluster,
-    :mod:`runlog.projections._sharded`)."""
+    :mod:`runlog.projections._sharded`).
+
+    It holds its parts as fields: :attr:`namespace` (the marker, the rebuild lock and the generation it
+    writes under), :attr:`indexes` (the index shards and the two-step apply, on a cluster) and
+    :attr:`kept` (a batch not yet whole); the namespace's moves are also its own methods
+    (:meth:`marker`, :meth:`begin_rebuild`, ...), which call the marker's.
+    """
 
     def __init__(self, client: redis.Redis, prefix: str, *, wait_replicas: int | None = None,
                  wait_ms: int = 2000) -> None:
@@ -93,17 +102,20 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
         it returns (None: auto) and how long to wait for them (:mod:`runlog.projections._replicas`)."""
         self.client = client
         self.prefix = prefix
-        self._gen: str | None = None
-        self._unconfirmed = []
+        self.namespace = NamespaceMarker(client, prefix)
+        """The namespace marker, the rebuild lock and the generation this store writes under."""
+        self.kept = KeptBatch()
+        """The updates of a batch not yet whole, sent again ahead of the next apply's."""
         self._calls_inline: set[str] = set()
         """Runs loaded from a snapshot that holds their calls (the layout before calls were kept
         apart): their next write is a whole one."""
-        self._register_marker_scripts(client)
         self.cluster = is_cluster(client)
-        self._source = lua("cluster_apply.lua") if self.cluster else apply_script()
-        self._index_source = lua("cluster_index.lua") if self.cluster else ""
         self.waits = ReplicaWaits(client, cluster=self.cluster, replicas=wait_replicas, timeout_ms=wait_ms)
         self._after_writes = self.waits.after if self.waits.enabled else None
+        self.indexes = ShardedIndexes(client, prefix, self.namespace, after_writes=self._after_writes) \
+            if self.cluster else None
+        """On Redis Cluster, the index shards and the two-step apply; None on a standalone server."""
+        self._source = self.indexes.source if self.indexes is not None else apply_script()
         try:
             self._sha: str = str(client.script_load(self._source))
         except redis.RedisError as err:
@@ -138,17 +150,76 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
     def effects_index_key(self) -> str:
         return f"{self.prefix}:effects:by_key"
 
-    # on Redis Cluster: the sharded global indexes (runlog.projections._sharded)
-
     def status_keys(self, status: RunStatus) -> list[str]:
         """Every key holding the runs of ``status``: one, or one per shard on a cluster."""
-        if not self.cluster:
+        if self.indexes is None:
             return [self.status_key(status)]
-        return [self.shard_status_key(n, status) for n in range(INDEX_SHARDS)]
+        return self.indexes.status_keys(status)
 
     def effect_index_key_of(self, delivery_key: str) -> str:
         """The key whose hash holds ``delivery_key``'s indexed effect."""
-        return self.shard_effects_key(index_shard(delivery_key)) if self.cluster else self.effects_index_key
+        return self.effects_index_key if self.indexes is None else self.indexes.effects_key_of(delivery_key)
+
+    # -- the namespace marker and the rebuild lock (runlog.projections._marker_store) -----------------
+
+    @property
+    def marker_key(self) -> str:
+        return self.namespace.marker_key
+
+    @property
+    def rebuild_lock_key(self) -> str:
+        return self.namespace.rebuild_lock_key
+
+    @property
+    def generation(self) -> str:
+        """The generation this store writes under
+        (:attr:`~runlog.projections._marker_store.NamespaceMarker.generation`)."""
+        return self.namespace.generation
+
+    def marker(self) -> Marker | None:
+        """The namespace's marker, or None when there is none (a new or an emptied namespace)."""
+        return self.namespace.marker()
+
+    def begin_replay(self, until: Mapping[int, int]) -> str | None:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.begin_replay`."""
+        return self.namespace.begin_replay(until)
+
+    def replay_until(self) -> tuple[str, dict[int, int]] | None:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.replay_until`."""
+        return self.namespace.replay_until()
+
+    def finish_replay(self, gen: str) -> bool:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.finish_replay`."""
+        return self.namespace.finish_replay(gen)
+
+    def adopt(self, gen: str | None) -> None:
+        """Write under ``gen`` from now on (None: look the marker up again on next use)."""
+        self.namespace.adopt(gen)
+
+    def begin_rebuild(self, holder: str, ttl_ms: int = 60_000) -> str | None:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.begin_rebuild`."""
+        return self.namespace.begin_rebuild(holder, ttl_ms)
+
+    def hold_rebuild(self, holder: str, ttl_ms: int = 60_000) -> bool:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.hold_rebuild`."""
+        return self.namespace.hold_rebuild(holder, ttl_ms)
+
+    def rebuild_locked(self) -> bool:
+        return self.namespace.rebuild_locked()
+
+    def abandon_rebuild(self, holder: str) -> None:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.abandon_rebuild`."""
+        self.namespace.abandon_rebuild(holder)
+
+    def invalidate(self) -> bool:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.invalidate`."""
+        return self.namespace.invalidate()
+
+    def finish_rebuild(self, holder: str, gen: str) -> None:
+        """:meth:`~runlog.projections._marker_store.NamespaceMarker.finish_rebuild`."""
+        self.namespace.finish_rebuild(holder, gen)
+
+    # -- reads --------------------------------------------------------------------------------
 
     def count(self, status: RunStatus) -> int:
         """How many runs have ``status`` (one round trip)."""
@@ -243,7 +314,7 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
             self.checkpoints_key(s.run_id),
             self.effects_key(s.run_id),
         ]
-        if not self.cluster:  # on a cluster the indexes and the marker are other slots' keys
+        if self.indexes is None:  # on a cluster the indexes and the marker are other slots' keys
             keys += [self.status_key(base_status), self.status_key(s.status), self.effects_index_key,
                      self.marker_key]
         argv = apply_argv(u, None if s.run_id in self._calls_inline else u.base_calls)
@@ -251,10 +322,12 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
         return keys, argv
 
     def apply(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
-        if self.cluster:
-            results = self.apply_whole(updates, self._apply_cluster)
+        indexes = self.indexes
+        if indexes is not None:  # the run's script, then the index shards' (runlog.projections._sharded)
+            results = self.kept.apply(
+                updates, lambda batch: indexes.apply(batch, [self.script_args(u) for u in batch]))
         elif self._after_writes is not None:
-            results = self.apply_whole(updates, self._apply_standalone)
+            results = self.kept.apply(updates, self._apply_standalone)
         else:
             results = self._apply_standalone(updates) if updates else []
         if self._calls_inline:
@@ -274,7 +347,8 @@ class RedisStore(NamespaceMarker, ShardedIndexes):
             raise ProjectionStoreError(f"applying {len(updates)} updates failed: {err}") from err
         raise_failed(raw, "apply script")
         if any(int(r) == LOST for r in raw):
-            gen, self._gen = self._gen, None
+            gen = self.namespace.held
+            self.namespace.adopt(None)
             raise ProjectionLost(f"namespace {self.prefix!r} no longer holds generation {gen}: Redis was "
                                  f"emptied or the namespace replaced; {sum(int(r) == LOST for r in raw)} "
                                  f"of {len(raw)} updates refused")

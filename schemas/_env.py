@@ -74,6 +74,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " the batch's apply, which is retried"),
     ("RUNLOG_CRASH_AT", "", "fault tests only: a writer point such as `before:EFFECT_INTENT:visual/upload/2`"
      " where the process kills itself with SIGKILL (off when empty)"),
+    ("RUNLOG_TRACEBACK", "", "`1`: a `runlog` command that meets an error it does not translate prints its "
+     "traceback after its one line (for a bug report)"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
     ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
      " pages still readable)"),

@@ -1,26 +1,24 @@
-"""The resumer's sweep (a mixin of :class:`~runlog.processors.resume.service.ResumerService`): the runs of its
-App's workflows whose writer is gone (their lease expired) get a resume request, and waits whose
-deadline passed are handed to their policy. Candidates are the writers' active set and, when the
-projection is whole (marker ``ready``), its ``RUNNING`` index; while a rebuild, a swap or a replay
-moves the indexes, only the active set is swept. The serving loop sweeps when it holds the group's
-turn (:meth:`Sweeper.sweep_turn`): one member per interval, however many the group has."""
+"""The resumer's sweep: the runs of its App's workflows whose writer is gone (their lease expired) get
+a resume request, and waits whose deadline passed are handed to their policy. Candidates are the
+writers' active set and, when the projection is whole (marker ``ready``), its ``RUNNING`` index; while
+a rebuild, a swap or a replay moves the indexes, only the active set is swept. The serving loop sweeps
+when it holds the group's turn (:meth:`Sweeper.sweep_turn`): one member per interval, however many the
+group has. :class:`Sweeper` is the part of :class:`~runlog.processors.resume.service.ResumerService`
+that does this; it asks for resumes through the callable it is given."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 
 from runlog.processors.metrics import ResumerMetrics
 from runlog.processors.resume._versions import VersionRoutes
-from runlog.processors.resume.request import request_resume
-from runlog.processors.resume.resumer import App
 from runlog.producers.internal import ActiveRuns
 from runlog.projections import RedisStore, RunStatus
 from runlog.projections.internal import READY
-from runlog.schemas import Settings
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -34,37 +32,51 @@ class SweepReport:
 
 
 class Sweeper:
-    """The sweep's part of the resumer service."""
+    """Sweeps for the runs of one App's workflows that nobody resumes.
 
-    app: App
-    settings: Settings
-    active: ActiveRuns
-    projection: RedisStore
-    redis: redis.Redis
-    metrics: ResumerMetrics
-    producer: Any
-    codec: Any
-    routes: VersionRoutes
+    Args:
+        client: the Redis client holding the lease keys and the group's sweep turn.
+        projection: the projection store (its marker, its ``RUNNING`` index, the runs' workflows).
+        active: the writers' active set (and the runs' waits).
+        routes: the version routes (runs parked for a version's member are not swept).
+        workflows: the workflow names this App registers.
+        lease_key: a run's lease key.
+        request: appends a resume request for a run, with its reason (``lease expired``, ``wait timed
+            out``).
+        metrics: counts sweeps and the requests they made.
+        turn_key: the group's sweep turn (``P:sweep:<group>``).
+        member: this member's id (what it writes into the turn).
+        interval_ms: how often the serving loop sweeps (the turn's length).
+    """
 
-    group: str
-    member: str
-
-    def lease_key(self, run_id: str) -> str:
-        raise NotImplementedError
+    def __init__(self, *, client: redis.Redis, projection: RedisStore, active: ActiveRuns,
+                 routes: VersionRoutes, workflows: Callable[[], Iterable[str]],
+                 lease_key: Callable[[str], str], request: Callable[[str, str], None],
+                 metrics: ResumerMetrics, turn_key: str, member: str, interval_ms: int) -> None:
+        self.redis = client
+        self.projection = projection
+        self.active = active
+        self.routes = routes
+        self.workflows = workflows
+        self.lease_key = lease_key
+        self.request = request
+        self.metrics = metrics
+        self.turn_key = turn_key
+        self.member = member
+        self.interval_ms = interval_ms
 
     def sweep_turn(self, interval_ms: int) -> bool:
         """Whether this member sweeps now: one member of the group per interval (the first to take
         ``P:sweep:<group>`` for ``interval_ms``), not every member (which asked N resumes of each
         dead run). A member that dies holding the turn leaves it to expire: the next interval,
         another takes it."""
-        key = f"{self.settings.redis_prefix}:sweep:{self.group}"
-        return bool(self.redis.set(key, self.member, nx=True, px=max(interval_ms - 50, 50)))
+        return bool(self.redis.set(self.turn_key, self.member, nx=True, px=max(interval_ms - 50, 50)))
 
-    def _candidates(self) -> list[str]:
+    def candidates(self) -> list[str]:
         """Runs of this App's workflows that may need a resume: the active set's, then the
         projection's ``RUNNING`` ones (runs from before the active set, or written by a writer
         that does not maintain it)."""
-        mine = set(self.app.registry.names())
+        mine = set(self.workflows())
         found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
         marker = self.projection.marker()
         if marker is None or marker.state != READY:
@@ -87,7 +99,7 @@ class Sweeper:
     def sweep_if_turn(self) -> SweepReport | None:
         """:meth:`sweep` when this member holds the group's turn (the serving loop's sweep); None when
         another member swept this interval."""
-        if not self.sweep_turn(self.settings.sweep_interval_ms):
+        if not self.sweep_turn(self.interval_ms):
             return None
         return self.sweep()
 
@@ -97,7 +109,7 @@ class Sweeper:
         for a member serving their version (:mod:`runlog.processors.resume._versions`)."""
         self.metrics.sweeps.inc()
         report = SweepReport()
-        candidates = self._candidates()
+        candidates = self.candidates()
         cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
         parked = self.routes.waiting_for(candidates)  # a member serving their version claims them
         for run_id in candidates:
@@ -106,16 +118,14 @@ class Sweeper:
             if self.redis.exists(self.lease_key(run_id)):
                 report.alive += 1
                 continue
-            request_resume(self.settings, run_id, "lease expired", requested_by="sweeper",
-                           producer=self.producer, codec=self.codec)
+            self.request(run_id, "lease expired")
             self.metrics.sweep_requested.labels("lease_expired").inc()
             report.requested.append(run_id)
-        mine = set(self.app.registry.names())
+        mine = set(self.workflows())
         for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
             if workflow not in mine:
                 continue
-            request_resume(self.settings, run_id, "wait timed out", requested_by="sweeper",
-                           producer=self.producer, codec=self.codec)
+            self.request(run_id, "wait timed out")
             self.metrics.sweep_requested.labels("wait_timed_out").inc()
             self.active.unwait(run_id)
             report.requested.append(run_id)

@@ -32,9 +32,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -247,31 +247,38 @@ class Advertiser:
 
 
 class VersionPickup:
-    """The resumer service's part of version routing (a mixin of
-    :class:`~runlog.processors.resume.service.ResumerService`): park what it does not serve, pick up what
-    it does."""
+    """A member's part of version routing: park the runs it does not serve, pick up the parked runs
+    of the versions it serves (the part of :class:`~runlog.processors.resume.service.ResumerService`
+    that does it).
 
-    routes: VersionRoutes
-    serves: tuple[str, ...]
-    metrics: ResumerMetrics
-    projection: RedisStore
-    not_served: int
-    _warned: dict[str, float]
+    Args:
+        routes: the version routing keys.
+        serves: the ``workflow@version`` labels this member serves.
+        projection: the projection store (whether a parked run finished meanwhile).
+        resume: resumes a run (no request, no seen epoch); its outcome, or None when it was not resumed.
+        finished: whether the log says a run is complete or cancelled.
+        metrics: the version gauges.
+    """
 
-    def _resume(self, run_id: str, msg: Any, seen_epoch: int | None = None) -> ResumeOutcome | None:
-        raise NotImplementedError
+    def __init__(self, routes: VersionRoutes, serves: Sequence[str], *, projection: RedisStore,
+                 resume: Callable[[str], ResumeOutcome | None], finished: Callable[[str], bool],
+                 metrics: ResumerMetrics) -> None:
+        self.routes = routes
+        self.serves = tuple(serves)
+        self.projection = projection
+        self.resume = resume
+        self.finished = finished
+        self.metrics = metrics
+        self._warned: dict[str, float] = {}  # label -> when its last "no member serves" warning went out
 
-    def _finished(self, run_id: str) -> bool:
-        """Whether the log says ``run_id`` is complete or cancelled."""
-        raise NotImplementedError
-
-    def _park(self, run_id: str, lbl: str) -> None:
-        self.not_served += 1
+    def park(self, run_id: str, lbl: str) -> None:
+        """Park ``run_id`` for a member serving ``lbl`` (a resume answered ``not_served``), unless it
+        finished meanwhile."""
         self.routes.park(run_id, lbl)
         # the request was read before another member (serving ``lbl``) may have finished the run and
         # settled its parking: read the log again after parking, so a finished run is never left
         # parked (the finisher's settle came after this park, or its last event is read here)
-        if self._finished(run_id):
+        if self.finished(run_id):
             self.routes.settle([run_id])
             log.info("resume %s: finished meanwhile, not parked", run_id)
             return
@@ -311,7 +318,7 @@ class VersionPickup:
                 if not self.routes.claim(run_id, lbl):
                     continue  # another member claimed it first
                 log.info("resume %s: claimed, it waited for %s", run_id, lbl)
-                outcome = self._resume(run_id, None)
+                outcome = self.resume(run_id)
                 if outcome is not None and outcome.result not in NOT_ACTED:
                     out.append(outcome)
         labels = self.routes.labels()

@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
 import os
 import socket
@@ -90,6 +89,7 @@ from runlog.processors.resume._drains import OpenRunsGauge
 from runlog.processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from runlog.processors.resume._sweep import Sweeper, SweepReport
 from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
+from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
 from runlog.producers.internal import ActiveRuns, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
@@ -120,8 +120,14 @@ def group_id(settings: Settings, app: App) -> str:
     return settings.group_id(f"{settings.resumer_group}.{app_id(app)}")
 
 
-class ResumerService(ContendedRetries, Sweeper, VersionPickup):
+class ResumerService:
     """Consumes resume requests as one member of its App's resumer group and sweeps for dead runs.
+
+    It holds its parts as fields: :attr:`retries` (the contended runs' retries,
+    :class:`~runlog.processors.resume._retries.ContendedRetries`), :attr:`sweeper` (the sweep,
+    :class:`~runlog.processors.resume._sweep.Sweeper`) and :attr:`pickup` (parking and picking up runs
+    by version, :class:`~runlog.processors.resume._versions.VersionPickup`); each gets the service's
+    resume as a callable.
 
     Args:
         settings: services and names; the group is :func:`group_id` (``settings.resumer_group``
@@ -175,7 +181,6 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         """``runlog_resumer_open_runs``, refreshed from the pick-up tick every 10 s
         (:mod:`runlog.processors.resume._drains`)."""
         self._last_pickup = 0.0
-        self._warned: dict[str, float] = {}
         log.info("resumer group %s (member %s) serving %s", self.group, self.member, ", ".join(self.serves))
         self.on_outcome = on_outcome
         self.accept = accept
@@ -186,11 +191,18 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         self.not_served = 0
         """Resumes answered ``not_served`` (runs pinned to a version this App does not register:
         parked for a member that does)."""
-        self._retries: list[tuple[float, int, str]] = []  # (due, tie breaker, run id), a heap
-        self._scheduled: set[str] = set()
-        self._attempts: dict[str, int] = {}
-        self._seen: dict[str, int | None] = {}  # run id -> the epoch its pending retry's requests saw
-        self._tie = itertools.count()
+        self.retries = ContendedRetries(self.redis, self.lease_key, settings.lease_ttl_ms,
+                                        resume=self._retry, metrics=self.metrics)
+        """The contended runs, retried once their lease can have expired."""
+        self.sweeper = Sweeper(client=self.redis, projection=self.projection, active=self.active,
+                               routes=self.routes, workflows=app.registry.names, lease_key=self.lease_key,
+                               request=self._request, metrics=self.metrics,
+                               turn_key=f"{settings.redis_prefix}:sweep:{self.group}", member=self.member,
+                               interval_ms=settings.sweep_interval_ms)
+        """Requests the resume of the runs nobody resumes."""
+        self.pickup = VersionPickup(self.routes, self.serves, projection=self.projection,
+                                    resume=self._pick_up, finished=self._finished, metrics=self.metrics)
+        """Parks the runs of versions this member does not serve, picks up those of versions it does."""
         self.metrics_server = MetricsServer(self.metrics.registry, metrics_port, settings.metrics_host) \
             if metrics_port is not None else None
 
@@ -301,7 +313,7 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             self._count("error", t0)
             log.warning("resume %s: %s failed (%s); retrying later", run_id,
                         "Kafka" if isinstance(err, (LogUnavailable, DeliveryError)) else "Redis", err)
-            self._schedule_retry(run_id, seen_epoch)
+            self.retries.schedule(run_id, seen_epoch)
             return None
         except BaseException:
             self._count("error", t0)
@@ -309,6 +321,16 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
         self._count(outcome.result, t0)
         self._settle(outcome, seen_epoch)
         return outcome
+
+    def _retry(self, run_id: str, seen_epoch: int | None) -> ResumeOutcome | None:
+        return self._resume(run_id, None, seen_epoch)
+
+    def _pick_up(self, run_id: str) -> ResumeOutcome | None:
+        return self._resume(run_id, None)
+
+    def _request(self, run_id: str, reason: str) -> None:
+        request_resume(self.settings, run_id, reason, requested_by="sweeper", producer=self.producer,
+                       codec=self.codec)
 
     def _finished(self, run_id: str) -> bool:
         try:
@@ -328,14 +350,14 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             log.debug("resume %s: not_mine %s", run_id, outcome.detail)
             return
         if outcome.result == "not_served" and outcome.waiting_for is not None:
-            self._park(run_id, outcome.waiting_for)
+            self.not_served += 1
+            self.pickup.park(run_id, outcome.waiting_for)
             return
         log.info("resume %s: %s %s", run_id, outcome.result, outcome.detail)
         if outcome.result == "contended":
-            self._schedule_retry(run_id, seen_epoch)
+            self.retries.schedule(run_id, seen_epoch)
         else:
-            self._attempts.pop(run_id, None)
-            self._seen.pop(run_id, None)
+            self.retries.forget(run_id)
             if outcome.result in _DONE:
                 self.active.remove(run_id)
                 with contextlib.suppress(redis.RedisError):  # else the next pickup round unparks it
@@ -369,14 +391,14 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
             if interval > 0 and now - self._last_sweep >= interval:
                 self._last_sweep = now
                 try:
-                    self.sweep_if_turn()
+                    self.sweeper.sweep_if_turn()
                 except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
                     log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
-            retried = self.run_due_retries()
+            retried = self.retries.run_due()
             if time.monotonic() - self._last_pickup >= PICKUP_S:
                 self._last_pickup = time.monotonic()
                 try:
-                    retried += self.pick_up_parked()
+                    retried += self.pickup.pick_up_parked()
                     self.open_runs.refresh()  # at most every OPEN_RUNS_S
                 except (redis.RedisError, ProjectionStoreError) as err:
                     log.warning("parked runs not picked up (%s); the next round tries again", err)
@@ -385,13 +407,36 @@ class ResumerService(ContendedRetries, Sweeper, VersionPickup):
                 idle_since = time.monotonic()
             if stop is not None and stop():  # asked to stop meanwhile: take no new request
                 break
-            wait = self.next_retry_in()
+            wait = self.retries.next_in()
             msg_outcome = self.poll_once(0.5 if wait is None else min(0.5, wait))
             if msg_outcome is not None:
                 if msg_outcome.result not in NOT_ACTED:
                     handled += 1
                 idle_since = time.monotonic()
-            elif idle_exit_s is not None and not self._retries \
+            elif idle_exit_s is not None and not self.retries.pending \
                     and time.monotonic() - idle_since > idle_exit_s:
                 break
         return handled
+
+    # -- the parts' work, as the serving loop does it ---------------------------------------------
+
+    def run_due_retries(self) -> list[ResumeOutcome]:
+        """Resume every contended run whose retry is due; their outcomes (:attr:`retries`)."""
+        return self.retries.run_due()
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until the next contended run's retry is due (0 when overdue); None when none is."""
+        return self.retries.next_in()
+
+    def sweep(self) -> SweepReport:
+        """Request the resume of this App's runs whose lease expired, now (:attr:`sweeper`)."""
+        return self.sweeper.sweep()
+
+    def sweep_if_turn(self) -> SweepReport | None:
+        """:meth:`sweep` when this member holds the group's sweep turn; None when another member
+        swept this interval."""
+        return self.sweeper.sweep_if_turn()
+
+    def pick_up_parked(self, limit: int = 100) -> list[ResumeOutcome]:
+        """Claim and resume the runs parked for the versions this member serves (:attr:`pickup`)."""
+        return self.pickup.pick_up_parked(limit)

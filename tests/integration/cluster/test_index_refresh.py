@@ -27,7 +27,7 @@ def test_a_run_stored_without_its_index_entries_is_indexed_by_the_next_projector
     real = sharded.eval_each
 
     def run_step_only(client: Any, source: str, args: Any, after: Any = None) -> list[Any]:
-        if source == dead._index_source:
+        if dead.indexes is not None and source == dead.indexes.index_source:
             raise redis.ConnectionError("killed between the run's write and the indexes'")
         return real(client, source, args, after)
 

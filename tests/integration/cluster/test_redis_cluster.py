@@ -132,7 +132,8 @@ class TestClusterStore(StoreContract):
         ups = fold_updates(full_run("run-9", stages=1))
         self.store.apply(ups)
         shard = index_shard("run-9")
-        self.redis.delete(self.store.shard_status_hash(shard), *self.store.status_keys(ups[-1].state.status))
+        self.redis.delete(self.store.indexes.shard_status_hash(shard),
+                          *self.store.status_keys(ups[-1].state.status))
         assert self.store.runs() == []
         assert self.store.apply(ups[-1:]) == [self.store.apply(ups[-1:])[0]]  # ALREADY, index written again
         assert self.store.runs(ups[-1].state.status) == ["run-9"]

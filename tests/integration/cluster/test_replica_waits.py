@@ -50,8 +50,9 @@ def test_an_apply_waits_on_every_primary_it_wrote_to(settings: Settings, redis_c
     assert store.waits.enabled and store.waits.replicas is None
     run_id = "run-waited"
     ups = fold_updates(full_run(run_id, stages=2))
+    status_hash = store.indexes.shard_status_hash(index_shard(run_id))
     written = {redis_client_.get_node_from_key(store.state_key(run_id)).name: None,
-               redis_client_.get_node_from_key(store.shard_status_hash(index_shard(run_id))).name: None}
+               redis_client_.get_node_from_key(status_hash).name: None}
     primaries = {n.name: n for n in redis_client_.get_primaries()}
     assert wait_until(lambda: all(_replica_linked(primaries[n]) for n in written), 60, every=0.5), \
         "the primaries written to have no online replica"

@@ -405,7 +405,7 @@ def test_cancel_fences_a_live_worker_which_starts_no_further_tool_call_and_nothi
         assert r.resume(run_id).result == "cancelled"
     assert len(log_of(topics, run_id)) == n  # no lease taken, nothing appended
     with ResumerService(topics, app) as service:
-        assert run_id in service._candidates()  # the projection still says RUNNING...
+        assert run_id in service.sweeper.candidates()  # the projection still says RUNNING...
         assert run_id not in service.sweep().requested  # ...and the sweep skips it
     r2 = redis.Redis.from_url(topics.redis_url)
     try:

@@ -1,18 +1,19 @@
 """The projection's replica waits (``runlog.projections._replicas``) without a cluster: which primaries a
 batch waits on and for how many replicas, the ``WAIT`` commands queued after the writes, the
 failures that keep the batch from being done, and the store keeping a batch that failed to send it
-again with the next (``ShardedIndexes.apply_whole``)."""
+again with the next (``KeptBatch.apply``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from runlog.projections._kept import KeptBatch
 from runlog.projections._replicas import CHECK_EVERY_S, ReplicasBehind, ReplicaWaits, online_replicas
-from runlog.projections._sharded import ProjectionLost, ProjectionStoreError, ShardedIndexes
+from runlog.projections._sharded import ProjectionLost, ProjectionStoreError
 from runlog.projections._state import RunState
 from runlog.projections.store import ApplyResult, RunUpdate
 
@@ -178,11 +179,17 @@ def test_online_replicas_counts_the_replicas_info_lists_online() -> None:
 
 # -- a batch that failed is sent again with the next ----------------------------------------------
 
-class Store(ShardedIndexes):
+class Store:
+    """A store's kept batch, and the pipeline runs it made."""
+
     def __init__(self) -> None:
-        self._unconfirmed = []
+        self.kept = KeptBatch()
         self.sent: list[list[str]] = []
         self.fail: Exception | None = None
+
+    def apply_whole(self, updates: Sequence[RunUpdate],
+                    once: Callable[[Sequence[RunUpdate]], list[ApplyResult]]) -> list[ApplyResult]:
+        return self.kept.apply(updates, once)
 
     def once(self, updates: Sequence[RunUpdate]) -> list[ApplyResult]:
         self.sent.append([u.run_id for u in updates])

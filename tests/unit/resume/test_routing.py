@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from typing import Any
@@ -21,6 +20,7 @@ from runlog.processors.resume import (
     app_id,
     group_id,
 )
+from runlog.processors.resume._retries import ContendedRetries
 from runlog.producers import DictInputSource, Workflow
 from runlog.projections import RunState, RunStatus
 from runlog.schemas import Settings, WorkflowSpec
@@ -147,12 +147,8 @@ def _service(results: list[str]) -> tuple[ResumerService, _FakeRedis, _ScriptedR
     svc.accept = None
     svc.outcomes = []
     svc.not_mine = 0
-    svc._retries = []
-    svc._scheduled = set()
-    svc._attempts = {}
-    svc._seen = {}
-    svc._tie = itertools.count()
     svc.metrics = ResumerMetrics()
+    svc.retries = ContendedRetries(fake, svc.lease_key, 3000, resume=svc._retry, metrics=svc.metrics)
     return svc, fake, scripted, active
 
 
@@ -167,7 +163,7 @@ def test_contended_is_retried_after_the_leases_remaining_lifetime(monkeypatch: p
     monkeypatch.setattr(time, "monotonic", lambda: now + 2.1)
     assert [o.result for o in svc.run_due_retries()] == ["completed"]
     assert scripted.calls == 2 and svc.next_retry_in() is None
-    assert active.removed == ["run-1"] and svc._attempts == {}
+    assert active.removed == ["run-1"] and svc.retries.attempts == {}
     assert svc.routes.settled == ["run-1"]  # type: ignore[attr-defined]  # unparked with its outcome
 
 
@@ -193,7 +189,7 @@ def test_a_retry_keeps_the_epoch_its_request_saw(monkeypatch: pytest.MonkeyPatch
     svc._resume("run-1", None, 7)
     svc._resume("run-1", None, 8)  # a second request while the retry is pending: the later epoch it saw
     assert [o.result for o in svc.run_due_retries()] == ["superseded"]
-    assert scripted.seen == [7, 8, 8] and svc._seen == {} and svc._attempts == {}
+    assert scripted.seen == [7, 8, 8] and svc.retries.seen == {} and svc.retries.attempts == {}
     svc2, fake2, scripted2, _ = _service(["contended", "contended", "completed"])
     fake2.pttl_ms = -2
     svc2._resume("run-1", None, 7)
@@ -211,7 +207,7 @@ def test_contended_retries_are_capped_then_left_to_the_sweep(
     for _ in range(CONTENDED_RETRIES + 3):
         svc.run_due_retries()
     assert scripted.calls == 1 + CONTENDED_RETRIES
-    assert svc.next_retry_in() is None and svc._attempts == {}
+    assert svc.next_retry_in() is None and svc.retries.attempts == {}
     assert active.removed == []  # contended runs stay active: the sweep is the backstop
     gave_up = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(gave_up) == 1 and "giving up" in gave_up[0].getMessage()
@@ -224,7 +220,7 @@ def test_a_retry_whose_lease_is_still_held_waits_again_without_resuming(
     svc._resume("run-1", None)
     fake.leased, fake.pttl_ms = True, 0
     svc.run_due_retries()
-    assert scripted.calls == 1 and svc._attempts == {"run-1": 2}
+    assert scripted.calls == 1 and svc.retries.attempts == {"run-1": 2}
     fake.leased, fake.pttl_ms = False, -2
     assert [o.result for o in svc.run_due_retries()] == ["completed"]
 

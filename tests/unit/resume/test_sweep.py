@@ -1,0 +1,142 @@
+"""The sweep on its own: which runs it asks to resume, which it leaves, and the group's turn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from runlog.processors.metrics import ResumerMetrics
+from runlog.processors.resume._sweep import Sweeper
+from runlog.projections import RunStatus
+from runlog.projections._marker import READY, REBUILDING, Marker
+
+
+class _Pipe:
+    def __init__(self, r: _Redis) -> None:
+        self.r, self.keys = r, []
+
+    def hget(self, key: str, field: str) -> None:
+        self.keys.append(key)
+
+    def execute(self) -> list[Any]:
+        return [self.r.workflows.get(k) for k in self.keys]
+
+
+class _Redis:
+    def __init__(self) -> None:
+        self.leased: set[str] = set()
+        self.workflows: dict[str, bytes] = {}  # state key -> its workflow field
+        self.turns: dict[str, tuple[str, int]] = {}
+
+    def exists(self, key: str) -> int:
+        return int(key in self.leased)
+
+    def set(self, key: str, value: str, *, nx: bool, px: int) -> bool:
+        if nx and key in self.turns:
+            return False
+        self.turns[key] = (value, px)
+        return True
+
+    def pipeline(self, transaction: bool = True) -> _Pipe:
+        return _Pipe(self)
+
+
+class _Projection:
+    def __init__(self) -> None:
+        self.state = READY
+        self.running: list[str] = []
+
+    def marker(self) -> Marker | None:
+        return Marker("g1", self.state)
+
+    def runs(self, status: RunStatus | None = None) -> list[str]:
+        assert status is RunStatus.RUNNING
+        return list(self.running)
+
+    def state_key(self, run_id: str) -> str:
+        return f"state:{run_id}"
+
+
+class _Active:
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str]] = []
+        self.gone: set[str] = set()
+        self.waits_due: list[tuple[str, str]] = []
+        self.unwaited: list[str] = []
+
+    def list(self) -> list[tuple[str, str]]:
+        return list(self.runs)
+
+    def cancelled(self, run_ids: Iterable[str]) -> set[str]:
+        return self.gone & set(run_ids)
+
+    def due(self) -> list[tuple[str, str]]:
+        return list(self.waits_due)
+
+    def unwait(self, run_id: str) -> None:
+        self.unwaited.append(run_id)
+
+
+class _Routes:
+    def __init__(self) -> None:
+        self.parked: dict[str, str] = {}
+
+    def waiting_for(self, run_ids: list[str]) -> dict[str, str]:
+        return {r: self.parked[r] for r in run_ids if r in self.parked}
+
+
+class _World:
+    def __init__(self, member: str = "m1", client: _Redis | None = None) -> None:
+        self.redis = client or _Redis()
+        self.projection, self.active, self.routes = _Projection(), _Active(), _Routes()
+        self.requested: list[tuple[str, str]] = []
+        self.metrics = ResumerMetrics()
+        self.sweeper = Sweeper(
+            client=self.redis, projection=self.projection, active=self.active,  # type: ignore[arg-type]
+            routes=self.routes, workflows=lambda: ["orders", "refunds"],  # type: ignore[arg-type]
+            lease_key=lambda r: f"lease:{r}", request=lambda r, why: self.requested.append((r, why)),
+            metrics=self.metrics, turn_key="p:sweep:g", member=member, interval_ms=1000)
+
+
+def test_runs_of_this_apps_workflows_without_a_lease_are_requested_and_the_others_left() -> None:
+    w = _World()
+    w.active.runs = [("dead", "orders"), ("alive", "orders"), ("cancelled", "refunds"),
+                     ("parked", "orders"), ("foreign", "billing")]
+    w.redis.leased = {"lease:alive"}
+    w.active.gone = {"cancelled"}
+    w.routes.parked = {"parked": "orders@2"}
+    report = w.sweeper.sweep()
+    assert (report.requested, report.alive) == (["dead"], 1)
+    assert w.requested == [("dead", "lease expired")]
+    assert w.metrics.registry.get_sample_value("runlog_resumer_sweeps_total") == 1
+    assert w.metrics.registry.get_sample_value(
+        "runlog_resumer_sweep_requested_total", {"reason": "lease_expired"}) == 1
+
+
+def test_the_running_index_is_swept_only_while_the_projection_is_whole() -> None:
+    w = _World()
+    w.active.runs = [("active", "orders")]
+    w.projection.running = ["old", "active", "foreign"]
+    w.redis.workflows = {"state:old": b"refunds", "state:active": b"orders", "state:foreign": b"billing"}
+    w.projection.state = REBUILDING
+    assert w.sweeper.candidates() == ["active"]
+    w.projection.state = READY
+    assert w.sweeper.candidates() == ["active", "old"]
+    assert w.sweeper.sweep().requested == ["active", "old"]
+
+
+def test_waits_past_their_deadline_are_handed_to_their_policy_once() -> None:
+    w = _World()
+    w.active.waits_due = [("late", "orders"), ("foreign", "billing")]
+    assert w.sweeper.sweep().requested == ["late"]
+    assert w.requested == [("late", "wait timed out")] and w.active.unwaited == ["late"]
+
+
+def test_one_member_of_the_group_sweeps_per_interval() -> None:
+    shared = _Redis()
+    one, two = _World("m1", shared), _World("m2", shared)
+    one.active.runs = two.active.runs = [("dead", "orders")]
+    first = one.sweeper.sweep_if_turn()
+    assert first is not None and first.requested == ["dead"]
+    assert two.sweeper.sweep_if_turn() is None and two.requested == []
+    assert shared.turns["p:sweep:g"] == ("m1", 950)  # the turn ends just before the next interval
