@@ -1,0 +1,348 @@
+"""One projector member: its state between the consumer group and Redis, and the callbacks of its Faust app.
+
+:func:`runlog.processors.projector.build_app` makes the parts (the Redis store and its fold, the
+batch delivery, the offset guard, the output topics) and connects the methods of a
+:class:`Projector` to the Faust app: the rebalance signals, the agent, the timers. Nothing here
+builds a Faust app, so rebalance and recovery are tested by calling the methods with in-memory parts.
+
+Threads: the rebalance callbacks, the agent and the timers run on Faust's event loop; each batch's
+fold, publish and Redis write, and the namespace's recovery, run on one worker thread
+(:attr:`Projector.worker`). What crosses between them is the offset guard (it locks), the
+rebalance flag (a :class:`threading.Event`, read once per batch) and the publish (a coroutine the
+worker hands to the loop and waits for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runlog.processors._tracing import Tracing
+from runlog.processors.dlq import to_record
+from runlog.processors.metrics import ProjectorMetrics
+from runlog.processors.projector._batches import BatchDelivery
+from runlog.processors.projector._offsets import Committed, OffsetGuard
+from runlog.projections import EffectEntry
+from runlog.projections.batch import BatchProjector, BatchResult, RawRecord
+from runlog.projections.recovery import lost_at_start, recover
+from runlog.projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
+from runlog.projections.store import StoreWentBack
+from runlog.schemas import Checkpoint
+from runlog.schemas.internal import distinct_contexts
+from runlog.schemas.settings import Settings
+
+__all__ = ["Namespace", "Outputs", "Projector", "RedisNamespace", "Sender"]
+
+log = logging.getLogger("runlog.processors.projector")
+
+RECOVERY_ATTEMPTS = 3
+PUBLISH_TIMEOUT_S = 120.0
+
+
+class Sender(Protocol):
+    """An output topic: a Faust topic in the app (``send`` returns once the record is queued, with
+    an awaitable of its acknowledgement)."""
+
+    async def send(self, *, key: bytes | None = None, value: bytes | None = None,
+                   headers: Any = None) -> Awaitable[Any]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outputs:
+    """Where a member's batches go besides Redis, and the consumer it tells what it applied."""
+
+    checkpoints: Sender
+    effects: Sender
+    dlq: Sender
+    consumer: Callable[[], Any]
+    """Faust's consumer (the app makes it as it starts): acknowledgements, assignment, high watermarks."""
+
+
+class Namespace(Protocol):
+    """How a member keeps its projection namespace whole (:class:`RedisNamespace`); called on the
+    worker thread."""
+
+    def lost_at_start(self) -> bool:
+        """The namespace has no marker although the group has committed offsets (lost while no
+        member ran)."""
+        ...
+
+    def replay_if_new(self) -> None:
+        """A new namespace on a topic that holds events already: mark it replaying."""
+        ...
+
+    def invalidate(self) -> None:
+        """Make the namespace read as lost, so that :meth:`recover` rebuilds it."""
+        ...
+
+    def recover(self) -> None:
+        """Rebuild the lost namespace from the log, or adopt the one another member rebuilt."""
+        ...
+
+    def check_replay(self) -> None:
+        """A replaying namespace whose group's commits reached the replay's end is marked ready."""
+        ...
+
+
+class RedisNamespace:
+    """:class:`Namespace` of a Redis store, rebuilt from the events topic
+    (:mod:`runlog.projections.recovery`)."""
+
+    def __init__(self, settings: Settings, store: RedisStore, core: BatchProjector, *, app_id: str,
+                 topic: str, committed: Committed) -> None:
+        self.settings = settings
+        self.store = store
+        self.core = core
+        self.app_id = app_id
+        self.topic = topic
+        self.committed = committed
+
+    def lost_at_start(self) -> bool:
+        return lost_at_start(self.settings, self.store, self.app_id)
+
+    def replay_if_new(self) -> None:
+        # A new namespace, and a group with no commits, on a topic that holds events already: the
+        # namespace is not whole until the group has consumed up to where the topic was now, so
+        # it is marked replaying (readers ask the log) instead of ready at the first write.
+        if self.store.marker() is not None:
+            return
+        from runlog.projections.log_reader import LogReader
+
+        with LogReader(self.settings, self.topic, name="runlog-projector-start") as reader:
+            marks = reader.watermarks()
+        until = {p: high for p, (low, high) in marks.items() if high > low}
+        if until and self.store.begin_replay(until) is not None:
+            log.warning("projection namespace %r is new and the events topic holds %d records: replaying "
+                        "them; the namespace reads as not ready until the group's commits reach them",
+                        self.store.prefix, sum(marks[p][1] - marks[p][0] for p in until))
+
+    def invalidate(self) -> None:
+        self.store.invalidate()
+
+    def recover(self) -> None:
+        recover(self.settings, self.store, self.core)
+
+    def check_replay(self) -> None:
+        pending = self.store.replay_until()
+        if pending is None:
+            return
+        gen, until = pending
+        got = self.committed(sorted(until))
+        if all(got.get(p, -1) >= off for p, off in until.items()) and self.store.finish_replay(gen):
+            log.warning("projection namespace %r has replayed the events topic up to where it was when "
+                        "the replay began: ready", self.store.prefix)
+
+
+class Projector:
+    """One member of the projector's consumer group.
+
+    Its methods are the Faust app's callbacks: :meth:`on_revoked` and :meth:`on_assigned` (the
+    rebalance signals), :meth:`project` (the agent), :meth:`lag` and :meth:`replay_done` (timers),
+    :meth:`close_clients` (before shutdown). A batch goes :meth:`apply_batch` (on the loop) ->
+    :meth:`guarded` (on the worker: the offset guard fills what the consumer skipped) ->
+    :meth:`process` (the fold and the Redis write, recovering a lost namespace) -> :meth:`publish`
+    (back on the loop, waited for).
+    """
+
+    def __init__(self, settings: Settings, *, group: str, batch_size: int, within: float,
+                 core: BatchProjector, guard: OffsetGuard, delivery: BatchDelivery, namespace: Namespace,
+                 outputs: Outputs, metrics: ProjectorMetrics, tracing: Tracing,
+                 closers: Sequence[Callable[[], object]] = ()) -> None:
+        self.settings = settings
+        self.group = group
+        """The consumer group's id (the app id)."""
+        self.batch_size = batch_size
+        self.within = within
+        """Batches of up to ``batch_size`` records, waiting up to ``within`` seconds for them
+        (:class:`~runlog.processors.projector.ProjectorOptions`)."""
+        self.topic = delivery.topic
+        self.core = core
+        self.guard = guard
+        self.delivery = delivery
+        self.namespace = namespace
+        self.outputs = outputs
+        self.metrics = metrics
+        self.tracing = tracing
+        self.closers = tuple(closers)
+        """Run on the worker before shutdown, after the batch in hand (the clients of ``guard``'s reads)."""
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="project")
+        """The one thread that folds and writes batches (and recovers the namespace)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """Faust's event loop, set as the agent starts: the worker publishes on it."""
+        self.rebalanced = threading.Event()
+        """Set on the loop by each assignment or revoke; the worker clears it and drops its cached
+        run states before its next batch (another member may have moved those runs meanwhile)."""
+        self.done: dict[int, int] = {}
+        """Per partition, the last offset applied (read by :meth:`lag`, on the loop)."""
+
+    # rebalances (on the loop)
+
+    def on_rebalance(self, partitions: Any) -> None:
+        mine = [tp.partition for tp in partitions if tp.topic == self.topic]
+        self.guard.forget(mine)
+        self.delivery.clear()  # as Faust clears its channel queues: never acked, fetched again or filled
+        self.rebalanced.set()
+
+    async def on_revoked(self, sender: Any, revoked: Any, **kwargs: Any) -> None:
+        self.on_rebalance(revoked)
+
+    async def on_assigned(self, sender: Any, assigned: Any, **kwargs: Any) -> None:
+        self.on_rebalance(assigned)
+        mine = sorted(tp.partition for tp in assigned if tp.topic == self.topic)
+        # one line a supervisor or a person can wait for: the member is in the group and consuming
+        print(f"runlog project: group {self.group} assigned {len(mine)} partition(s) of {self.topic}: "
+              f"{mine}", file=sys.stderr, flush=True)
+
+    async def close_clients(self, sender: Any, **kwargs: Any) -> None:
+        # on the worker thread, after the batch in hand (if any)
+        for close in self.closers:
+            await asyncio.get_running_loop().run_in_executor(self.worker, close)
+
+    # the worker thread
+
+    def rebuild_if_lost_at_start(self) -> None:
+        if self.namespace.lost_at_start():
+            self.metrics.recoveries.labels("lost_at_start").inc()
+            self.namespace.recover()
+            return
+        self.namespace.replay_if_new()
+
+    async def send_outputs(self, cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
+        encode = self.core.codec.encode
+        checkpoints, effects = self.outputs.checkpoints, self.outputs.effects
+        sent: list[Awaitable[Any]] = []
+        for cp in cps:
+            sent.append(await checkpoints.send(key=cp.run_id.encode(), value=encode(cp)))
+        for eff in effs:
+            sent.append(await effects.send(key=eff.delivery_key.encode(), value=encode(eff.to_effect())))
+        await asyncio.gather(*sent)
+
+    def publish(self, cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
+        # from the worker thread, on Faust's loop; the apply waits for the acknowledgements, so a
+        # crash after it cannot lose them (a redelivered batch folds to duplicates)
+        assert self.loop is not None, "publish before the agent started"
+        asyncio.run_coroutine_threadsafe(self.send_outputs(cps, effs), self.loop).result(PUBLISH_TIMEOUT_S)
+
+    def process(self, recs: list[RawRecord]) -> BatchResult:
+        # A lost namespace is rebuilt from the log, then the batch is applied again (a no-op
+        # where the replay already wrote it): its offsets are committed only after that. Redis
+        # unreachable (a cluster master failing over) is waited out for the failover window.
+        recoveries = 0
+        unreachable_since: float | None = None
+        while True:
+            try:
+                return self.core.process(recs, self.publish)
+            except (ProjectionLost, StoreWentBack) as err:
+                recoveries += 1
+                if recoveries > RECOVERY_ATTEMPTS:
+                    raise
+                log.warning("%s", err)
+                if isinstance(err, StoreWentBack):
+                    self.namespace.invalidate()  # the namespace reads as lost: recover rebuilds it
+                reason = "went_back" if isinstance(err, StoreWentBack) else "lost"
+                self.metrics.recoveries.labels(reason).inc()
+                self.namespace.recover()
+            except ProjectionStoreError as err:
+                now = time.monotonic()
+                unreachable_since = now if unreachable_since is None else unreachable_since
+                if now - unreachable_since > self.settings.redis_failover_ms / 1000:
+                    raise
+                log.warning("Redis unreachable, retrying the batch: %s", err)
+                self.core.forget()
+                time.sleep(0.5)
+
+    def guarded(self, recs: list[RawRecord]) -> tuple[BatchResult, list[RawRecord]]:
+        # Records the consumer skipped before this batch are read from the log and applied first;
+        # the guard moves past the batch only once it is in Redis.
+        if self.rebalanced.is_set():
+            self.rebalanced.clear()  # before the forget: a rebalance after it is seen by the next batch
+            self.core.forget()  # another member may have moved these runs meanwhile
+        full, filled = self.guard.complete(recs)
+        heals = self.core.heals
+        res = self.process(full)
+        self.guard.applied(full)
+        if filled:
+            self.metrics.gap_records.inc(len(filled))
+        if self.core.heals > heals:
+            self.metrics.run_heals.inc(self.core.heals - heals)
+        return res, filled
+
+    # the agent and the timers (on the loop)
+
+    def ack_filled(self, filled: list[RawRecord]) -> None:
+        # Faust never delivered these, so it would hold its commits below them forever: they are
+        # applied, tell it so (its own ack bookkeeping, as for a delivered record).
+        if not filled:
+            return
+        from faust.types import TP, Message
+
+        consumer = self.outputs.consumer()
+        for r in filled:
+            consumer.ack(Message(r.topic, r.partition, r.offset, time.time(), 0, [], r.key, r.value,
+                                 None, tp=TP(r.topic, r.partition)))
+
+    async def start(self) -> None:
+        """Before the first batch: note the loop, recover a namespace lost while no member ran."""
+        self.loop = asyncio.get_running_loop()
+        await self.loop.run_in_executor(self.worker, self.rebuild_if_lost_at_start)
+
+    async def apply_batch(self, batch: list[Any]) -> BatchResult:
+        """Apply one batch taken from the delivery (Faust's messages), then acknowledge it."""
+        assert self.loop is not None, "a batch before start()"
+        recs = [RawRecord(m.topic, m.partition, m.offset, m.key, m.value) for m in batch]
+        links = distinct_contexts(m.headers for m in batch) if self.tracing.recording else []
+        span = self.tracing.start("runlog.project", kind="consumer", attributes={"records": len(recs)},
+                                  links=links)
+        t0 = time.perf_counter()
+        try:
+            res, filled = await self.loop.run_in_executor(self.worker, self.guarded, recs)
+        except BaseException as err:
+            span.end(err)
+            raise
+        span.end()
+        took = time.perf_counter() - t0
+        dlq = self.outputs.dlq
+        sent: list[Awaitable[Any]] = []
+        for dl in res.dead_letters:
+            rec = to_record(dl)
+            sent.append(await dlq.send(key=rec.key, value=rec.value, headers=list(rec.headers)))
+        await asyncio.gather(*sent)  # checkpoints and effects were published before the apply
+        self.metrics.observe_batch(res, len(recs), took)
+        self.ack_filled(filled)
+        self.delivery.ack(batch)  # applied: the group may commit past them
+        done = self.done
+        for r in recs:
+            done[r.partition] = max(done.get(r.partition, -1), r.offset)
+        return res
+
+    async def project(self, stream: Any) -> None:
+        """The agent: its records come from the delivery in whole fetches, not through ``stream``."""
+        await self.start()
+        # Everything made at start (Faust, aiokafka, the clients) out of the collector's way: a
+        # full collection over it took ~37 ms, a stall of every batch behind it (lag p99).
+        gc.freeze()
+        take, batch_size, within = self.delivery.take, self.batch_size, self.within
+        while True:
+            await self.apply_batch(await take(batch_size, within))
+
+    async def lag(self) -> None:
+        lags: list[tuple[int, int | None]] = []
+        done = self.done
+        consumer = self.outputs.consumer()
+        for tp in consumer.assignment():
+            if tp.topic != self.topic:
+                continue
+            hw = consumer.highwater(tp)
+            lags.append((tp.partition, None if hw is None else max(hw - done.get(tp.partition, -1) - 1, 0)))
+        self.metrics.set_lag(lags)  # revoked partitions drop out
+
+    async def replay_done(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.worker, self.namespace.check_replay)
