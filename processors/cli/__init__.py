@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 from runlog.processors._tracing import command_span
@@ -45,6 +46,13 @@ class _Registers(Protocol):
     def register(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
+def _version() -> str:
+    try:
+        return version("runlog")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runlog",
@@ -54,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Configuration comes from the environment; see docs/reference/configuration.md.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         module: _Registers = importlib.import_module(name)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runlog.producers.calls._artifacts import LocalArtifactStore
-from runlog.producers.log._memory import InMemoryArtifactStore
 from runlog.schemas import ArtifactRef
+from runlog.testing import InMemoryArtifactStore
 
 from .artifact_contract import ArtifactContract
 
