@@ -159,3 +159,11 @@ def test_the_public_names_are_pinned() -> None:
     ]
     for name in runlog.testing.__all__:
         assert getattr(runlog.testing, name).__doc__, name
+
+
+def test_the_how_to_page_shows_the_tutorials_workflow_as_it_is() -> None:
+    def greet_of(page: str) -> str:
+        [block] = [b for b in blocks(DOCS / page) if b.kind == "file" and b.arg == "greet.py"]
+        return block.code
+
+    assert greet_of("how-to/unit-test-workflows.md") == greet_of("getting-started.md")
