@@ -196,12 +196,14 @@ class InMemoryWorld:
         """
         self._workflows[(workflow.name, workflow.version)] = workflow
         reached: list[str] = []
+        silenced: list[str] = []
 
         def die(point: str) -> NoReturn:
             _crash.arm(None)  # one crash: the resume goes through the same point
             reached.append(point)
             for run in self.log.run_ids():
                 self.log.fail_run(run, "the worker process is dead")  # it sends nothing more
+                silenced.append(run)
             raise SimulatedCrash(point)
 
         runner = self.runner()
@@ -224,7 +226,7 @@ class InMemoryWorld:
             finally:
                 _crash.arm(None)
                 _crash.on_crash(None)
-                for run in self.log.run_ids():
+                for run in silenced:
                     self.log.heal_run(run)
         if not reached:
             raise CrashPointNotReached(at, run_id)
