@@ -18,11 +18,10 @@ from typing import Any, NoReturn, TypeVar
 
 from runlog.processors.resume import App, ResumeOutcome, Resumer
 from runlog.processors.resume.ports import MemoryRunEvents
-from runlog.producers import DictInputSource, Runner, RunResult, Tool, Workflow
+from runlog.producers import CallInfo, DictInputSource, Runner, RunResult, Tool, Workflow
 from runlog.producers import crash as _crash
 from runlog.producers.calls._ledger import InMemoryEffectLedger
 from runlog.producers.calls._replay_hook import EXECUTE, register, unregister
-from runlog.producers.define._tools import CallInfo
 from runlog.producers.log._memory import (
     InMemoryArtifactStore,
     InMemoryEventLog,
