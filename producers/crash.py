@@ -18,21 +18,27 @@ is acknowledged, so the log deterministically ends where the point says (the
 crash loses in-flight work, never acknowledged events).
 
 The subject of an event is its ``call_id`` when it has one, else its ``stage``,
-else ``run`` (``before:RUN_COMPLETED:run``).
+else ``run`` (``before:RUN_COMPLETED:run``). A point armed without its subject
+(``before:EFFECT_RESULT``) is reached at the first such point of any subject.
+
+:func:`on_crash` replaces the SIGKILL with an action that raises: :mod:`runlog.testing` crashes a
+workflow in-process that way and resumes it in the same test.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-__all__ = ["ENV", "arm", "arm_from_env", "armed", "crash_point", "event_subject", "kill_self"]
+__all__ = ["ENV", "arm", "arm_from_env", "armed", "crash_point", "event_subject", "kill_self", "on_crash"]
 
 ENV = "RUNLOG_CRASH_AT"
 """The environment variable a worker's entry point arms from."""
 
 _armed: str | None = None
+_reached: str | None = None
+_action: Callable[[str], object] | None = None
 
 
 def arm(point: str | None) -> None:
@@ -58,10 +64,24 @@ def event_subject(stage: str | None, call_id: str | None) -> str:
 
 
 def crash_point(point: str) -> bool:
-    """Whether ``point`` is the armed crash point."""
-    return _armed is not None and _armed == point
+    """Whether ``point`` is the armed crash point (or, armed without a subject, one of its subjects)."""
+    global _reached
+    if _armed is None or not (_armed == point or point.startswith(_armed + ":")):
+        return False
+    _reached = point
+    return True
+
+
+def on_crash(action: Callable[[str], object] | None) -> None:
+    """At the armed point, call ``action(point)`` (the point reached, subject included) instead of
+    SIGKILL; the action raises to stop the run there (should it return, the process is killed as
+    usual). None: SIGKILL again."""
+    global _action
+    _action = action
 
 
 def kill_self() -> None:
-    """SIGKILL this process: no cleanup, no flush, no finally blocks."""
+    """SIGKILL this process: no cleanup, no flush, no finally blocks (or the :func:`on_crash` action)."""
+    if _action is not None:
+        _action(_reached or _armed or "")
     os.kill(os.getpid(), signal.SIGKILL)

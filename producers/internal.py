@@ -5,17 +5,23 @@ them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
 """
 
 from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
-from runlog.producers.calls._artifacts import label
+from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import WAIT, RecordedCall
 from runlog.producers.calls._keys import canonical_json
-from runlog.producers.calls._ledger import EffectLedger, LedgerEntry
+from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
 from runlog.producers.define._inputs import PinnedInputs
 from runlog.producers.log._cloudevents import CloudEventHeaders
 from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager, lease_key
 from runlog.producers.log._log import DeliveryCallback
-from runlog.producers.log._memory import InMemoryEventLog
+from runlog.producers.log._memory import (
+    InMemoryEventLog,
+    InMemoryLease,
+    InMemoryLeaseManager,
+    InMemoryLeaseTable,
+    LoggedEvent,
+)
 from runlog.producers.log._runlog import KafkaRunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter, send_resume_request
@@ -31,10 +37,16 @@ __all__ = [
     "CloudEventHeaders",
     "DeliveryCallback",
     "EffectLedger",
+    "InMemoryArtifactStore",
+    "InMemoryEffectLedger",
     "InMemoryEventLog",
+    "InMemoryLease",
+    "InMemoryLeaseManager",
+    "InMemoryLeaseTable",
     "KafkaRunLog",
     "LeaseHeld",
     "LedgerEntry",
+    "LoggedEvent",
     "NoSpan",
     "NotReplayed",
     "PinnedInputs",

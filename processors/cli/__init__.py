@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 from runlog.processors._tracing import command_span
@@ -95,7 +96,6 @@ def _redis_hint() -> str:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("runlog")

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from runlog.producers.define._inputs import DictInputSource, PinnedInputs
 from runlog.producers.define._workflow import Workflow
 from runlog.producers.log._log import EventLog
-from runlog.producers.log._memory import InMemoryLeaseManager
 from runlog.producers.log._session import AppendResult, RunSession
 from runlog.schemas import EventType, RunEvent, event_hash
 from runlog.schemas._types import now_ms
 from runlog.schemas.errors import DeliveryError
 from runlog.schemas.topics import partition_for
+from runlog.testing import InMemoryLeaseManager
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runlog.producers.calls._artifacts import InMemoryArtifactStore, LocalArtifactStore
+from runlog.producers.calls._artifacts import LocalArtifactStore
 from runlog.schemas import ArtifactRef
+from runlog.testing import InMemoryArtifactStore
 
 from .artifact_contract import ArtifactContract
 

@@ -8,10 +8,10 @@ import pytest
 
 from runlog.producers.define._inputs import DictInputSource, PinnedInputs
 from runlog.producers.define._workflow import Workflow
-from runlog.producers.log._memory import InMemoryEventLog, InMemoryLeaseManager
 from runlog.producers.log._session import RunSession
 from runlog.schemas import EventType, RunEvent
 from runlog.schemas.errors import DeliveryError
+from runlog.testing import InMemoryEventLog, InMemoryLeaseManager
 
 from .eventlog_contract import EventLogContract, event
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runlog.producers.log._memory import InMemoryLeaseManager, InMemoryLeaseTable
+from runlog.testing import InMemoryLeaseManager, InMemoryLeaseTable
 
 from .lease_contract import LeaseContract
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runlog.producers.calls._ledger import InMemoryEffectLedger
+from runlog.testing import InMemoryEffectLedger
 
 from .ledger_contract import LedgerContract
 

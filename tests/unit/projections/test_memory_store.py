@@ -1,10 +1,10 @@
-"""The store contract against the in-memory adapter."""
+"""The store contract against the in-memory adapter (the one :mod:`runlog.testing` gives users)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runlog.projections import MemoryStore
+from runlog.testing import MemoryStore
 
 from .store_contract import StoreContract
 
