@@ -28,27 +28,20 @@ from runlog.producers.calls._artifacts import ArtifactStore, is_inline
 from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
-from runlog.producers.define._inputs import DictInputSource, InputSource
 from runlog.producers.define._prices import PriceTable
 from runlog.producers.define._workflow import Stage, evaluate_rules
-from runlog.producers.log._log import EventLog
-from runlog.producers.log._runlog import RunLog
 from runlog.producers.log._session import AppendResult, RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._context import AsyncStageContext, StageContext
-from runlog.producers.run._lease import LeaseManager
 from runlog.producers.run._protocol import (
-    INLINE,
     IO,
-    SYNC,
     Invoke,
     Mode,
     Steps,
     is_async_fn,
 )
-from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _StartSteps
-from runlog.producers.run._trace import NO_TRACE, Span, Tracer, context_of
+from runlog.producers.run._start import deactivating
+from runlog.producers.run._trace import Span, Tracer, context_of
 from runlog.schemas._types import ArtifactRef, ErrorInfo, EventType
 from runlog.schemas.errors import (
     DeliveryError,
@@ -59,7 +52,7 @@ from runlog.schemas.errors import (
     WorkflowDefinitionError,
 )
 
-__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult"]
+__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult", "StageExecution"]
 
 STAGE_OUTPUT_MEDIA_TYPE = "application/vnd.runlog.stage-output+json"
 
@@ -77,38 +70,35 @@ class RunResult:
     """The signal the run waits for (``ctx.wait_for``): the run was let go, a signal resumes it."""
 
 
-class _RunnerCore(_StartSteps):
-    """The protocol of starting and executing runs, as steps (:mod:`runlog.producers.run._protocol`);
-    :class:`Runner` drives them blocking, :class:`AsyncRunner` on an asyncio loop."""
+class StageExecution:
+    """Executing a run's stages as steps (a runner's part): the stage contexts it builds get the
+    store, the ledger, the tracer and the prices.
 
-    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
-                 source: InputSource | None = None, run_keys: RunKeys | None = None,
-                 max_parallel: int = 8, ledger: EffectLedger | None = None,
-                 run_log: RunLog | None = None, lease_wait_s: float = 60.0,
-                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
-                 prices: PriceTable | None = None) -> None:
-        self.writer = writer
-        self.leases = leases
+    Args:
+        store: the artifact store.
+        ledger: the effects ledger shared by all runs (consulted before every effect).
+        max_parallel: threads per stage for ``ctx.submit`` / ``ctx.parallel``.
+        active: the registry of active runs (a run that ended or waits leaves it).
+        tracer: spans per run, stage and call.
+        prices: the price table of the model calls stages make.
+    """
+
+    def __init__(self, store: ArtifactStore, *, ledger: EffectLedger | None, max_parallel: int,
+                 active: ActiveRuns | None, tracer: Tracer, prices: PriceTable) -> None:
         self.store = store
-        self.source = source or DictInputSource({})
-        self.run_keys = run_keys
-        self.max_parallel = max_parallel
         self.ledger = ledger
-        self.run_log = run_log
-        self.lease_wait_s = lease_wait_s
+        self.max_parallel = max_parallel
         self.active = active
         self.tracer = tracer
-        self.prices = PriceTable.of(prices)
-        """Prices the model calls stages make (the App's ``prices``): a call's usage gets its cost."""
+        self.prices = prices
 
-    def _modes(self) -> tuple[Mode, Mode]:
-        """The modes of a ``def`` stage's and an ``async def`` stage's context."""
-        return SYNC, INLINE
-    def _execute_steps(self, session: RunSession, from_stage: str | None,
-                       stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
-                       recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None,
-                       reconciled: Mapping[str, Mapping[str, Any]] | None, complete: bool, release: bool,
-                       deadlines: Mapping[str, int] | None) -> Steps[RunResult]:
+    def execute(self, session: RunSession, from_stage: str | None,
+                stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
+                recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None,
+                reconciled: Mapping[str, Mapping[str, Any]] | None, complete: bool, release: bool,
+                deadlines: Mapping[str, int] | None, modes: tuple[Mode, Mode]) -> Steps[RunResult]:
+        """The steps of :meth:`Runner.execute`; ``modes``: those of a ``def`` stage's and an ``async def``
+        stage's context."""
         wf = session.workflow
         outputs = StageOutputs(self.store, stage_outputs or {})
         names = [s.name for s in wf.stages]
@@ -126,12 +116,13 @@ class _RunnerCore(_StartSteps):
         try:
             for stage in todo:
                 outputs[stage.name] = yield from self._stage_steps(
-                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span)
+                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span,
+                    modes)
             if complete:
                 yield session.appending(EventType.RUN_COMPLETED)
             yield session.closing(release=release)
             if complete:
-                yield from self._deactivate(session.run_id)
+                yield from deactivating(self.active, session.run_id)
             outcome = "completed" if complete else "stopped"
         except LeaseLost as err:
             session.closed = True  # not ours any more: nothing to flush or release
@@ -151,7 +142,7 @@ class _RunnerCore(_StartSteps):
                 yield session.appending(EventType.RUN_BLOCKED, confirm=True,
                                         error=ErrorInfo(type(err).__name__, err.reason, False))
                 yield session.closing(release=release)
-                yield from self._deactivate(session.run_id)
+                yield from deactivating(self.active, session.run_id)
             raise
         except DeliveryError as err:
             error = err
@@ -162,7 +153,7 @@ class _RunnerCore(_StartSteps):
             outcome, error = "failed", err
             with contextlib.suppress(RunlogError):
                 yield session.closing(release=release)
-                yield from self._deactivate(session.run_id)
+                yield from deactivating(self.active, session.run_id)
             raise
         except BaseException as err:
             error = err
@@ -178,12 +169,12 @@ class _RunnerCore(_StartSteps):
     def _stage_steps(self, s: RunSession, stage: Stage, outputs: StageOutputs,
                      recorded: Mapping[str, RecordedCall | ArtifactRef],
                      reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
-                     run_span: Span) -> Steps[dict[str, Any]]:
+                     run_span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
         started: AppendResult = yield s.appending(EventType.STAGE_STARTED, stage=stage.name)
         span = self.tracer.start("stage", stage.name, run_span, {
             "run_id": s.run_id, "stage": stage.name, "epoch": s.epoch, "seq": started.event.seq})
         try:
-            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span)
+            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span, modes)
         except RunWaits:
             span.set("outcome", "waiting")
             span.end()
@@ -199,9 +190,9 @@ class _RunnerCore(_StartSteps):
     def _stage_body(self, s: RunSession, stage: Stage, outputs: StageOutputs,
                     recorded: Mapping[str, RecordedCall | ArtifactRef],
                     reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
-                    span: Span) -> Steps[dict[str, Any]]:
+                    span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
         is_async = is_async_fn(stage.fn)
-        sync_mode, async_mode = self._modes()
+        sync_mode, async_mode = modes
         kind = AsyncStageContext if is_async else StageContext
         ctx = kind(s, stage.name, self.store, outputs, recorded_calls=recorded, reconciled=reconciled,
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
@@ -229,7 +220,7 @@ class _RunnerCore(_StartSteps):
             raise
         out: dict[str, Any] = json.loads(out_bytes)
         results = evaluate_rules(stage.rules, out)
-        out_ref = yield from ctx._put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
+        out_ref = yield from ctx.stored.put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
         refs = (*[a for a in ctx.artifacts if a.sha256 != out_ref.sha256],
                 *(() if is_inline(out_ref) else (out_ref,)))  # an inline output is in payload_ref already
         failed = [r for r in results if not r.passed]

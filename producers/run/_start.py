@@ -52,7 +52,7 @@ from runlog.schemas.errors import (
     WorkflowDefinitionError,
 )
 
-__all__ = ["RunHandle"]
+__all__ = ["RunHandle", "RunStarts", "activating", "deactivating"]
 
 
 @dataclass(frozen=True)
@@ -66,20 +66,35 @@ class RunHandle:
     session: RunSession | None = None
 
 
-class _StartSteps:
-    """Starting a run and taking one over, as steps; the runners' core inherits them."""
+class RunStarts:
+    """Starting a run and taking one over, as steps (a runner's start procedure).
 
-    writer: EventLog
-    leases: LeaseManager
-    store: ArtifactStore
-    source: InputSource
-    run_keys: RunKeys | None
-    run_log: RunLog | None
-    lease_wait_s: float
-    active: ActiveRuns | None
-    tracer: Tracer
+    Args:
+        writer: the shared producer.
+        leases: where leases come from.
+        store: the artifact store (parameters too large to travel inline).
+        source: where versioned inputs come from.
+        run_keys: the run idempotency-key store (required to start with an idempotency key).
+        run_log: reads a run's first event back (settles interrupted keyed starts).
+        lease_wait_s: how long a keyed start waits for a crashed starter's lease to expire.
+        active: the registry of active runs (a started or taken-over run is added).
+        tracer: opens the run span of a start.
+    """
 
-    def _start_steps(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
+    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, source: InputSource, *,
+                 run_keys: RunKeys | None, run_log: RunLog | None, lease_wait_s: float,
+                 active: ActiveRuns | None, tracer: Tracer) -> None:
+        self.writer = writer
+        self.leases = leases
+        self.store = store
+        self.source = source
+        self.run_keys = run_keys
+        self.run_log = run_log
+        self.lease_wait_s = lease_wait_s
+        self.active = active
+        self.tracer = tracer
+
+    def start(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
                      forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunHandle]:
         workflow.spec()  # refuses a workflow without stages before anything is claimed
@@ -135,18 +150,6 @@ class _StartSteps:
         first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
         return first is not None
 
-    def _activate(self, run_id: str, workflow: str) -> Steps[None]:
-        if self.active is not None:
-            try:
-                yield IO(self.active, "add", "aadd", (run_id, workflow))
-            except redis.RedisError as err:
-                raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
-
-    def _deactivate(self, run_id: str) -> Steps[None]:
-        if self.active is not None:
-            with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
-                yield IO(self.active, "remove", "aremove", (run_id,))
-
     def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
                       pinned: PinnedInputs, attrs: Mapping[str, str], parent_run_id: str | None,
                       forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunSession]:
@@ -173,7 +176,7 @@ class _StartSteps:
                                     input_versions=pinned.versions, payload_ref=params_ref,
                                     attributes=attributes, parent_run_id=parent_run_id,
                                     forked_from_seq=forked_from_seq)
-            yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
+            yield from activating(self.active, run_id, workflow.name)  # once the run exists: never a phantom
         except BaseException as err:
             session.run_span = None
             span.set("outcome", "stopped")
@@ -232,15 +235,32 @@ class _StartSteps:
         yield mark
         return RunHandle(run_id, True, params_hash, session)
 
-    def _take_over_steps(self, run_id: str, *, last_seq: int, workflow: Workflow,
-                         input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int,
-                         force: bool, last_hash: str | None,
-                         attributes: Mapping[str, str] | None) -> Steps[RunSession]:
-        yield from self._activate(run_id, workflow.name)
+    def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
+                  input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int,
+                  force: bool, last_hash: str | None,
+                  attributes: Mapping[str, str] | None) -> Steps[RunSession]:
+        yield from activating(self.active, run_id, workflow.name)
         return (yield from RunSession.take_over_steps(
             self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
             input_versions=input_versions, source=self.source, params=params, last_epoch=last_epoch,
             force=force, last_hash=last_hash, attributes=attributes))
+
+
+def activating(active: ActiveRuns | None, run_id: str, workflow: str) -> Steps[None]:
+    """Add a run to the active-runs registry (none: nothing to do); a Redis error fails the start."""
+    if active is not None:
+        try:
+            yield IO(active, "add", "aadd", (run_id, workflow))
+        except redis.RedisError as err:
+            raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
+
+
+def deactivating(active: ActiveRuns | None, run_id: str) -> Steps[None]:
+    """Drop a run from the active-runs registry (none: nothing to do)."""
+    if active is not None:
+        with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
+            yield IO(active, "remove", "aremove", (run_id,))
+
 
 def _crash(point: str) -> None:
     if crash_point(point):
