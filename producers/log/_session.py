@@ -120,14 +120,14 @@ class RunSession:
     @classmethod
     def take_over(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
                   workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
-                  params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
+                  params: Mapping[str, Any], epoch: int = 0, force: bool = False,
                   attributes: Mapping[str, str] | None = None, last_hash: str | None = None) -> RunSession:
         """Take an existing run's lease at a new epoch and append a confirmed ``LEASE_ACQUIRED``.
 
         Args:
             last_seq: the run's last accepted seq (from the fold); ``LEASE_ACQUIRED``
                 gets ``last_seq + 1``.
-            last_epoch: the highest epoch seen on the log; the new one is higher.
+            epoch: the run's epoch as the log records it (from the fold); the lease's is higher.
             force: take the lease even if another writer holds it (that writer gets
                 ``LeaseLost`` at its next heartbeat, and its later events are fenced).
             last_hash: ``RunState.last_hash`` from the fold: ``LEASE_ACQUIRED`` carries it as
@@ -136,23 +136,20 @@ class RunSession:
         Raises:
             producers.LeaseHeld: another writer holds the lease and ``force`` is false.
         """
-        return drive(cls.take_over_steps(writer, leases, run_id, last_seq=last_seq, workflow=workflow,
-                                         input_versions=input_versions, source=source, params=params,
-                                         last_epoch=last_epoch, force=force, attributes=attributes,
-                                         last_hash=last_hash))
+        lease = leases.acquire(run_id, force=force, epoch=epoch)
+        return drive(cls.taking_over(writer, lease, run_id, last_seq=last_seq, workflow=workflow,
+                                     inputs=PinnedInputs(source, input_versions), params=params,
+                                     attributes=attributes, last_hash=last_hash))
 
     @classmethod
-    def take_over_steps(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
-                        workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
-                        params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
-                        attributes: Mapping[str, str] | None = None,
-                        last_hash: str | None = None) -> Steps[RunSession]:
-        """:meth:`take_over` as protocol steps (driven sync or async,
-        :mod:`runlog.producers.run._protocol`)."""
-        lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
-                                {"force": force, "min_epoch": last_epoch + 1})
-        s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,
-                inputs=PinnedInputs(source, input_versions), params=params, last_hash=last_hash)
+    def taking_over(cls, writer: EventLog, lease: Lease, run_id: str, *, last_seq: int, workflow: Workflow,
+                    inputs: PinnedInputs, params: Mapping[str, Any],
+                    attributes: Mapping[str, str] | None = None,
+                    last_hash: str | None = None) -> Steps[RunSession]:
+        """The session of a run whose ``lease`` was just taken at a new epoch, once its confirmed
+        ``LEASE_ACQUIRED`` is appended (protocol steps, :mod:`runlog.producers.run._protocol`)."""
+        s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow, inputs=inputs,
+                params=params, last_hash=last_hash)
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
         yield s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s

@@ -236,14 +236,18 @@ class RunStarts:
         return RunHandle(run_id, True, params_hash, session)
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
-                  input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int,
+                  input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int,
                   force: bool, last_hash: str | None,
                   attributes: Mapping[str, str] | None) -> Steps[RunSession]:
+        """The steps of :meth:`Runner.take_over`: the lease at an epoch above ``epoch`` (the run's, as the
+        log records it), then the session with its confirmed ``LEASE_ACQUIRED``."""
         yield from activating(self.active, run_id, workflow.name)
-        return (yield from RunSession.take_over_steps(
-            self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
-            input_versions=input_versions, source=self.source, params=params, last_epoch=last_epoch,
-            force=force, last_hash=last_hash, attributes=attributes))
+        lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,),
+                                {"force": force, "epoch": epoch})
+        return (yield from RunSession.taking_over(
+            self.writer, lease, run_id, last_seq=last_seq, workflow=workflow,
+            inputs=PinnedInputs(self.source, input_versions), params=params, attributes=attributes,
+            last_hash=last_hash))
 
 
 def activating(active: ActiveRuns | None, run_id: str, workflow: str) -> Steps[None]:
