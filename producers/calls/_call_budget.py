@@ -75,11 +75,11 @@ class CallBudget:
             self._count("fail")
             err = BudgetExceeded(f"{call_id} not made: {why}", kind="BudgetExceeded")
             self._fail(err)
-            yield s.appending(EventType.FAILED, error=error_info(err), **common)
+            yield from s.appending(EventType.FAILED, error=error_info(err), **common)
             raise err
         self._count("wait")
         attrs = {"signal": BUDGET_SIGNAL, "deadline_ms": "0", "on_timeout": "fail", "reason": why}
-        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
         raise RunWaits(s.run_id, call_id, BUDGET_SIGNAL, 0)
 
     def spent(self, usage: Usage | None) -> dict[str, str]:

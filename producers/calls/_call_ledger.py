@@ -18,7 +18,7 @@ from runlog.producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnav
 from runlog.producers.calls._stage_artifacts import StageArtifacts
 from runlog.producers.define._tools import CallInfo, Tool
 from runlog.producers.log._session import RunSession
-from runlog.producers.run._protocol import IO, Invoke, Steps
+from runlog.producers.run._protocol import Invoke, Steps, io
 from runlog.projections._replicas import ReplicasBehind
 from runlog.schemas._types import EffectStatus, EventType, ReplayPolicy
 from runlog.schemas.errors import EffectInDoubt, RunlogError
@@ -46,8 +46,8 @@ class EffectClaims:
     def close(self, info: CallInfo, status: EffectStatus, external_id: str | None = None) -> Steps[None]:
         """Mark the call's claim ``status`` (nothing without a ledger)."""
         if self.ledger is not None and info.delivery_key is not None:
-            yield IO(self.ledger, "close", "aclose_effect",
-                     (info.delivery_key, info.run_id, info.call_id, status, external_id))
+            yield from io(self.ledger.close, self.ledger.aclose_effect, info.delivery_key, info.run_id,
+                          info.call_id, status, external_id)
 
     def open(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
         if self.ledger is None or info.delivery_key is None:
@@ -55,7 +55,7 @@ class EffectClaims:
         entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
                             info.idempotency_key, tool.name)
         try:
-            found: LedgerEntry | None = yield IO(self.ledger, "open", "aopen", (entry,))
+            found: LedgerEntry | None = yield from io(self.ledger.open, self.ledger.aopen, entry)
         except (ReplicasBehind, LedgerUnavailable) as err:
             if not isinstance(err, ReplicasBehind) and not isinstance(err.__cause__, ReplicasBehind):
                 raise  # Redis unreachable: nothing known of the claim; the run is let go of
@@ -64,8 +64,8 @@ class EffectClaims:
             # nothing acted on; if a failover takes this release back, the claim reads in doubt
             # again, which is the safe side.
             with contextlib.suppress(RunlogError):
-                yield IO(self.ledger, "close", "aclose_effect",
-                         (info.delivery_key, info.run_id, info.call_id, EffectStatus.FAILED, None))
+                yield from io(self.ledger.close, self.ledger.aclose_effect, info.delivery_key, info.run_id,
+                              info.call_id, EffectStatus.FAILED, None)
             raise
         return found
 
@@ -76,11 +76,11 @@ class EffectClaims:
         assert info.delivery_key is not None
         out = dict(record)
         ref = yield from self._artifacts.put(canonical_json(out))
-        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
-                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
-                          attributes=attrs, **common)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
-                          attributes={"source": attrs.get("source", "reconciled")}, **common)
+        yield from s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                               target=tool.target, external_id=_external_id(out), payload_ref=ref,
+                               attributes=attrs, **common)
+        yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                               attributes={"source": attrs.get("source", "reconciled")}, **common)
         return out
 
     def reuse(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
@@ -88,7 +88,7 @@ class EffectClaims:
         """Done in another run: no call; that run's external id is this call's result."""
         record: Mapping[str, Any] | None = None
         if tool.reconcile is not None and info.delivery_key is not None:
-            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
+            record = yield from Invoke(tool.reconcile, (info.delivery_key, args))
         if record is None or _external_id(record) != other.external_id:
             record = {"external_id": other.external_id}
         attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
@@ -102,11 +102,11 @@ class EffectClaims:
         dk = info.delivery_key
         assert dk is not None
         if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
-            record = yield Invoke(tool.reconcile, (dk, args))
+            record = yield from Invoke(tool.reconcile, (dk, args))
             if record is not None and _external_id(record) is not None:
                 if self.ledger is not None:
-                    yield IO(self.ledger, "close", "aclose_effect",
-                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
+                    yield from io(self.ledger.close, self.ledger.aclose_effect, dk, info.run_id, info.call_id,
+                                  EffectStatus.RECONCILED, _external_id(record))
                 attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
                          "ledger": other.source, "reconciled": "true"}
                 return (yield from self._settle(tool, info, record, common, attrs))

@@ -84,7 +84,7 @@ from runlog.producers.calls._stored_args import ArgsWriter
 from runlog.producers.define._prices import PriceTable, usage_of
 from runlog.producers.define._tools import CallInfo, Tool, retry_steps
 from runlog.producers.log._session import AppendResult, RunSession
-from runlog.producers.run._protocol import IO, SYNC, Invoke, Mode, Steps
+from runlog.producers.run._protocol import IO, SYNC, Invoke, Mode, Steps, io
 from runlog.producers.run._trace import NO_TRACE, Span, Tracer
 from runlog.schemas._types import ArtifactRef, EffectStatus, ErrorInfo, EventType, ReplayPolicy
 from runlog.schemas.errors import (
@@ -169,8 +169,8 @@ class _ContextCore:
     def artifacts(self) -> tuple[ArtifactRef, ...]:
         return self.stored.refs
 
-    def _verify(self) -> IO:
-        return IO(self.session.lease, "verify", "averify")
+    def _verify(self) -> IO[None]:
+        return io(self.session.lease.verify, self.session.lease.averify)
 
     def _patched_steps(self, patch_id: str) -> Steps[bool]:
         """Whether this execution of the stage takes patch ``patch_id`` (see the module docstring): a
@@ -206,15 +206,15 @@ class _ContextCore:
         if rec is not None:
             yield from self._guard(rec, call_id, tool, request_hash, common)
             if rec.result is not None:
-                result = json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+                result = json.loads((yield from io(self.store.get, self.store.aget, rec.result)))
                 self.stored.add(rec.result)
                 _reused(span, "recorded")
                 return result
         if call_id in self._reconciled:
             record = dict(self._reconciled[call_id])
             ref = yield from self.stored.put(canonical_json(record))
-            yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
-                              attributes={"source": "reconciled"}, **common)
+            yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
+                                   attributes={"source": "reconciled"}, **common)
             _reused(span, "reconciled")
             return record
         yield from self.budget.check(tool, call_id, common)  # a model call: not past a hard cap
@@ -223,9 +223,10 @@ class _ContextCore:
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
         args_ref = yield from self.args.put(tool, args, args_bytes)  # by reference as the tool declares
         # a round trip before every call: a writer whose lease was taken starts no further call (LeaseLost)
-        yield self._verify()
-        called: AppendResult = yield s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
-                                                 payload_ref=args_ref, request_hash=request_hash, **common)
+        yield from self._verify()
+        called: AppendResult = yield from s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
+                                                      payload_ref=args_ref, request_hash=request_hash,
+                                                      **common)
         span.set("seq", called.event.seq)
         if tool.effect:
             assert tool.delivery is not None  # checked at definition time
@@ -246,22 +247,22 @@ class _ContextCore:
                     return settled
                 if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
                     info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
-            yield self._verify()  # a round trip: refuse to start an effect without the lease
-            yield s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
-                              target=tool.target, request_hash=request_hash,
-                              idempotency_key=info.idempotency_key, **common)
-        yield s.crashing(f"inside:TOOL:{call_id}")
+            yield from self._verify()  # a round trip: refuse to start an effect without the lease
+            yield from s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
+                                   target=tool.target, request_hash=request_hash,
+                                   idempotency_key=info.idempotency_key, **common)
+        yield from s.crashing(f"inside:TOOL:{call_id}")
         span.set("reused", False)
         span.set("source", "executed")
 
         def attempt(n: int) -> Steps[Any]:
             s.check()
             call = dataclasses.replace(info, attempt=n)
-            return (yield Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
+            return (yield from Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
 
         def before_retry(n: int) -> Steps[None]:
             if tool.effect:
-                yield self._verify()
+                yield from self._verify()
             else:
                 s.check()
 
@@ -279,17 +280,17 @@ class _ContextCore:
             if tool.effect:
                 yield from self.effects.close(info, EffectStatus.FAILED)
             self.positions.fail(err)
-            yield s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
-                              **common)
+            yield from s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
+                                   **common)
             raise
         if tool.effect:
             assert info.delivery_key is not None
             yield from self.effects.close(info, EffectStatus.DONE, _external_id(result))
-            yield s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
-                              external_id=_external_id(result), **common)
+            yield from s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key,
+                                   target=tool.target, external_id=_external_id(result), **common)
         ref = yield from self.stored.put(result_bytes)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
-                          attributes={"attempts": str(attempts), **self.budget.spent(spent)})
+        yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
+                               attributes={"attempts": str(attempts), **self.budget.spent(spent)})
         return result
 
     # -- a durable wait -------------------------------------------------------------------------
@@ -312,26 +313,27 @@ class _ContextCore:
             yield from self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
             if rec.result is not None:
                 self.stored.add(rec.result)
-                return json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+                return json.loads((yield from io(self.store.get, self.store.aget, rec.result)))
         deadline = self._deadlines.get(call_id, 0)
         if deadline and time.time() * 1000 >= deadline:
             if on_timeout == "fail":
                 err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
                                    kind="WaitTimedOut")
                 self.positions.fail(err)
-                yield s.appending(EventType.FAILED, error=error_info(err), **common)
+                yield from s.appending(EventType.FAILED, error=error_info(err), **common)
                 raise err
             ref = yield from self.stored.put(canonical_json(default))
-            yield s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
-                              attributes={"signal": signal, "timed_out": "true"}, **common)
+            yield from s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                                   attributes={"signal": signal, "timed_out": "true"}, **common)
             return default
         if rec is None:
-            yield s.appending(EventType.TOOL_CALLED, payload_ref=(yield from self.stored.put(args_bytes)),
-                              request_hash=request_hash, **common)
+            args_ref = yield from self.stored.put(args_bytes)
+            yield from s.appending(EventType.TOOL_CALLED, payload_ref=args_ref, request_hash=request_hash,
+                                   **common)
         if not deadline and timeout is not None:
             deadline = int(time.time() * 1000 + timeout * 1000)
         attrs = {"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout}
-        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
         raise RunWaits(s.run_id, call_id, signal, deadline)
 
     # -- the determinism guard ----------------------------------------------------------------
@@ -347,7 +349,7 @@ class _ContextCore:
         new = f"{tool.name} with request {request_hash[:16]}"
         err = Diverged(self.session.run_id, rec.call_id, recorded, new)
         self.positions.fail(err)
-        yield self.session.appending(
+        yield from self.session.appending(
             EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
             attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
                         "recorded_request_hash": rec.request_hash or ""}, **common)

@@ -6,7 +6,7 @@ import threading
 
 from runlog.producers.calls._artifacts import ArtifactStore, is_inline
 from runlog.producers.calls._calls import JSON
-from runlog.producers.run._protocol import IO, Steps
+from runlog.producers.run._protocol import Steps, io
 from runlog.schemas._types import ArtifactRef
 
 __all__ = ["StageArtifacts"]
@@ -26,7 +26,7 @@ class StageArtifacts:
         that records them holds them."""
         ref = self.store.inline(data, media_type) if inline else None
         if ref is None:
-            ref = yield IO(self.store, "put", "aput", (data, media_type))
+            ref = yield from io(self.store.put, self.store.aput, data, media_type)
             self.add(ref)
         return ref
 

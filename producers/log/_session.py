@@ -22,7 +22,7 @@ from runlog.producers.define._inputs import InputSource, PinnedInputs
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._new_event import constructor, new_event
 from runlog.producers.run._lease import Lease, LeaseManager
-from runlog.producers.run._protocol import IO, Steps, drive
+from runlog.producers.run._protocol import IO, Steps, drive, io
 from runlog.schemas._hash import HASH_VERSION
 from runlog.schemas._tracecontext import TraceContext, current
 from runlog.schemas._types import EventType, RunEvent, now_ms
@@ -151,7 +151,7 @@ class RunSession:
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow, inputs=inputs,
                 params=params, last_hash=last_hash)
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
-        yield s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
+        yield from s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s
 
     # -- appending --------------------------------------------------------------------------
@@ -166,9 +166,9 @@ class RunSession:
             raise self._error
         self.lease.check()
 
-    def appending(self, type: EventType, *, confirm: bool = False, **fields: Any) -> IO:
+    def appending(self, type: EventType, *, confirm: bool = False, **fields: Any) -> IO[AppendResult]:
         """The protocol step of :meth:`append` / :meth:`aappend`."""
-        return IO(self, "append", "aappend", (type,), {"confirm": confirm, **fields})
+        return io(self.append, self.aappend, type, confirm=confirm, **fields)
 
     def append(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
         """Append one event (``run_id``, ``seq``, ``epoch``, ``occurred_at`` filled in).
@@ -234,9 +234,9 @@ class RunSession:
         if crash_point(point):
             await self.acrash()
 
-    def crashing(self, point: str) -> IO:
+    def crashing(self, point: str) -> IO[None]:
         """The protocol step of :meth:`crash_point`."""
-        return IO(self, "crash_point", "acrash_point", (point,))
+        return io(self.crash_point, self.acrash_point, point)
 
     def crash(self) -> None:
         """Fault tests: wait for every produced event of this run, then SIGKILL the process."""
@@ -381,10 +381,10 @@ class RunSession:
         if span is not None:
             span.end()
 
-    def closing(self, *, release: bool = True) -> IO:
+    def closing(self, *, release: bool = True) -> IO[None]:
         """The protocol step of :meth:`close`."""
-        return IO(self, "close", "aclose", (), {"release": release})
+        return io(self.close, self.aclose, release=release)
 
-    def flushing(self) -> IO:
+    def flushing(self) -> IO[None]:
         """The protocol step of :meth:`flush`."""
-        return IO(self, "flush", "aflush")
+        return io(self.flush, self.aflush)

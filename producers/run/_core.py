@@ -34,10 +34,10 @@ from runlog.producers.log._session import AppendResult, RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._context import AsyncStageContext, StageContext
 from runlog.producers.run._protocol import (
-    IO,
     Invoke,
     Mode,
     Steps,
+    io,
     is_async_fn,
 )
 from runlog.producers.run._start import deactivating
@@ -119,8 +119,8 @@ class StageExecution:
                     session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span,
                     modes)
             if complete:
-                yield session.appending(EventType.RUN_COMPLETED)
-            yield session.closing(release=release)
+                yield from session.appending(EventType.RUN_COMPLETED)
+            yield from session.closing(release=release)
             if complete:
                 yield from deactivating(self.active, session.run_id)
             outcome = "completed" if complete else "stopped"
@@ -129,36 +129,37 @@ class StageExecution:
             error = err
             raise
         except RunWaits as w:  # RUN_WAITING is acknowledged: let the run go until its signal
-            yield session.closing(release=True)
+            yield from session.closing(release=True)
             if self.active is not None:
                 with contextlib.suppress(redis.RedisError):
-                    yield IO(self.active, "wait", "await_", (session.run_id, wf.name, w.deadline_ms))
+                    yield from io(self.active.wait, self.active.await_, session.run_id, wf.name,
+                                  w.deadline_ms)
             outcome = "waiting"
             return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), False,
                              w.signal)
         except ResumeBlocked as err:
             outcome, error = "blocked", err
             with contextlib.suppress(RunlogError):
-                yield session.appending(EventType.RUN_BLOCKED, confirm=True,
-                                        error=ErrorInfo(type(err).__name__, err.reason, False))
-                yield session.closing(release=release)
+                yield from session.appending(EventType.RUN_BLOCKED, confirm=True,
+                                             error=ErrorInfo(type(err).__name__, err.reason, False))
+                yield from session.closing(release=release)
                 yield from deactivating(self.active, session.run_id)
             raise
         except DeliveryError as err:
             error = err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
+                yield from session.closing(release=release)
             raise  # the run is still RUNNING on the log: it stays active for the sweep
         except Exception as err:  # a stage failed: FAILED is on the log
             outcome, error = "failed", err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
+                yield from session.closing(release=release)
                 yield from deactivating(self.active, session.run_id)
             raise
         except BaseException as err:
             error = err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
+                yield from session.closing(release=release)
             raise
         finally:
             span.set("seq", session.last_seq)
@@ -170,7 +171,7 @@ class StageExecution:
                      recorded: Mapping[str, RecordedCall | ArtifactRef],
                      reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
                      run_span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
-        started: AppendResult = yield s.appending(EventType.STAGE_STARTED, stage=stage.name)
+        started: AppendResult = yield from s.appending(EventType.STAGE_STARTED, stage=stage.name)
         span = self.tracer.start("stage", stage.name, run_span, {
             "run_id": s.run_id, "stage": stage.name, "epoch": s.epoch, "seq": started.event.seq})
         try:
@@ -198,10 +199,11 @@ class StageExecution:
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
                    mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
                    prices=self.prices)
-        yield s.crashing(f"inside:STAGE:{stage.name}")
+        yield from s.crashing(f"inside:STAGE:{stage.name}")
         try:
             inputs = s.inputs.load(stage.inputs)
-            raw = yield Invoke(_run_async_stage if is_async else _run_sync_stage, (stage.fn, ctx, inputs))
+            run_stage = _run_async_stage if is_async else _run_sync_stage
+            raw = yield from Invoke(run_stage, (stage.fn, ctx, inputs))
             if ctx.failure is not None:
                 raise ctx.failure  # the stage swallowed a failed tool call: it still failed
             out_bytes = canonical_json(require_mapping(stage.name, raw))
@@ -215,8 +217,8 @@ class StageExecution:
             if isinstance(ctx.failure, ResumeBlocked):  # the stage swallowed it, then failed otherwise
                 raise ctx.failure from err
             if ctx.failure is None:
-                yield s.appending(EventType.FAILED, stage=stage.name, error=error_info(err))
-            yield s.flushing()
+                yield from s.appending(EventType.FAILED, stage=stage.name, error=error_info(err))
+            yield from s.flushing()
             raise
         out: dict[str, Any] = json.loads(out_bytes)
         results = evaluate_rules(stage.rules, out)
@@ -226,14 +228,14 @@ class StageExecution:
         failed = [r for r in results if not r.passed]
         if failed:
             msg = "; ".join(f"{r.rule}: {r.detail}" for r in failed)
-            yield s.appending(EventType.FAILED, stage=stage.name, verification=tuple(results),
-                              payload_ref=out_ref, artifact_refs=refs,
-                              error=ErrorInfo("VerificationFailed", msg))
-            yield s.flushing()
+            yield from s.appending(EventType.FAILED, stage=stage.name, verification=tuple(results),
+                                   payload_ref=out_ref, artifact_refs=refs,
+                                   error=ErrorInfo("VerificationFailed", msg))
+            yield from s.flushing()
             raise VerificationFailed(stage.name, [r.rule for r in failed])
-        yield s.appending(EventType.VERIFIED, stage=stage.name, verification=tuple(results),
-                          payload_ref=out_ref, artifact_refs=refs)
-        yield s.flushing()
+        yield from s.appending(EventType.VERIFIED, stage=stage.name, verification=tuple(results),
+                               payload_ref=out_ref, artifact_refs=refs)
+        yield from s.flushing()
         return out
 
 

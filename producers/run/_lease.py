@@ -37,7 +37,7 @@ import redis
 import redis.asyncio
 
 from runlog.producers.run._lease_beats import CoalescedBeats
-from runlog.producers.run._redis_io import Lua, Step, Steps, arun, pipelined, run
+from runlog.producers.run._redis_io import Lua, RoundTrip, Steps, arun, pipelined, run
 from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from runlog.schemas.errors import LeaseLost, RunlogError
 from runlog.schemas.settings import Settings
@@ -171,7 +171,7 @@ class RedisLease(Lease):
             return False
         at = time.monotonic()  # before the round trip: the extension counts from no later than this
         try:
-            ok = int((yield self._m.extend_step(self.key, self.token))) == 1
+            ok = int((yield from self._m.extend_step(self.key, self.token))) == 1
         except redis.RedisError:
             return True  # unknown: check() expires it locally if this persists
         self.observe(ok, at)
@@ -189,7 +189,7 @@ class RedisLease(Lease):
         self._m.forget(self)
         if self._lost is None:
             with contextlib.suppress(redis.RedisError):  # else it expires after the ttl
-                yield self._m.release_step(self.key, self.token)
+                yield from self._m.release_step(self.key, self.token)
 
     def verify(self) -> None:
         run(self._verify(), self._m.client)
@@ -254,15 +254,15 @@ class RedisLeaseManager(LeaseManager):
     def lease_key(self, run_id: str) -> str:
         return lease_key(self.prefix, run_id)
 
-    def extend_step(self, key: str, token: str) -> Step:
+    def extend_step(self, key: str, token: str) -> RoundTrip:
         return self._extend.step([key], [token, self.ttl_ms])
 
-    def release_step(self, key: str, token: str) -> Step:
+    def release_step(self, key: str, token: str) -> RoundTrip:
         return self._release.step([key], [token])
 
     def _acquired(self, run_id: str, force: bool, epoch: int) -> Steps[RedisLease]:
         try:
-            res = yield self._acquire.replicated_step(
+            res = yield from self._acquire.replicated_step(
                 [self.epoch_key(run_id), self.lease_key(run_id)],
                 [self.holder, self.ttl_ms, "1" if force else "0", epoch + 1], self.waits, self.client)
         except redis.RedisError as err:
@@ -309,7 +309,7 @@ class RedisLeaseManager(LeaseManager):
                 self._extend.queue(pipe, [x.key], [x.token, self.ttl_ms])
 
         try:
-            results = yield pipelined(fill)
+            results = yield from pipelined(fill)
         except redis.RedisError:
             return None
         oks = [int(r) == 1 for r in results]

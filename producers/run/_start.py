@@ -38,9 +38,9 @@ from runlog.producers.log._session import RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._lease import Lease, LeaseHeld, LeaseManager
 from runlog.producers.run._protocol import (
-    IO,
     Sleep,
     Steps,
+    io,
 )
 from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
 from runlog.producers.run._trace import Tracer, context_of
@@ -111,8 +111,8 @@ class RunStarts:
             run_id = run_id_for_key(idempotency_key)
             attrs["run_idempotency_key"] = idempotency_key
             _crash("before:CLAIM:run")
-            claim: Claim = yield IO(self.run_keys, "claim", "aclaim",
-                                    (idempotency_key, run_id, params_hash, wf_name))
+            claim: Claim = yield from io(self.run_keys.claim, self.run_keys.aclaim, idempotency_key, run_id,
+                                         params_hash, wf_name)
             _crash("after:CLAIM:run")
             if not claim.created:
                 if claim.started or claim.run_id != run_id:
@@ -122,21 +122,21 @@ class RunStarts:
                                                       forked_from_seq, budget))
             if (yield from self._existed(run_id)):
                 # the claim was lost with Redis's data, not the run: settle the key, resume the run
-                yield IO(self.run_keys, "mark_started", "amark_started",
-                         (idempotency_key, run_id, params_hash, wf_name))
-                yield IO(self.writer, "request_resume", "arequest_resume",
-                         (run_id, "a keyed start found the run on the log (its claim was lost)"))
+                yield from io(self.run_keys.mark_started, self.run_keys.amark_started, idempotency_key,
+                              run_id, params_hash, wf_name)
+                yield from io(self.writer.request_resume, self.writer.arequest_resume, run_id,
+                              "a keyed start found the run on the log (its claim was lost)")
                 return RunHandle(run_id, False, params_hash)
-        lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+        lease: Lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id)
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
                                                     parent_run_id, forked_from_seq, budget)
         except BaseException:
-            yield IO(lease, "release", "arelease")
+            yield from io(lease.release, lease.arelease)
             raise  # a keyed claim stays pending: the next caller settles it from the log
         if idempotency_key is not None and self.run_keys is not None:
-            yield IO(self.run_keys, "mark_started", "amark_started",
-                     (idempotency_key, run_id, params_hash, wf_name))
+            yield from io(self.run_keys.mark_started, self.run_keys.amark_started, idempotency_key, run_id,
+                          params_hash, wf_name)
         return RunHandle(run_id, True, params_hash, session)
 
     def _existed(self, run_id: str) -> Steps[bool]:
@@ -144,10 +144,10 @@ class RunStarts:
         projection says so cheaply; without a ready one, the log is read (see
         :mod:`runlog.producers.run._runs`)."""
         assert self.run_keys is not None
-        known = yield IO(self.run_keys, "known", "aknown", (run_id,))
+        known = yield from io(self.run_keys.known, self.run_keys.aknown, run_id)
         if known is not None or self.run_log is None:
             return bool(known)
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         return first is not None
 
     def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
@@ -168,14 +168,14 @@ class RunStarts:
         try:
             params_ref = self.store.inline(params_bytes, JSON)  # small parameters travel in RUN_STARTED
             if params_ref is None:
-                params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+                params_ref = yield from io(self.store.put, self.store.aput, params_bytes, JSON)
             attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
                                                                 separators=(",", ":")),
                           **(session.trace.attributes() if session.trace is not None else {})}
-            yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
-                                    input_versions=pinned.versions, payload_ref=params_ref,
-                                    attributes=attributes, parent_run_id=parent_run_id,
-                                    forked_from_seq=forked_from_seq)
+            yield from session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
+                                         input_versions=pinned.versions, payload_ref=params_ref,
+                                         attributes=attributes, parent_run_id=parent_run_id,
+                                         forked_from_seq=forked_from_seq)
             yield from activating(self.active, run_id, workflow.name)  # once the run exists: never a phantom
         except BaseException as err:
             session.run_span = None
@@ -189,12 +189,12 @@ class RunStarts:
         deadline = time.monotonic() + self.lease_wait_s
         while True:
             try:
-                lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+                lease: Lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id)
                 return lease
             except LeaseHeld:
                 if time.monotonic() >= deadline:
                     return None
-            yield Sleep(0.1)
+            yield from Sleep(0.1)
 
     def _settle_start(self, workflow: Workflow, params_bytes: bytes, pinned: PinnedInputs,
                       attrs: Mapping[str, str], key: str, run_id: str, params_hash: str, wf_name: str,
@@ -205,34 +205,34 @@ class RunStarts:
         assert self.run_keys is not None
         if self.run_log is None:
             raise WorkflowDefinitionError("this Runner has no run log to settle an interrupted start")
-        mark = IO(self.run_keys, "mark_started", "amark_started", (key, run_id, params_hash, wf_name))
+        mark = io(self.run_keys.mark_started, self.run_keys.amark_started, key, run_id, params_hash, wf_name)
         lease = yield from self._acquire_waiting(run_id)
         if lease is None:  # a live starter still holds it: that starter owns the run
             return RunHandle(run_id, False, params_hash)
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         if first is not None:
-            yield IO(lease, "release", "arelease")
-            yield mark
-            yield IO(self.writer, "request_resume", "arequest_resume",
-                     (run_id, "its start was interrupted after RUN_STARTED"))
+            yield from io(lease.release, lease.arelease)
+            yield from mark
+            yield from io(self.writer.request_resume, self.writer.arequest_resume, run_id,
+                          "its start was interrupted after RUN_STARTED")
             return RunHandle(run_id, False, params_hash)
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
                                                     parent_run_id, forked_from_seq, budget)
         except BaseException:
-            yield IO(lease, "release", "arelease")
+            yield from io(lease.release, lease.arelease)
             raise
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         # event_hash(first) encodes a version-2 event with the current schema: the question is only
         # whether the log's first event is the one this writer (this code, this schema) just produced
         if first is None or event_hash(first) != session.last_hash:
             # another writer's first event is on the log before ours: ours is rejected by the fold
             session.end_run_span()
             session.closed = True
-            yield IO(lease, "release", "arelease")
-            yield mark
+            yield from io(lease.release, lease.arelease)
+            yield from mark
             return RunHandle(run_id, False, params_hash)
-        yield mark
+        yield from mark
         return RunHandle(run_id, True, params_hash, session)
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
@@ -242,8 +242,7 @@ class RunStarts:
         """The steps of :meth:`Runner.take_over`: the lease at an epoch above ``epoch`` (the run's, as the
         log records it), then the session with its confirmed ``LEASE_ACQUIRED``."""
         yield from activating(self.active, run_id, workflow.name)
-        lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,),
-                                {"force": force, "epoch": epoch})
+        lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id, force=force, epoch=epoch)
         return (yield from RunSession.taking_over(
             self.writer, lease, run_id, last_seq=last_seq, workflow=workflow,
             inputs=PinnedInputs(self.source, input_versions), params=params, attributes=attributes,
@@ -254,7 +253,7 @@ def activating(active: ActiveRuns | None, run_id: str, workflow: str) -> Steps[N
     """Add a run to the active-runs registry (none: nothing to do); a Redis error fails the start."""
     if active is not None:
         try:
-            yield IO(active, "add", "aadd", (run_id, workflow))
+            yield from io(active.add, active.aadd, run_id, workflow)
         except redis.RedisError as err:
             raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
 
@@ -263,7 +262,7 @@ def deactivating(active: ActiveRuns | None, run_id: str) -> Steps[None]:
     """Drop a run from the active-runs registry (none: nothing to do)."""
     if active is not None:
         with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
-            yield IO(active, "remove", "aremove", (run_id,))
+            yield from io(active.remove, active.aremove, run_id)
 
 
 def _crash(point: str) -> None:
