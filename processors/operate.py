@@ -159,7 +159,7 @@ def take_lease(settings: Settings, runner: Runner, state: RunState, *, by: str, 
     placeholder = Workflow(wf.name if wf else "unknown", wf.version if wf else "0")  # appends only
     session = RunSession.take_over(runner.writer, runner.leases, state.run_id, last_seq=state.last_seq,
                                    workflow=placeholder, input_versions=state.input_versions,
-                                   source=runner.source, params={}, last_epoch=state.epoch, force=force,
+                                   source=runner.source, params={}, epoch=state.epoch, force=force,
                                    last_hash=state.last_hash,
                                    attributes={"operator": by, "action": action, "reason": reason})
     partition = state.partition if state.partition >= 0 else KafkaRunLog(settings).partition_of(state.run_id)

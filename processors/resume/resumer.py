@@ -281,7 +281,7 @@ class Resumer:
         try:
             session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
                                             input_versions=state.input_versions, params=self._params(state),
-                                            last_epoch=state.epoch, force=force,
+                                            epoch=state.epoch, force=force,
                                             last_hash=state.last_hash, attributes=attributes)
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))

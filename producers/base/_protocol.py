@@ -1,21 +1,27 @@
 """One implementation of the protocol, driven synchronously or on an asyncio loop.
 
 The write protocol (start a run, run a stage, make a tool call: guard, ledger, intent,
-retry, reconcile, verify) is written once, as generators that *yield* the I/O they need
-and get its result back (a sans-I/O core). Three kinds of step:
+retry, reconcile, verify) and the SDK's Redis round trips (:mod:`runlog.producers.base._redis_io`)
+are written once, as generators that *yield* the I/O they need and get its result back (a
+sans-I/O core). Every step is a :class:`Step` ``[T]``, and a protocol takes a step's result with
+``result = yield from step``: a step iterates as a one-step generator returning ``T``, so the type
+checker follows the value a step sends back (:data:`Steps` sends ``object``, so a bare
+``x: T = yield step`` is an error). The kinds of step:
 
-* :class:`IO`: a port method with a sync and an async face (``session.append`` /
-  ``session.aappend``, ``lease.verify`` / ``lease.averify``, ``ledger.open`` /
-  ``ledger.aopen``, ...);
+* :class:`IO`: a port's method with a sync and an async face, named as bound methods with
+  :func:`io` (``io(lease.verify, lease.averify)``, ``io(session.append, session.aappend, type)``);
 * :class:`Invoke`: user code (a stage, tool or reconcile function), ``def`` or ``async def``;
-* :class:`Sleep`: a retry's back-off.
+* :class:`Sleep`: a retry's back-off;
+* :class:`~runlog.producers.base._redis_io.RoundTrip`: one Redis round trip on the client the driving
+  mode holds.
 
-A :class:`Mode` carries the steps out. The sync :class:`Runner` uses :data:`SYNC` (every
-step blocks the calling thread); an ``async def`` stage under it runs on a private loop with
-:data:`INLINE` (port calls block that loop, user coroutines are awaited). The
-:class:`~runlog.producers.AsyncRunner` uses :class:`LoopMode` (ports awaited on the loop, sync user
-code on an executor) and, for a ``def`` stage it runs on a worker thread,
-:class:`ThreadMode` (port calls hop onto the loop, user code stays on the stage's thread).
+A :class:`Mode` carries the steps out; :func:`drive` runs a protocol in a sync mode, :func:`adrive`
+awaits it in an async one. The sync :class:`Runner` uses :data:`SYNC` (every step blocks the
+calling thread); an ``async def`` stage under it runs on a private loop with :data:`INLINE` (port
+calls block that loop, user coroutines are awaited). The :class:`~runlog.producers.AsyncRunner`
+uses :class:`LoopMode` (ports awaited on the loop, sync user code on an executor) and, for a ``def``
+stage it runs on a worker thread, :class:`ThreadMode` (port calls hop onto the loop, user code stays
+on the stage's thread).
 
 Because the steps are the same generator in every mode, there is no second copy of the
 append, lease, ledger, reuse, reconcile or verification logic.
@@ -24,12 +30,13 @@ append, lease, ledger, reuse, reconcile or verification logic.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 __all__ = [
     "INLINE",
@@ -44,10 +51,13 @@ __all__ = [
     "ThreadMode",
     "adrive",
     "drive",
+    "io",
     "is_async_fn",
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 def is_async_fn(fn: Any) -> bool:
@@ -60,26 +70,41 @@ def is_async_fn(fn: Any) -> bool:
     return inspect.iscoroutinefunction(call)
 
 
+class Step(Generic[T]):
+    """One unit of I/O a protocol yields; the driver sends back its result, a ``T``.
+
+    ``result = yield from step`` yields the step and returns what the driver sent back, typed ``T``.
+    """
+
+    __slots__ = ()
+
+    def __iter__(self) -> Generator[Step[T], T, T]:
+        return (yield self)
+
+
+Steps = Generator[Step[Any], object, R]
+"""A protocol generator: yields steps, returns its result (an ``R``). Results come back through
+``yield from step`` (typed); the send type ``object`` makes a bare ``x: T = yield step`` a type error."""
+
+
 @dataclass(frozen=True, slots=True)
-class IO:
-    """``obj.<sync>(*args, **kwargs)`` or ``await obj.<async_>(*args, **kwargs)``."""
+class IO(Step[T]):
+    """A port call with two faces: ``call()`` blocks, ``await acall()`` on an event loop. Built with
+    :func:`io` from a pair of bound methods of the same signature."""
 
-    obj: Any
-    sync: str
-    async_: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    call: Callable[[], T]
+    acall: Callable[[], Awaitable[T]]
 
-    def call(self) -> Any:
-        return getattr(self.obj, self.sync)(*self.args, **self.kwargs)
 
-    def acall(self) -> Coroutine[Any, Any, Any]:
-        coro: Coroutine[Any, Any, Any] = getattr(self.obj, self.async_)(*self.args, **self.kwargs)
-        return coro
+def io(sync: Callable[P, T], async_: Callable[P, Awaitable[T]], /,
+       *args: P.args, **kwargs: P.kwargs) -> IO[T]:
+    """The step ``sync(*args, **kwargs)`` or ``await async_(*args, **kwargs)``, whichever face the
+    driving mode uses, e.g. ``lease = yield from io(leases.acquire, leases.aacquire, run_id)``."""
+    return IO(functools.partial(sync, *args, **kwargs), functools.partial(async_, *args, **kwargs))
 
 
 @dataclass(frozen=True, slots=True)
-class Invoke:
+class Invoke(Step[Any]):
     """User code: ``fn(*args, **kwargs)``, awaited when it is a coroutine function."""
 
     fn: Callable[..., Any]
@@ -88,54 +113,55 @@ class Invoke:
 
 
 @dataclass(frozen=True, slots=True)
-class Sleep:
+class Sleep(Step[None]):
     seconds: float
 
 
-Step = IO | Invoke | Sleep
-Steps = Generator[Step, Any, T]
-"""A protocol generator: yields steps, returns its result."""
-
-
 class Mode:
-    """How steps are carried out. Exactly one of :meth:`run` / :meth:`arun` is used per mode."""
+    """How steps are carried out. Exactly one of :meth:`run` (a sync mode, :func:`drive`) and
+    :meth:`arun` (an async one, :func:`adrive`) is used per mode."""
 
-    def run(self, step: Step) -> Any:
+    def run(self, step: Step[T]) -> T:
         raise NotImplementedError(f"{type(self).__name__} is an async mode")
 
-    async def arun(self, step: Step) -> Any:
+    async def arun(self, step: Step[T]) -> T:
         raise NotImplementedError(f"{type(self).__name__} is a sync mode")
 
-    is_async = False
+
+def _unknown(mode: Mode, step: Step[Any]) -> TypeError:
+    return TypeError(f"{type(mode).__name__} does not carry out a {type(step).__name__} step")
 
 
 class _Sync(Mode):
     """Everything blocks the calling thread (the sync Runner)."""
 
-    def run(self, step: Step) -> Any:
+    def run(self, step: Step[T]) -> T:
         if isinstance(step, IO):
-            return step.call()
+            return cast(T, step.call())
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
-            return None
-        if is_async_fn(step.fn):
-            return asyncio.run(step.fn(*step.args, **step.kwargs))  # an async tool in a def stage
-        return step.fn(*step.args, **step.kwargs)
+            return cast(T, None)
+        if isinstance(step, Invoke):
+            if is_async_fn(step.fn):
+                # an async tool in a def stage
+                return cast(T, asyncio.run(step.fn(*step.args, **step.kwargs)))
+            return cast(T, step.fn(*step.args, **step.kwargs))
+        raise _unknown(self, step)
 
 
 class _Inline(Mode):
     """An ``async def`` stage under the sync Runner: port calls block its private loop."""
 
-    is_async = True
-
-    async def arun(self, step: Step) -> Any:
+    async def arun(self, step: Step[T]) -> T:
         if isinstance(step, IO):
-            return step.call()
+            return cast(T, step.call())
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
-            return None
-        out = step.fn(*step.args, **step.kwargs)
-        return (await out) if inspect.isawaitable(out) else out
+            return cast(T, None)
+        if isinstance(step, Invoke):
+            out = step.fn(*step.args, **step.kwargs)
+            return cast(T, (await out) if inspect.isawaitable(out) else out)
+        raise _unknown(self, step)
 
 
 SYNC: Mode = _Sync()
@@ -145,22 +171,22 @@ INLINE: Mode = _Inline()
 class LoopMode(Mode):
     """The AsyncRunner's loop: ports awaited, sync user code on ``executor``."""
 
-    is_async = True
-
     def __init__(self, executor: Executor | None = None) -> None:
         self.executor = executor
 
-    async def arun(self, step: Step) -> Any:
+    async def arun(self, step: Step[T]) -> T:
         if isinstance(step, IO):
-            return await step.acall()
+            return cast(T, await step.acall())
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
-            return None
-        if is_async_fn(step.fn):
-            return await step.fn(*step.args, **step.kwargs)
-        loop = asyncio.get_running_loop()
-        fn, args, kwargs = step.fn, step.args, step.kwargs
-        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+            return cast(T, None)
+        if isinstance(step, Invoke):
+            if is_async_fn(step.fn):
+                return cast(T, await step.fn(*step.args, **step.kwargs))
+            loop = asyncio.get_running_loop()
+            fn, args, kwargs = step.fn, step.args, step.kwargs
+            return cast(T, await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs)))
+        raise _unknown(self, step)
 
 
 class ThreadMode(Mode):
@@ -170,19 +196,29 @@ class ThreadMode(Mode):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
 
-    def run(self, step: Step) -> Any:
+    def run(self, step: Step[T]) -> T:
         if isinstance(step, IO):
-            return asyncio.run_coroutine_threadsafe(step.acall(), self.loop).result()
+            return cast(T, asyncio.run_coroutine_threadsafe(_awaited(step.acall()), self.loop).result())
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
-            return None
-        if is_async_fn(step.fn):
-            coro = step.fn(*step.args, **step.kwargs)
-            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-        return step.fn(*step.args, **step.kwargs)
+            return cast(T, None)
+        if isinstance(step, Invoke):
+            if is_async_fn(step.fn):
+                coro = step.fn(*step.args, **step.kwargs)
+                return cast(T, asyncio.run_coroutine_threadsafe(coro, self.loop).result())
+            return cast(T, step.fn(*step.args, **step.kwargs))
+        raise _unknown(self, step)
 
 
-def _advance(steps: Steps[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
+async def _awaited(aw: Awaitable[T]) -> T:
+    return await aw
+
+
+Driven = Generator[Step[Any], Any, T]
+"""What the drivers take: a protocol (:data:`Steps`), or a single step's iteration."""
+
+
+def _advance(steps: Driven[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
     """Hand the last step's value (or error) to the generator: ``(True, result)`` when it
     returned, ``(False, next step)`` otherwise."""
     try:
@@ -191,7 +227,7 @@ def _advance(steps: Steps[Any], value: Any, error: BaseException | None) -> tupl
         return True, stop.value
 
 
-def drive(steps: Steps[T], mode: Mode = SYNC) -> T:
+def drive(steps: Driven[T], mode: Mode = SYNC) -> T:
     """Run a protocol generator to its end, each step blocking (a sync mode). A step's error is
     thrown into the generator: its handlers decide."""
     value: Any = None
@@ -206,7 +242,7 @@ def drive(steps: Steps[T], mode: Mode = SYNC) -> T:
             value, error = None, err
 
 
-async def adrive(steps: Steps[T], mode: Mode) -> T:
+async def adrive(steps: Driven[T], mode: Mode) -> T:
     """:func:`drive` on the running loop (an async mode), each step awaited."""
     value: Any = None
     error: BaseException | None = None

@@ -1,15 +1,16 @@
-"""One protocol, two faces: the SDK's Redis round trips, run on a sync client or awaited on an asyncio one.
+"""The SDK's Redis round trips as protocol steps, run on a sync client or awaited on an asyncio one.
 
 A port's protocol (which keys, which scripts, how the answers read) is written once, as a
-generator of *steps*. A step is a function of a client that makes one round trip: given a
-``redis.Redis`` it returns the answer, given a ``redis.asyncio.Redis`` an awaitable of it
-(redis-py's two clients share their command methods, so ``lambda c: c.get(key)`` is both).
-:func:`run` drives the steps on the sync client, :func:`arun` awaits them on the asyncio one.
-A :class:`redis.RedisError` of a step is thrown back into the generator at its ``yield``,
-so the protocol handles errors once too::
+generator of steps of the one protocol (:mod:`runlog.producers.base._protocol`). A :class:`RoundTrip`
+holds a function of a client that makes one round trip: given a ``redis.Redis`` it returns the answer,
+given a ``redis.asyncio.Redis`` an awaitable of it (redis-py's two clients share their command
+methods, so ``RoundTrip(lambda c: c.get(key))`` is both). :func:`run` drives the steps with the sync
+client (:class:`OnClient`), :func:`arun` awaits them with the asyncio one (:class:`OnAsyncClient`).
+An error of a step is thrown back into the generator at its ``yield from``, so the protocol handles
+errors once too::
 
     def _read(self, key: str) -> Steps[str | None]:
-        raw = yield lambda c: c.get(key)
+        raw = yield from RoundTrip(lambda c: c.get(key))
         return None if raw is None else raw.decode()
 
     def read(self, key: str) -> str | None:
@@ -22,33 +23,62 @@ so the protocol handles errors once too::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
+from runlog.producers.base._protocol import SYNC, LoopMode, Mode, Step, Steps, adrive, drive
 from runlog.schemas.internal import AsyncFailoverCluster, aretry_failover, retry_failover
 
-__all__ = ["Lua", "Step", "Steps", "arun", "offloaded", "one", "pipelined", "replica_waits", "replicated",
-           "run"]
+__all__ = ["Lua", "OnAsyncClient", "OnClient", "RoundTrip", "Steps", "arun", "offloaded", "one", "pipelined",
+           "replica_waits", "replicated", "run"]
 
 T = TypeVar("T")
 
-Step = Callable[[Any], Any]
-"""One round trip on the client it is given (sync: the answer; asyncio: an awaitable of it)."""
 
-Steps = Generator[Step, Any, T]
-"""A protocol: yields steps, is sent their answers, returns its result."""
+@dataclass(frozen=True, slots=True)
+class RoundTrip(Step[Any]):
+    """One round trip on the client the driving mode holds (sync: ``fn`` answers; asyncio: ``fn``
+    returns an awaitable of the answer)."""
+
+    fn: Callable[[Any], Any]
 
 
-def one(step: Step) -> Steps[Any]:
+class OnClient(Mode):
+    """A sync mode: round trips on ``client`` (and the protocol's other steps as :data:`SYNC` runs them)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def run(self, step: Step[T]) -> T:
+        if isinstance(step, RoundTrip):
+            return cast(T, step.fn(self.client))
+        return SYNC.run(step)
+
+
+class OnAsyncClient(Mode):
+    """An async mode: round trips awaited on the asyncio ``client`` (other steps as :class:`LoopMode`)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._loop = LoopMode()
+
+    async def arun(self, step: Step[T]) -> T:
+        if isinstance(step, RoundTrip):
+            return cast(T, await step.fn(self.client))
+        return await self._loop.arun(step)
+
+
+def one(step: RoundTrip) -> Steps[Any]:
     """A protocol of one step, answering what the step answers."""
-    return (yield step)
+    return (yield from step)
 
 
-def offloaded(fn: Callable[[], T]) -> Step:
+def offloaded(fn: Callable[[], T]) -> RoundTrip:
     """A step that is not a Redis round trip but blocking I/O of another kind (a Kafka read): on the
     sync client it runs in place, on an asyncio one on a worker thread, so the event loop goes on."""
 
@@ -57,10 +87,10 @@ def offloaded(fn: Callable[[], T]) -> Step:
             return asyncio.to_thread(fn)
         return fn()
 
-    return step
+    return RoundTrip(step)
 
 
-def pipelined(fill: Callable[[Any], object]) -> Step:
+def pipelined(fill: Callable[[Any], object]) -> RoundTrip:
     """One round trip of several commands: ``fill`` queues them on a pipeline (no transaction)."""
 
     def once(c: Any) -> Any:
@@ -77,7 +107,7 @@ def pipelined(fill: Callable[[Any], object]) -> Step:
             return aretry_failover(window, lambda: once(c))
         return retry_failover(window, lambda: once(c))
 
-    return step
+    return RoundTrip(step)
 
 
 def replica_waits(client: Any, settings: Any) -> Any:
@@ -91,8 +121,8 @@ def replica_waits(client: Any, settings: Any) -> Any:
                         timeout_ms=settings.redis_wait_ms)
 
 
-def replicated(plain: Step, fill: Callable[[Any], object], keys: list[str], waits: Any,
-               sync_client: Any) -> Step:
+def replicated(plain: RoundTrip, fill: Callable[[Any], object], keys: list[str], waits: Any,
+               sync_client: Any) -> RoundTrip:
     """A write that a replica must hold before it answers, where Redis has replicas to wait for.
 
     ``plain`` is the write as one step (used when ``waits`` is None or not enabled: a standalone
@@ -120,49 +150,26 @@ def replicated(plain: Step, fill: Callable[[Any], object], keys: list[str], wait
 
     def step(c: Any) -> Any:
         if waits is None or not waits.enabled:
-            return plain(c)
+            return plain.fn(c)
         if isinstance(c, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             import asyncio
 
             return asyncio.to_thread(once, sync_client)
         return once(c)
 
-    return step
-
-
-async def _drive(steps: Steps[T], client: Any, awaited: bool) -> T:
-    """The one driver: each step on ``client``, its answer awaited when ``awaited``, sent back."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                answer = step(client)
-                if awaited:
-                    answer = await answer
-            except redis.RedisError as err:
-                step = steps.throw(err)
-            else:
-                step = steps.send(answer)
-    except StopIteration as done:
-        return cast(T, done.value)
+    return RoundTrip(step)
 
 
 def run(steps: Steps[T], client: redis.Redis) -> T:
     """Drive ``steps`` on the sync client, one blocking round trip a step (no event loop)."""
-    driving = _drive(steps, client, False)
-    try:
-        driving.send(None)  # nothing is awaited: it runs to the end at once
-    except StopIteration as done:
-        return cast(T, done.value)
-    driving.close()
-    raise RuntimeError("a sync Redis protocol step suspended")  # cannot happen: no step awaits
+    return drive(steps, OnClient(client))
 
 
 async def arun(steps: Steps[T], aclient: redis.asyncio.Redis | None, client: redis.Redis) -> T:
     """Await ``steps`` on the asyncio client; without one, :func:`run` them on the sync ``client``."""
     if aclient is None:
         return run(steps, client)
-    return await _drive(steps, aclient, True)
+    return await adrive(steps, OnAsyncClient(aclient))
 
 
 class Lua:
@@ -186,11 +193,11 @@ class Lua:
             self._aio = redis.asyncio.Redis.register_script(c, self.source)  # type: ignore[arg-type]
         return self._aio
 
-    def step(self, keys: list[str], args: list[Any]) -> Step:
+    def step(self, keys: list[str], args: list[Any]) -> RoundTrip:
         """Run the script (one round trip) on the client the step is given."""
-        return lambda c: self._on(c)(keys=keys, args=args, client=c)
+        return RoundTrip(lambda c: self._on(c)(keys=keys, args=args, client=c))
 
-    def replicated_step(self, keys: list[str], args: list[Any], waits: Any, sync_client: Any) -> Step:
+    def replicated_step(self, keys: list[str], args: list[Any], waits: Any, sync_client: Any) -> RoundTrip:
         """:meth:`step`, answered once a replica holds its writes where there are replicas to wait
         for (:func:`replicated`)."""
         return replicated(self.step(keys, args), lambda pipe: self.queue(pipe, keys, args), keys, waits,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runlog.projections.internal import BUDGET_SIGNAL, NO_USAGE, SOFT_ATTRIBUTE, BudgetCaps, UsageTotals
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from runlog.producers.base._protocol import Steps
     from runlog.producers.define._tools import Tool
 
-__all__ = ["BudgetExceeded", "BudgetGuard", "BudgetSteps"]
+__all__ = ["BudgetExceeded", "BudgetGuard", "CallBudget"]
 
 
 class BudgetExceeded(TerminalToolError):
@@ -41,20 +42,25 @@ class BudgetGuard:
             return self.caps.soft_crossed(before, self.spent)
 
 
-class BudgetSteps:
-    """The budget's part of a stage context (a mixin of ``_ContextCore``)."""
+class CallBudget:
+    """The budget's part of a stage context: the run's guard (on its session) checked before each model
+    call and counting each made call's spend.
 
-    session: Any  # runlog.producers.log._session.RunSession (which names this module's guard)
+    Args:
+        session: the run's session (its ``budget`` guard, its writer's metrics).
+        fail: records the stage's failure (a refused call fails the stage).
+    """
 
-    def _fail(self, err: BaseException) -> None:
-        raise NotImplementedError
+    def __init__(self, session: Any, fail: Callable[[BaseException], None]) -> None:
+        self.session = session  # runlog.producers.log._session.RunSession (which names this module's guard)
+        self._fail = fail
 
-    def _count_budget(self, kind: str) -> None:
+    def _count(self, kind: str) -> None:
         metrics = getattr(self.session.writer, "metrics", None)
         if metrics is not None:
             metrics.budget.labels(self.session.workflow.name, kind).inc()
 
-    def _within_budget(self, tool: Tool, call_id: str, common: dict[str, Any]) -> Steps[None]:
+    def check(self, tool: Tool, call_id: str, common: dict[str, Any]) -> Steps[None]:
         """Before a model call (a tool reporting usage) the run makes anew: refuse it once a hard cap
         is reached (the run waits for ``runlog budget``, or fails)."""
         from runlog.producers.calls._calls import RunWaits, error_info
@@ -65,17 +71,17 @@ class BudgetSteps:
             return
         s = self.session
         if guard.caps.on_exceeded == "fail":
-            self._count_budget("fail")
+            self._count("fail")
             err = BudgetExceeded(f"{call_id} not made: {why}", kind="BudgetExceeded")
             self._fail(err)
-            yield s.appending(EventType.FAILED, error=error_info(err), **common)
+            yield from s.appending(EventType.FAILED, error=error_info(err), **common)
             raise err
-        self._count_budget("wait")
+        self._count("wait")
         attrs = {"signal": BUDGET_SIGNAL, "deadline_ms": "0", "on_timeout": "fail", "reason": why}
-        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
         raise RunWaits(s.run_id, call_id, BUDGET_SIGNAL, 0)
 
-    def _spent(self, usage: Usage | None) -> dict[str, str]:
+    def spent(self, usage: Usage | None) -> dict[str, str]:
         """Count a made call's spend; the ``TOOL_RESULT`` attribute of a soft cap it reached."""
         guard: BudgetGuard | None = getattr(self.session, "budget", None)  # sessions of tests may lack it
         if guard is None or usage is None:
@@ -83,5 +89,5 @@ class BudgetSteps:
         warning = guard.add(usage)
         if warning is None:
             return {}
-        self._count_budget("soft")
+        self._count("soft")
         return {SOFT_ATTRIBUTE: warning}

@@ -1,4 +1,4 @@
-"""The effects ledger's steps of a tool call (a mixin of the stage context,
+"""The effects ledger's steps of a tool call (a part of the stage context,
 :class:`runlog.producers.calls._call_steps._ContextCore`): before an effect tool executes, its delivery key is
 opened in the ledger shared by all runs. Done in another run: the tool is not called and that run's
 external id is this call's result (``EFFECT_RECONCILED`` with ``source=ledger``). Open in another run:
@@ -9,41 +9,53 @@ effect runs (:class:`~runlog.projections._replicas.ReplicasBehind`)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from runlog.producers.base._protocol import IO, Invoke, Steps
-from runlog.producers.calls._calls import JSON, _external_id
+from runlog.producers.base._protocol import Invoke, Steps, io
+from runlog.producers.calls._calls import _external_id
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, LedgerEntry, LedgerUnavailable
+from runlog.producers.calls._stage_artifacts import StageArtifacts
 from runlog.producers.define._tools import CallInfo, Tool
 from runlog.producers.log._session import RunSession
 from runlog.projections.internal import ReplicasBehind
-from runlog.schemas import ArtifactRef, EffectStatus, EventType, ReplayPolicy
+from runlog.schemas import EffectStatus, EventType, ReplayPolicy
 from runlog.schemas.errors import EffectInDoubt, RunlogError
 
-__all__ = ["EffectsLedgerSteps"]
+__all__ = ["EffectClaims"]
 
 
-class EffectsLedgerSteps:
-    """The ledger's part of a stage context."""
+class EffectClaims:
+    """The ledger's part of a stage context: claims of the stage's effects in the ledger shared by all runs.
 
-    session: RunSession
-    _ledger: EffectLedger | None
+    Args:
+        session: the run's session (what is appended).
+        ledger: the effects ledger (None: none consulted, nothing claimed).
+        artifacts: where a reconciled record is stored.
+        fail: records the stage's failure (an effect in doubt fails it).
+    """
 
-    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
-        raise NotImplementedError
+    def __init__(self, session: RunSession, ledger: EffectLedger | None, artifacts: StageArtifacts,
+                 fail: Callable[[BaseException], None]) -> None:
+        self.session = session
+        self.ledger = ledger
+        self._artifacts = artifacts
+        self._fail = fail
 
-    def _fail(self, err: BaseException) -> None:
-        raise NotImplementedError
+    def close(self, info: CallInfo, status: EffectStatus, external_id: str | None = None) -> Steps[None]:
+        """Mark the call's claim ``status`` (nothing without a ledger)."""
+        if self.ledger is not None and info.delivery_key is not None:
+            yield from io(self.ledger.close, self.ledger.aclose_effect, info.delivery_key, info.run_id,
+                          info.call_id, status, external_id)
 
-    def _open_effect(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
-        if self._ledger is None or info.delivery_key is None:
+    def open(self, tool: Tool, info: CallInfo) -> Steps[LedgerEntry | None]:
+        if self.ledger is None or info.delivery_key is None:
             return None
         entry = LedgerEntry(info.delivery_key, info.run_id, info.call_id, EffectStatus.INTENT, None,
                             info.idempotency_key, tool.name)
         try:
-            found: LedgerEntry | None = yield IO(self._ledger, "open", "aopen", (entry,))
+            found: LedgerEntry | None = yield from io(self.ledger.open, self.ledger.aopen, entry)
         except (ReplicasBehind, LedgerUnavailable) as err:
             if not isinstance(err, ReplicasBehind) and not isinstance(err.__cause__, ReplicasBehind):
                 raise  # Redis unreachable: nothing known of the claim; the run is let go of
@@ -52,8 +64,8 @@ class EffectsLedgerSteps:
             # nothing acted on; if a failover takes this release back, the claim reads in doubt
             # again, which is the safe side.
             with contextlib.suppress(RunlogError):
-                yield IO(self._ledger, "close", "aclose_effect",
-                         (info.delivery_key, info.run_id, info.call_id, EffectStatus.FAILED, None))
+                yield from io(self.ledger.close, self.ledger.aclose_effect, info.delivery_key, info.run_id,
+                              info.call_id, EffectStatus.FAILED, None)
             raise
         return found
 
@@ -63,38 +75,38 @@ class EffectsLedgerSteps:
         s = self.session
         assert info.delivery_key is not None
         out = dict(record)
-        ref = yield from self._put(canonical_json(out))
-        yield s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
-                          target=tool.target, external_id=_external_id(out), payload_ref=ref,
-                          attributes=attrs, **common)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
-                          attributes={"source": attrs.get("source", "reconciled")}, **common)
+        ref = yield from self._artifacts.put(canonical_json(out))
+        yield from s.appending(EventType.EFFECT_RECONCILED, confirm=True, delivery_key=info.delivery_key,
+                               target=tool.target, external_id=_external_id(out), payload_ref=ref,
+                               attributes=attrs, **common)
+        yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(out),
+                               attributes={"source": attrs.get("source", "reconciled")}, **common)
         return out
 
-    def _reuse_effect(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+    def reuse(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
                       common: dict[str, Any]) -> Steps[dict[str, Any]]:
         """Done in another run: no call; that run's external id is this call's result."""
         record: Mapping[str, Any] | None = None
         if tool.reconcile is not None and info.delivery_key is not None:
-            record = yield Invoke(tool.reconcile, (info.delivery_key, args))
+            record = yield from Invoke(tool.reconcile, (info.delivery_key, args))
         if record is None or _external_id(record) != other.external_id:
             record = {"external_id": other.external_id}
         attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
                  "ledger": other.source}
         return (yield from self._settle(tool, info, record, common, attrs))
 
-    def _in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
+    def in_doubt(self, tool: Tool, info: CallInfo, args: Mapping[str, Any], other: LedgerEntry,
                   common: dict[str, Any]) -> Steps[dict[str, Any] | None]:
         """Open in another run. Returns the record when reconcile found the effect done; None to
         execute; raises EffectInDoubt when the policy leaves it to a person."""
         dk = info.delivery_key
         assert dk is not None
         if tool.policy is ReplayPolicy.RECONCILE_FIRST and tool.reconcile is not None:
-            record = yield Invoke(tool.reconcile, (dk, args))
+            record = yield from Invoke(tool.reconcile, (dk, args))
             if record is not None and _external_id(record) is not None:
-                if self._ledger is not None:
-                    yield IO(self._ledger, "close", "aclose_effect",
-                             (dk, info.run_id, info.call_id, EffectStatus.RECONCILED, _external_id(record)))
+                if self.ledger is not None:
+                    yield from io(self.ledger.close, self.ledger.aclose_effect, dk, info.run_id, info.call_id,
+                                  EffectStatus.RECONCILED, _external_id(record))
                 attrs = {"source": "ledger", "from_run": other.run_id, "from_call": other.call_id or "",
                          "ledger": other.source, "reconciled": "true"}
                 return (yield from self._settle(tool, info, record, common, attrs))

@@ -1,57 +1,73 @@
 """``ctx.patched(patch_id)``: a recorded marker that lets a long stage change its calls for new runs
-while runs recorded without it replay exactly (a mixin of the stage context; the rules are in
+while runs recorded without it replay exactly (the stage context's patch table; the rules are in
 :mod:`runlog.producers.calls._call_steps`' docstring)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
-from typing import Any
 
-from runlog.producers.base._protocol import Steps
+from runlog.producers.calls._call_positions import CallPositions
 from runlog.producers.calls._calls import PATCHED, RecordedCall
 from runlog.producers.calls._keys import canonical_json, sha256_hex
-from runlog.producers.define._tools import Tool
 from runlog.schemas.errors import WorkflowDefinitionError
 
-__all__ = ["PatchSteps"]
+__all__ = ["PatchTable"]
 
 
-class PatchSteps:
-    """The patch marker's part of a stage context."""
+class PatchTable:
+    """The patches one stage execution decided, and the positions their markers take.
 
-    stage: str
-    failure: BaseException | None
-    _lock: threading.Lock
-    _patches: dict[str, bool]
-    _at_index: dict[int, RecordedCall]
-    _next_index: int
-    _recorded_end: int
+    Args:
+        stage: the stage's name.
+        positions: the stage's call positions (a taken patch's marker claims one).
+        at_index: the stage's recorded calls by position.
+        recorded_end: one past the last position the log records for the stage.
+    """
 
-    def _call_steps(self, tool: Tool, index: int, args: Mapping[str, Any]) -> Steps[Any]:
-        raise NotImplementedError
+    def __init__(self, stage: str, positions: CallPositions, at_index: Mapping[int, RecordedCall],
+                 recorded_end: int) -> None:
+        self.stage = stage
+        self._positions = positions
+        self._at_index = at_index
+        self._recorded_end = recorded_end
+        self._decided: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        self.asking = threading.Lock()
+        """Held by a ``def`` stage's asker until its marker is recorded (a second asker waits)."""
+        self._aasking: asyncio.Lock | None = None
 
-    def _patched_steps(self, patch_id: str) -> Steps[bool]:
-        """Whether this execution of the stage takes patch ``patch_id`` (see the module docstring)."""
+    def aasking(self) -> asyncio.Lock:
+        """:attr:`asking` for an ``async def`` stage (made on its loop at first use)."""
+        if self._aasking is None:
+            self._aasking = asyncio.Lock()
+        return self._aasking
+
+    @staticmethod
+    def marker_args(patch_id: str) -> dict[str, str]:
+        """The request of a patch's marker call."""
+        return {"patch": patch_id}
+
+    def decide(self, patch_id: str) -> tuple[bool, int | None]:
+        """Whether this execution of the stage takes ``patch_id``, and the position its marker is to be
+        recorded at (None: nothing to record, the patch was decided before or is not taken)."""
         if not isinstance(patch_id, str) or not patch_id:
             raise WorkflowDefinitionError(f"patched() needs a non-empty patch id, got {patch_id!r}")
-        args = {"patch": patch_id}
-        with self._lock:
-            known = self._patches.get(patch_id)
-            if known is not None:
-                return known
-            if self.failure is not None:
-                raise self.failure
-            index = self._next_index
+        request_hash = sha256_hex(canonical_json(self.marker_args(patch_id)))
+
+        def take(index: int) -> bool:
             rec = self._at_index.get(index)
             if rec is None:
-                taken = index >= self._recorded_end  # new territory: this run reaches it on new code
-            else:  # the marker of this very patch, or a run recorded before the patch existed
-                taken = (rec.call_id == f"{self.stage}/{PATCHED.name}/{index}"
-                         and rec.request_hash in (None, sha256_hex(canonical_json(args))))
-            self._patches[patch_id] = taken
-            if taken:
-                self._next_index += 1
-        if taken:
-            yield from self._call_steps(PATCHED, index, args)
-        return taken
+                return index >= self._recorded_end  # new territory: this run reaches it on new code
+            # the marker of this very patch, or a run recorded before the patch existed
+            return (rec.call_id == f"{self.stage}/{PATCHED.name}/{index}"
+                    and rec.request_hash in (None, request_hash))
+
+        with self._lock:
+            known = self._decided.get(patch_id)
+            if known is not None:
+                return known, None
+            index, taken = self._positions.claim_if(take)
+            self._decided[patch_id] = taken
+        return taken, (index if taken else None)

@@ -58,15 +58,16 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from runlog.producers.base._protocol import IO, SYNC, Invoke, Mode, Steps
+from runlog.producers.base._protocol import IO, SYNC, Invoke, Mode, Steps, io
 from runlog.producers.base._trace import NO_TRACE, Span, Tracer
-from runlog.producers.calls._artifacts import ArtifactStore, is_inline
-from runlog.producers.calls._call_budget import BudgetSteps
-from runlog.producers.calls._call_ledger import EffectsLedgerSteps
-from runlog.producers.calls._call_patch import PatchSteps
+from runlog.producers.calls._artifacts import ArtifactStore
+from runlog.producers.calls._call_budget import CallBudget
+from runlog.producers.calls._call_ledger import EffectClaims
+from runlog.producers.calls._call_patch import PatchTable
+from runlog.producers.calls._call_positions import CallPositions
 from runlog.producers.calls._calls import (
     _WAIT_TOOL,
-    JSON,
+    PATCHED,
     WAIT,
     RecordedCall,
     RunWaits,
@@ -80,7 +81,8 @@ from runlog.producers.calls._calls import (
 from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
 from runlog.producers.calls._ledger import EffectLedger
 from runlog.producers.calls._replay_hook import tool_function
-from runlog.producers.calls._stored_args import StoredArgsSteps
+from runlog.producers.calls._stage_artifacts import StageArtifacts
+from runlog.producers.calls._stored_args import ArgsWriter
 from runlog.producers.define._prices import PriceTable, usage_of
 from runlog.producers.define._tools import CallInfo, Tool, retry_steps
 from runlog.producers.log._session import AppendResult, RunSession
@@ -96,8 +98,12 @@ from runlog.schemas.errors import (
 __all__: list[str] = []
 
 
-class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps):
-    """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`."""
+class _ContextCore:
+    """State and protocol steps shared by :class:`StageContext` and :class:`AsyncStageContext`.
+
+    Its parts: the stage's call :attr:`positions` (and its failure), the :attr:`stored` artifacts,
+    the :attr:`args` writer, the :attr:`effects` claims in the ledger, the :attr:`budget` and the
+    :attr:`patches` table."""
 
     def __init__(self, session: RunSession, stage: str, store: ArtifactStore, outputs: StageOutputs, *,
                  recorded_calls: Mapping[str, RecordedCall | ArtifactRef],
@@ -114,23 +120,22 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         self._at_index = {r.index: r for r in recorded if r.stage == stage and r.index is not None}
         # one past the last position the log records for this stage (a call, a reconciled one, a wait)
         known = [*recorded, *(RecordedCall(k, None, None) for k in (*reconciled, *(deadlines or {})))]
-        self._recorded_end = 1 + max((r.index for r in known if r.stage == stage and r.index is not None),
-                                     default=-1)
-        self._patches: dict[str, bool] = {}
+        recorded_end = 1 + max((r.index for r in known if r.stage == stage and r.index is not None),
+                               default=-1)
         self._reconciled = reconciled
-        self._ledger = ledger
         self._deadlines = deadlines or {}
         self._max_parallel = max_parallel
         self._mode = mode or self._default_mode()
         self._tracer = tracer
         self._prices = prices if prices is not None else PriceTable()  # prices what calls report spent
         self._span = span
-        self._lock = threading.Lock()
-        self._patch_lock = threading.Lock()  # ctx.patched of a def stage: one asker at a time
-        self._apatch_lock: asyncio.Lock | None = None  # ... of an async def stage (made on its loop)
-        self._next_index = 0
-        self._artifacts: dict[str, ArtifactRef] = {}
-        self.failure: BaseException | None = None
+        self.positions = CallPositions()
+        self.stored = StageArtifacts(store)
+        self.args = ArgsWriter(self.stored)
+        self.effects = EffectClaims(session, ledger, self.stored, self.positions.fail)
+        self.budget = CallBudget(session, self.positions.fail)
+        self.patches = PatchTable(stage, self.positions, self._at_index, recorded_end)
+        self._lock = threading.Lock()  # the thread pool of ctx.submit
         self._futures: list[Future[Any]] = []  # ctx.submit of a def stage (thread pool)
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[Any]] = []  # ctx.submit of an async def stage
@@ -151,56 +156,29 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
     def params(self) -> dict[str, Any]:
         return self.session.params
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that failed the stage (a tool call's, a divergence), or None."""
+        return self.positions.failure
+
     def output_of(self, stage: str) -> dict[str, Any]:
         """The verified output of an earlier stage of this run."""
         return self._outputs.get(stage)
 
-    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
-        """Store bytes (a step: off the loop in the async form); listed in ``VERIFIED``'s artifacts. Small
-        bytes (``inline``) are carried in their ref instead, with no I/O and nothing to list: the event
-        that records them holds them."""
-        ref = self.store.inline(data, media_type) if inline else None
-        if ref is None:
-            ref = yield IO(self.store, "put", "aput", (data, media_type))
-            self._add(ref)
-        return ref
-
     @property
     def artifacts(self) -> tuple[ArtifactRef, ...]:
-        with self._lock:
-            return tuple(self._artifacts.values())
+        return self.stored.refs
 
-    def _add(self, ref: ArtifactRef) -> None:
-        if is_inline(ref):  # in its event already: nothing for a checkpoint to verify elsewhere
-            return
-        with self._lock:
-            self._artifacts.setdefault(ref.sha256, ref)
+    def _verify(self) -> IO[None]:
+        return io(self.session.lease.verify, self.session.lease.averify)
 
-    def _claim_index(self) -> int:
-        with self._lock:
-            if self.failure is not None:
-                raise self.failure
-            i = self._next_index
-            self._next_index += 1
-            return i
-
-    def _reserve(self, n: int) -> list[int]:
-        """Take the next ``n`` call positions of this stage at once, in order (a parallel group's
-        positions, given before any of its calls is awaited)."""
-        with self._lock:
-            if self.failure is not None:
-                raise self.failure
-            first = self._next_index
-            self._next_index += n
-            return list(range(first, first + n))
-
-    def _fail(self, err: BaseException) -> None:
-        with self._lock:
-            if self.failure is None:
-                self.failure = err
-
-    def _verify(self) -> IO:
-        return IO(self.session.lease, "verify", "averify")
+    def _patched_steps(self, patch_id: str) -> Steps[bool]:
+        """Whether this execution of the stage takes patch ``patch_id`` (see the module docstring): a
+        taken patch's marker is recorded as a call at the position the patch table claimed."""
+        taken, index = self.patches.decide(patch_id)
+        if index is not None:
+            yield from self._call_steps(PATCHED, index, PatchTable.marker_args(patch_id))
+        return taken
 
     # -- a tool call --------------------------------------------------------------------------
 
@@ -228,62 +206,63 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         if rec is not None:
             yield from self._guard(rec, call_id, tool, request_hash, common)
             if rec.result is not None:
-                result = json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
-                self._add(rec.result)
+                result = json.loads((yield from io(self.store.get, self.store.aget, rec.result)))
+                self.stored.add(rec.result)
                 _reused(span, "recorded")
                 return result
         if call_id in self._reconciled:
             record = dict(self._reconciled[call_id])
-            ref = yield from self._put(canonical_json(record))
-            yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
-                              attributes={"source": "reconciled"}, **common)
+            ref = yield from self.stored.put(canonical_json(record))
+            yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, external_id=_external_id(record),
+                                   attributes={"source": "reconciled"}, **common)
             _reused(span, "reconciled")
             return record
-        yield from self._within_budget(tool, call_id, common)  # a model call: not past a hard cap
+        yield from self.budget.check(tool, call_id, common)  # a model call: not past a hard cap
         idem = (idempotency_key(s.run_id, stage, tool.name, index, request_hash)
                 if tool.policy is ReplayPolicy.IDEMPOTENT else None)
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
-        args_ref = yield from self._put_args(tool, args, args_bytes)  # by reference as the tool declares
+        args_ref = yield from self.args.put(tool, args, args_bytes)  # by reference as the tool declares
         # a round trip before every call: a writer whose lease was taken starts no further call (LeaseLost)
-        yield self._verify()
-        called: AppendResult = yield s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
-                                                 payload_ref=args_ref, request_hash=request_hash, **common)
+        yield from self._verify()
+        called: AppendResult = yield from s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
+                                                      payload_ref=args_ref, request_hash=request_hash,
+                                                      **common)
         span.set("seq", called.event.seq)
         if tool.effect:
             assert tool.delivery is not None  # checked at definition time
             info = dataclasses.replace(info, delivery_key=delivery_key(*tool.delivery(args, info)))
             assert info.delivery_key is not None
             span.set("delivery_key", info.delivery_key)
-            elsewhere = yield from self._open_effect(tool, info)
+            elsewhere = yield from self.effects.open(tool, info)
             own = elsewhere is not None and (elsewhere.run_id, elsewhere.call_id) == (s.run_id, call_id)
             if own and tool.policy is ReplayPolicy.IDEMPOTENT:
                 elsewhere = None  # this very call, done before a crash: call again with its key (full record)
             if elsewhere is not None:
                 if elsewhere.done:
                     _reused(span, "ledger")
-                    return (yield from self._reuse_effect(tool, info, args, elsewhere, common))
-                settled = yield from self._in_doubt(tool, info, args, elsewhere, common)
+                    return (yield from self.effects.reuse(tool, info, args, elsewhere, common))
+                settled = yield from self.effects.in_doubt(tool, info, args, elsewhere, common)
                 if settled is not None:
                     _reused(span, "ledger")
                     return settled
                 if tool.policy is ReplayPolicy.IDEMPOTENT and elsewhere.idempotency_key:
                     info = dataclasses.replace(info, idempotency_key=elsewhere.idempotency_key)
-            yield self._verify()  # a round trip: refuse to start an effect without the lease
-            yield s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
-                              target=tool.target, request_hash=request_hash,
-                              idempotency_key=info.idempotency_key, **common)
-        yield s.crashing(f"inside:TOOL:{call_id}")
+            yield from self._verify()  # a round trip: refuse to start an effect without the lease
+            yield from s.appending(EventType.EFFECT_INTENT, confirm=True, delivery_key=info.delivery_key,
+                                   target=tool.target, request_hash=request_hash,
+                                   idempotency_key=info.idempotency_key, **common)
+        yield from s.crashing(f"inside:TOOL:{call_id}")
         span.set("reused", False)
         span.set("source", "executed")
 
         def attempt(n: int) -> Steps[Any]:
             s.check()
             call = dataclasses.replace(info, attempt=n)
-            return (yield Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
+            return (yield from Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
 
         def before_retry(n: int) -> Steps[None]:
             if tool.effect:
-                yield self._verify()
+                yield from self._verify()
             else:
                 s.check()
 
@@ -298,23 +277,20 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         except (LeaseLost, DeliveryError):
             raise
         except Exception as err:  # any tool failure is recorded, then re-raised
-            if tool.effect and self._ledger is not None and info.delivery_key is not None:
-                yield IO(self._ledger, "close", "aclose_effect",
-                         (info.delivery_key, s.run_id, call_id, EffectStatus.FAILED))
-            self._fail(err)
-            yield s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
-                              **common)
+            if tool.effect:
+                yield from self.effects.close(info, EffectStatus.FAILED)
+            self.positions.fail(err)
+            yield from s.appending(EventType.FAILED, error=error_info(err), delivery_key=info.delivery_key,
+                                   **common)
             raise
         if tool.effect:
             assert info.delivery_key is not None
-            if self._ledger is not None:
-                yield IO(self._ledger, "close", "aclose_effect",
-                         (info.delivery_key, s.run_id, call_id, EffectStatus.DONE, _external_id(result)))
-            yield s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key, target=tool.target,
-                              external_id=_external_id(result), **common)
-        ref = yield from self._put(result_bytes)
-        yield s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
-                          attributes={"attempts": str(attempts), **self._spent(spent)})
+            yield from self.effects.close(info, EffectStatus.DONE, _external_id(result))
+            yield from s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key,
+                                   target=tool.target, external_id=_external_id(result), **common)
+        ref = yield from self.stored.put(result_bytes)
+        yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
+                               attributes={"attempts": str(attempts), **self.budget.spent(spent)})
         return result
 
     # -- a durable wait -------------------------------------------------------------------------
@@ -324,7 +300,7 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
             raise WorkflowDefinitionError(f"wait_for({signal!r}): on_timeout must be 'fail' or 'default'")
         if not signal:
             raise WorkflowDefinitionError("wait_for needs a signal name")
-        index = self._claim_index()
+        index = self.positions.claim()
         s = self.session
         call_id = f"{self.stage}/{WAIT}/{index}"
         args = {"signal": signal, "timeout": timeout, "on_timeout": on_timeout, "default": default}
@@ -336,27 +312,28 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         if rec is not None:
             yield from self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)
             if rec.result is not None:
-                self._add(rec.result)
-                return json.loads((yield IO(self.store, "get", "aget", (rec.result,))))
+                self.stored.add(rec.result)
+                return json.loads((yield from io(self.store.get, self.store.aget, rec.result)))
         deadline = self._deadlines.get(call_id, 0)
         if deadline and time.time() * 1000 >= deadline:
             if on_timeout == "fail":
                 err = WaitTimedOut(f"waiting for signal {signal!r} timed out ({call_id})",
                                    kind="WaitTimedOut")
-                self._fail(err)
-                yield s.appending(EventType.FAILED, error=error_info(err), **common)
+                self.positions.fail(err)
+                yield from s.appending(EventType.FAILED, error=error_info(err), **common)
                 raise err
-            ref = yield from self._put(canonical_json(default))
-            yield s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
-                              attributes={"signal": signal, "timed_out": "true"}, **common)
+            ref = yield from self.stored.put(canonical_json(default))
+            yield from s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                                   attributes={"signal": signal, "timed_out": "true"}, **common)
             return default
         if rec is None:
-            yield s.appending(EventType.TOOL_CALLED, payload_ref=(yield from self._put(args_bytes)),
-                              request_hash=request_hash, **common)
+            args_ref = yield from self.stored.put(args_bytes)
+            yield from s.appending(EventType.TOOL_CALLED, payload_ref=args_ref, request_hash=request_hash,
+                                   **common)
         if not deadline and timeout is not None:
             deadline = int(time.time() * 1000 + timeout * 1000)
         attrs = {"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout}
-        yield s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+        yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
         raise RunWaits(s.run_id, call_id, signal, deadline)
 
     # -- the determinism guard ----------------------------------------------------------------
@@ -371,8 +348,8 @@ class _ContextCore(EffectsLedgerSteps, StoredArgsSteps, BudgetSteps, PatchSteps)
         recorded = f"{rec.tool or rec.call_id.split('/')[1]} with request {(rec.request_hash or '?')[:16]}"
         new = f"{tool.name} with request {request_hash[:16]}"
         err = Diverged(self.session.run_id, rec.call_id, recorded, new)
-        self._fail(err)
-        yield self.session.appending(
+        self.positions.fail(err)
+        yield from self.session.appending(
             EventType.CALL_DIVERGED, request_hash=request_hash, error=ErrorInfo("Diverged", str(err), False),
             attributes={"recorded_call_id": rec.call_id, "recorded_tool": rec.tool or "",
                         "recorded_request_hash": rec.request_hash or ""}, **common)

@@ -39,7 +39,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.base._redis_io import Lua, Steps, arun, offloaded, pipelined, run
+from runlog.producers.base._redis_io import Lua, RoundTrip, Steps, arun, offloaded, pipelined, run
 from runlog.producers.calls._keys import canonical_json
 from runlog.projections import ProjectionStoreError
 from runlog.projections.internal import READY, marker_key, parse_marker
@@ -250,7 +250,7 @@ class RedisEffectLedger(EffectLedger):
 
     def _projected(self, delivery_key: str) -> Steps[LedgerEntry | None]:
         key = self.index_key_of(delivery_key)
-        raw = yield lambda c: c.hget(key, delivery_key)
+        raw = yield from RoundTrip(lambda c: c.hget(key, delivery_key))
         return None if raw is None else LedgerEntry.from_json(delivery_key, raw, "projection")
 
     def _opened(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
@@ -260,11 +260,11 @@ class RedisEffectLedger(EffectLedger):
         else:
             proj = yield from self._projected_or_topic(entry)
         if proj is not None and not _decide(proj, entry) \
-                and (yield lambda c: c.get(self.claim_key(dk))) is None:
+                and (yield from RoundTrip(lambda c: c.get(self.claim_key(dk)))) is None:
             return proj  # known to the log (projected), not to the claims, and it holds the key by their rule
-        raw = yield self._open.replicated_step([self.claim_key(dk)],
-                                               [entry.to_json(), entry.run_id, entry.call_id or ""],
-                                               self.waits, self._r)
+        raw = yield from self._open.replicated_step([self.claim_key(dk)],
+                                                    [entry.to_json(), entry.run_id, entry.call_id or ""],
+                                                    self.waits, self._r)
         return None if raw is None else LedgerEntry.from_json(dk, raw)
 
     def _projected_or_topic(self, entry: LedgerEntry) -> Steps[LedgerEntry | None]:
@@ -274,7 +274,7 @@ class RedisEffectLedger(EffectLedger):
         assert self.effects_topic is not None
         dk = entry.delivery_key
         ikey, ckey, mkey = self.index_key_of(dk), self.claim_key(dk), marker_key(self.prefix)
-        raw, claimed, marker_raw = yield pipelined(
+        raw, claimed, marker_raw = yield from pipelined(
             lambda p: (p.hget(ikey, dk), p.exists(ckey), p.hgetall(mkey)))
         if raw is not None:
             return LedgerEntry.from_json(dk, raw, "projection")
@@ -284,7 +284,8 @@ class RedisEffectLedger(EffectLedger):
         if marker is not None and marker.state == READY:
             return None  # a whole projection that lacks the key: the log has no such effect
         topic = self.effects_topic
-        found: LedgerEntry | None = yield offloaded(lambda: topic(dk))  # a Kafka read: off the loop (async)
+        # a Kafka read: off the loop (async)
+        found: LedgerEntry | None = yield from offloaded(lambda: topic(dk))
         if found is None or (found.run_id == entry.run_id and not found.done):
             return None  # unknown, or this run's own open effect (a resume): the claim is taken
         return found
@@ -292,8 +293,8 @@ class RedisEffectLedger(EffectLedger):
     def _closed(self, delivery_key: str, run_id: str, call_id: str | None, status: EffectStatus,
                 external_id: str | None) -> Steps[None]:
         value = LedgerEntry(delivery_key, run_id, call_id, status, external_id).to_json()
-        yield self._close.step([self.claim_key(delivery_key)],
-                               [value, run_id, call_id or "", "1" if status in _DONE else "0"])
+        yield from self._close.step([self.claim_key(delivery_key)],
+                                    [value, run_id, call_id or "", "1" if status in _DONE else "0"])
 
     def open(self, entry: LedgerEntry) -> LedgerEntry | None:
         with self._failing("opening", entry.delivery_key):

@@ -40,11 +40,12 @@ from runlog.producers.base._protocol import Steps
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import JSON
 from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.calls._stage_artifacts import StageArtifacts
 from runlog.producers.define._tools import Tool
 from runlog.schemas import ArtifactRef
 from runlog.schemas.errors import ArtifactCorrupt
 
-__all__ = ["BIG_STRING", "STORED_ARGS", "StoredArgs", "StoredArgsSteps", "expand_args", "load_args",
+__all__ = ["BIG_STRING", "STORED_ARGS", "ArgsWriter", "StoredArgs", "expand_args", "load_args",
            "stored_args"]
 
 STORED_ARGS = "application/vnd.runlog.call-args+json"
@@ -204,30 +205,26 @@ def load_args(store: ArtifactStore, ref: ArtifactRef) -> dict[str, Any]:
     return expand_args(data, load)
 
 
-class StoredArgsSteps:
-    """Storing a call's arguments (a mixin of the stage context,
-    :class:`runlog.producers.calls._call_steps._ContextCore`)."""
+class ArgsWriter:
+    """Stores a stage's call arguments, remembering the chain nodes it stored (a part of the stage
+    context, :class:`runlog.producers.calls._call_steps._ContextCore`)."""
 
-    _lock: threading.Lock
-    _artifacts: dict[str, ArtifactRef]
+    def __init__(self, artifacts: StageArtifacts) -> None:
+        self._artifacts = artifacts
+        self._lock = threading.Lock()
+        self._nodes: dict[NodeKey, str] = {}
 
-    def _put(self, data: bytes, media_type: str = JSON, *, inline: bool = True) -> Steps[ArtifactRef]:
-        raise NotImplementedError
-
-    def _put_args(self, tool: Tool, args: Mapping[str, Any], args_bytes: bytes) -> Steps[ArtifactRef]:
+    def put(self, tool: Tool, args: Mapping[str, Any], args_bytes: bytes) -> Steps[ArtifactRef]:
         """Store a call's arguments (``args_bytes``: their canonical JSON), by reference as the tool
         declares; a blob this stage already stored is not stored again."""
         if not tool.args_by_ref:
-            return (yield from self._put(args_bytes))
-        nodes: dict[NodeKey, str] = self.__dict__.setdefault("_stored_nodes", {})
+            return (yield from self._artifacts.put(args_bytes))
         with self._lock:
-            known = dict(nodes)
+            known = dict(self._nodes)
         form = stored_args(args, tool.args_by_ref, known)
         for sha, data in form.blobs.items():
-            with self._lock:
-                stored = sha in self._artifacts
-            if not stored:  # found by its hash alone (load_args): in the store, never inline
-                yield from self._put(data, inline=False)
+            if not self._artifacts.has(sha):  # found by its hash alone (load_args): stored, never inline
+                yield from self._artifacts.put(data, inline=False)
         with self._lock:  # only now: a node is known once everything it names is stored
-            nodes.update(form.nodes)
-        return (yield from self._put(form.recorded, STORED_ARGS))
+            self._nodes.update(form.nodes)
+        return (yield from self._artifacts.put(form.recorded, STORED_ARGS))

@@ -191,6 +191,6 @@ def retry_steps(attempt: Callable[[int], Steps[Any]], policy: RetryPolicy,
             delay = next(delays, None)
             if delay is None:
                 raise
-        yield Sleep(delay)
+        yield from Sleep(delay)
         n += 1
         yield from before_retry(n)

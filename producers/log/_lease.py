@@ -36,7 +36,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.base._redis_io import Lua, Step, Steps, arun, pipelined, run
+from runlog.producers.base._redis_io import Lua, RoundTrip, Steps, arun, pipelined, run
 from runlog.producers.log._lease_beats import CoalescedBeats
 from runlog.schemas.errors import LeaseLost, RunlogError
 from runlog.schemas.internal import TOKEN_EXTEND, TOKEN_RELEASE
@@ -98,22 +98,22 @@ class LeaseManager(abc.ABC):
     """Hands out leases."""
 
     @abc.abstractmethod
-    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> Lease:
-        """A new epoch (at least ``min_epoch``) and the lease.
+    def acquire(self, run_id: str, *, force: bool = False, epoch: int = 0) -> Lease:
+        """The lease at a new epoch, higher than ``epoch`` and than any this manager handed out.
 
         Raises LeaseHeld when another writer holds it, unless ``force`` (a
-        takeover: the old holder loses it). ``min_epoch`` lets a taker-over
-        pass the highest epoch it saw on the log + 1, so a reset counter can
-        never hand out an epoch the fold would fence.
+        takeover: the old holder loses it). ``epoch``: the run's epoch as the log
+        records it (a taker-over passes the fold's), so a reset counter can never
+        hand out an epoch the fold would fence.
         """
 
     def close(self) -> None:
         """Stop keeping leases alive (held leases then run out); default: nothing to stop."""
         return None
 
-    async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> Lease:
+    async def aacquire(self, run_id: str, *, force: bool = False, epoch: int = 0) -> Lease:
         """:meth:`acquire` for an event loop (default: the sync one)."""
-        return self.acquire(run_id, force=force, min_epoch=min_epoch)
+        return self.acquire(run_id, force=force, epoch=epoch)
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop (default: the sync one)."""
@@ -171,7 +171,7 @@ class RedisLease(Lease):
             return False
         at = time.monotonic()  # before the round trip: the extension counts from no later than this
         try:
-            ok = int((yield self._m.extend_step(self.key, self.token))) == 1
+            ok = int((yield from self._m.extend_step(self.key, self.token))) == 1
         except redis.RedisError:
             return True  # unknown: check() expires it locally if this persists
         self.observe(ok, at)
@@ -189,7 +189,7 @@ class RedisLease(Lease):
         self._m.forget(self)
         if self._lost is None:
             with contextlib.suppress(redis.RedisError):  # else it expires after the ttl
-                yield self._m.release_step(self.key, self.token)
+                yield from self._m.release_step(self.key, self.token)
 
     def verify(self) -> None:
         run(self._verify(), self._m.client)
@@ -254,17 +254,17 @@ class RedisLeaseManager(LeaseManager):
     def lease_key(self, run_id: str) -> str:
         return lease_key(self.prefix, run_id)
 
-    def extend_step(self, key: str, token: str) -> Step:
+    def extend_step(self, key: str, token: str) -> RoundTrip:
         return self._extend.step([key], [token, self.ttl_ms])
 
-    def release_step(self, key: str, token: str) -> Step:
+    def release_step(self, key: str, token: str) -> RoundTrip:
         return self._release.step([key], [token])
 
-    def _acquired(self, run_id: str, force: bool, min_epoch: int) -> Steps[RedisLease]:
+    def _acquired(self, run_id: str, force: bool, epoch: int) -> Steps[RedisLease]:
         try:
-            res = yield self._acquire.replicated_step(
+            res = yield from self._acquire.replicated_step(
                 [self.epoch_key(run_id), self.lease_key(run_id)],
-                [self.holder, self.ttl_ms, "1" if force else "0", min_epoch], self.waits, self.client)
+                [self.holder, self.ttl_ms, "1" if force else "0", epoch + 1], self.waits, self.client)
         except redis.RedisError as err:
             raise LeaseLost(run_id, 0, f"could not acquire: {err}") from err
         epoch, cur = int(res[0]), res[1]
@@ -275,8 +275,8 @@ class RedisLeaseManager(LeaseManager):
             self._leases[id(lease)] = lease
         return lease
 
-    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
-        lease = run(self._acquired(run_id, force, min_epoch), self.client)
+    def acquire(self, run_id: str, *, force: bool = False, epoch: int = 0) -> RedisLease:
+        lease = run(self._acquired(run_id, force, epoch), self.client)
         self._start_heartbeat()
         return lease
 
@@ -309,7 +309,7 @@ class RedisLeaseManager(LeaseManager):
                 self._extend.queue(pipe, [x.key], [x.token, self.ttl_ms])
 
         try:
-            results = yield pipelined(fill)
+            results = yield from pipelined(fill)
         except redis.RedisError:
             return None
         oks = [int(r) == 1 for r in results]
@@ -367,8 +367,8 @@ class AsyncRedisLeaseManager(RedisLeaseManager):
             return False
         return await self._coalesced.beat(lease)
 
-    async def aacquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> RedisLease:
-        lease = await arun(self._acquired(run_id, force, min_epoch), self.aclient, self.client)
+    async def aacquire(self, run_id: str, *, force: bool = False, epoch: int = 0) -> RedisLease:
+        lease = await arun(self._acquired(run_id, force, epoch), self.aclient, self.client)
         self._start_heartbeat()
         return lease
 

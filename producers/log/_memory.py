@@ -224,16 +224,16 @@ class InMemoryLeaseManager(LeaseManager):
         self.table = table or InMemoryLeaseTable()
         self.holder = holder or f"writer-{uuid.uuid4().hex[:12]}"
 
-    def acquire(self, run_id: str, *, force: bool = False, min_epoch: int = 1) -> InMemoryLease:
+    def acquire(self, run_id: str, *, force: bool = False, epoch: int = 0) -> InMemoryLease:
         t = self.table
         with t.lock:
             cur = t.held.get(run_id)
             if cur is not None and not force:
                 raise LeaseHeld(run_id, f"{cur[0]}|{cur[1]}")
-            epoch = max(t.epochs.get(run_id, 0) + 1, min_epoch)
-            t.epochs[run_id] = epoch
-            t.held[run_id] = (self.holder, epoch)
-        return InMemoryLease(self, run_id, epoch)
+            new = max(t.epochs.get(run_id, 0), epoch) + 1
+            t.epochs[run_id] = new
+            t.held[run_id] = (self.holder, new)
+        return InMemoryLease(self, run_id, new)
 
     def expire(self, run_id: str) -> None:
         """:meth:`InMemoryLeaseTable.expire`."""

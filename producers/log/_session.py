@@ -17,14 +17,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runlog.producers.base._protocol import IO, Steps, drive
+from runlog.producers.base._protocol import IO, Steps, drive, io
 from runlog.producers.crash import armed, crash_point, event_subject, kill_self
 from runlog.producers.define._inputs import InputSource, PinnedInputs
 from runlog.producers.log._lease import Lease, LeaseManager
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._new_event import constructor, new_event
-from runlog.schemas import EventType, RunEvent, Usage, now_ms
-from runlog.schemas.errors import DeliveryError
+from runlog.schemas import DeliveryError, EventType, RunEvent, Usage, now_ms
 from runlog.schemas.internal import HASH_VERSION, TraceContext, current
 
 if TYPE_CHECKING:
@@ -127,14 +126,14 @@ class RunSession:
     @classmethod
     def take_over(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
                   workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
-                  params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
+                  params: Mapping[str, Any], epoch: int = 0, force: bool = False,
                   attributes: Mapping[str, str] | None = None, last_hash: str | None = None) -> RunSession:
         """Take an existing run's lease at a new epoch and append a confirmed ``LEASE_ACQUIRED``.
 
         Args:
             last_seq: the run's last accepted seq (from the fold); ``LEASE_ACQUIRED``
                 gets ``last_seq + 1``.
-            last_epoch: the highest epoch seen on the log; the new one is higher.
+            epoch: the run's epoch as the log records it (from the fold); the lease's is higher.
             force: take the lease even if another writer holds it (that writer gets
                 ``LeaseLost`` at its next heartbeat, and its later events are fenced).
             last_hash: ``RunState.last_hash`` from the fold: ``LEASE_ACQUIRED`` carries it as
@@ -143,25 +142,22 @@ class RunSession:
         Raises:
             LeaseHeld: another writer holds the lease and ``force`` is false.
         """
-        return drive(cls.take_over_steps(writer, leases, run_id, last_seq=last_seq, workflow=workflow,
-                                         input_versions=input_versions, source=source, params=params,
-                                         last_epoch=last_epoch, force=force, attributes=attributes,
-                                         last_hash=last_hash))
+        lease = leases.acquire(run_id, force=force, epoch=epoch)
+        return drive(cls.taking_over(writer, lease, run_id, last_seq=last_seq, workflow=workflow,
+                                     inputs=PinnedInputs(source, input_versions), params=params,
+                                     attributes=attributes, last_hash=last_hash))
 
     @classmethod
-    def take_over_steps(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
-                        workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
-                        params: Mapping[str, Any], last_epoch: int = 0, force: bool = False,
-                        attributes: Mapping[str, str] | None = None,
-                        last_hash: str | None = None) -> Steps[RunSession]:
-        """:meth:`take_over` as protocol steps (driven sync or async,
-        :mod:`runlog.producers.base._protocol`)."""
-        lease: Lease = yield IO(leases, "acquire", "aacquire", (run_id,),
-                                {"force": force, "min_epoch": last_epoch + 1})
-        s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow,
-                inputs=PinnedInputs(source, input_versions), params=params, last_hash=last_hash)
+    def taking_over(cls, writer: EventLog, lease: Lease, run_id: str, *, last_seq: int, workflow: Workflow,
+                    inputs: PinnedInputs, params: Mapping[str, Any],
+                    attributes: Mapping[str, str] | None = None,
+                    last_hash: str | None = None) -> Steps[RunSession]:
+        """The session of a run whose ``lease`` was just taken at a new epoch, once its confirmed
+        ``LEASE_ACQUIRED`` is appended (protocol steps, :mod:`runlog.producers.base._protocol`)."""
+        s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow, inputs=inputs,
+                params=params, last_hash=last_hash)
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
-        yield s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
+        yield from s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s
 
     # -- appending --------------------------------------------------------------------------
@@ -176,9 +172,9 @@ class RunSession:
             raise self._error
         self.lease.check()
 
-    def appending(self, type: EventType, *, confirm: bool = False, **fields: Any) -> IO:
+    def appending(self, type: EventType, *, confirm: bool = False, **fields: Any) -> IO[AppendResult]:
         """The protocol step of :meth:`append` / :meth:`aappend`."""
-        return IO(self, "append", "aappend", (type,), {"confirm": confirm, **fields})
+        return io(self.append, self.aappend, type, confirm=confirm, **fields)
 
     def append(self, type: EventType, *, confirm: bool = False, **fields: Any) -> AppendResult:
         """Append one event (``run_id``, ``seq``, ``epoch``, ``occurred_at`` filled in).
@@ -244,9 +240,9 @@ class RunSession:
         if crash_point(point):
             await self.acrash()
 
-    def crashing(self, point: str) -> IO:
+    def crashing(self, point: str) -> IO[None]:
         """The protocol step of :meth:`crash_point`."""
-        return IO(self, "crash_point", "acrash_point", (point,))
+        return io(self.crash_point, self.acrash_point, point)
 
     def crash(self) -> None:
         """Fault tests: wait for every produced event of this run, then SIGKILL the process."""
@@ -391,10 +387,10 @@ class RunSession:
         if span is not None:
             span.end()
 
-    def closing(self, *, release: bool = True) -> IO:
+    def closing(self, *, release: bool = True) -> IO[None]:
         """The protocol step of :meth:`close`."""
-        return IO(self, "close", "aclose", (), {"release": release})
+        return io(self.close, self.aclose, release=release)
 
-    def flushing(self) -> IO:
+    def flushing(self) -> IO[None]:
         """The protocol step of :meth:`flush`."""
-        return IO(self, "flush", "aflush")
+        return io(self.flush, self.aflush)

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.base._redis_io import Step, arun, one, pipelined, run
+from runlog.producers.base._redis_io import RoundTrip, arun, one, pipelined, run
 
 __all__ = ["ActiveRuns"]
 
@@ -67,7 +67,7 @@ class ActiveRuns:
 
     # -- the writer's updates, once (see runlog.producers.base._redis_io): one pipeline each
 
-    def _added(self, run_id: str, workflow_name: str, at_ms: int | None) -> Step:
+    def _added(self, run_id: str, workflow_name: str, at_ms: int | None) -> RoundTrip:
         score = at_ms if at_ms is not None else int(time.time() * 1000)
 
         def fill(pipe: Any) -> None:
@@ -76,7 +76,7 @@ class ActiveRuns:
 
         return pipelined(fill)
 
-    def _removed(self, run_id: str) -> Step:
+    def _removed(self, run_id: str) -> RoundTrip:
         def fill(pipe: Any) -> None:
             pipe.zrem(self.key, run_id)  # first: the member never outlives its workflow entry
             pipe.zrem(self.waiting_key, run_id)
@@ -84,7 +84,7 @@ class ActiveRuns:
 
         return pipelined(fill)
 
-    def _waiting(self, run_id: str, workflow_name: str, deadline_ms: int) -> Step:
+    def _waiting(self, run_id: str, workflow_name: str, deadline_ms: int) -> RoundTrip:
         def fill(pipe: Any) -> None:
             pipe.zrem(self.key, run_id)
             if deadline_ms > 0:

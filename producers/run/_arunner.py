@@ -11,7 +11,6 @@ import redis.asyncio as aredis
 
 from runlog.producers.base._protocol import (
     LoopMode,
-    Mode,
     ThreadMode,
     adrive,
 )
@@ -31,9 +30,10 @@ from runlog.producers.log._runlog import KafkaRunLog, RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from runlog.producers.run._core import _EXECUTE_DOC, RunResult
+from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _START_DOC, RunHandle
+from runlog.producers.run._start import _START_DOC, RunHandle, deactivating
 from runlog.schemas import ArtifactRef
 from runlog.schemas.internal import aredis_client, redis_client
 from runlog.schemas.settings import Settings
@@ -41,7 +41,7 @@ from runlog.schemas.settings import Settings
 __all__ = ["AsyncRunner"]
 
 
-class AsyncRunner(_RunnerCore):
+class AsyncRunner(RunnerParts):
     """The asyncio form of :class:`Runner`: the same protocol steps, awaited on the running loop.
 
     Thousands of runs share one loop and one writer: confirmed appends are awaited (the writer's
@@ -70,9 +70,6 @@ class AsyncRunner(_RunnerCore):
         self.executor = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="runlog-async")
         self._loop_mode = LoopMode(self.executor)
         self._owned: list[Any] = []
-
-    def _modes(self) -> tuple[Mode, Mode]:
-        return ThreadMode(asyncio.get_running_loop()), self._loop_mode
 
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
@@ -134,14 +131,14 @@ class AsyncRunner(_RunnerCore):
                         inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                         parent_run_id: str | None = None, forked_from_seq: int | None = None,
                         budget: Budget | None = None) -> RunHandle:
-        return await adrive(self._start_steps(workflow, params, inputs, idempotency_key, parent_run_id,
+        return await adrive(self.starts.start(workflow, params, inputs, idempotency_key, parent_run_id,
                                               forked_from_seq, budget), self._loop_mode)
 
     start_run.__doc__ = _START_DOC
 
     async def mark_inactive(self, run_id: str) -> None:
         """Drop a run from the active-runs registry (it completed, blocked or failed)."""
-        await adrive(self._deactivate(run_id), self._loop_mode)
+        await adrive(deactivating(self.active, run_id), self._loop_mode)
 
     async def run(self, workflow: Workflow, params: Mapping[str, Any],
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None) -> RunResult:
@@ -152,13 +149,13 @@ class AsyncRunner(_RunnerCore):
         return await self.execute(h.session)
 
     async def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
-                        input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
+                        input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int = 0,
                         force: bool = False, last_hash: str | None = None,
                         attributes: Mapping[str, str] | None = None) -> RunSession:
         """:meth:`Runner.take_over`, awaited."""
-        return await adrive(self._take_over_steps(run_id, last_seq=last_seq, workflow=workflow,
+        return await adrive(self.starts.take_over(run_id, last_seq=last_seq, workflow=workflow,
                                                   input_versions=input_versions, params=params,
-                                                  last_epoch=last_epoch, force=force, last_hash=last_hash,
+                                                  epoch=epoch, force=force, last_hash=last_hash,
                                                   attributes=attributes), self._loop_mode)
 
     async def execute(self, session: RunSession, *, from_stage: str | None = None,
@@ -167,7 +164,9 @@ class AsyncRunner(_RunnerCore):
                       reconciled: Mapping[str, Mapping[str, Any]] | None = None,
                       complete: bool = True, release: bool = True,
                       deadlines: Mapping[str, int] | None = None) -> RunResult:
-        return await adrive(self._execute_steps(session, from_stage, stage_outputs, recorded_calls,
-                                                reconciled, complete, release, deadlines), self._loop_mode)
+        modes = (ThreadMode(asyncio.get_running_loop()), self._loop_mode)
+        return await adrive(self.stages.execute(session, from_stage, stage_outputs, recorded_calls,
+                                                reconciled, complete, release, deadlines, modes),
+                            self._loop_mode)
 
     execute.__doc__ = _EXECUTE_DOC

@@ -45,11 +45,11 @@ class StageContext(_ContextCore):
 
     def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
         """Store bytes; the ref is listed in this stage's ``VERIFIED`` artifacts."""
-        return self._run(self._put(data, media_type))
+        return self._run(self.stored.put(data, media_type))
 
     def call(self, tool: Tool, /, **args: Any) -> Any:
         """Call a tool now and return its result (recorded on the log)."""
-        return self._run(self._call_steps(tool, self._claim_index(), args))
+        return self._run(self._call_steps(tool, self.positions.claim(), args))
 
     # -- recorded sources: what stage code reads instead of the clock, random and uuid --------
 
@@ -90,7 +90,7 @@ class StageContext(_ContextCore):
         Raises:
             WorkflowDefinitionError: ``patch_id`` is not a non-empty string.
         """
-        with self._patch_lock:  # a second asker of the same patch waits until its marker is appended
+        with self.patches.asking:  # a second asker of the same patch waits until its marker is appended
             return self._run(self._patched_steps(patch_id))
 
     def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
@@ -101,7 +101,7 @@ class StageContext(_ContextCore):
 
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
-        index = self._claim_index()
+        index = self.positions.claim()
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._max_parallel, thread_name_prefix=f"runlog-{self.stage}")
@@ -173,7 +173,7 @@ class AsyncStageContext(_ContextCore):
 
     async def put_artifact(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
         """Store bytes (off the loop); the ref is listed in this stage's ``VERIFIED`` artifacts."""
-        return await self._run(self._put(data, media_type))
+        return await self._run(self.stored.put(data, media_type))
 
     def call(self, tool: Tool, /, **args: Any) -> Coroutine[Any, Any, Any]:
         """Call a tool and return its result (recorded on the log): ``await ctx.call(tool, ...)``.
@@ -184,7 +184,7 @@ class AsyncStageContext(_ContextCore):
         run to the determinism guard. A call started only after another one's result (a chain in a
         concurrent branch) takes its position then: reserve it first with :meth:`reserve`."""
         try:
-            index = self._claim_index()
+            index = self.positions.claim()
         except BaseException as err:  # noqa: BLE001 - the stage failed: raised when awaited, as any call's
             return _raise(err)
         return self._run(self._call_steps(tool, index, args))
@@ -207,7 +207,7 @@ class AsyncStageContext(_ContextCore):
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise WorkflowDefinitionError(f"reserve() needs a positive number of positions, got {n!r}")
-        return [CallPosition(self, i) for i in self._reserve(n)]
+        return [CallPosition(self, i) for i in self.positions.reserve(n)]
 
     def _call_at(self, index: int, tool: Tool, args: Mapping[str, Any]) -> Coroutine[Any, Any, Any]:
         return self._run(self._call_steps(tool, index, args))
@@ -228,9 +228,7 @@ class AsyncStageContext(_ContextCore):
         """Whether this run takes patch ``patch_id``, as :meth:`StageContext.patched` (awaited):
         True on new code (a marker call recorded), False when replaying a run recorded before the
         patch existed (nothing recorded, no call position taken)."""
-        if self._apatch_lock is None:
-            self._apatch_lock = asyncio.Lock()
-        async with self._apatch_lock:  # a second asker of the same patch waits for its marker
+        async with self.patches.aasking():  # a second asker of the same patch waits for its marker
             return await self._run(self._patched_steps(patch_id))
 
     async def wait_for(self, signal: str, *, timeout: float | None = None, on_timeout: str = "fail",
@@ -241,7 +239,7 @@ class AsyncStageContext(_ContextCore):
 
     def submit(self, tool: Tool, /, **args: Any) -> asyncio.Task[Any]:
         """Start a tool call as a task on the running loop; its call index is taken now."""
-        index = self._claim_index()
+        index = self.positions.claim()
         task = asyncio.ensure_future(self._run(self._call_steps(tool, index, args)))
         self._tasks.append(task)
         return task

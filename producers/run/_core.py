@@ -25,30 +25,23 @@ from typing import Any
 import redis
 
 from runlog.producers.base._protocol import (
-    INLINE,
-    IO,
-    SYNC,
     Invoke,
     Mode,
     Steps,
+    io,
     is_async_fn,
 )
-from runlog.producers.base._trace import NO_TRACE, Span, Tracer, context_of
+from runlog.producers.base._trace import Span, Tracer, context_of
 from runlog.producers.calls._artifacts import ArtifactStore, is_inline
 from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
-from runlog.producers.define._inputs import DictInputSource, InputSource
 from runlog.producers.define._prices import PriceTable
 from runlog.producers.define._workflow import Stage, evaluate_rules
-from runlog.producers.log._lease import LeaseManager
-from runlog.producers.log._log import EventLog
-from runlog.producers.log._runlog import RunLog
 from runlog.producers.log._session import AppendResult, RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._context import AsyncStageContext, StageContext
-from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _StartSteps
+from runlog.producers.run._start import deactivating
 from runlog.schemas import ArtifactRef, ErrorInfo, EventType
 from runlog.schemas.errors import (
     DeliveryError,
@@ -59,7 +52,7 @@ from runlog.schemas.errors import (
     WorkflowDefinitionError,
 )
 
-__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult"]
+__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult", "StageExecution"]
 
 STAGE_OUTPUT_MEDIA_TYPE = "application/vnd.runlog.stage-output+json"
 
@@ -77,38 +70,35 @@ class RunResult:
     """The signal the run waits for (``ctx.wait_for``): the run was let go, a signal resumes it."""
 
 
-class _RunnerCore(_StartSteps):
-    """The protocol of starting and executing runs, as steps (:mod:`runlog.producers.base._protocol`);
-    :class:`Runner` drives them blocking, :class:`AsyncRunner` on an asyncio loop."""
+class StageExecution:
+    """Executing a run's stages as steps (a runner's part): the stage contexts it builds get the
+    store, the ledger, the tracer and the prices.
 
-    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
-                 source: InputSource | None = None, run_keys: RunKeys | None = None,
-                 max_parallel: int = 8, ledger: EffectLedger | None = None,
-                 run_log: RunLog | None = None, lease_wait_s: float = 60.0,
-                 active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
-                 prices: PriceTable | None = None) -> None:
-        self.writer = writer
-        self.leases = leases
+    Args:
+        store: the artifact store.
+        ledger: the effects ledger shared by all runs (consulted before every effect).
+        max_parallel: threads per stage for ``ctx.submit`` / ``ctx.parallel``.
+        active: the registry of active runs (a run that ended or waits leaves it).
+        tracer: spans per run, stage and call.
+        prices: the price table of the model calls stages make.
+    """
+
+    def __init__(self, store: ArtifactStore, *, ledger: EffectLedger | None, max_parallel: int,
+                 active: ActiveRuns | None, tracer: Tracer, prices: PriceTable) -> None:
         self.store = store
-        self.source = source or DictInputSource({})
-        self.run_keys = run_keys
-        self.max_parallel = max_parallel
         self.ledger = ledger
-        self.run_log = run_log
-        self.lease_wait_s = lease_wait_s
+        self.max_parallel = max_parallel
         self.active = active
         self.tracer = tracer
-        self.prices = PriceTable.of(prices)
-        """Prices the model calls stages make (the App's ``prices``): a call's usage gets its cost."""
+        self.prices = prices
 
-    def _modes(self) -> tuple[Mode, Mode]:
-        """The modes of a ``def`` stage's and an ``async def`` stage's context."""
-        return SYNC, INLINE
-    def _execute_steps(self, session: RunSession, from_stage: str | None,
-                       stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
-                       recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None,
-                       reconciled: Mapping[str, Mapping[str, Any]] | None, complete: bool, release: bool,
-                       deadlines: Mapping[str, int] | None) -> Steps[RunResult]:
+    def execute(self, session: RunSession, from_stage: str | None,
+                stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
+                recorded_calls: Mapping[str, RecordedCall | ArtifactRef] | None,
+                reconciled: Mapping[str, Mapping[str, Any]] | None, complete: bool, release: bool,
+                deadlines: Mapping[str, int] | None, modes: tuple[Mode, Mode]) -> Steps[RunResult]:
+        """The steps of :meth:`Runner.execute`; ``modes``: those of a ``def`` stage's and an ``async def``
+        stage's context."""
         wf = session.workflow
         outputs = StageOutputs(self.store, stage_outputs or {})
         names = [s.name for s in wf.stages]
@@ -126,48 +116,50 @@ class _RunnerCore(_StartSteps):
         try:
             for stage in todo:
                 outputs[stage.name] = yield from self._stage_steps(
-                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span)
+                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span,
+                    modes)
             if complete:
-                yield session.appending(EventType.RUN_COMPLETED)
-            yield session.closing(release=release)
+                yield from session.appending(EventType.RUN_COMPLETED)
+            yield from session.closing(release=release)
             if complete:
-                yield from self._deactivate(session.run_id)
+                yield from deactivating(self.active, session.run_id)
             outcome = "completed" if complete else "stopped"
         except LeaseLost as err:
             session.closed = True  # not ours any more: nothing to flush or release
             error = err
             raise
         except RunWaits as w:  # RUN_WAITING is acknowledged: let the run go until its signal
-            yield session.closing(release=True)
+            yield from session.closing(release=True)
             if self.active is not None:
                 with contextlib.suppress(redis.RedisError):
-                    yield IO(self.active, "wait", "await_", (session.run_id, wf.name, w.deadline_ms))
+                    yield from io(self.active.wait, self.active.await_, session.run_id, wf.name,
+                                  w.deadline_ms)
             outcome = "waiting"
             return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), False,
                              w.signal)
         except ResumeBlocked as err:
             outcome, error = "blocked", err
             with contextlib.suppress(RunlogError):
-                yield session.appending(EventType.RUN_BLOCKED, confirm=True,
-                                        error=ErrorInfo(type(err).__name__, err.reason, False))
-                yield session.closing(release=release)
-                yield from self._deactivate(session.run_id)
+                yield from session.appending(EventType.RUN_BLOCKED, confirm=True,
+                                             error=ErrorInfo(type(err).__name__, err.reason, False))
+                yield from session.closing(release=release)
+                yield from deactivating(self.active, session.run_id)
             raise
         except DeliveryError as err:
             error = err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
+                yield from session.closing(release=release)
             raise  # the run is still RUNNING on the log: it stays active for the sweep
         except Exception as err:  # a stage failed: FAILED is on the log
             outcome, error = "failed", err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
-                yield from self._deactivate(session.run_id)
+                yield from session.closing(release=release)
+                yield from deactivating(self.active, session.run_id)
             raise
         except BaseException as err:
             error = err
             with contextlib.suppress(RunlogError):
-                yield session.closing(release=release)
+                yield from session.closing(release=release)
             raise
         finally:
             span.set("seq", session.last_seq)
@@ -178,12 +170,12 @@ class _RunnerCore(_StartSteps):
     def _stage_steps(self, s: RunSession, stage: Stage, outputs: StageOutputs,
                      recorded: Mapping[str, RecordedCall | ArtifactRef],
                      reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
-                     run_span: Span) -> Steps[dict[str, Any]]:
-        started: AppendResult = yield s.appending(EventType.STAGE_STARTED, stage=stage.name)
+                     run_span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
+        started: AppendResult = yield from s.appending(EventType.STAGE_STARTED, stage=stage.name)
         span = self.tracer.start("stage", stage.name, run_span, {
             "run_id": s.run_id, "stage": stage.name, "epoch": s.epoch, "seq": started.event.seq})
         try:
-            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span)
+            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span, modes)
         except RunWaits:
             span.set("outcome", "waiting")
             span.end()
@@ -199,18 +191,19 @@ class _RunnerCore(_StartSteps):
     def _stage_body(self, s: RunSession, stage: Stage, outputs: StageOutputs,
                     recorded: Mapping[str, RecordedCall | ArtifactRef],
                     reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
-                    span: Span) -> Steps[dict[str, Any]]:
+                    span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
         is_async = is_async_fn(stage.fn)
-        sync_mode, async_mode = self._modes()
+        sync_mode, async_mode = modes
         kind = AsyncStageContext if is_async else StageContext
         ctx = kind(s, stage.name, self.store, outputs, recorded_calls=recorded, reconciled=reconciled,
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
                    mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
                    prices=self.prices)
-        yield s.crashing(f"inside:STAGE:{stage.name}")
+        yield from s.crashing(f"inside:STAGE:{stage.name}")
         try:
             inputs = s.inputs.load(stage.inputs)
-            raw = yield Invoke(_run_async_stage if is_async else _run_sync_stage, (stage.fn, ctx, inputs))
+            run_stage = _run_async_stage if is_async else _run_sync_stage
+            raw = yield from Invoke(run_stage, (stage.fn, ctx, inputs))
             if ctx.failure is not None:
                 raise ctx.failure  # the stage swallowed a failed tool call: it still failed
             out_bytes = canonical_json(require_mapping(stage.name, raw))
@@ -224,25 +217,25 @@ class _RunnerCore(_StartSteps):
             if isinstance(ctx.failure, ResumeBlocked):  # the stage swallowed it, then failed otherwise
                 raise ctx.failure from err
             if ctx.failure is None:
-                yield s.appending(EventType.FAILED, stage=stage.name, error=error_info(err))
-            yield s.flushing()
+                yield from s.appending(EventType.FAILED, stage=stage.name, error=error_info(err))
+            yield from s.flushing()
             raise
         out: dict[str, Any] = json.loads(out_bytes)
         results = evaluate_rules(stage.rules, out)
-        out_ref = yield from ctx._put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
+        out_ref = yield from ctx.stored.put(out_bytes, STAGE_OUTPUT_MEDIA_TYPE)
         refs = (*[a for a in ctx.artifacts if a.sha256 != out_ref.sha256],
                 *(() if is_inline(out_ref) else (out_ref,)))  # an inline output is in payload_ref already
         failed = [r for r in results if not r.passed]
         if failed:
             msg = "; ".join(f"{r.rule}: {r.detail}" for r in failed)
-            yield s.appending(EventType.FAILED, stage=stage.name, verification=tuple(results),
-                              payload_ref=out_ref, artifact_refs=refs,
-                              error=ErrorInfo("VerificationFailed", msg))
-            yield s.flushing()
+            yield from s.appending(EventType.FAILED, stage=stage.name, verification=tuple(results),
+                                   payload_ref=out_ref, artifact_refs=refs,
+                                   error=ErrorInfo("VerificationFailed", msg))
+            yield from s.flushing()
             raise VerificationFailed(stage.name, [r.rule for r in failed])
-        yield s.appending(EventType.VERIFIED, stage=stage.name, verification=tuple(results),
-                          payload_ref=out_ref, artifact_refs=refs)
-        yield s.flushing()
+        yield from s.appending(EventType.VERIFIED, stage=stage.name, verification=tuple(results),
+                               payload_ref=out_ref, artifact_refs=refs)
+        yield from s.flushing()
         return out
 
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from runlog.producers.base._protocol import (
+    INLINE,
+    SYNC,
     drive,
 )
 from runlog.producers.base._redis_io import replica_waits
@@ -24,9 +26,10 @@ from runlog.producers.log._runlog import KafkaRunLog, RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._core import _EXECUTE_DOC, RunResult, _RunnerCore
+from runlog.producers.run._core import _EXECUTE_DOC, RunResult
+from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _START_DOC, RunHandle
+from runlog.producers.run._start import _START_DOC, RunHandle, deactivating
 from runlog.schemas import ArtifactRef
 from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
@@ -34,7 +37,7 @@ from runlog.schemas.settings import Settings
 __all__ = ["Runner"]
 
 
-class Runner(_RunnerCore):
+class Runner(RunnerParts):
     """Starts runs and executes stages, blocking the caller; thread-safe, one per process is enough.
 
     ``def`` stages run on the calling thread (``ctx.submit`` / ``ctx.parallel`` on a thread pool);
@@ -108,14 +111,14 @@ class Runner(_RunnerCore):
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                   parent_run_id: str | None = None, forked_from_seq: int | None = None,
                   budget: Budget | None = None) -> RunHandle:
-        return drive(self._start_steps(workflow, params, inputs, idempotency_key, parent_run_id,
+        return drive(self.starts.start(workflow, params, inputs, idempotency_key, parent_run_id,
                                        forked_from_seq, budget))
 
     start_run.__doc__ = _START_DOC
 
     def mark_inactive(self, run_id: str) -> None:
         """Drop a run from the active-runs registry (it completed, blocked or failed)."""
-        drive(self._deactivate(run_id))
+        drive(deactivating(self.active, run_id))
 
     def run(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
             idempotency_key: str | None = None) -> RunResult:
@@ -127,13 +130,13 @@ class Runner(_RunnerCore):
         return self.execute(h.session)
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
-                  input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int = 0,
+                  input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int = 0,
                   force: bool = False, last_hash: str | None = None,
                   attributes: Mapping[str, str] | None = None) -> RunSession:
         """:meth:`RunSession.take_over` with this runner's writer, leases and input source."""
-        return drive(self._take_over_steps(run_id, last_seq=last_seq, workflow=workflow,
+        return drive(self.starts.take_over(run_id, last_seq=last_seq, workflow=workflow,
                                            input_versions=input_versions, params=params,
-                                           last_epoch=last_epoch, force=force, last_hash=last_hash,
+                                           epoch=epoch, force=force, last_hash=last_hash,
                                            attributes=attributes))
 
     def execute(self, session: RunSession, *, from_stage: str | None = None,
@@ -142,8 +145,8 @@ class Runner(_RunnerCore):
                 reconciled: Mapping[str, Mapping[str, Any]] | None = None,
                 complete: bool = True, release: bool = True,
                 deadlines: Mapping[str, int] | None = None) -> RunResult:
-        return drive(self._execute_steps(session, from_stage, stage_outputs, recorded_calls, reconciled,
-                                         complete, release, deadlines))
+        return drive(self.stages.execute(session, from_stage, stage_outputs, recorded_calls, reconciled,
+                                         complete, release, deadlines, (SYNC, INLINE)))
 
     execute.__doc__ = _EXECUTE_DOC
 

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from runlog.producers.base._redis_io import Steps, arun, replicated, run
+from runlog.producers.base._redis_io import RoundTrip, Steps, arun, replicated, run
 from runlog.producers.calls._keys import canonical_json, lp_sha256
 from runlog.projections.internal import READY, marker_key, parse_marker, state_key
 from runlog.schemas.errors import RunConflict
@@ -97,10 +97,10 @@ class RunKeys:
     def _claimed(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[Claim]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow)
         while True:
-            if (yield replicated(lambda c: c.set(k, value, nx=True), lambda p: p.set(k, value, nx=True), [k],
-                                 self.waits, self._r)):
+            if (yield from replicated(RoundTrip(lambda c: c.set(k, value, nx=True)),
+                                      lambda p: p.set(k, value, nx=True), [k], self.waits, self._r)):
                 return Claim(run_id, True, False)
-            raw = yield lambda c: c.get(k)
+            raw = yield from RoundTrip(lambda c: c.get(k))
             if raw is not None:  # else deleted in between: try again
                 break
         found = json.loads(raw)
@@ -115,7 +115,7 @@ class RunKeys:
 
     def _started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Steps[None]:
         k, value = self.key(idempotency_key), self._value(run_id, params_hash, workflow, STARTED)
-        yield lambda c: c.set(k, value)
+        yield from RoundTrip(lambda c: c.set(k, value))
 
     def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
         """Claim the key for ``run_id`` (``pending``), or read the existing claim.
@@ -138,9 +138,9 @@ class RunKeys:
         await arun(self._started(idempotency_key, run_id, params_hash, workflow), self._ar, self._r)
 
     def _known(self, run_id: str) -> Steps[bool | None]:
-        if (yield lambda c: c.exists(state_key(self.prefix, run_id))):
+        if (yield from RoundTrip(lambda c: c.exists(state_key(self.prefix, run_id)))):
             return True
-        marker = parse_marker((yield lambda c: c.hgetall(marker_key(self.prefix))))
+        marker = parse_marker((yield from RoundTrip(lambda c: c.hgetall(marker_key(self.prefix)))))
         return False if marker is not None and marker.state == READY else None
 
     def known(self, run_id: str) -> bool | None:

@@ -25,9 +25,9 @@ from typing import Any
 import redis
 
 from runlog.producers.base._protocol import (
-    IO,
     Sleep,
     Steps,
+    io,
 )
 from runlog.producers.base._trace import Tracer, context_of
 from runlog.producers.calls._artifacts import ArtifactStore
@@ -52,7 +52,7 @@ from runlog.schemas.errors import (
 )
 from runlog.schemas.internal import STAGES_ATTRIBUTE
 
-__all__ = ["RunHandle"]
+__all__ = ["RunHandle", "RunStarts", "activating", "deactivating"]
 
 
 @dataclass(frozen=True)
@@ -66,20 +66,35 @@ class RunHandle:
     session: RunSession | None = None
 
 
-class _StartSteps:
-    """Starting a run and taking one over, as steps; the runners' core inherits them."""
+class RunStarts:
+    """Starting a run and taking one over, as steps (a runner's start procedure).
 
-    writer: EventLog
-    leases: LeaseManager
-    store: ArtifactStore
-    source: InputSource
-    run_keys: RunKeys | None
-    run_log: RunLog | None
-    lease_wait_s: float
-    active: ActiveRuns | None
-    tracer: Tracer
+    Args:
+        writer: the shared producer.
+        leases: where leases come from.
+        store: the artifact store (parameters too large to travel inline).
+        source: where versioned inputs come from.
+        run_keys: the run idempotency-key store (required to start with an idempotency key).
+        run_log: reads a run's first event back (settles interrupted keyed starts).
+        lease_wait_s: how long a keyed start waits for a crashed starter's lease to expire.
+        active: the registry of active runs (a started or taken-over run is added).
+        tracer: opens the run span of a start.
+    """
 
-    def _start_steps(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
+    def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, source: InputSource, *,
+                 run_keys: RunKeys | None, run_log: RunLog | None, lease_wait_s: float,
+                 active: ActiveRuns | None, tracer: Tracer) -> None:
+        self.writer = writer
+        self.leases = leases
+        self.store = store
+        self.source = source
+        self.run_keys = run_keys
+        self.run_log = run_log
+        self.lease_wait_s = lease_wait_s
+        self.active = active
+        self.tracer = tracer
+
+    def start(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
                      forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunHandle]:
         workflow.spec()  # refuses a workflow without stages before anything is claimed
@@ -96,8 +111,8 @@ class _StartSteps:
             run_id = run_id_for_key(idempotency_key)
             attrs["run_idempotency_key"] = idempotency_key
             _crash("before:CLAIM:run")
-            claim: Claim = yield IO(self.run_keys, "claim", "aclaim",
-                                    (idempotency_key, run_id, params_hash, wf_name))
+            claim: Claim = yield from io(self.run_keys.claim, self.run_keys.aclaim, idempotency_key, run_id,
+                                         params_hash, wf_name)
             _crash("after:CLAIM:run")
             if not claim.created:
                 if claim.started or claim.run_id != run_id:
@@ -107,21 +122,21 @@ class _StartSteps:
                                                       forked_from_seq, budget))
             if (yield from self._existed(run_id)):
                 # the claim was lost with Redis's data, not the run: settle the key, resume the run
-                yield IO(self.run_keys, "mark_started", "amark_started",
-                         (idempotency_key, run_id, params_hash, wf_name))
-                yield IO(self.writer, "request_resume", "arequest_resume",
-                         (run_id, "a keyed start found the run on the log (its claim was lost)"))
+                yield from io(self.run_keys.mark_started, self.run_keys.amark_started, idempotency_key,
+                              run_id, params_hash, wf_name)
+                yield from io(self.writer.request_resume, self.writer.arequest_resume, run_id,
+                              "a keyed start found the run on the log (its claim was lost)")
                 return RunHandle(run_id, False, params_hash)
-        lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+        lease: Lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id)
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
                                                     parent_run_id, forked_from_seq, budget)
         except BaseException:
-            yield IO(lease, "release", "arelease")
+            yield from io(lease.release, lease.arelease)
             raise  # a keyed claim stays pending: the next caller settles it from the log
         if idempotency_key is not None and self.run_keys is not None:
-            yield IO(self.run_keys, "mark_started", "amark_started",
-                     (idempotency_key, run_id, params_hash, wf_name))
+            yield from io(self.run_keys.mark_started, self.run_keys.amark_started, idempotency_key, run_id,
+                          params_hash, wf_name)
         return RunHandle(run_id, True, params_hash, session)
 
     def _existed(self, run_id: str) -> Steps[bool]:
@@ -129,23 +144,11 @@ class _StartSteps:
         projection says so cheaply; without a ready one, the log is read (see
         :mod:`runlog.producers.run._runs`)."""
         assert self.run_keys is not None
-        known = yield IO(self.run_keys, "known", "aknown", (run_id,))
+        known = yield from io(self.run_keys.known, self.run_keys.aknown, run_id)
         if known is not None or self.run_log is None:
             return bool(known)
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         return first is not None
-
-    def _activate(self, run_id: str, workflow: str) -> Steps[None]:
-        if self.active is not None:
-            try:
-                yield IO(self.active, "add", "aadd", (run_id, workflow))
-            except redis.RedisError as err:
-                raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
-
-    def _deactivate(self, run_id: str) -> Steps[None]:
-        if self.active is not None:
-            with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
-                yield IO(self.active, "remove", "aremove", (run_id,))
 
     def _append_start(self, lease: Lease, run_id: str, workflow: Workflow, params_bytes: bytes,
                       pinned: PinnedInputs, attrs: Mapping[str, str], parent_run_id: str | None,
@@ -165,15 +168,15 @@ class _StartSteps:
         try:
             params_ref = self.store.inline(params_bytes, JSON)  # small parameters travel in RUN_STARTED
             if params_ref is None:
-                params_ref = yield IO(self.store, "put", "aput", (params_bytes, JSON))
+                params_ref = yield from io(self.store.put, self.store.aput, params_bytes, JSON)
             attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
                                                                 separators=(",", ":")),
                           **(session.trace.attributes() if session.trace is not None else {})}
-            yield session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
-                                    input_versions=pinned.versions, payload_ref=params_ref,
-                                    attributes=attributes, parent_run_id=parent_run_id,
-                                    forked_from_seq=forked_from_seq)
-            yield from self._activate(run_id, workflow.name)  # once the run exists: never a phantom
+            yield from session.appending(EventType.RUN_STARTED, confirm=True, workflow=workflow.spec(),
+                                         input_versions=pinned.versions, payload_ref=params_ref,
+                                         attributes=attributes, parent_run_id=parent_run_id,
+                                         forked_from_seq=forked_from_seq)
+            yield from activating(self.active, run_id, workflow.name)  # once the run exists: never a phantom
         except BaseException as err:
             session.run_span = None
             span.set("outcome", "stopped")
@@ -186,12 +189,12 @@ class _StartSteps:
         deadline = time.monotonic() + self.lease_wait_s
         while True:
             try:
-                lease: Lease = yield IO(self.leases, "acquire", "aacquire", (run_id,))
+                lease: Lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id)
                 return lease
             except LeaseHeld:
                 if time.monotonic() >= deadline:
                     return None
-            yield Sleep(0.1)
+            yield from Sleep(0.1)
 
     def _settle_start(self, workflow: Workflow, params_bytes: bytes, pinned: PinnedInputs,
                       attrs: Mapping[str, str], key: str, run_id: str, params_hash: str, wf_name: str,
@@ -202,45 +205,65 @@ class _StartSteps:
         assert self.run_keys is not None
         if self.run_log is None:
             raise WorkflowDefinitionError("this Runner has no run log to settle an interrupted start")
-        mark = IO(self.run_keys, "mark_started", "amark_started", (key, run_id, params_hash, wf_name))
+        mark = io(self.run_keys.mark_started, self.run_keys.amark_started, key, run_id, params_hash, wf_name)
         lease = yield from self._acquire_waiting(run_id)
         if lease is None:  # a live starter still holds it: that starter owns the run
             return RunHandle(run_id, False, params_hash)
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         if first is not None:
-            yield IO(lease, "release", "arelease")
-            yield mark
-            yield IO(self.writer, "request_resume", "arequest_resume",
-                     (run_id, "its start was interrupted after RUN_STARTED"))
+            yield from io(lease.release, lease.arelease)
+            yield from mark
+            yield from io(self.writer.request_resume, self.writer.arequest_resume, run_id,
+                          "its start was interrupted after RUN_STARTED")
             return RunHandle(run_id, False, params_hash)
         try:
             session = yield from self._append_start(lease, run_id, workflow, params_bytes, pinned, attrs,
                                                     parent_run_id, forked_from_seq, budget)
         except BaseException:
-            yield IO(lease, "release", "arelease")
+            yield from io(lease.release, lease.arelease)
             raise
-        first = yield IO(self.run_log, "first_event", "afirst_event", (run_id,))
+        first = yield from io(self.run_log.first_event, self.run_log.afirst_event, run_id)
         # event_hash(first) encodes a version-2 event with the current schema: the question is only
         # whether the log's first event is the one this writer (this code, this schema) just produced
         if first is None or event_hash(first) != session.last_hash:
             # another writer's first event is on the log before ours: ours is rejected by the fold
             session.end_run_span()
             session.closed = True
-            yield IO(lease, "release", "arelease")
-            yield mark
+            yield from io(lease.release, lease.arelease)
+            yield from mark
             return RunHandle(run_id, False, params_hash)
-        yield mark
+        yield from mark
         return RunHandle(run_id, True, params_hash, session)
 
-    def _take_over_steps(self, run_id: str, *, last_seq: int, workflow: Workflow,
-                         input_versions: Mapping[str, str], params: Mapping[str, Any], last_epoch: int,
-                         force: bool, last_hash: str | None,
-                         attributes: Mapping[str, str] | None) -> Steps[RunSession]:
-        yield from self._activate(run_id, workflow.name)
-        return (yield from RunSession.take_over_steps(
-            self.writer, self.leases, run_id, last_seq=last_seq, workflow=workflow,
-            input_versions=input_versions, source=self.source, params=params, last_epoch=last_epoch,
-            force=force, last_hash=last_hash, attributes=attributes))
+    def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
+                  input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int,
+                  force: bool, last_hash: str | None,
+                  attributes: Mapping[str, str] | None) -> Steps[RunSession]:
+        """The steps of :meth:`Runner.take_over`: the lease at an epoch above ``epoch`` (the run's, as the
+        log records it), then the session with its confirmed ``LEASE_ACQUIRED``."""
+        yield from activating(self.active, run_id, workflow.name)
+        lease = yield from io(self.leases.acquire, self.leases.aacquire, run_id, force=force, epoch=epoch)
+        return (yield from RunSession.taking_over(
+            self.writer, lease, run_id, last_seq=last_seq, workflow=workflow,
+            inputs=PinnedInputs(self.source, input_versions), params=params, attributes=attributes,
+            last_hash=last_hash))
+
+
+def activating(active: ActiveRuns | None, run_id: str, workflow: str) -> Steps[None]:
+    """Add a run to the active-runs registry (none: nothing to do); a Redis error fails the start."""
+    if active is not None:
+        try:
+            yield from io(active.add, active.aadd, run_id, workflow)
+        except redis.RedisError as err:
+            raise RunlogError(f"registering run {run_id!r} as active failed: {err}") from err
+
+
+def deactivating(active: ActiveRuns | None, run_id: str) -> Steps[None]:
+    """Drop a run from the active-runs registry (none: nothing to do)."""
+    if active is not None:
+        with contextlib.suppress(redis.RedisError):  # a stale entry only costs a sweep's look
+            yield from io(active.remove, active.aremove, run_id)
+
 
 def _crash(point: str) -> None:
     if crash_point(point):

@@ -167,7 +167,7 @@ def test_redis_restarted_empty_between_a_crash_and_the_resume(
     topics: Settings, tmp_path: Path, own_redis: tuple[str, Path]
 ) -> None:
     """Protections: the resume reads the run from the log when Redis holds nothing, and takes a lease
-    epoch above the highest one on the log (``min_epoch``) although the epoch counter was lost."""
+    epoch above the highest one on the log (``epoch``) although the epoch counter was lost."""
     url, ldir = own_redis
     settings = topics.with_(redis_url=url, lease_ttl_ms=1000)
     client = redis.Redis.from_url(url, **settings.redis_kwargs())

@@ -132,7 +132,7 @@ def test_the_async_face_makes_no_sync_round_trip(short: Settings, redis_client: 
                                             heartbeat_client=redis_client))
 
     async def case() -> None:
-        lease = await m.aacquire("run-a", min_epoch=5)
+        lease = await m.aacquire("run-a", epoch=4)
         assert lease.epoch == 5
         await asyncio.sleep(_ttls(short, 2))
         lease.check()

@@ -276,7 +276,7 @@ def test_parallel_calls_get_distinct_call_ids_and_finished_ones_are_reused(runne
     finished = threading.Barrier(1)
     s2 = RunSession.take_over(runner.writer, runner.leases, h.run_id, last_seq=events[-1].seq,
                               workflow=wf, input_versions=dict(events[0].input_versions),
-                              source=SOURCE, params={}, last_epoch=1)
+                              source=SOURCE, params={}, epoch=1)
     assert s2.epoch == 2
 
     @tool("fetch", policy=ReplayPolicy.IDEMPOTENT)

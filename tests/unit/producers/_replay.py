@@ -41,7 +41,7 @@ def _take_over_args(events: Sequence[RunEvent], wf: Workflow, params: dict[str, 
     state = fold_all(list(events))
     assert state is not None
     return {"last_seq": state.last_seq, "workflow": wf, "input_versions": dict(state.input_versions),
-            "params": params, "last_epoch": state.epoch, "last_hash": state.last_hash}
+            "params": params, "epoch": state.epoch, "last_hash": state.last_hash}
 
 
 def again(runner: Runner, events: Sequence[RunEvent], wf: Workflow, params: dict[str, Any],

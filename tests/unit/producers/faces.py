@@ -66,7 +66,7 @@ class Face:
         raise NotImplementedError
 
     async def acquire(self, m: LeaseManager, run_id: str, *, force: bool = False,
-                      min_epoch: int = 1) -> Lease:
+                      epoch: int = 0) -> Lease:
         raise NotImplementedError
 
     async def verify(self, lease: Lease) -> None:
@@ -96,8 +96,8 @@ class _Sync(Face):
         raise AssertionError("the sync face suspended: it must not need an event loop")
 
     async def acquire(self, m: LeaseManager, run_id: str, *, force: bool = False,
-                      min_epoch: int = 1) -> Lease:
-        return m.acquire(run_id, force=force, min_epoch=min_epoch)
+                      epoch: int = 0) -> Lease:
+        return m.acquire(run_id, force=force, epoch=epoch)
 
     async def verify(self, lease: Lease) -> None:
         lease.verify()
@@ -126,8 +126,8 @@ class _Async(Face):
         asyncio.run(main())
 
     async def acquire(self, m: LeaseManager, run_id: str, *, force: bool = False,
-                      min_epoch: int = 1) -> Lease:
-        return await m.aacquire(run_id, force=force, min_epoch=min_epoch)
+                      epoch: int = 0) -> Lease:
+        return await m.aacquire(run_id, force=force, epoch=epoch)
 
     async def verify(self, lease: Lease) -> None:
         await lease.averify()

@@ -62,12 +62,12 @@ class LeaseContract:
 
         face.run(case, self.aclean)
 
-    def test_min_epoch_raises_the_counter_and_never_lowers_it(self, face: Face) -> None:
+    def test_the_epoch_given_raises_the_counter_and_never_lowers_it(self, face: Face) -> None:
         async def case() -> None:
             m = self.manager("a")
             epochs = []
-            for floor in (7, 1, 3):
-                lease = await face.acquire(m, self.run, min_epoch=floor)
+            for seen in (6, 0, 2):
+                lease = await face.acquire(m, self.run, epoch=seen)
                 epochs.append(lease.epoch)
                 await face.release(lease)
             assert epochs == [7, 8, 9]

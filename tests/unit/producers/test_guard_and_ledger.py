@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runlog.producers import CallInfo, LocalArtifactStore, StageContext, tool
-from runlog.producers.base._protocol import IO
+from runlog.producers.base._protocol import IO, io
 from runlog.producers.calls._calls import RecordedCall, StageOutputs
 from runlog.producers.calls._keys import canonical_json, sha256_hex
 from runlog.producers.calls._ledger import InMemoryEffectLedger, LedgerEntry
@@ -19,6 +19,7 @@ from runlog.schemas import Diverged, EffectInDoubt, EffectStatus, EventType, Rep
 
 class _Lease:
     def verify(self) -> None: ...
+    async def averify(self) -> None: ...
     def check(self) -> None: ...
 
 
@@ -34,15 +35,20 @@ class FakeSession:
         self.events.append((type, fields))
         return SimpleNamespace(event=SimpleNamespace(seq=len(self.events)))
 
-    def appending(self, type: EventType, **fields: Any) -> IO:
-        return IO(self, "append", "aappend", (type,), fields)
+    async def aappend(self, type: EventType, **fields: Any) -> Any:
+        return self.append(type, **fields)
+
+    def appending(self, type: EventType, **fields: Any) -> IO[Any]:
+        return io(self.append, self.aappend, type, **fields)
 
     def check(self) -> None: ...
 
     def crash_point(self, point: str) -> None: ...
 
-    def crashing(self, point: str) -> IO:
-        return IO(self, "crash_point", "acrash_point", (point,))
+    async def acrash_point(self, point: str) -> None: ...
+
+    def crashing(self, point: str) -> IO[None]:
+        return io(self.crash_point, self.acrash_point, point)
 
     def types(self) -> list[EventType]:
         return [t for t, _ in self.events]

@@ -305,7 +305,7 @@ def test_a_gap_in_the_recorded_positions_is_recorded_territory() -> None:
     past this point on the old code, so the patch is not taken (and the position stays free)."""
     s, store = FakeSession(), InMemoryArtifactStore()
     ctx = _ctx(store, s, {"s/x/1": _rec("x", 1)})
-    assert ctx.patched("p") is False and ctx._claim_index() == 0
+    assert ctx.patched("p") is False and ctx.positions.claim() == 0
 
 
 def test_a_patch_needs_an_id() -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from runlog.producers.base._redis_io import Steps, arun, run
+from runlog.producers.base._redis_io import RoundTrip, Steps, arun, run
 
 
 class FakeClient:
@@ -37,14 +37,14 @@ def _protocol(keys: list[str]) -> Steps[list[str]]:
     out = []
     for k in keys:
         try:
-            out.append((yield lambda c, k=k: c.get(k)) or "-")
+            out.append((yield from RoundTrip(lambda c, k=k: c.get(k))) or "-")
         except redis.RedisError:
             out.append("?")
     return out
 
 
 def _unguarded() -> Steps[str]:
-    got = yield lambda c: c.get("down")
+    got = yield from RoundTrip(lambda c: c.get("down"))
     return str(got)
 
 

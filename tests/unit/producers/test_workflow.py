@@ -135,7 +135,7 @@ class _Recording(Mode):
     def __init__(self) -> None:
         self.slept: list[float] = []
 
-    def run(self, step: Step) -> Any:
+    def run(self, step: Step[Any]) -> Any:
         if isinstance(step, Sleep):
             self.slept.append(step.seconds)
             return None
@@ -146,7 +146,7 @@ class _Recording(Mode):
 def _retry(fn: Callable[[int], str], policy: RetryPolicy, slept: list[float],
            checked: list[int]) -> tuple[Any, int]:
     def attempt(n: int) -> Steps[str]:
-        return (yield Invoke(fn, (n,)))
+        return (yield from Invoke(fn, (n,)))
 
     def before(n: int) -> Steps[None]:
         checked.append(n)

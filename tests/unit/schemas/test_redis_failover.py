@@ -101,6 +101,6 @@ def test_a_pipelined_step_waits_out_a_failover_on_a_cluster_client() -> None:
 
     step = pipelined(lambda p: p.incr("k"))
     c = Client(5.0)
-    assert step(c) == [1] and c.flaky.calls == 4  # a fresh pipeline each attempt
+    assert step.fn(c) == [1] and c.flaky.calls == 4  # a fresh pipeline each attempt
     with pytest.raises(redis.ConnectionError):
-        step(Client(0.0))  # not a cluster client: no window, redis-py's own behaviour
+        step.fn(Client(0.0))  # not a cluster client: no window, redis-py's own behaviour
