@@ -17,6 +17,16 @@ class World(MemoryWorld):
         """The tools of the run's calls, in the order they were called."""
         return [e.tool or "" for e in self.events(run_id) if e.type is EventType.TOOL_CALLED]
 
+    def effect_failed_undone(self, call_id: str) -> bool:
+        """Whether the world's one run failed at its call ``call_id`` with the effect undone: its
+        delivery key is in the ledger and free again."""
+        [run_id] = self.log.run_ids()
+        failed = [e for e in self.events(run_id) if e.type is EventType.FAILED]
+        if not failed or failed[0].call_id != call_id or not failed[0].delivery_key:
+            return False
+        entry = self.ledger.lookup(failed[0].delivery_key)
+        return entry is not None and not entry.done
+
     def call_args(self, run_id: str, tool: str, n: int) -> dict[str, Any]:
         """The recorded arguments of the run's ``n``-th call of ``tool``, read back whole."""
         called = [e for e in self.events(run_id) if e.type is EventType.TOOL_CALLED and e.tool == tool]

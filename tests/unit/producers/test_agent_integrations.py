@@ -15,7 +15,7 @@ import asyncio
 import importlib
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ from runlog.projections.fold import fold_all
 from runlog.schemas import Diverged, EventType
 from runlog.schemas.errors import WorkflowDefinitionError
 from tests.unit.producers import _openai_shop, _pydantic_shop
-from tests.unit.producers._agent_world import World, open_world
+from tests.unit.producers._agent_world import World
 
 T = EventType
 PROMPT = {"prompt": "order sku-1 as o-1"}
@@ -140,12 +140,6 @@ INTEGRATIONS = [
 def integration(request: pytest.FixtureRequest) -> Integration:
     found: Integration = request.param
     return found
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    with open_world() as w:
-        yield w
 
 
 def test_each_model_call_and_tool_call_is_one_recorded_call(integration: Integration, world: World) -> None:

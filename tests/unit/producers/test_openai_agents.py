@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,12 +42,6 @@ from tests.unit.producers._openai_shop import (
 )
 
 T = EventType
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    with open_world() as w:
-        yield w
 
 
 def test_a_model_call_records_its_request_and_response_in_the_sdks_wire_form(world: World) -> None:
@@ -152,11 +145,7 @@ def test_an_effect_tool_that_answers_with_text_fails_the_call(world: World) -> N
     with pytest.raises(TerminalToolError, match=r"effect tool 'mail.send'.*answered with text.*"
                                                 r"failure_error_function=None"):
         world.runner.run(wf, {})
-    [run_id] = world.log.run_ids()
-    failed = [e for e in world.events(run_id) if e.type is T.FAILED]
-    assert failed[0].call_id == "s/mail.send/1" and failed[0].delivery_key
-    entry = world.ledger.lookup(failed[0].delivery_key or "")
-    assert entry is not None and not entry.done  # the effect did not happen: its key is free again
+    assert world.effect_failed_undone("s/mail.send/1")  # the effect did not happen: its key is free again
 
 
 def test_what_is_not_json_data_is_refused_with_a_clear_error(world: World) -> None:

@@ -6,7 +6,6 @@ effect tool may not answer. What every integration does is tested in ``test_agen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from runlog.producers import AsyncStageContext, ReplayPolicy, Workflow, tool
 from runlog.producers.pydantic_ai import RunlogAgent, dump_messages, load_messages
 from runlog.schemas import EventType
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
-from tests.unit.producers._agent_world import World, open_world
+from tests.unit.producers._agent_world import World
 from tests.unit.producers._pydantic_shop import LOOKUP, MODEL, PROMPT, SAVE, Shop, one_stage
 
 T = EventType
@@ -34,12 +33,6 @@ T = EventType
 class Point(BaseModel):
     x: int
     y: int
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    with open_world() as w:
-        yield w
 
 
 def test_a_model_request_records_its_messages_without_what_changes_on_every_run(world: World) -> None:
@@ -178,8 +171,4 @@ def test_an_effect_tool_may_not_answer_with_a_retry(world: World) -> None:
 
     with pytest.raises(TerminalToolError, match=r"effect tool 'mail.send' .* raised ModelRetry"):
         world.runner.run(wf, {})
-    [run_id] = world.log.run_ids()
-    failed = [e for e in world.events(run_id) if e.type is T.FAILED]
-    assert failed[0].call_id == "s/mail.send/1" and failed[0].delivery_key
-    entry = world.ledger.lookup(failed[0].delivery_key or "")
-    assert entry is not None and not entry.done  # the effect did not happen: its key is free again
+    assert world.effect_failed_undone("s/mail.send/1")  # the effect did not happen: its key is free again
