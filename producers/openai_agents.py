@@ -97,6 +97,7 @@ from agents.run import DEFAULT_MAX_TURNS
 from agents.tool_context import ToolContext
 
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
+from runlog.producers.integrations._core import DurableAgent
 from runlog.producers.integrations._openai_agents_json import SDK_ERROR_ATTR, decode_result, encode_result
 from runlog.producers.integrations._openai_agents_run import Run, RunlogModel, calling, current_call
 from runlog.schemas import ReplayPolicy
@@ -119,7 +120,7 @@ _HOSTED_TOOLS = (CodeInterpreterTool, FileSearchTool, HostedMCPTool, ImageGenera
 # -- the durable agent -------------------------------------------------------------------------
 
 
-class RunlogAgent:
+class RunlogAgent(DurableAgent):
     """An OpenAI Agents SDK agent whose runs inside async Runlog stages are recorded call by call.
 
     Args:
@@ -146,43 +147,12 @@ class RunlogAgent:
                  model_retry: RetryPolicy | None = None, tools: Mapping[str, Tool] | None = None,
                  tools_policy: ReplayPolicy = ReplayPolicy.SAFE) -> None:
         self.agent = agent
-        self.name = name or agent.name
-        if not self.name or "/" in self.name:
-            raise WorkflowDefinitionError(
-                f"RunlogAgent needs a name without '/' (got {self.name!r}; RunlogAgent(agent, name=...)): "
-                "it names the agent's recorded calls, which a resume must find again")
-        for what, policy in (("model_policy", model_policy), ("tools_policy", tools_policy)):
-            if policy not in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
-                raise WorkflowDefinitionError(
-                    f"RunlogAgent {self.name!r}: {what} must be SAFE or IDEMPOTENT, not {policy.value}; "
-                    "map an effect tool to a declared Runlog Tool with tools={name: tool(...)}")
+        super().__init__("openai_agents", name or agent.name,
+                         name_hint=f"got {name or agent.name!r}; RunlogAgent(agent, name=...)",
+                         model_policy=model_policy, model_retry=model_retry,
+                         model_args_by_ref=("input", "tools"), tools=tools, tools_policy=tools_policy)
         self._model = model
         self._model_name = model_name
-        self.tools_policy = tools_policy
-        self._mapped: dict[str, Tool] = dict(tools or {})
-        for agent_tool, t in self._mapped.items():
-            if not isinstance(t, Tool):
-                raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: tools[{agent_tool!r}] must be a "
-                                              f"Runlog Tool, got {type(t).__name__}")
-        self._auto: dict[str, Tool] = {}
-        self.model_tool = Tool(f"openai_agents.model.{self.name}", _unbound, model_policy,
-                               retry=model_retry or RetryPolicy(), args_by_ref=("input", "tools"))
-        """The Runlog tool the model calls are recorded as."""
-
-    def tool_for(self, agent_tool: str) -> Tool:
-        """The Runlog tool calls of the function tool named ``agent_tool`` are recorded as."""
-        if agent_tool in self._mapped:
-            return self._mapped[agent_tool]
-        t = self._auto.get(agent_tool)
-        if t is None:
-            t = self._auto[agent_tool] = Tool(f"openai_agents.tool.{self.name}.{agent_tool}", _unbound,
-                                              self.tools_policy)
-        return t
-
-    def tools(self) -> list[Tool]:
-        """The Runlog tools declared for this agent (the model's and the mapped ones), for
-        ``App.of(..., tools=...)``: resume reconciles ``RECONCILE_FIRST`` intents with them."""
-        return [self.model_tool, *self._mapped.values()]
 
     def _resolved_model(self, config: RunConfig) -> tuple[Model, str]:
         chosen = self._model if self._model is not None else (
@@ -294,8 +264,3 @@ def _sdk_settings(agent: Agent[Any], config: RunConfig) -> ModelSettings:
         return agent.model_settings.resolve(config.model_settings)
     return _resolve_settings(agent, config)
 
-
-async def _unbound(call: CallInfo, **_: Any) -> Any:
-    """The declared tools' function: each recorded call runs with the live request bound instead."""
-    raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
-                            kind="NotCallable")

@@ -132,11 +132,12 @@ from pydantic_core import to_jsonable_python
 
 from runlog.producers.calls._replay_hook import model_override
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
+from runlog.producers.integrations._core import DurableAgent, Positions, model_call
 from runlog.producers.integrations._pydantic_ai_call import (
+    CALL,
     RETRYABLE_MODEL_ERRORS,
     calling,
     current_call,
-    unbound,
 )
 from runlog.producers.integrations._pydantic_ai_json import (
     decode_response,
@@ -149,12 +150,12 @@ from runlog.producers.integrations._pydantic_ai_json import (
     load_messages,
     request_args,
 )
-from runlog.producers.integrations._pydantic_ai_positions import Positions, pending_calls
+from runlog.producers.integrations._pydantic_ai_positions import call_keys, pending_calls
 from runlog.producers.integrations._pydantic_ai_stream import StreamedTools, streamed_request
 from runlog.producers.integrations._pydantic_ai_usage import usage_reader
 from runlog.producers.streams import StreamWriter, default_stream_writer
 from runlog.schemas import ReplayPolicy
-from runlog.schemas.errors import RetryableToolError, TerminalToolError, WorkflowDefinitionError
+from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
@@ -190,21 +191,13 @@ class _RunlogModel(WrapperModel):
                         model_request_parameters: ModelRequestParameters) -> ModelResponse:
         """The request as a recorded call whose function is ``run`` (a response read back on resume)."""
         args = request_args(self.wrapped, messages, model_settings, model_request_parameters)
-
-        async def fn(call: CallInfo, **_: Any) -> Any:
-            with calling(call):
-                try:
-                    response = await run(call)
-                except RETRYABLE_MODEL_ERRORS as err:  # the tool's RetryPolicy may call it again
-                    raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
-            return encode_response(response)
-
-        model_tool = dataclasses.replace(self._durable.model_tool, fn=fn, usage=usage_reader(self.wrapped))
+        model_tool = model_call(self._durable.model_tool, run, current=CALL, retryable=RETRYABLE_MODEL_ERRORS,
+                                encode=encode_response, usage=usage_reader(self.wrapped))
         recorded = await self._stage.call(model_tool, **args)
         response = decode_response(recorded)
         names = {t.name for t in model_request_parameters.function_tools}  # not output tools
-        self._positions.reserve([p for p in response.parts
-                                 if isinstance(p, ToolCallPart) and p.tool_name in names])
+        self._positions.reserve(call_keys([p for p in response.parts
+                                           if isinstance(p, ToolCallPart) and p.tool_name in names]))
         return response
 
     @asynccontextmanager
@@ -256,17 +249,14 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
                 streamed.final(encoded)
             return encoded
 
-        position = self.positions.take(ctx.tool_call_id, name)
-        declared = dataclasses.replace(spec, fn=fn)
-        recorded = await (position.call(declared, **args) if position is not None
-                          else self.stage.call(declared, **args))
+        recorded = await self.positions.call((ctx.tool_call_id, name), dataclasses.replace(spec, fn=fn), args)
         return decode_result(recorded)
 
 
 # -- the durable agent -----------------------------------------------------------------------------
 
 
-class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
+class RunlogAgent(DurableAgent, Generic[AgentDepsT, OutputDataT]):
     """A Pydantic AI agent whose runs inside async Runlog stages are recorded call by call.
 
     Args:
@@ -294,42 +284,11 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
                  tools_policy: ReplayPolicy = ReplayPolicy.SAFE, stream: StreamWriter | None = None) -> None:
         self.agent = agent
         self._stream = stream
-        self.name = name or agent.name or ""
-        if not self.name or "/" in self.name:
-            raise WorkflowDefinitionError(
-                "RunlogAgent needs a name without '/' (RunlogAgent(agent, name=...) or Agent(name=...)): "
-                "it names the agent's recorded calls, which a resume must find again")
-        for what, policy in (("model_policy", model_policy), ("tools_policy", tools_policy)):
-            if policy not in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
-                raise WorkflowDefinitionError(
-                    f"RunlogAgent {self.name!r}: {what} must be SAFE or IDEMPOTENT, not {policy.value}; "
-                    "map an effect tool to a declared Runlog Tool with tools={name: tool(...)}")
+        super().__init__("pydantic_ai", name or agent.name or "",
+                         name_hint="RunlogAgent(agent, name=...) or Agent(name=...)",
+                         model_policy=model_policy, model_retry=model_retry,
+                         model_args_by_ref=("messages", "parameters"), tools=tools, tools_policy=tools_policy)
         self._model = model
-        self.tools_policy = tools_policy
-        self._mapped: dict[str, Tool] = dict(tools or {})
-        for agent_tool, t in self._mapped.items():
-            if not isinstance(t, Tool):
-                raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: tools[{agent_tool!r}] must be a "
-                                              f"Runlog Tool, got {type(t).__name__}")
-        self._auto: dict[str, Tool] = {}
-        self.model_tool = Tool(f"pydantic_ai.model.{self.name}", unbound, model_policy,
-                               retry=model_retry or RetryPolicy(), args_by_ref=("messages", "parameters"))
-        """The Runlog tool the model requests are recorded as."""
-
-    def tool_for(self, agent_tool: str) -> Tool:
-        """The Runlog tool calls of the agent tool named ``agent_tool`` are recorded as."""
-        if agent_tool in self._mapped:
-            return self._mapped[agent_tool]
-        t = self._auto.get(agent_tool)
-        if t is None:
-            t = self._auto[agent_tool] = Tool(f"pydantic_ai.tool.{self.name}.{agent_tool}", unbound,
-                                              self.tools_policy)
-        return t
-
-    def tools(self) -> list[Tool]:
-        """The Runlog tools declared for this agent (the model's and the mapped ones), for
-        ``App.of(..., tools=...)``: resume reconciles ``RECONCILE_FIRST`` intents with them."""
-        return [self.model_tool, *self._mapped.values()]
 
     def _wrapped_model(self, run_id: str) -> Model:
         model = model_override(run_id) or (self._model if self._model is not None else self.agent.model)
@@ -344,7 +303,8 @@ class RunlogAgent(Generic[AgentDepsT, OutputDataT]):
         (those of ``Agent.run``, ``toolsets`` among them) keep what the agent takes."""
         toolsets = kwargs.pop("toolsets", None) or ()
         positions = Positions(ctx)  # calls pending in the history are made before any request
-        positions.reserve(pending_calls(kwargs.get("message_history"), kwargs.get("deferred_tool_results")))
+        positions.reserve(call_keys(pending_calls(kwargs.get("message_history"),
+                                                  kwargs.get("deferred_tool_results"))))
         streaming = StreamedTools()
         model = _RunlogModel(self._wrapped_model(ctx.run_id), self, ctx, positions, streaming)
         wrapped = [_RunlogToolset(ts, durable=self, stage=ctx, positions=positions, streaming=streaming)

@@ -20,12 +20,12 @@ from agents import (
     TResponseInputItem,
 )
 from agents.items import TResponseOutputItem
-from agents.usage import Usage as AgentsUsage
 from agents.usage import deserialize_usage, serialize_usage
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from runlog.producers.calls._keys import canonical_json
+from runlog.producers.integrations._core import Tokens, usage_reader_of
 from runlog.schemas import Usage
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
@@ -147,21 +147,15 @@ def decode_result(data: Any, tool_ctx: Any) -> Any:
     return data["value"]
 
 
-def _usage(label: str, u: AgentsUsage) -> Usage | None:
+def _tokens(raw: Mapping[str, Any]) -> Tokens | None:
+    u = deserialize_usage(raw)
     if not (u.input_tokens or u.output_tokens):
         return None  # the provider sent none
     details = u.input_tokens_details
-    return Usage(label, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                 cache_read_tokens=getattr(details, "cached_tokens", 0) or 0,
-                 cache_write_tokens=getattr(details, "cache_write_tokens", 0) or 0)
+    return Tokens(u.input_tokens, u.output_tokens, getattr(details, "cached_tokens", 0) or 0,
+                  getattr(details, "cache_write_tokens", 0) or 0)
 
 
 def usage_reader(label: str) -> Callable[[Any], Usage | None]:
     """``Tool.usage`` of a model's requests: the recorded response's ``Usage`` under ``label``."""
-
-    def read(result: Any) -> Usage | None:
-        if not isinstance(result, Mapping) or not isinstance(result.get("usage"), Mapping):
-            return None
-        return _usage(label, deserialize_usage(result["usage"]))
-
-    return read
+    return usage_reader_of(label, _tokens)

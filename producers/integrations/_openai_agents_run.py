@@ -6,7 +6,6 @@ recorded (:class:`RunlogModel`)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,17 +25,17 @@ from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from runlog.producers.define._tools import CallInfo, Tool
-from runlog.producers.integrations._current_call import CurrentCall
+from runlog.producers.integrations._core import CurrentCall, Positions, model_call
 from runlog.producers.integrations._openai_agents_json import (
     decode_response,
     encode_response,
     request_args,
     usage_reader,
 )
-from runlog.schemas.errors import RetryableToolError, WorkflowDefinitionError
+from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from runlog.producers import AsyncStageContext, CallPosition
+    from runlog.producers import AsyncStageContext
 
 __all__ = ["Run", "RunlogModel", "calling", "current_call"]
 
@@ -57,20 +56,17 @@ class Run:
         self.stage = stage
         self.error: BaseException | None = None
         self._pending: set[asyncio.Future[Any]] = set()
-        self._by_call: dict[tuple[str, str], CallPosition] = {}
+        self._positions = Positions(stage)
 
     def reserve(self, calls: Sequence[ResponseFunctionToolCall]) -> None:
         """The positions of ``calls`` (the function tool calls of one response, in its order); the
         previous response's unused ones stay empty (a call the SDK did not make)."""
-        self._by_call = {}
-        for c, position in zip(calls, self.stage.reserve(len(calls)) if calls else [], strict=True):
-            self._by_call.setdefault((c.call_id, c.name), position)
+        self._positions.reserve([(c.call_id, c.name) for c in calls])
 
     def call(self, tool: Tool, tool_call: tuple[str, str], args: Mapping[str, Any]) -> Awaitable[Any]:
         """The recorded call of ``tool`` for the function tool call ``(call id, tool name)`` at its
         reserved position (None: not from the latest response; it takes the stage's next one)."""
-        position = self._by_call.pop(tool_call, None)
-        return position.call(tool, **args) if position is not None else self.stage.call(tool, **args)
+        return self._positions.call(tool_call, tool, args)
 
     async def guard(self, call: Awaitable[Any]) -> Any:
         """Make a recorded call that the SDK cannot cancel halfway: when a sibling tool fails, the
@@ -124,18 +120,13 @@ class RunlogModel(Model):
                             conversation_id=conversation_id, prompt=prompt)
         wrapped = self.wrapped
 
-        async def fn(call: CallInfo, **_: Any) -> Any:
-            with calling(call):
-                try:
-                    response = await wrapped.get_response(
-                        system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
-                        previous_response_id=previous_response_id, conversation_id=conversation_id,
-                        prompt=prompt)
-                except _RETRYABLE_MODEL_ERRORS as err:
-                    raise RetryableToolError(f"{type(err).__name__}: {err}", kind=type(err).__name__) from err
-            return encode_response(response)
+        async def request(call: CallInfo) -> ModelResponse:
+            return await wrapped.get_response(
+                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt)
 
-        model_tool = dataclasses.replace(self._model_tool, fn=fn, usage=usage_reader(self.label))
+        model_tool = model_call(self._model_tool, request, current=_CALL, retryable=_RETRYABLE_MODEL_ERRORS,
+                                encode=encode_response, usage=usage_reader(self.label))
         recorded = await self._run.guard(self._run.stage.call(model_tool, **args))
         response = decode_response(recorded)
         names = {t.name for t in tools if isinstance(t, FunctionTool)}

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic_ai.exceptions import (
     ModelConnectionError,
     ModelRateLimitError,
@@ -12,20 +10,12 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 
-from runlog.producers.define._tools import CallInfo
-from runlog.producers.integrations._current_call import CurrentCall
-from runlog.schemas.errors import TerminalToolError
+from runlog.producers.integrations._core import CurrentCall
 
-__all__ = ["RETRYABLE_MODEL_ERRORS", "calling", "current_call", "unbound"]
+__all__ = ["CALL", "RETRYABLE_MODEL_ERRORS", "calling", "current_call"]
 
 RETRYABLE_MODEL_ERRORS = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError)
 
-_CALL = CurrentCall("runlog_pydantic_ai_call")
-current_call = _CALL.current_call
-calling = _CALL.calling
-
-
-async def unbound(call: CallInfo, **_: Any) -> Any:
-    """The declared tools' function: each recorded call runs with the live request bound instead."""
-    raise TerminalToolError(f"{call.tool} is called through RunlogAgent.run, not directly",
-                            kind="NotCallable")
+CALL = CurrentCall("runlog_pydantic_ai_call")
+current_call = CALL.current_call
+calling = CALL.calling

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
+from runlog.producers.integrations._core import Tokens, usage_reader_of
 from runlog.schemas import Usage
 
 __all__ = ["model_label", "usage_reader"]
@@ -31,18 +32,13 @@ def model_label(model: Model) -> str:
     return f"{model.system}:{model.model_name}"
 
 
+def _tokens(raw: Mapping[str, Any]) -> Tokens | None:
+    u = _REQUEST_USAGE.validate_python(raw)
+    if not u.has_values():
+        return None
+    return Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+
+
 def usage_reader(model: Model) -> Callable[[Any], Usage | None]:
     """``Tool.usage`` of the requests to ``model``: the recorded response's ``RequestUsage``."""
-    label = model_label(model)
-
-    def read(result: Any) -> Usage | None:
-        raw = result.get("usage") if isinstance(result, Mapping) else None
-        if not isinstance(raw, Mapping):
-            return None
-        u = _REQUEST_USAGE.validate_python(raw)
-        if not u.has_values():
-            return None
-        return Usage(label, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                     cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens)
-
-    return read
+    return usage_reader_of(model_label(model), _tokens)

@@ -84,6 +84,20 @@ class Shop:
     def __post_init__(self) -> None:
         self.model = ScriptModel(self.respond)
 
+    @property
+    def model_turns(self) -> list[int]:
+        """The turns the model was asked (the tool outputs it had seen)."""
+        return self.model.turns
+
+    @property
+    def fail_at_turn(self) -> int | None:
+        """The turn at which the model raises (None: never)."""
+        return self.model.fail_at_turn
+
+    @fail_at_turn.setter
+    def fail_at_turn(self, turn: int | None) -> None:
+        self.model.fail_at_turn = turn
+
     def respond(self, turn: int, input: Any) -> list[TResponseOutputItem]:
         seen = outputs(input)
         if turn == 0:

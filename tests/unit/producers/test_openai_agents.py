@@ -1,19 +1,14 @@
-"""An OpenAI Agents SDK agent run inside an async stage, on the in-memory adapters (no broker, no
-Redis, no network: the model implements the SDK's ``Model`` interface with scripted responses).
-
-Each model call and each function tool call is one recorded Runlog call; re-executing the stage with
-the recorded calls calls neither the model nor the tools; an unrecorded turn after recorded ones is
-asked of the model; a changed request at a recorded position diverges and blocks the run; what a
-model call spent is recorded with it, once.
+"""What is the OpenAI Agents SDK's own in a durable agent's run inside an async stage, on the in-memory
+adapters (no broker, no Redis, no network: the model implements the SDK's ``Model`` interface with
+scripted responses): the recorded request and response in the SDK's wire form, what a model call
+spent, concurrent tool calls, what the SDK runs outside the log (refused), hosted tools. What every
+integration does is tested in ``test_agent_integrations.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,72 +26,34 @@ from agents import (
 )
 from agents.testing import assistant_message, function_call
 
-from runlog.producers import AsyncStageContext, Price, ReplayPolicy, Workflow, load_args, tool
-from runlog.producers.calls._keys import canonical_json, sha256_hex
-from runlog.producers.openai_agents import RunlogAgent, current_call
-from runlog.projections import RunStatus
+from runlog.producers import AsyncStageContext, Price, ReplayPolicy, Workflow, tool
+from runlog.producers.openai_agents import RunlogAgent
 from runlog.projections.fold import fold_all
 from runlog.schemas import Diverged, EventType
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
+from tests.unit.producers._agent_world import World, open_world
 from tests.unit.producers._openai_shop import (
     CONFIG,
-    LOOKUP,
     MODEL,
     PROMPT,
-    SAVE,
     ScriptModel,
     Shop,
     one_stage,
 )
-from tests.unit.producers._replay import MemoryWorld
 
 T = EventType
 
 
-class World(MemoryWorld):
-    def called(self, run_id: str) -> list[str]:
-        return [e.tool or "" for e in self.events(run_id) if e.type is T.TOOL_CALLED]
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    w = World()
-    yield w
-    w.runner.close()
-
-
-def test_each_model_call_and_tool_call_is_one_recorded_call(world: World) -> None:
-    shop = Shop()
-    res = world.runner.run(one_stage(shop.agent()), PROMPT)
-    assert res.completed and res.outputs == {"order": {"answer": "saved row-o-1 for 1200"}}
-    assert shop.model.turns == [0, 1, 2] and shop.tools == ["lookup:sku-1", "save:o-1"]
-    evs = world.events(res.run_id)
-    assert [e.call_id for e in evs if e.type is T.TOOL_CALLED] == [
-        f"order/{MODEL}/0", f"order/{LOOKUP}/1", f"order/{MODEL}/2", f"order/{SAVE}/3", f"order/{MODEL}/4"]
-    policies = {e.tool: e.replay_policy for e in evs if e.type is T.TOOL_CALLED}
-    assert policies == {MODEL: ReplayPolicy.SAFE, LOOKUP: ReplayPolicy.SAFE, SAVE: ReplayPolicy.IDEMPOTENT}
-    [intent] = [e for e in evs if e.type is T.EFFECT_INTENT]
-    assert intent.call_id == f"order/{SAVE}/3" and intent.target == "db:orders"
-    [effect] = [e for e in evs if e.type is T.EFFECT_RESULT]
-    assert effect.external_id == "row-o-1" and effect.delivery_key in shop.rows
-    done = world.ledger.lookup(effect.delivery_key or "")
-    assert done is not None and done.done and done.external_id == "row-o-1"
-    state = fold_all(evs)
-    assert state is not None and state.status is RunStatus.COMPLETED and state.rejected_total == 0
-    # the recorded request: input items and tool definitions by reference, the hash over the whole
-    called = [e for e in evs if e.type is T.TOOL_CALLED and e.tool == MODEL]
-    assert called[1].payload_ref is not None
-    recorded = json.loads(world.store.get(called[1].payload_ref))
-    assert set(recorded["refs"]) == {"input", "tools"}
-    args = load_args(world.store, called[1].payload_ref)
-    assert sha256_hex(canonical_json(args)) == called[1].request_hash
+def test_a_model_call_records_its_request_and_response_in_the_sdks_wire_form(world: World) -> None:
+    res = world.runner.run(one_stage(Shop().agent()), PROMPT)
+    args = world.call_args(res.run_id, MODEL, 1)  # the instructions, the input items, the tools
     assert args["model"] == "ScriptModel" and args["instructions"] == "You sell things."
     assert [i.get("type") for i in args["input"]] == [None, "function_call", "function_call_output"]
     assert args["input"][0] == {"content": PROMPT["prompt"], "role": "user"}
     assert [t["name"] for t in args["tools"]] == ["lookup", "save"]
     assert args["tools"][0]["parameters"]["properties"]["sku"]["type"] == "string"
     # the recorded response: the output items in their wire form, read back as the SDK's items
-    results = [e for e in evs if e.type is T.TOOL_RESULT and e.tool == MODEL]
+    results = [e for e in world.events(res.run_id) if e.type is T.TOOL_RESULT and e.tool == MODEL]
     assert results[0].payload_ref is not None
     response = json.loads(world.store.get(results[0].payload_ref))
     assert response["output"] == [{"arguments": '{"sku":"sku-1"}', "call_id": "call-lookup",
@@ -106,12 +63,9 @@ def test_each_model_call_and_tool_call_is_one_recorded_call(world: World) -> Non
 
 def test_what_a_model_call_spent_is_recorded_with_it_and_priced() -> None:
     shop = Shop()
-    priced = World(prices={"ScriptModel": Price(input=2, output=8, cache_read="0.5")})
-    try:
+    with open_world(prices={"ScriptModel": Price(input=2, output=8, cache_read="0.5")}) as priced:
         res = priced.runner.run(one_stage(shop.agent()), PROMPT)
-    finally:
-        priced.runner.close()
-    evs = priced.events(res.run_id)
+        evs = priced.events(res.run_id)
     spent = [e.usage for e in evs if e.type is T.TOOL_RESULT]
     assert [u is None for u in spent] == [False, True, False, True, False]  # the model calls only
     first = spent[0]
@@ -122,84 +76,6 @@ def test_what_a_model_call_spent_is_recorded_with_it_and_priced() -> None:
     assert [u.input_tokens for u in spent if u] == [1000, 1100, 1200]
     state = fold_all(evs)
     assert state is not None and state.usage.input_tokens == 3300 and state.usage.output_tokens == 150
-
-
-def test_re_executing_with_the_recorded_calls_calls_neither_model_nor_tools(world: World) -> None:
-    shop = Shop()
-    wf = one_stage(shop.agent())
-    first = world.runner.run(wf, PROMPT)
-    n = len(world.events(first.run_id))
-    res = world.again(first.run_id, wf, PROMPT, recorded_calls=world.recorded(first.run_id))
-    assert res.completed and res.epoch == 2 and res.outputs == first.outputs
-    assert shop.model.turns == [0, 1, 2] and shop.tools == ["lookup:sku-1", "save:o-1"]  # nothing again
-    tail = world.events(first.run_id)[n:]
-    assert [e.type for e in tail] == [T.LEASE_ACQUIRED, T.STAGE_STARTED, T.VERIFIED, T.RUN_COMPLETED]
-    assert all(e.usage is None for e in tail)  # a replay spends nothing
-
-
-def test_an_unrecorded_turn_after_recorded_ones_is_asked_of_the_model(world: World) -> None:
-    shop = Shop()
-    shop.model.fail_at_turn = 2  # the first run dies at its last model call
-    wf = one_stage(shop.agent())
-    with pytest.raises(RuntimeError, match="down at turn 2"):
-        world.runner.run(wf, PROMPT)
-    [run_id] = world.log.run_ids()
-    failed = fold_all(world.events(run_id))
-    assert failed is not None and failed.status is RunStatus.FAILED
-    recorded = world.recorded(run_id)
-    assert [r.result is not None for r in recorded.values()] == [True, True, True, True, False]
-    shop.model.fail_at_turn, shop.final = None, "saved {id} for {price}, said differently"
-    res = world.again(run_id, wf, PROMPT, recorded_calls=recorded)
-    assert res.completed and res.outputs == {"order": {"answer": "saved row-o-1 for 1200, said differently"}}
-    assert shop.model.turns == [0, 1, 2, 2]  # turns 0 and 1 read back, turn 2 asked again
-    assert shop.tools == ["lookup:sku-1", "save:o-1"]
-
-
-def test_a_changed_prompt_at_a_recorded_position_diverges_and_blocks_the_run(world: World) -> None:
-    shop = Shop()
-    wf = one_stage(shop.agent())
-    first = world.runner.run(wf, PROMPT)
-    n = len(world.events(first.run_id))
-    with pytest.raises(Diverged) as info:
-        world.again(first.run_id, wf, {"prompt": "order sku-2 as o-2"},
-                    recorded_calls=world.recorded(first.run_id))
-    assert info.value.call_id == f"order/{MODEL}/0"
-    assert shop.model.turns == [0, 1, 2] and shop.tools == ["lookup:sku-1", "save:o-1"]
-    tail = world.events(first.run_id)[n:]
-    assert [e.type for e in tail] == [T.LEASE_ACQUIRED, T.STAGE_STARTED, T.CALL_DIVERGED, T.RUN_BLOCKED]
-    state = fold_all(world.events(first.run_id))
-    assert state is not None and state.status is RunStatus.BLOCKED
-    blocked = tail[-1].error  # the reason a person reads: the call, and that it diverged
-    assert blocked is not None and f"order/{MODEL}/0" in blocked.message and "diverged" in blocked.message
-
-
-def test_another_tool_set_at_a_recorded_position_diverges(world: World) -> None:
-    shop = Shop()
-    durable = shop.agent()
-    first = world.runner.run(one_stage(durable), PROMPT)
-
-    @function_tool
-    def extra() -> str:
-        """A new tool: the model call's tool definitions differ."""
-        return "x"
-
-    durable.agent.tools.append(extra)
-    with pytest.raises(Diverged) as info:
-        world.again(first.run_id, one_stage(durable), PROMPT, recorded_calls=world.recorded(first.run_id))
-    assert info.value.call_id == f"order/{MODEL}/0"
-
-
-def test_a_tool_call_recorded_as_another_tool_diverges(world: World) -> None:
-    """A function tool mapped to another Runlog tool than the one its recorded call was made as."""
-    shop = Shop()
-    first = world.runner.run(one_stage(shop.agent()), PROMPT)
-    renamed = shop.agent(tools_policy=ReplayPolicy.IDEMPOTENT)  # the lookup is recorded as another call
-    renamed._mapped["lookup"] = tool("catalog.lookup", policy=ReplayPolicy.SAFE)(lambda call, **a: None)
-    with pytest.raises(Diverged) as info:
-        world.again(first.run_id, one_stage(renamed), PROMPT, recorded_calls=world.recorded(first.run_id))
-    assert info.value.call_id == f"order/{LOOKUP}/1"
-    state = fold_all(world.events(first.run_id))
-    assert state is not None and state.status is RunStatus.BLOCKED
 
 
 def test_tool_calls_of_one_response_keep_the_responses_order_however_they_run(world: World) -> None:
@@ -269,27 +145,7 @@ def test_an_effect_tool_that_answers_with_text_fails_the_call(world: World) -> N
     with pytest.raises(TerminalToolError, match=r"effect tool 'mail.send'.*answered with text.*"
                                                 r"failure_error_function=None"):
         world.runner.run(wf, {})
-    [run_id] = world.log.run_ids()
-    failed = [e for e in world.events(run_id) if e.type is T.FAILED]
-    assert failed[0].call_id == "s/mail.send/1" and failed[0].delivery_key
-    entry = world.ledger.lookup(failed[0].delivery_key or "")
-    assert entry is not None and not entry.done  # the effect did not happen: its key is free again
-
-
-def test_the_async_runner_runs_a_durable_agent(world: World) -> None:
-    shop = Shop()
-    wf = one_stage(shop.agent())
-
-    async def main() -> Any:
-        runner = world.async_runner()
-        try:
-            return await runner.run(wf, PROMPT)
-        finally:
-            await runner.aclose()
-
-    res = asyncio.run(main())
-    assert res.completed and res.outputs == {"order": {"answer": "saved row-o-1 for 1200"}}
-    assert world.called(res.run_id) == [MODEL, LOOKUP, MODEL, SAVE, MODEL]
+    assert world.effect_failed_undone("s/mail.send/1")  # the effect did not happen: its key is free again
 
 
 def test_what_is_not_json_data_is_refused_with_a_clear_error(world: World) -> None:
@@ -314,21 +170,8 @@ def test_what_is_not_json_data_is_refused_with_a_clear_error(world: World) -> No
         world.runner.run(wf, {})
 
 
-def test_declarations_are_checked(world: World) -> None:
+def test_what_the_sdk_runs_outside_the_log_is_refused(world: World) -> None:
     model = ScriptModel(lambda turn, input: [assistant_message("x")])
-    agent = Agent(name="a", model=model)
-    with pytest.raises(WorkflowDefinitionError, match="without '/'"):
-        RunlogAgent(agent, name="a/b")
-    with pytest.raises(WorkflowDefinitionError, match="tools_policy must be SAFE or IDEMPOTENT"):
-        RunlogAgent(agent, tools_policy=ReplayPolicy.NEVER)
-    with pytest.raises(WorkflowDefinitionError, match="must be a Runlog Tool"):
-        RunlogAgent(agent, tools={"x": "not a tool"})  # type: ignore[dict-item]
-    durable = RunlogAgent(agent, model_policy=ReplayPolicy.IDEMPOTENT)
-    assert durable.model_tool.name == "openai_agents.model.a"
-    assert durable.model_tool.policy is ReplayPolicy.IDEMPOTENT
-    assert durable.tool_for("t").name == "openai_agents.tool.a.t" and durable.tools() == [durable.model_tool]
-    with pytest.raises(RuntimeError, match="only available inside a tool call"):
-        current_call()
     refused = {
         "handoffs are not supported": Agent(name="h", model=model, handoffs=[handoff(Agent(name="b"))]),
         "is a ComputerTool, which runs locally": Agent(name="c", model=model,
@@ -375,13 +218,6 @@ def test_streaming_is_refused_with_a_clear_error() -> None:
 
     with pytest.raises(WorkflowDefinitionError, match=r"streaming .* is not supported"):
         asyncio.run(stream())
-
-
-def test_importing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "runlog.producers.openai_agents")
-    monkeypatch.setitem(sys.modules, "agents", None)  # type: ignore[arg-type]
-    with pytest.raises(ImportError, match=r'pip install "runlog\[openai-agents\]"'):
-        importlib.import_module("runlog.producers.openai_agents")
 
 
 def test_run_config_model_and_names_are_used(world: World) -> None:
