@@ -26,9 +26,8 @@ from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, Re
 from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from runlog.producers.run._arunner import AsyncRunner
 from runlog.producers.run._context import AsyncStageContext, CallPosition, StageContext
-from runlog.producers.run._core import RunResult
+from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner import Runner
-from runlog.producers.run._start import RunHandle
 from runlog.schemas import ReplayPolicy, Usage
 from runlog.schemas.errors import (
     ArtifactError,
@@ -38,7 +37,9 @@ from runlog.schemas.errors import (
     LeaseLost,
     ResumeBlocked,
     RetryableToolError,
+    RunCancelled,
     RunConflict,
+    RunFailed,
     RunlogError,
     TerminalToolError,
     ToolError,
@@ -74,7 +75,9 @@ __all__ = [
     "RetryPolicy",
     "RetryableToolError",
     "Rule",
+    "RunCancelled",
     "RunConflict",
+    "RunFailed",
     "RunHandle",
     "RunResult",
     "RunlogError",

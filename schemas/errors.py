@@ -15,6 +15,8 @@
     │   └── ArtifactCorrupt         stored bytes do not hash to their name
     ├── WorkflowDefinitionError     a workflow or tool declared wrongly
     ├── RunConflict                 a run idempotency key reused with other parameters
+    ├── RunFailed                   an awaited run ended FAILED
+    ├── RunCancelled                an awaited run was cancelled
     ├── ToolError                   a tool call failed
     │   ├── RetryableToolError
     │   └── TerminalToolError
@@ -43,7 +45,9 @@ __all__ = [
     "LogUnavailable",
     "ResumeBlocked",
     "RetryableToolError",
+    "RunCancelled",
     "RunConflict",
+    "RunFailed",
     "RunlogError",
     "TerminalToolError",
     "ToolError",
@@ -175,6 +179,27 @@ class RunConflict(RunlogError):
         super().__init__(
             f"run idempotency key {idempotency_key!r} already names run {run_id!r}: {detail}"
         )
+
+
+class RunFailed(RunlogError):
+    """An awaited run ended ``FAILED``: a stage failed (``kind``, ``message``: its error;
+    ``retryable``: whether ``runlog retry`` may run it again without ``--force``)."""
+
+    def __init__(self, run_id: str, kind: str, message: str, retryable: bool = False) -> None:
+        self.run_id = run_id
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable
+        super().__init__(f"run {run_id!r} failed: {kind}: {message}")
+
+
+class RunCancelled(RunlogError):
+    """An awaited run was cancelled by an operator (``runlog cancel``); ``reason``: theirs."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id!r} was cancelled: {reason}")
 
 
 class ToolError(RunlogError):

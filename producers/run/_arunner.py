@@ -30,10 +30,11 @@ from runlog.producers.log._runlog import KafkaRunLog, RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._core import _EXECUTE_DOC, RunResult
+from runlog.producers.run._core import _EXECUTE_DOC
+from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _START_DOC, RunHandle, deactivating
+from runlog.producers.run._start import _START_DOC, deactivating
 from runlog.schemas import ArtifactRef
 from runlog.schemas.internal import aredis_client, redis_client
 from runlog.schemas.settings import Settings
@@ -101,6 +102,7 @@ class AsyncRunner(RunnerParts):
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer,
                 prices=prices)
+        r.watch_projection(client, settings.redis_prefix)
         r._owned = [topic, beat, leases, client, aclient] + ([w] if own_writer else [])
         return r
 
@@ -131,8 +133,9 @@ class AsyncRunner(RunnerParts):
                         inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                         parent_run_id: str | None = None, forked_from_seq: int | None = None,
                         budget: Budget | None = None) -> RunHandle:
-        return await adrive(self.starts.start(workflow, params, inputs, idempotency_key, parent_run_id,
-                                              forked_from_seq, budget), self._loop_mode)
+        return self.handing_out(await adrive(self.starts.start(workflow, params, inputs, idempotency_key,
+                                                               parent_run_id, forked_from_seq, budget),
+                                             self._loop_mode))
 
     start_run.__doc__ = _START_DOC
 
@@ -145,7 +148,7 @@ class AsyncRunner(RunnerParts):
         """Start a run and execute all its stages (see :meth:`Runner.run`)."""
         h = await self.start_run(workflow, params, inputs, idempotency_key)
         if h.session is None:
-            return RunResult(h.run_id, 0, 0)
+            return await self.outcomes.aresult(h.run_id, settle_on_wait=True)
         return await self.execute(h.session)
 
     async def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,

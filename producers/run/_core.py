@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -41,6 +40,7 @@ from runlog.producers.define._workflow import Stage, evaluate_rules
 from runlog.producers.log._session import AppendResult, RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._context import AsyncStageContext, StageContext
+from runlog.producers.run._results import RunResult
 from runlog.producers.run._start import deactivating
 from runlog.schemas import ArtifactRef, ErrorInfo, EventType
 from runlog.schemas.errors import (
@@ -52,22 +52,9 @@ from runlog.schemas.errors import (
     WorkflowDefinitionError,
 )
 
-__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "RunResult", "StageExecution"]
+__all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "StageExecution"]
 
 STAGE_OUTPUT_MEDIA_TYPE = "application/vnd.runlog.stage-output+json"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """The end of :meth:`Runner.execute`: outputs of every verified stage by name."""
-
-    run_id: str
-    epoch: int
-    last_seq: int
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    completed: bool = False
-    waiting: str | None = None
-    """The signal the run waits for (``ctx.wait_for``): the run was let go, a signal resumes it."""
 
 
 class StageExecution:

@@ -26,10 +26,11 @@ from runlog.producers.log._runlog import KafkaRunLog, RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._core import _EXECUTE_DOC, RunResult
+from runlog.producers.run._core import _EXECUTE_DOC
+from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys
-from runlog.producers.run._start import _START_DOC, RunHandle, deactivating
+from runlog.producers.run._start import _START_DOC, deactivating
 from runlog.schemas import ArtifactRef
 from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
@@ -92,6 +93,7 @@ class Runner(RunnerParts):
                 run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix), tracer=tracer, prices=prices)
+        r.watch_projection(client, settings.redis_prefix)
         r._owned = [topic, beat, leases, client] + ([w] if own_writer else [])
         return r
 
@@ -111,8 +113,8 @@ class Runner(RunnerParts):
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                   parent_run_id: str | None = None, forked_from_seq: int | None = None,
                   budget: Budget | None = None) -> RunHandle:
-        return drive(self.starts.start(workflow, params, inputs, idempotency_key, parent_run_id,
-                                       forked_from_seq, budget))
+        return self.handing_out(drive(self.starts.start(workflow, params, inputs, idempotency_key,
+                                                        parent_run_id, forked_from_seq, budget)))
 
     start_run.__doc__ = _START_DOC
 
@@ -122,11 +124,17 @@ class Runner(RunnerParts):
 
     def run(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
             idempotency_key: str | None = None) -> RunResult:
-        """Start a run and execute all its stages. For a key naming an existing run,
-        returns at once with ``completed=False`` and no outputs (resume owns that run)."""
+        """Start a run and execute all its stages. For a key naming an existing run, the outcome of
+        that run, wherever it executes (:meth:`RunHandle.result`; a run that waits for a signal
+        returns with ``waiting`` set, as a run started here does).
+
+        Raises:
+            RunConflict: the key names a run of another workflow or other parameters.
+            RunFailed, ResumeBlocked, RunCancelled: the existing run ended so.
+        """
         h = self.start_run(workflow, params, inputs, idempotency_key)
         if h.session is None:
-            return RunResult(h.run_id, 0, 0)
+            return self.outcomes.result(h.run_id, settle_on_wait=True)
         return self.execute(h.session)
 
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,

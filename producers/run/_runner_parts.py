@@ -3,6 +3,9 @@ arguments (the sync and async runners are two faces driving the same parts' step
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from runlog.producers.base._trace import NO_TRACE, Tracer
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._ledger import EffectLedger
@@ -13,6 +16,8 @@ from runlog.producers.log._log import EventLog
 from runlog.producers.log._runlog import RunLog
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._core import StageExecution
+from runlog.producers.run._outcome import RunOutcomes
+from runlog.producers.run._results import RunHandle
 from runlog.producers.run._runs import RunKeys
 from runlog.producers.run._start import RunStarts
 
@@ -33,6 +38,19 @@ class RunnerParts:
                                 run_log=run_log, lease_wait_s=lease_wait_s, active=active, tracer=tracer)
         self.stages = StageExecution(store, ledger=ledger, max_parallel=max_parallel, active=active,
                                      tracer=tracer, prices=PriceTable.of(prices))
+        self.outcomes = RunOutcomes(run_log, store)
+        """Where the handles this runner gives out wait for their runs' outcomes."""
+
+    def handing_out(self, handle: RunHandle) -> RunHandle:
+        """``handle`` able to wait for its run's outcome (:meth:`RunHandle.result`)."""
+        return dataclasses.replace(handle, outcomes=self.outcomes)
+
+    def watch_projection(self, client: Any, prefix: str) -> None:
+        """Read awaited runs' states from the Redis projection under ``prefix`` first (the log when
+        it lacks them)."""
+        from runlog.projections import RedisStore
+
+        self.outcomes.projected = RedisStore(client, prefix).load_state
 
     @property
     def writer(self) -> EventLog:

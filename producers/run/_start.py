@@ -19,7 +19,6 @@ import json
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -43,6 +42,7 @@ from runlog.producers.log._log import EventLog
 from runlog.producers.log._runlog import RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._results import RunHandle
 from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
 from runlog.projections.internal import BUDGET_ATTRIBUTE
 from runlog.schemas import EventType, event_hash
@@ -53,17 +53,6 @@ from runlog.schemas.errors import (
 from runlog.schemas.internal import STAGES_ATTRIBUTE
 
 __all__ = ["RunHandle", "RunStarts", "activating", "deactivating"]
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    """What :meth:`Runner.start_run` returns. ``session`` is None when the idempotency key
-    named an existing run (``created`` False): this process does not own that run."""
-
-    run_id: str
-    created: bool
-    params_hash: str
-    session: RunSession | None = None
 
 
 class RunStarts:
@@ -278,8 +267,8 @@ _START_DOC = """Pin inputs, take the lease and append a confirmed ``RUN_STARTED`
                 pinned at its latest version.
             idempotency_key: names the run (its id is derived from the key); the same key
                 with the same workflow and params returns the existing run
-                (``created=False``, no session). See :mod:`runlog.producers.run._start` for a start
-                interrupted by a crash.
+                (``created=False``, no session; :meth:`RunHandle.result` waits for its
+                outcome). See :mod:`runlog.producers.run._start` for a start interrupted by a crash.
 
         Raises:
             RunConflict: the key names a run with other params or workflow.

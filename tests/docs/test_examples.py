@@ -47,6 +47,20 @@ def test_some_pages_have_examples_that_run() -> None:
     assert {"README.md", "docs/getting-started.md"} <= names, names
 
 
+def test_the_readme_example_runs_twice_in_a_row(topics: Settings, tmp_path: Path) -> None:
+    """The second run of the README's example starts with the same key: it gets the first run's
+    outcome back (completed, its outputs), and the message is not sent again."""
+    from tests.docs._examples import README
+
+    [block] = [b for b in blocks(README) if b.kind == "run" and b.lang == "python"]
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    env = _env(topics)
+    _run(block, cwd, env, 1)
+    _run(block, cwd, env, 2)
+    assert len(list((cwd / "outbox").iterdir())) == 1
+
+
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_the_examples_of_a_page_run(page: Path, topics: Settings, tmp_path: Path) -> None:
     cwd = tmp_path / "work"

@@ -19,7 +19,7 @@ from runlog.producers.log._memory import (
 )
 from runlog.producers.log._session import RunSession
 from runlog.producers.run._arunner import AsyncRunner
-from runlog.producers.run._core import RunResult
+from runlog.producers.run._results import RunResult
 from runlog.producers.run._runner import Runner
 from runlog.projections.fold import fold_all
 from runlog.schemas import EventType, RunEvent
