@@ -99,6 +99,7 @@ except ImportError as _err:  # pragma: no cover - exercised without the extra in
                       ) from _err
 
 import dataclasses
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Generic
@@ -130,6 +131,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 
+from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._replay_hook import model_override
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
 from runlog.producers.integrations._core import DurableAgent, Positions, model_call
@@ -250,7 +252,9 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
             return encoded
 
         recorded = await self.positions.call((ctx.tool_call_id, name), dataclasses.replace(spec, fn=fn), args)
-        return decode_result(recorded)
+        # the recorded JSON form (object keys sorted, as a re-run or a replay reads it back), in the
+        # first run too: the model sees the same tool return, byte for byte, every time
+        return decode_result(json.loads(canonical_json(recorded)))
 
 
 # -- the durable agent -----------------------------------------------------------------------------

@@ -112,6 +112,39 @@ def test_tool_control_flow_and_rich_results_are_recorded_and_read_back(world: Wo
     assert again.completed and ran == [1, 2]  # the retry and the model were read back, nothing ran
 
 
+def test_a_tool_result_reaches_the_model_in_its_recorded_form_in_the_first_run_too(world: World) -> None:
+    """A dict's keys in the order the tool wrote them would reach the model in the first run, sorted
+    (as recorded) in a re-run or a replay: another prompt, other tokens, a replay that reports a
+    change that did not happen. The recorded form, every time."""
+    seen: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("price", {"sku": "a"})])
+        seen.extend(repr(p.content) for p in messages[-1].parts if isinstance(p, ToolReturnPart))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(respond), name="ordered")
+
+    @agent.tool_plain
+    def price(sku: str) -> dict[str, Any]:
+        return {"sku": sku, "price": 1200}  # not in sorted order
+
+    durable = RunlogAgent(agent)
+    wf = Workflow("ordered", "1")
+
+    @wf.stage("s")
+    async def s(ctx: AsyncStageContext, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"out": (await durable.run(ctx, "go")).output}
+
+    first = world.runner.run(wf, {})
+    assert first.completed and seen == ["{'price': 1200, 'sku': 'a'}"]
+    models = [c for c in world.recorded(first.run_id) if "model" in c]
+    again = world.again(first.run_id, wf, {}, recorded_calls={  # the model asked anew, the tool served
+        k: v for k, v in world.recorded(first.run_id).items() if k not in models})
+    assert again.completed and seen == ["{'price': 1200, 'sku': 'a'}"] * 2
+
+
 def test_what_is_not_json_data_is_refused_with_a_clear_error(world: World) -> None:
     class Opaque:
         pass
