@@ -207,8 +207,32 @@ def _recorded_calls(settings: Settings, run_id: str) -> dict[str, tuple[str | No
     return out
 
 
+#: what a dumped model conversation (Pydantic AI's messages, in a stage's output) carries that
+#: differs on every run by nature, not by what the run did: a message's time and run, a part's time
+_MESSAGE_KINDS = frozenset({"request", "response"})
+_VOLATILE_MESSAGE_KEYS = ("timestamp", "run_id", "conversation_id")
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` without the volatile fields of the model messages it holds (a dict with a
+    ``parts`` list and a ``kind`` of ``request`` or ``response``); anything else as it is."""
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _comparable(v) for k, v in value.items()}
+    if value.get("kind") in _MESSAGE_KINDS and isinstance(value.get("parts"), list):
+        for key in _VOLATILE_MESSAGE_KEYS:
+            out.pop(key, None)
+        out["parts"] = [{k: v for k, v in p.items() if k != "timestamp"} if isinstance(p, dict) else p
+                        for p in out["parts"]]
+    return out
+
+
 def _compare(was: Any, now: Any) -> str:
-    """``same``, or ``changed`` naming the top-level keys that differ when both are objects."""
+    """``same``, or ``changed`` naming the top-level keys that differ when both are objects; the
+    volatile fields of model messages (their times) are no change (:func:`_comparable`)."""
+    was, now = _comparable(was), _comparable(now)
     if was == now:
         return "same"
     if isinstance(was, dict) and isinstance(now, dict):

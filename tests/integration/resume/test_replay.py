@@ -102,8 +102,8 @@ def test_an_agent_replayed_calls_its_model_anew_and_with_another_model_never_sav
 
     same = replay_run(topics, app, res.run_id)  # the same model: asked again, answers alike
     assert same.status == "completed", same.reason
-    # the same answers; the research stage's output also holds the messages, stamped with their time
-    assert same.outputs == {"research": "changed (messages)", "order": "same"}, same.outputs
+    # the same answers and messages (their times are no change): an unchanged run replays unchanged
+    assert same.outputs == {"research": "same", "order": "same"}, same.outputs
     assert len(world.model_turns()) == 2 * turns  # every model request made anew
     assert (world.lookups(), world.rows(), world.attempts()) == (lookups, rows, 1)  # tools served
     hows = {(c.tool, c.how) for c in same.calls}

@@ -35,3 +35,19 @@ def test_bad_usage_is_refused_with_exit_2_before_the_app_is_loaded(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert "runlog replay:" in capsys.readouterr().err
+
+
+def test_a_model_conversation_compares_without_its_times() -> None:
+    from runlog.processors.replay import _compare
+
+    def conversation(at: str, answer: str) -> dict[str, object]:
+        return {"answer": answer, "messages": [
+            {"kind": "request", "timestamp": at, "run_id": f"r-{at}", "parts": [
+                {"part_kind": "user-prompt", "content": "price of a?", "timestamp": at}]},
+            {"kind": "response", "timestamp": at, "parts": [{"part_kind": "text", "content": answer}]}]}
+
+    recorded = conversation("2026-12-01T00:00:00Z", "1200")
+    assert _compare(recorded, conversation("2026-12-06T07:00:00Z", "1200")) == "same"
+    assert _compare(recorded, conversation("2026-12-06T07:00:00Z", "1300")) == "changed (answer, messages)"
+    # a field named timestamp outside a model message is the workflow's own data: a change
+    assert _compare({"timestamp": 1}, {"timestamp": 2}) == "changed (timestamp)"
