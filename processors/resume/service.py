@@ -81,7 +81,7 @@ import uuid
 from collections.abc import Callable
 
 import redis
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from runlog.processors.dlq import headers as dead_letter_headers
 from runlog.processors.metrics import MetricsServer, ResumerMetrics
@@ -93,7 +93,16 @@ from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
 from runlog.producers.internal import ActiveRuns, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
-from runlog.schemas import Codec, DecodeError, DeliveryError, LogUnavailable, ResumeRequest, Settings, Topics
+from runlog.schemas import (
+    Codec,
+    DecodeError,
+    DeliveryError,
+    LogUnavailable,
+    ResumeRequest,
+    RunlogError,
+    Settings,
+    Topics,
+)
 from runlog.schemas.internal import commit_refused_by_rebalance, from_headers, redis_client
 
 __all__ = ["CONTENDED_RETRIES", "PICKUP_S", "RETRY_MARGIN_S", "ResumerService", "SweepReport", "app_id",
@@ -257,8 +266,11 @@ class ResumerService:
             return None
         err = msg.error()
         if err is not None:
-            if err.fatal():  # e.g. fenced by another member with this group.instance.id: nothing more works
-                raise KafkaException(err)
+            if err.fatal() or err.code() == KafkaError._FATAL:
+                # e.g. fenced by another member with this group.instance.id: nothing more works (a
+                # fatal error reaches poll() as _FATAL, whose own fatal() may say False)
+                raise RunlogError(f"the resume topic's consumer stopped for good: {err.str()}") from \
+                    KafkaException(err)
             log.warning("resume topic: %s", err)
             return None
         outcome = self._handle(msg)
