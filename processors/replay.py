@@ -208,9 +208,12 @@ def _recorded_calls(settings: Settings, run_id: str) -> dict[str, tuple[str | No
 
 
 #: what a dumped model conversation (Pydantic AI's messages, in a stage's output) carries that
-#: differs on every run by nature, not by what the run did: a message's time and run, a part's time
+#: differs on every run by nature, not by what the run did: a message's times, run and ids, a
+#: part's time, and a tool call id Pydantic AI generated (``pyd_ai_<random>``)
 _MESSAGE_KINDS = frozenset({"request", "response"})
-_VOLATILE_MESSAGE_KEYS = ("timestamp", "run_id", "conversation_id")
+_VOLATILE_MESSAGE_KEYS = ("timestamp", "request_timestamp", "duration", "run_id", "conversation_id",
+                          "provider_response_id")
+_GENERATED_CALL_ID = "pyd_ai_"
 
 
 def _comparable(value: Any) -> Any:
@@ -224,8 +227,15 @@ def _comparable(value: Any) -> Any:
     if value.get("kind") in _MESSAGE_KINDS and isinstance(value.get("parts"), list):
         for key in _VOLATILE_MESSAGE_KEYS:
             out.pop(key, None)
-        out["parts"] = [{k: v for k, v in p.items() if k != "timestamp"} if isinstance(p, dict) else p
-                        for p in out["parts"]]
+        out["parts"] = [_comparable_part(p) if isinstance(p, dict) else p for p in out["parts"]]
+    return out
+
+
+def _comparable_part(part: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in part.items() if k != "timestamp"}
+    call_id = out.get("tool_call_id")
+    if isinstance(call_id, str) and call_id.startswith(_GENERATED_CALL_ID):
+        out["tool_call_id"] = _GENERATED_CALL_ID + "*"
     return out
 
 

@@ -160,3 +160,27 @@ def test_a_replay_leaves_no_namespace_behind_unless_kept_and_clean_deletes_kept_
     assert main(["replay", "clean"]) == 0
     assert f"deleted {kept}" in capsys.readouterr().out
     assert left(kept) == ([], []) and eval_namespaces(topics) == []
+
+
+@pytest.mark.parametrize(("module", "workflow"), [("_pydantic_ai_agent", "agent-shop"),
+                                                  ("_openai_agents_agent", "oa-shop")])
+def test_an_unchanged_agent_run_replays_with_no_change_and_leaves_no_namespace(
+        topics: Settings, tmp_path: Path, module: str, workflow: str) -> None:
+    import importlib
+
+    from runlog.processors.admin import admin_client
+    from runlog.processors.replay import drop_namespace
+
+    shop = importlib.import_module(f"tests.integration.resume.{module}")
+    app = shop.agent_app(tmp_path / "shop")
+    with Runner.from_settings(topics, source=app.source, prices=app.prices) as runner:
+        res = runner.run(app.registry.get(workflow), {"sku": "sku-1", "order": "o-9"})
+    assert res.completed
+    rep = replay_run(topics, app, res.run_id)  # the same model, asked again: it answers alike
+    assert rep.status == "completed", rep.reason
+    assert set(rep.outputs.values()) == {"same"}, rep.outputs
+    assert rep.replay_usage == rep.recorded_usage  # the same prompts: the same tokens
+    drop_namespace(topics, rep.namespace)
+    left = [t for t in admin_client(topics).list_topics(timeout=30).topics
+            if t.startswith(f"{topics.topic_prefix}{rep.namespace}.")]
+    assert left == []
