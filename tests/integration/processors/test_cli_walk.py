@@ -90,6 +90,37 @@ def test_every_command_with_bad_values_against_the_real_services(topics: Setting
     assert "no run 'run-nope'" in by["tail run-nope"] and "no events for 'run-nope'" in by["show run-nope"]
 
 
+#: bad values of each kind, where a command takes one: times, offsets, JSON, paths, assignments
+BAD_VALUES = [
+    ["show", "run-nope", "--at", "2026-13-45"], ["show", "run-nope", "--at", "notatime"],
+    ["audit", "--since", "notatime"], ["audit", "--until", "2026-13-45"],
+    ["audit", "--from-offset", "10", "--to-offset", "5"], ["audit", "--from-offset", "-1"],
+    ["tail", "run-nope", "--from", "-5"], ["signal", "run-nope", "approval", "--data", "{bad", "--by", "x"],
+    ["resume", "run-nope", "--dry-run", "--app", "../nowhere/app:app"],
+    ["upgrade", "run-nope", "--to", "2", "--app", "./nowhere:app", "--by", "x", "--reason", "y"],
+    ["replay", "run-nope", "--app", "x:y", "--set", "oops"], ["branch", "run-nope", "--input", "facts"],
+]
+
+
+def test_bad_values_of_every_kind_are_one_line(topics: Settings, tmp_path: Path) -> None:
+    results = _walk(BAD_VALUES, {**os.environ, **topics.to_env()}, tmp_path)
+    _check(results, {1, 2})
+    assert all(len(err.strip().splitlines()) <= 2 for _, _, err in results), results
+
+
+def test_every_command_with_the_schema_registry_down(topics: Settings, tmp_path: Path) -> None:
+    """With a registry configured that does not answer, a command that reads or writes the log
+    refuses with one configuration line (exit 2); one that only reads the projection may answer."""
+    leaves = _leaves(build_parser())
+    walked = [argv for path, argv in leaves if path[0] not in SERVERS]
+    env = {**os.environ, **topics.to_env(), "RUNLOG_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"}
+    results = _walk(walked, env, tmp_path)
+    _check(results, {1, 2, 3})
+    by = {cmd: (rc, err) for cmd, rc, err in results}
+    rc, err = by["show run-nope"]
+    assert rc == 2 and "schema registry" in err and "unreachable" in err, err
+
+
 @pytest.mark.parametrize("command", sorted(SERVERS))
 def test_servers_answer_help(command: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "runlog", command, "--help"], capture_output=True, text=True,
