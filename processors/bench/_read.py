@@ -300,6 +300,7 @@ def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: fl
     tick(f"lag at within={within}")
     return {"lag_p50_ms": percentile(lags, 50), "lag_p99_ms": percentile(lags, 99),
             "lag_max_ms": max(lags) if lags else float("nan"), "offered_events_per_s": offered,
+            "target_events_per_s": rate,
             "events": len(lags), "runs": runs, "projector_within_s": within,
             "projector_peak_rss_kib": rss}
 
