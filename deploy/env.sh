@@ -81,8 +81,11 @@ if [ -n "$services_pid" ]; then
         exit 1
     fi
     cat "$services_log" >&2
-    eval "$(cat "$services_log.out")"
     rm -f "$services_log" "$services_log.out"
+    # once more, now that the virtualenv is on PATH: its readiness check asks the broker for its
+    # metadata (confluent-kafka), where the first start, before the virtualenv, could only see the port
+    exports="$("$ROOT/deploy/local/up")" || { say "deploy/local/up failed (see above): stopping"; exit 1; }
+    eval "$exports"
     if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
         say "deploy/local/up printed no KAFKA_BOOTSTRAP_SERVERS / REDIS_URL: stopping"
         exit 1
