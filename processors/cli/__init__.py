@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
@@ -71,16 +71,20 @@ def _name_the_defaults() -> None:
               f"{'them' if len(unset) > 1 else 'it'} to use other services)", file=sys.stderr)
 
 
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and what caused it, at every depth (``raise ... from``, or raised while handling)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
 def _redis_unreachable(err: BaseException) -> bool:
     """Whether ``err`` was caused, at any depth, by a Redis connection that failed or timed out."""
     import redis.exceptions
 
-    seen: BaseException | None = err
-    while seen is not None:
-        if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(isinstance(e, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError)
+               for e in _causes(err))
 
 
 def _redis_hint() -> str:
@@ -194,13 +198,8 @@ def _kafka_unreachable(err: BaseException) -> bool:
     from confluent_kafka import KafkaError, KafkaException
 
     down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
-    seen: BaseException | None = err
-    while seen is not None:
-        if (isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError)
-                and seen.args[0].code() in down):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError)
+               and e.args[0].code() in down for e in _causes(err))
 
 
 def _detach_stdout() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runlog.processors.cli import build_parser
 from runlog.schemas import Settings
+from tests.docs._examples import hook
 
 pytestmark = pytest.mark.integration
 
@@ -23,24 +23,21 @@ SERVERS = {"console", "project", "resumer", "demo", "smoke", "bench", "init"}
 DOWN = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0"}
 
 
-def _leaves(parser: argparse.ArgumentParser,
-            path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], list[str]]]:
-    """(command path, argv with bad values for its required arguments) of every leaf command."""
+def _leaves() -> list[tuple[tuple[str, ...], list[str]]]:
+    """(command path, argv with bad values for its required arguments) of every leaf command, read
+    from the parser as the CLI reference is (``docs/_hooks/generate.py``'s ``commands``)."""
     out = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                if any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
-                    out += _leaves(sub, (*path, name))
-                    continue
-                argv = [*path, name]
-                for a in sub._actions:
-                    if a.option_strings:
-                        if a.required:
-                            argv += [a.option_strings[0], "x"]  # not a module:attribute, not a number
-                    elif a.dest != "help" and a.nargs not in ("?", "*"):
-                        argv.append("run-nope")
-                out.append(((*path, name), argv))
+    for path, _, sub in hook().commands():
+        if any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+            continue
+        argv = list(path)
+        for a in sub._actions:
+            if a.option_strings:
+                if a.required:
+                    argv += [a.option_strings[0], "x"]  # not a module:attribute, not a number
+            elif a.dest != "help" and a.nargs not in ("?", "*"):
+                argv.append("run-nope")
+        out.append((path, argv))
     return out
 
 
@@ -69,7 +66,7 @@ def _asks(cmd: str) -> bool:
 
 
 def test_every_command_with_the_services_down_is_one_documented_exit(tmp_path: Path) -> None:
-    leaves = _leaves(build_parser())
+    leaves = _leaves()
     walked = [argv for path, argv in leaves if path[0] != "console"]  # serves pages with Redis down
     assert len(walked) >= 25, walked
     results = _walk(walked, {**os.environ, **DOWN}, tmp_path)
@@ -79,7 +76,7 @@ def test_every_command_with_the_services_down_is_one_documented_exit(tmp_path: P
 
 
 def test_every_command_with_bad_values_against_the_real_services(topics: Settings, tmp_path: Path) -> None:
-    leaves = _leaves(build_parser())
+    leaves = _leaves()
     walked = [argv for path, argv in leaves if path[0] not in SERVERS]
     env = {**os.environ, **topics.to_env(), "RUNLOG_TOPIC_PREFIX": f"{topics.topic_prefix}absent."}
     _check(_walk(walked, env, tmp_path), {1, 2, 3})
@@ -111,7 +108,7 @@ def test_bad_values_of_every_kind_are_one_line(topics: Settings, tmp_path: Path)
 def test_every_command_with_the_schema_registry_down(topics: Settings, tmp_path: Path) -> None:
     """With a registry configured that does not answer, a command that reads or writes the log
     refuses with one configuration line (exit 2); one that only reads the projection may answer."""
-    leaves = _leaves(build_parser())
+    leaves = _leaves()
     walked = [argv for path, argv in leaves if path[0] not in SERVERS]
     env = {**os.environ, **topics.to_env(), "RUNLOG_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"}
     results = _walk(walked, env, tmp_path)
