@@ -6,7 +6,6 @@ the Redis store) are imported on first use (PEP 562). What Runlog's other packag
 names is declared in :mod:`runlog.projections.internal` (not a stable API).
 """
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from runlog.projections.fold import (
     fold_many,
 )
 from runlog.projections.store import ApplyResult, MemoryStore, ProjectionStore, RunUpdate
+from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
     from runlog.projections.batch import BatchProjector, BatchResult, DeadLetter, RawRecord, decode_records
@@ -57,18 +57,7 @@ _LAZY = {
 }
 """Exported names whose module imports a driver, by module."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 class _Package(types.ModuleType):

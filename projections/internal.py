@@ -5,8 +5,7 @@ application imports :mod:`runlog.projections` instead. The names whose module im
 (Redis) are imported on first use (PEP 562), so importing this module loads none.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runlog.projections._budget import (
     BUDGET_ATTRIBUTE,
@@ -18,6 +17,7 @@ from runlog.projections._budget import (
 from runlog.projections._marker import READY, marker_key, parse_marker, state_key
 from runlog.projections._state import effect_to_dict
 from runlog.projections._usage import INHERITED_ATTRIBUTE, NO_USAGE, UsageTotals
+from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
     from runlog.projections._namespaces import delete_namespace
@@ -31,18 +31,7 @@ _LAZY = {
 }
 """The names whose module imports a driver, by module."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

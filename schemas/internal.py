@@ -5,10 +5,10 @@ contract. An application imports :mod:`runlog.schemas` instead. The names whose 
 (Kafka, Redis, fastavro) are imported on first use (PEP 562), so importing this module loads none.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runlog.schemas._hash import HASH_VERSION
+from runlog.schemas._lazy import lazy_names
 from runlog.schemas._plain import PlainMapping
 from runlog.schemas._tokens import TOKEN_EXTEND, TOKEN_RELEASE
 from runlog.schemas._tracecontext import (
@@ -61,18 +61,7 @@ _LAZY = {
 }
 """The names whose module imports a driver, by module."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
@@ -99,6 +88,7 @@ __all__ = [
     "index_shard",
     "is_cluster",
     "is_cluster_url",
+    "lazy_names",
     "parse",
     "partitions_of",
     "quiet_auth_lines",
