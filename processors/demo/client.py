@@ -53,6 +53,10 @@ class WorldClient:
             cache[self.base_url] = str(self.get("/health")["account"])
         return cache[self.base_url]
 
+    def forget(self, base_url: str) -> None:
+        """Drop the account cached for ``base_url``: a new world that took a freed port has its own."""
+        self.__dict__.get("_accounts", {}).pop(base_url, None)
+
     def stats(self) -> dict[str, int]:
         result: dict[str, int] = self.get("/stats")
         return result

@@ -191,7 +191,11 @@ class CrashMatrix:
     def world(self, name: str) -> tuple[ThreadingHTTPServer, str]:
         server = serve(self.workdir / name / "world")
         self._servers.append(server)
-        return server, f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        # a world shut down after its point frees its port, and a later world may take it: that
+        # world has another account, so the router must not answer with the one it cached
+        self.router.forget(url)
+        return server, url
 
     def _epoch_runs(self) -> set[str]:
         pat = f"{self.settings.redis_prefix}:{{run-*}}:epoch"

@@ -56,6 +56,7 @@ def test_tail_of_a_run_nobody_knows_says_so(topics: Settings, monkeypatch: pytes
                                             capsys: pytest.CaptureFixture[str]) -> None:
     for k, v in topics.to_env().items():
         monkeypatch.setenv(k, v)
+    monkeypatch.setenv("RUNLOG_TRACEBACK", "1")  # an unexpected error shows where, in the failure
     _write(topics, "run-known", 2)  # the topics exist, with another run's records
     assert main(["tail", "run-nope"]) == 1
     out = capsys.readouterr()

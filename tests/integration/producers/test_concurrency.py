@@ -41,6 +41,32 @@ def _wf() -> Workflow:
     return wf
 
 
+def _second_read(settings: Settings, partition: int, run_id: str) -> dict[str, Any]:
+    """What a plain consumer finds of ``run_id`` on ``partition`` (a failure's diagnosis: whether
+    the reader or the log misses a record)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from runlog.schemas import Codec, RunEvent, Topics
+
+    topic = Topics.of(settings).events
+    c = Consumer(settings.consumer_config(f"t-second-{run_id[-8:]}", **{"enable.auto.commit": False}))
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        found, last = [], lo - 1
+        while last < hi - 1:
+            m = c.poll(10)
+            if m is None:
+                break
+            if m.error() is None:
+                last = m.offset()
+                if m.key() == run_id.encode():
+                    found.append((m.offset(), Codec().decode(m.value(), RunEvent).seq))
+        return {"watermarks": (lo, hi), "read_to": last, "records": found}
+    finally:
+        c.close()
+
+
 def test_200_concurrent_runs_are_each_gapless_in_order_on_one_partition(topics: Settings) -> None:
     wf = _wf()
     go = threading.Barrier(RUNS, timeout=60)
@@ -73,7 +99,8 @@ def test_200_concurrent_runs_are_each_gapless_in_order_on_one_partition(topics: 
         assert len({p for p, *_ in recs}) == 1, f"{run_id} spans partitions"
         partitions.add(recs[0][0])
         recs.sort(key=lambda x: x[1])  # log order
-        assert [seq for _, _, seq, _, _ in recs] == list(range(1, len(recs) + 1)), run_id
+        assert [seq for _, _, seq, _, _ in recs] == list(range(1, len(recs) + 1)), \
+            (run_id, recs, _second_read(topics, recs[0][0], run_id))
         types = [t for *_, t, _ in recs]
         # the two parallel calls of stage two may interleave; everything else is fixed
         assert types[:6] + sorted(types[6:10]) + types[10:] == \

@@ -28,7 +28,7 @@ from runlog.processors.resume import App, ResumeOutcome, Resumer
 from runlog.processors.resume._versions import VersionRoutes
 from runlog.producers import Runner
 from runlog.projections import RunStatus
-from runlog.schemas import EventType, Settings
+from runlog.schemas import EventType, Settings, partition_for
 from runlog.schemas._redis import redis_client
 from tests.integration.resume._members import Member, until
 from tests.integration.resume._orders import orders_app
@@ -79,6 +79,21 @@ def _start(settings: Settings, app: App, crashes: _Crashes, orders: list[str],
             runner.close()  # a crashed run's lease expires after its ttl: the sweep finds it
 
 
+def _v2_run_for_a_v1_member(settings: Settings, app: App, crashes: _Crashes, old: list[Member],
+                            started: dict[str, tuple[str, str]]) -> str:
+    """Start crashing version-2 runs until one's resume requests are bound for a partition a
+    version-1 member owns (the runs above land wherever their ids hash): such a member is then
+    handed a version-2 run for certain. Returns its id."""
+    for i in range(40):
+        before = set(started)
+        _start(settings, app, crashes, [f"h{i}"], started)  # POINTS[0]: crashes at the end of "pick"
+        (run_id,) = set(started) - before
+        owned = frozenset().union(*(m.service.partitions for m in old))
+        if partition_for(run_id, settings.partitions) in owned:
+            return run_id
+    raise AssertionError("no version-2 run hashed to a partition of a version-1 member in 40 tries")
+
+
 def _statuses(settings: Settings, app: App, run_ids: list[str]) -> dict[str, tuple[RunStatus, str]]:
     with Resumer(settings, app) as r:
         out = {}
@@ -119,6 +134,9 @@ def test_a_rolling_deploy_under_load_blocks_no_run_and_repeats_no_effect(
 
         # old and new members together
         until(all_complete, "the runs so far completed", [*old, *new], timeout=120, every=0.2)
+        _v2_run_for_a_v1_member(s, v12(), crashes, old, started)
+        until(lambda: sum(m.service.not_served for m in old) > 0,
+              "a version-1 member handed a version-2 run", [*old, *new], timeout=120, every=0.2)
         _start(s, v1(), crashes, [f"e{i}" for i in range(4)], started)  # v1 runs in flight ...
         for m in old:  # ... when the version-1 members leave
             m.leave()
