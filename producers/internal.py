@@ -8,7 +8,7 @@ from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Trac
 from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import WAIT, RecordedCall
-from runlog.producers.calls._keys import canonical_json
+from runlog.producers.calls._keys import canonical_json, lp_sha256, sha256_hex
 from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
 from runlog.producers.define._inputs import PinnedInputs
@@ -26,6 +26,8 @@ from runlog.producers.log._runlog import KafkaRunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter, send_resume_request
 from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._outcome import RunOutcomes
+from runlog.producers.run._runs import RunKeys, run_id_for_key
 
 __all__ = [
     "EXECUTE",
@@ -52,6 +54,8 @@ __all__ = [
     "PinnedInputs",
     "RecordedCall",
     "RedisLeaseManager",
+    "RunKeys",
+    "RunOutcomes",
     "RunSession",
     "RunWriter",
     "Span",
@@ -60,7 +64,10 @@ __all__ = [
     "context_of",
     "label",
     "lease_key",
+    "lp_sha256",
     "register",
+    "run_id_for_key",
     "send_resume_request",
+    "sha256_hex",
     "unregister",
 ]

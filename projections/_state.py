@@ -219,6 +219,10 @@ class RunState:
     """The W3C trace context the run started in (``RUN_STARTED`` attributes ``traceparent`` and
     ``tracestate``): a resume continues the run's trace from it. None: started untraced."""
     tracestate: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Where a submitted run waits and counts: ``queue``, ``tenant``, ``priority`` (``RUN_STARTED``
+    attributes ``runlog.queue``, ``runlog.tenant``, ``runlog.priority``); empty for a run started
+    otherwise."""
 
     @property
     def workflow_version(self) -> str:

@@ -58,6 +58,15 @@ __all__ = [
     "fold_many",
 ]
 
+LABELS = ("queue", "tenant", "priority")
+"""The ``RUN_STARTED`` attributes ``runlog.<label>`` a submitted run carries (:attr:`RunState.labels`)."""
+
+
+def labels_of(attributes: Mapping[str, str]) -> dict[str, str]:
+    """A run's labels from its ``RUN_STARTED`` attributes (:data:`LABELS`)."""
+    return {k: attributes[f"runlog.{k}"] for k in LABELS if f"runlog.{k}" in attributes}
+
+
 def event_digest(event: RunEvent, body: bytes | None = None) -> str:
     """The duplicate window's digest: the first 128 bits of ``event_hash``, so every field counts.
 
@@ -194,6 +203,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             traceparent=e.attributes.get(TRACEPARENT) or s.traceparent,
             tracestate=e.attributes.get(TRACESTATE) if TRACEPARENT in e.attributes else s.tracestate,
             usage_budget=budget_of(e) or s.usage_budget,
+            labels=labels_of(e.attributes) or s.labels,
         )
         return s, _ACCEPTED
     if t is EventType.RUN_UPGRADED and e.workflow is not None:

@@ -3,8 +3,9 @@
 ``import runlog`` gives what an application author writes and calls: workflows, stages and rules
 (``Workflow``, ``rule``), tools with replay and retry policies (``tool``, ``ReplayPolicy``,
 ``RetryPolicy``), the runners (``Runner``, ``AsyncRunner``), the resumer's application object
-(``App``), settings and the errors an author catches. The same names are the public API of
-:mod:`runlog.producers` (the agent-side SDK); the list is pinned by ``tests/unit/test_public_api.py``.
+(``App``), settings and the errors an author catches: the public API of :mod:`runlog.producers` (the
+agent-side SDK). With them, the fleet's client (``Client``, which submits runs to ``runlog worker``
+processes, and its handles, ``SubmittedRun``). The list is pinned by ``tests/unit/test_public_api.py``.
 
 The parts, each a package of its own:
 
@@ -21,6 +22,7 @@ from importlib.metadata import version as _version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runlog.processors.fleet import Client, SubmittedRun
     from runlog.producers import (
         App,
         ArtifactError,
@@ -85,9 +87,14 @@ def __getattr__(name: str) -> Any:
     no Kafka or Redis client, while ``runlog.Workflow`` and ``from runlog import Runner`` work as usual."""
     if name == "__version__" or name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("runlog.producers"), name)
+    home = "runlog.processors.fleet" if name in _FLEET else "runlog.producers"
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
+
+
+_FLEET = frozenset({"Client", "SubmittedRun"})
+"""The names a fleet's clients use (:mod:`runlog.processors.fleet`); every other one is the SDK's."""
 
 __all__ = [
     "App",
@@ -98,6 +105,7 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CallPosition",
+    "Client",
     "DeliveryError",
     "DeliveryFn",
     "DictInputSource",
@@ -127,6 +135,7 @@ __all__ = [
     "Stage",
     "StageContext",
     "StageFn",
+    "SubmittedRun",
     "TerminalToolError",
     "Tool",
     "ToolError",

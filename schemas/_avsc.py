@@ -51,6 +51,7 @@ RECORD_FILES = {
     "runlog.Effect": "effect.avsc",
     "runlog.ResumeRequest": "resume_request.avsc",
     "runlog.StreamRecord": "stream_record.avsc",
+    "runlog.RunSubmission": "run_submission.avsc",
 }
 # Earlier versions of a record's schema, still read (their data is on topics with unlimited retention).
 _PAST_FILES: dict[str, tuple[str, ...]] = {

@@ -47,7 +47,7 @@ from runlog.schemas._avro_objects import ObjectEncoder, compile_object_encoder
 from runlog.schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
 from runlog.schemas._mapping import KINDS
 from runlog.schemas._registry_framing import RegistryFraming, SchemaRegistry
-from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
+from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, RunSubmission, StreamRecord
 from runlog.schemas.errors import ConfigError, DecodeError
 from runlog.schemas.settings import Settings, redact_urls
 
@@ -168,7 +168,8 @@ class Codec:
 
     # -- encoding --------------------------------------------------------------------------
 
-    def encode(self, value: RunEvent | Checkpoint | Effect | ResumeRequest | StreamRecord) -> bytes:
+    def encode(self, value: RunEvent | Checkpoint | Effect | ResumeRequest | StreamRecord | RunSubmission
+               ) -> bytes:
         """Encode a record in the configured framing."""
         kind = KINDS.get(type(value))
         if kind is None:

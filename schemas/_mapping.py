@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from runlog.schemas._plain import PlainMapping
-from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, StreamRecord
+from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, RunSubmission, StreamRecord
 
 __all__ = ["AVRO", "KINDS", "Kind"]
 
@@ -40,4 +40,5 @@ KINDS: dict[type[Any], Kind[Any]] = {
     Effect: _kind("runlog.Effect", Effect),
     ResumeRequest: _kind("runlog.ResumeRequest", ResumeRequest),
     StreamRecord: _kind("runlog.StreamRecord", StreamRecord),
+    RunSubmission: _kind("runlog.RunSubmission", RunSubmission),
 }

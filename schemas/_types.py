@@ -18,6 +18,7 @@ __all__ = [
     "ResumeRequest",
     "RuleResult",
     "RunEvent",
+    "RunSubmission",
     "StageSpec",
     "StreamKind",
     "StreamRecord",
@@ -269,6 +270,26 @@ class ResumeRequest:
     seen_epoch: int | None = None
     """The run's lease epoch the requester saw: a resumer that finds a later one does nothing
     (outcome ``superseded``). None: unknown (requests written before the field, the sweep)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSubmission:
+    """Asks the workers of a fleet to start a run (see ``run_submission.avsc``):
+    :meth:`runlog.Client.submit` writes it, ``runlog worker`` starts it."""
+
+    run_id: str
+    workflow: str
+    params: str
+    """Canonical JSON of the run's parameters."""
+    idempotency_key: str
+    submitted_at: int
+    version: str | None = None
+    inputs: dict[str, str] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    tenant: str | None = None
+    submitted_by: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 class StreamKind(StrEnum):

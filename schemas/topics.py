@@ -43,6 +43,10 @@ class Topics:
         return f"{self.prefix}runlog.resume"
 
     @property
+    def submissions(self) -> str:
+        return f"{self.prefix}runlog.submissions"
+
+    @property
     def streams(self) -> str:
         return f"{self.prefix}runlog.streams"
 
@@ -76,6 +80,8 @@ class Topics:
             TopicSpec(self.effects, p, rf, compact),
             TopicSpec(self.resume, p, rf, {**delete, "retention.ms": str(7 * 24 * 3600 * 1000)}),
             TopicSpec(self.streams, p, rf, {**delete, "retention.ms": str(settings.streams_retention_ms)}),
+            # what was asked, kept as long as the events (what pending submissions are is derived from both)
+            TopicSpec(self.submissions, p, rf, {**delete, "retention.ms": str(settings.events_retention_ms)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
         )
 

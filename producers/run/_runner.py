@@ -112,9 +112,9 @@ class Runner(RunnerParts):
     def start_run(self, workflow: Workflow, params: Mapping[str, Any],
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                   parent_run_id: str | None = None, forked_from_seq: int | None = None,
-                  budget: Budget | None = None) -> RunHandle:
+                  budget: Budget | None = None, attributes: Mapping[str, str] | None = None) -> RunHandle:
         return self.handing_out(drive(self.starts.start(workflow, params, inputs, idempotency_key,
-                                                        parent_run_id, forked_from_seq, budget)))
+                                                        parent_run_id, forked_from_seq, budget, attributes)))
 
     start_run.__doc__ = _START_DOC
 

@@ -85,13 +85,14 @@ class RunStarts:
 
     def start(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
-                     forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunHandle]:
+                     forked_from_seq: int | None, budget: Budget | None = None,
+                     attributes: Mapping[str, str] | None = None) -> Steps[RunHandle]:
         workflow.spec()  # refuses a workflow without stages before anything is claimed
         params_bytes = canonical_json(dict(params))
         params_hash = sha256_hex(params_bytes)
         pinned = PinnedInputs.pin(self.source, workflow.input_names(), inputs)
         wf_name = f"{workflow.name}@{workflow.version}"
-        attrs = {"params_hash": params_hash, "writer": self.writer.writer_id}
+        attrs = {**(attributes or {}), "params_hash": params_hash, "writer": self.writer.writer_id}
         if idempotency_key is None:
             run_id = f"run-{uuid.uuid4().hex}"
         else:
@@ -265,6 +266,8 @@ _START_DOC = """Pin inputs, take the lease and append a confirmed ``RUN_STARTED`
             params: the run's parameters (JSON object), stored as an artifact.
             inputs: explicit input versions; every other input a stage reads is
                 pinned at its latest version.
+            attributes: carried on ``RUN_STARTED`` (e.g. a submitted run's ``queue`` and ``tenant``);
+                Runlog's own attribute names win over them.
             idempotency_key: names the run (its id is derived from the key); the same key
                 with the same workflow and params returns the existing run
                 (``created=False``, no session; :meth:`RunHandle.result` waits for its

@@ -41,6 +41,7 @@ EXPORTS = {
         "ErrorInfo", "EventType", "LeaseLost", "LogUnavailable", "ReplayPolicy", "ResumeBlocked",
         "ResumeRequest",
         "RetryableToolError", "RuleResult", "RunCancelled", "RunConflict", "RunFailed", "RunEvent",
+        "RunSubmission",
         "RunlogError",
         "SINGLE_OBJECT_MAGIC",
         "SchemaRegistry", "Settings", "StageSpec", "StreamKind", "StreamRecord", "TerminalToolError",
@@ -60,8 +61,8 @@ EXPORTS = {
     ],
     "runlog.processors": ["main"],
 }
-# ``import runlog``: the author's surface (the SDK's names) and the version
-EXPORTS["runlog"] = [*EXPORTS["runlog.producers"], "__version__"]
+# ``import runlog``: the author's surface (the SDK's names), the fleet's client and the version
+EXPORTS["runlog"] = [*EXPORTS["runlog.producers"], "Client", "SubmittedRun", "__version__"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -87,4 +88,8 @@ def test_the_root_is_the_sdk_under_one_name() -> None:
 
     for name in runlog.producers.__all__:
         assert getattr(runlog, name) is getattr(runlog.producers, name), name
+    import runlog.processors.fleet
+
+    assert runlog.Client is runlog.processors.fleet.Client
+    assert runlog.SubmittedRun is runlog.processors.fleet.SubmittedRun
     assert runlog.__version__ and runlog.__version__ != "0+unknown"

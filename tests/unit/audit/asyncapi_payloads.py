@@ -22,7 +22,8 @@ __all__ = ["AVSC_FILES", "DOC", "avro_to_json_schemas", "main"]
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 DOC = SCHEMAS / "asyncapi.yaml"
-AVSC_FILES = ("run_event.avsc", "checkpoint.avsc", "effect.avsc", "resume_request.avsc", "stream_record.avsc")
+AVSC_FILES = ("run_event.avsc", "checkpoint.avsc", "effect.avsc", "resume_request.avsc", "stream_record.avsc",
+              "run_submission.avsc")
 """The current schema of each record the topics carry (each file defines every named type it uses)."""
 
 _PRIMITIVES: dict[str, dict[str, Any]] = {

@@ -102,7 +102,8 @@ def test_register_publishes_every_schema_with_backward_compatibility() -> None:
     reg = RecordingRegistry("mock://runlog-register-test")
     done = register_schemas(reg)  # type: ignore[arg-type]
     assert [d.subject for d in done] == ["runlog.RunEvent", "runlog.Checkpoint", "runlog.Effect",
-                                         "runlog.ResumeRequest", "runlog.StreamRecord"]
+                                         "runlog.ResumeRequest", "runlog.StreamRecord",
+                                         "runlog.RunSubmission"]
     assert {s: c.compatibility.value for s, c in reg.configs.items() if c.compatibility} == {
         s: "BACKWARD" for s in SUBJECTS}
     for d in done:

@@ -20,7 +20,7 @@ from tests.unit.audit.node_tools import NodeTools
 AVRO = SCHEMAS / "avro"
 RECORD_FILES = {"runlog.RunEvent": "run_event.avsc", "runlog.Checkpoint": "checkpoint.avsc",
                 "runlog.Effect": "effect.avsc", "runlog.ResumeRequest": "resume_request.avsc",
-                "runlog.StreamRecord": "stream_record.avsc"}
+                "runlog.StreamRecord": "stream_record.avsc", "runlog.RunSubmission": "run_submission.avsc"}
 FINGERPRINTS = {  # part of the wire format: single-object values start with these (little-endian hex)
     "run_event.avsc": "f34cf1b192e8baa4",
     "run_event.v1.avsc": "1aebfbaadf2ee791",
@@ -32,6 +32,7 @@ FINGERPRINTS = {  # part of the wire format: single-object values start with the
     "resume_request.avsc": "8fdf50d9c39d5c82",
     "resume_request.v1.avsc": "7d61ec488ed95419",
     "stream_record.avsc": "e41cea1479ff0ac5",
+    "run_submission.avsc": "cec9c3cf9a7286d1",
     "artifact_ref.avsc": "d773c9888d752f21",
     "rule_result.avsc": "77207793ed8eda22",
 }
@@ -193,7 +194,7 @@ def test_asyncapi_parser_accepts_the_document(parsed: dict[str, Any]) -> None:
     problems = [d for d in parsed["diagnostics"] if d["severity"] <= 1]  # 0 error, 1 warning
     assert problems == []
     assert set(parsed["messages"]) == {"RunEvent", "Checkpoint", "Effect", "ResumeRequest", "StreamRecord",
-                                       "DeadLetter"}
+                                       "RunSubmission", "DeadLetter"}
 
 
 def test_asyncapi_parser_resolves_the_shared_types(parsed: dict[str, Any]) -> None:

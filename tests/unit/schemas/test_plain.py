@@ -196,6 +196,7 @@ RICH = RunState(
     model_usage={"a:m": UsageTotals(1, 20, 3, 10, 0, 70, 0), "b:n": UsageTotals(1, 10, 1, 0, 0, None, 1)},
     inherited_usage=UsageTotals(1, 5, 1, 0, 0, 9, 0),
     usage_budget=BudgetCaps(1000, 5_000_000, 800, None, "wait"),
+    labels={"queue": "default", "tenant": "acme"},
 )
 
 A = '["file:///a","' + "ab" * 32 + '",12,"application/json"]'
@@ -211,7 +212,7 @@ RICH_JSON = (
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":7,"stage":null,"status":"DONE",'
     '"target":"cms","tool":null,"updated_at":105}],'
     '"completed_stages":["draft"],"epoch":2,"forked_from_seq":5,"inherited_usage":[1,5,1,0,0,9,0],'
-    '"input_versions":{"brief":"v2"},'
+    '"input_versions":{"brief":"v2"},"labels":{"queue":"default","tenant":"acme"},'
     '"last_error":["Timeout","slow",true],"last_hash":"h9","last_seq":9,'
     '"model_usage":{"a:m":[1,20,3,10,0,70,0],"b:n":[1,10,1,0,0,null,1]},"next_stage":"publish","offset":40,'
     '"open_effects":[{"call_id":"c2","delivery_key":"dk2","external_id":null,"opened_at":108,'
@@ -236,10 +237,10 @@ def test_the_state_json_layout_is_pinned() -> None:
 
 def test_a_state_written_before_later_fields_reads_with_their_defaults() -> None:
     old = json.loads(RICH_JSON)
-    for later in ("params_ref", "last_hash", "waiting"):
+    for later in ("params_ref", "last_hash", "waiting", "labels"):
         del old[later]
     old["checkpoints"] = [c[:5] for c in old["checkpoints"]]  # before the anchor's hash
     del old["open_effects"][0]["opened_at"]
     s = state_from_json(json.dumps(old))
-    assert (s.params_ref, s.last_hash, s.waiting) == (None, None, None)
+    assert (s.params_ref, s.last_hash, s.waiting, s.labels) == (None, None, None, {})
     assert s.checkpoints[0].last_hash is None and s.open_effects["dk2"].opened_at is None

@@ -1,0 +1,137 @@
+"""A fleet on the real broker and Redis: a client submits runs, workers start and execute them, a third
+party awaits their results; a key submitted twice is one run; a worker killed between taking a
+submission and its ``RUN_STARTED`` leaves the run to the next worker, which starts it once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runlog.processors.fleet import SUBMITTED, Client, Taken, Worker
+from runlog.processors.inspect.log import run_history
+from runlog.processors.resume import ResumeOutcome
+from runlog.producers import RunResult
+from runlog.schemas import EventType, RunConflict, Settings
+from tests.integration.fleet import _app
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class _Member:
+    """A Worker serving on a thread of its own until it stops."""
+
+    def __init__(self, settings: Settings, app: object, concurrency: int) -> None:
+        self.taken: list[Taken] = []
+        self.resumed: list[ResumeOutcome] = []
+        self.results: dict[str, RunResult | BaseException] = {}
+        self.worker = Worker(settings, app, concurrency=concurrency,  # type: ignore[arg-type]
+                             on_taken=self.taken.append, on_outcome=self.resumed.append,
+                             on_result=lambda r, x: self.results.__setitem__(r, x))
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.worker.serve(stop=self.stop.is_set)
+        except BaseException as err:  # noqa: BLE001 - the test reports it
+            self.errors.append(err)
+
+    def leave(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        self.worker.close()
+
+
+@pytest.fixture
+def fleet_settings(topics: Settings) -> Settings:
+    return topics.with_(resumer_group=f"t-fleet-{uuid.uuid4().hex[:8]}", sweep_interval_ms=1000)
+
+
+@pytest.fixture
+def members(fleet_settings: Settings) -> Iterator[list[_Member]]:
+    out: list[_Member] = []
+    yield out
+    for m in out:
+        if m.thread.is_alive() or not m.stop.is_set():
+            m.leave()
+
+
+def _started(settings: Settings, run_id: str) -> int:
+    return sum(1 for le in run_history(settings, run_id) if le.event.type is EventType.RUN_STARTED)
+
+
+def test_submitted_runs_start_once_each_within_concurrency_and_any_client_awaits_them(
+        fleet_settings: Settings, members: list[_Member]) -> None:
+    _app.OVERLAP.most = 0
+    with Client(fleet_settings, name="web") as web:
+        first = [web.submit("squares", {"n": n, "hold_s": 1.5}, key=f"order-{n}", tenant="acme")
+                 for n in range(6)]
+        assert all(r.created for r in first)
+        assert web.status(first[0].run_id).status == SUBMITTED  # durable, not started: no worker yet
+        again = web.submit("squares", {"n": 3, "hold_s": 1.5}, key="order-3", tenant="acme")
+        assert (again.run_id, again.created) == (first[3].run_id, False)
+        with pytest.raises(RunConflict):
+            web.submit("squares", {"n": 4000}, key="order-4")
+        members.append(_Member(fleet_settings, _app.app, concurrency=2))
+        with Client(fleet_settings, name="elsewhere") as reader:  # a third party, by run id alone
+            results = [reader.run(r.run_id).result(timeout=90) for r in first]
+        assert [r.outputs["report"]["text"] for r in results] == [f"{n} squared is {n * n}" for n in range(6)]
+        assert all(r.completed for r in results)
+        info = web.status(first[0].run_id)
+        assert (info.status, info.workflow, info.version, info.labels) == (
+            "COMPLETED", "squares", "1", {"queue": "default", "priority": "0", "tenant": "acme"})
+        assert {i.run_id for i in web.list(tenant="acme")} == {r.run_id for r in first}
+    assert not [m.errors for m in members if m.errors]
+    for r in first:
+        assert _started(fleet_settings, r.run_id) == 1, r.run_id
+    starts = [t.run_id for m in members for t in m.taken if t.outcome == "started"]
+    assert sorted(starts) == sorted(r.run_id for r in first)  # each started once
+    assert _app.OVERLAP.most == 2  # two at a time: in parallel, and never more than the worker's concurrency
+
+
+def test_a_version_the_worker_does_not_serve_waits_for_a_member_that_does(
+        fleet_settings: Settings, members: list[_Member]) -> None:
+    members.append(_Member(fleet_settings, _app.app, concurrency=1))  # serves squares@1 only
+    with Client(fleet_settings) as client:
+        run = client.submit("squares", {"n": 5}, version="2")
+        deadline = time.monotonic() + 30
+        while not any(t.outcome == "parked" for t in members[0].taken):
+            assert time.monotonic() < deadline, members[0].taken
+            time.sleep(0.1)
+        assert client.status(run.run_id).status == SUBMITTED
+        members.append(_Member(fleet_settings, _app.app_v12, concurrency=1))
+        result = run.result(timeout=60)
+    assert result.outputs["report"] == {"text": "5 squared is 25", "version": "2"}
+    assert _started(fleet_settings, run.run_id) == 1
+
+
+@pytest.mark.parametrize("point", ["after:SUBMISSION:taken", "after:CLAIM:run"])
+def test_a_worker_killed_between_taking_a_submission_and_its_start_leaves_one_run(
+        fleet_settings: Settings, members: list[_Member], point: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_")}
+    env.update(fleet_settings.to_env())
+    env.update(RUNLOG_CRASH_AT=point,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    with Client(fleet_settings) as client:
+        run = client.submit("squares", {"n": 7})
+        proc = subprocess.run([sys.executable, "-m", "runlog", "worker", "--app",
+                               "tests.integration.fleet._app:app", "--concurrency", "1"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == -9, proc.stderr[-3000:]  # killed at the point, the submission uncommitted
+        assert _started(fleet_settings, run.run_id) == 0
+        members.append(_Member(fleet_settings, _app.app, concurrency=1))  # the partition's next owner
+        result = run.result(timeout=90)
+    assert result.outputs["report"]["text"] == "7 squared is 49"
+    assert _started(fleet_settings, run.run_id) == 1
