@@ -203,9 +203,10 @@ def _cluster_info(client: Any) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
-class RedisModeMismatch(ServiceUnavailable):
+class RedisModeMismatch(ServiceUnavailable, ConfigError):
     """REDIS_URL's scheme does not match the server: a standalone URL to a Redis Cluster node, or a
-    cluster URL to a standalone server."""
+    cluster URL to a standalone server. A configuration error (the ``runlog`` CLI's exit 2; ``runlog
+    doctor`` lists it as a problem)."""
 
 
 def check_redis(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:

@@ -88,7 +88,10 @@ def _rebuild(args: argparse.Namespace) -> int:
     )
     from runlog.projections.redis_store import RedisStore
 
+    from runlog.processors.admin import check_redis
+
     settings = Settings.from_env()
+    check_redis(settings)  # a redis:// URL to a cluster node would rebuild into one node's slots only
     live = settings.redis_prefix
     target = args.target or default_target(settings, swap=args.swap)
     if args.swap and prefixes_overlap(live, target):
