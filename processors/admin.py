@@ -28,6 +28,7 @@ __all__ = [
     "TopicReport",
     "admin_client",
     "check_kafka",
+    "check_kafka_credentials",
     "check_redis",
     "ensure_topics",
     "inspect_topic",
@@ -185,6 +186,22 @@ def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
         "brokers": sorted(f"{b.host}:{b.port}" for b in md.brokers.values()),
         "controller_id": cluster.controller.id if cluster.controller else None,
     }
+
+
+def check_kafka_credentials(settings: Settings, timeout: float = 10.0) -> None:
+    """With Kafka security configured (``security.protocol`` other than PLAINTEXT), one metadata request
+    with those credentials, for a command that otherwise reads Redis only (``runlog runs``): a wrong
+    password is :class:`~runlog.schemas.errors.AuthenticationFailed` (exit 4) as from every other
+    command, not a listing that looks fine. Without security there is no credential to refuse: nothing
+    is asked (a broker that is down does not keep Redis from being read)."""
+    protocol = str(settings.kafka_extra.get("security.protocol") or "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return
+    admin = admin_client(settings)
+    try:
+        served(admin, lambda t: admin.list_topics(Topics.of(settings).events, timeout=t), timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: {err}") from err
 
 
 def redis_client(settings: Settings) -> redis.Redis:
