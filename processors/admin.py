@@ -201,7 +201,8 @@ def check_kafka_credentials(settings: Settings, timeout: float = 10.0) -> None:
     try:
         served(admin, lambda t: admin.list_topics(Topics.of(settings).events, timeout=t), timeout)
     except KafkaException as err:
-        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: {err}") from err
+        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                                 f"{err}") from err
 
 
 def redis_client(settings: Settings) -> redis.Redis:

@@ -75,6 +75,7 @@ def _project(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
+    from runlog.processors.admin import check_redis
     from runlog.projections.rebuild import (
         NamespaceOverlap,
         SwapFailed,
@@ -87,8 +88,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         swap_namespaces,
     )
     from runlog.projections.redis_store import RedisStore
-
-    from runlog.processors.admin import check_redis
 
     settings = Settings.from_env()
     check_redis(settings)  # a redis:// URL to a cluster node would rebuild into one node's slots only
