@@ -28,6 +28,7 @@ __all__ = [
     "TopicReport",
     "admin_client",
     "check_kafka",
+    "check_kafka_credentials",
     "check_redis",
     "ensure_topics",
     "inspect_topic",
@@ -187,6 +188,23 @@ def check_kafka(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
     }
 
 
+def check_kafka_credentials(settings: Settings, timeout: float = 10.0) -> None:
+    """With Kafka security configured (``security.protocol`` other than PLAINTEXT), one metadata request
+    with those credentials, for a command that otherwise reads Redis only (``runlog runs``): a wrong
+    password is :class:`~runlog.schemas.errors.AuthenticationFailed` (exit 4) as from every other
+    command, not a listing that looks fine. Without security there is no credential to refuse: nothing
+    is asked (a broker that is down does not keep Redis from being read)."""
+    protocol = str(settings.kafka_extra.get("security.protocol") or "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return
+    admin = admin_client(settings)
+    try:
+        served(admin, lambda t: admin.list_topics(Topics.of(settings).events, timeout=t), timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                                 f"{err}") from err
+
+
 def redis_client(settings: Settings) -> redis.Redis:
     """A redis-py client configured from settings (AUTH and TLS from the URL or settings; a
     ``RedisCluster`` for a ``redis+cluster://`` URL)."""
@@ -203,9 +221,10 @@ def _cluster_info(client: Any) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
-class RedisModeMismatch(ServiceUnavailable):
+class RedisModeMismatch(ServiceUnavailable, ConfigError):
     """REDIS_URL's scheme does not match the server: a standalone URL to a Redis Cluster node, or a
-    cluster URL to a standalone server."""
+    cluster URL to a standalone server. A configuration error (the ``runlog`` CLI's exit 2; ``runlog
+    doctor`` lists it as a problem)."""
 
 
 def check_redis(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:

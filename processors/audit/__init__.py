@@ -79,6 +79,7 @@ importable from here.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -194,13 +195,24 @@ def audit(settings: Settings, options: AuditOptions | None = None, *,
 
 
 def write_report(report: AuditReport, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``audit.json`` and ``audit.html`` (self-contained) into ``out_dir``; returns both paths."""
+    """Write ``audit.json`` and ``audit.html`` (self-contained) into ``out_dir``; returns both paths.
+    Both files are owner-only (0600: the report quotes the runs' payload references and errors), and
+    so is ``out_dir`` when this creates it (0700)."""
     from runlog.processors.audit.html import render_html
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        out.mkdir(mode=0o700, parents=True)
+        out.chmod(0o700)  # mkdir's mode is masked by the umask
     doc = report.to_dict()
     jp, hp = out / "audit.json", out / "audit.html"
-    jp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    hp.write_text(render_html(doc), encoding="utf-8")
+    _write_private(jp, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    _write_private(hp, render_html(doc))
     return jp, hp
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a report written before keeps its mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

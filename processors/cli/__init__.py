@@ -88,6 +88,34 @@ def _redis_unreachable(err: BaseException) -> bool:
                for e in _causes(err))
 
 
+def _redis_cluster_moved(err: BaseException) -> bool:
+    """Whether ``err`` was caused, at any depth, by a Redis server answering ``MOVED``: a standalone
+    client (a ``redis://`` URL) talking to a Redis Cluster node."""
+    import redis.exceptions
+
+    return any(isinstance(e, redis.exceptions.MovedError) for e in _causes(err))
+
+
+def _cluster_url_line() -> int:
+    print(f"runlog: configuration error: {_redis_hint()} names a Redis Cluster node (it answered MOVED), "
+          "but a redis:// URL makes a standalone client: use "
+          "REDIS_URL=redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _untrusted(err: BaseException) -> str:
+    """What to set when the TLS handshake with Redis failed on the server's certificate (no CA given)."""
+    if any("CERTIFICATE_VERIFY_FAILED" in str(e) for e in _causes(err)):
+        return (": its TLS certificate is not trusted (set RUNLOG_REDIS_SSL_CA_CERTS or "
+                "RUNLOG_REDIS_SSL_CA_PEM to the CA that signed it)")
+    return ""
+
+
+def _redis_unreachable_line(err: BaseException) -> int:
+    print(f"runlog: Redis cannot be reached ({_redis_hint()}){_untrusted(err)}: {err}", file=sys.stderr)
+    return EXIT_UNAVAILABLE
+
+
 def _redis_hint() -> str:
     """The Redis the command used, as host:port/db (never its password)."""
     import os
@@ -157,9 +185,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"runlog: the log cannot be read from Kafka at {settings_hint()}: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except RunlogError as err:
+        if _redis_cluster_moved(err):
+            return _cluster_url_line()
         if _redis_unreachable(err):
-            print(f"runlog: Redis cannot be reached ({_redis_hint()}): {err}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
+            return _redis_unreachable_line(err)
         if type(err).__name__ == "ServiceUnavailable":  # runlog.processors.admin's: Kafka or Redis
             print(f"runlog: {err}", file=sys.stderr)
             return EXIT_UNAVAILABLE
@@ -181,9 +210,10 @@ def _unexpected(err: Exception) -> int:
     import os
     import traceback
 
+    if _redis_cluster_moved(err):
+        return _cluster_url_line()
     if _redis_unreachable(err):
-        print(f"runlog: Redis cannot be reached ({_redis_hint()}): {err}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return _redis_unreachable_line(err)
     if _kafka_unreachable(err):
         print(f"runlog: Kafka cannot be reached at {settings_hint()}: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE

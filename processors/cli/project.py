@@ -75,6 +75,7 @@ def _project(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
+    from runlog.processors.admin import check_redis
     from runlog.projections.rebuild import (
         NamespaceOverlap,
         SwapFailed,
@@ -89,6 +90,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     from runlog.projections.redis_store import RedisStore
 
     settings = Settings.from_env()
+    check_redis(settings)  # a redis:// URL to a cluster node would rebuild into one node's slots only
     live = settings.redis_prefix
     target = args.target or default_target(settings, swap=args.swap)
     if args.swap and prefixes_overlap(live, target):

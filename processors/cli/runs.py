@@ -96,6 +96,10 @@ def _runs(args: argparse.Namespace) -> int:
     finally:
         store.client.close()
     rows: list[RunState] = [states[i] for i in ids if i in states]
+    if ids:
+        from runlog.processors.admin import check_kafka_credentials
+
+        check_kafka_credentials(settings)  # a wrong password is exit 4 here too, though Redis answered
     if not ids:
         where = f"prefix {settings.redis_prefix!r}"
         if marker is not None and not whole:  # a swap moving it, a rebuild, a replay: not the truth

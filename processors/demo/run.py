@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runlog.processors.admin import ensure_topics
+from runlog.processors.admin import check_redis, ensure_topics
 from runlog.processors.demo.client import WorldClient
 from runlog.processors.demo.pipeline import app_for
 from runlog.processors.demo.world import serve
@@ -32,8 +32,8 @@ from runlog.schemas.internal import redis_client
 
 log = logging.getLogger("runlog.demo")
 
-__all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "run_demo", "spawn_worker", "wait_lease_gone", "wait_worker",
-           "worker_env"]
+__all__ = ["DEFAULT_CRASH_AT", "DemoFailed", "last_line", "run_demo", "spawn_worker", "wait_lease_gone",
+           "wait_worker", "worker_env", "write_private"]
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -104,11 +104,27 @@ def wait_worker(proc: subprocess.Popen[str], log: Path | None = None,
         proc.kill()
         out, err = proc.communicate()
     if log is not None:
-        log.write_text(out + err)
+        write_private(log, out + err)
     run_id = next((line.split("=", 1)[1] for line in out.splitlines() if line.startswith("run_id=")), None)
     if run_id is None:
-        raise DemoFailed(f"the worker printed no run id (exit {proc.returncode}): {err[-2000:]}")
+        where = f" (its output: {log})" if log is not None else ""
+        raise DemoFailed(f"the worker printed no run id (exit {proc.returncode}): {last_line(err)}{where}")
     return run_id, proc.returncode
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a worker's stderr: the error a traceback ends with, not the traceback."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(nothing on stderr)"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600): the demo's files hold prompts and
+    results."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def wait_lease_gone(settings: Settings, run_id: str, timeout_s: float) -> float:
@@ -148,6 +164,7 @@ def run_demo(settings: Settings, *, crash_at: str = DEFAULT_CRASH_AT, workdir: P
         from runlog.schemas import Codec
 
         Codec.from_settings(settings)  # an unreachable registry: one line and exit 2, before any worker
+    check_redis(settings)  # a redis:// URL to a cluster node, an untrusted TLS server: one line, no worker
     tag = uuid.uuid4().hex[:8]
     base = workdir or Path(".runlog") / "demo" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tag}"
     base.mkdir(parents=True, exist_ok=True)

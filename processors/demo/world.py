@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import uuid
@@ -49,22 +50,32 @@ _SCHEMAS = {
 }
 
 
+def _private(path: Path) -> Path:
+    """``path``, created empty and owner-only (0600) when it does not exist yet, made 0600 if it does."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+    return path
+
+
 class World:
     """The storage and behaviour of the demo's external systems (one SQLite file each)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root.chmod(0o700)  # owner only (mkdir's mode is masked by the umask): prompts, bills, articles
         ident = root / "account"
         if not ident.exists():
-            ident.write_text(f"acct-{uuid.uuid4().hex[:12]}")
+            _private(ident).write_text(f"acct-{uuid.uuid4().hex[:12]}")
         self.account = ident.read_text().strip()
         """The account this world's services hold (its own tenant): part of every delivery key, so
         two worlds are two environments and the same object delivered to both is two effects."""
         self._lock = threading.Lock()
         self._db: dict[str, sqlite3.Connection] = {}
         for name, ddl in _SCHEMAS.items():
-            conn = sqlite3.connect(root / f"{name}.db", check_same_thread=False, isolation_level=None)
+            # SQLite gives the -wal and -shm files the database file's mode: 0600 for all three
+            conn = sqlite3.connect(_private(root / f"{name}.db"), check_same_thread=False,
+                                   isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(ddl)
             self._db[name] = conn

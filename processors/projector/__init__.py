@@ -38,6 +38,7 @@ from runlog.processors.metrics import MetricsServer, ProjectorMetrics
 from runlog.processors.projector._auth import check_credentials
 from runlog.processors.projector._batches import BatchDelivery, install
 from runlog.processors.projector._offsets import LogGaps, OffsetGuard, kafka_committed
+from runlog.processors.projector._preflight import check_kafka, check_redis
 from runlog.processors.projector._projector import Outputs, Projector, RedisNamespace
 from runlog.projections.batch import BatchProjector, BatchResult
 from runlog.projections.redis_store import RedisStore
@@ -161,8 +162,10 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
     server = MetricsServer(metrics.registry, settings.metrics_port, settings.metrics_host) \
         if settings.metrics_port else None
     try:
-        app = build_app(settings, o, metrics)
+        check_redis(settings)  # a redis:// URL to a cluster node, an untrusted TLS server: one line
         check_credentials(settings)  # refused: one line (AuthenticationFailed), not Faust's traceback
+        check_kafka(settings, settings.group_id(o.app_id))  # no topics (before init), no group ACL
+        app = build_app(settings, o, metrics)
         worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
         if not sys.stdout.isatty():
             worker.spinner = None  # its cursor escapes would be all a log file gets

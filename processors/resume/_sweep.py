@@ -1,7 +1,10 @@
 """The resumer's sweep: the runs of its App's workflows whose writer is gone (their lease expired) get
 a resume request, and waits whose deadline passed are handed to their policy. Candidates are the
 writers' active set and, when the projection is whole (marker ``ready``), its ``RUNNING`` index; while
-a rebuild, a swap or a replay moves the indexes, only the active set is swept. The serving loop sweeps
+a rebuild, a swap or a replay moves the indexes, only the active set is swept. A whole projection may
+still be behind the log (no projector running, or one lagging): a run only its index lists is read on
+the log before it is requested, and requested only when the log has it ``RUNNING`` (a run the log has
+ended is remembered and not read again). The serving loop sweeps
 when it holds the group's turn (:meth:`Sweeper.sweep_turn`): one member per interval, however many the
 group has. :class:`Sweeper` is the part of :class:`~runlog.processors.resume.service.ResumerService`
 that does this; it asks for resumes through the callable it is given."""
@@ -20,15 +23,24 @@ from runlog.producers.internal import ActiveRuns
 from runlog.projections import RedisStore, RunStatus
 from runlog.projections.internal import READY
 
-__all__ = ["SweepReport", "Sweeper"]
+__all__ = ["ENDED", "SweepReport", "Sweeper"]
 
 log = logging.getLogger("runlog.resumer")
+
+ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""Statuses a run the log has ended holds: the sweep remembers such a run and reads it no more."""
+
+REMEMBERED_MAX = 100_000
+"""Ended runs the sweep remembers at most (beyond: forgotten, read on the log again when listed)."""
 
 
 @dataclass
 class SweepReport:
     requested: list[str] = field(default_factory=list)
     alive: int = 0
+    ended: list[str] = field(default_factory=list)
+    """Runs the projection's index lists ``RUNNING`` that the log has ended or does not hold (the
+    projection is behind): not requested."""
 
 
 class Sweeper:
@@ -47,12 +59,15 @@ class Sweeper:
         turn_key: the group's sweep turn (``P:sweep:<group>``).
         member: this member's id (what it writes into the turn).
         interval_ms: how often the serving loop sweeps (the turn's length).
+        on_log: the run's status on the log (its snapshot plus the log's tail), None when the log does
+            not hold it: asked for a run only the projection's index lists, before it is requested.
     """
 
     def __init__(self, *, client: redis.Redis, projection: RedisStore, active: ActiveRuns,
                  routes: VersionRoutes, workflows: Callable[[], Iterable[str]],
                  lease_key: Callable[[str], str], request: Callable[[str, str], None],
-                 metrics: ResumerMetrics, turn_key: str, member: str, interval_ms: int) -> None:
+                 metrics: ResumerMetrics, turn_key: str, member: str, interval_ms: int,
+                 on_log: Callable[[str], RunStatus | None]) -> None:
         self.redis = client
         self.projection = projection
         self.active = active
@@ -64,6 +79,9 @@ class Sweeper:
         self.turn_key = turn_key
         self.member = member
         self.interval_ms = interval_ms
+        self.on_log = on_log
+        self.ended: set[str] = set()
+        """Runs the index listed ``RUNNING`` that the log has ended (read once, never requested)."""
 
     def sweep_turn(self, interval_ms: int) -> bool:
         """Whether this member sweeps now: one member of the group per interval (the first to take
@@ -76,15 +94,20 @@ class Sweeper:
         """Runs of this App's workflows that may need a resume: the active set's, then the
         projection's ``RUNNING`` ones (runs from before the active set, or written by a writer
         that does not maintain it)."""
+        return list(self._candidates())
+
+    def _candidates(self) -> dict[str, bool]:
+        """:meth:`candidates`, each with whether the writers' active set lists it (False: only the
+        projection's index does, which may be behind the log)."""
         mine = set(self.workflows())
-        found = {run_id: None for run_id, wf in self.active.list() if wf in mine}
+        found = {run_id: True for run_id, wf in self.active.list() if wf in mine}
         marker = self.projection.marker()
         if marker is None or marker.state != READY:
             # a rebuild, a swap or a replay is moving the indexes: they may list a run under an old
             # status; the active set (the writers' own) is swept, the indexes once ready again
             log.debug("sweep: the projection is %s; sweeping the active set only",
                       "missing" if marker is None else f"marked {marker.state!r}")
-            return list(found)
+            return found
         running = self.projection.runs(RunStatus.RUNNING)
         if running:
             pipe = self.redis.pipeline(transaction=False)
@@ -92,9 +115,9 @@ class Sweeper:
                 pipe.hget(self.projection.state_key(run_id), "workflow")
             for run_id, wf in zip(running, pipe.execute(), strict=True):
                 name = wf.decode() if isinstance(wf, bytes) else wf
-                if name in mine:
-                    found.setdefault(run_id, None)
-        return list(found)
+                if name in mine and run_id not in self.ended:
+                    found.setdefault(run_id, False)
+        return found
 
     def sweep_if_turn(self) -> SweepReport | None:
         """:meth:`sweep` when this member holds the group's turn (the serving loop's sweep); None when
@@ -109,14 +132,17 @@ class Sweeper:
         for a member serving their version (:mod:`runlog.processors.resume._versions`)."""
         self.metrics.sweeps.inc()
         report = SweepReport()
-        candidates = self.candidates()
-        cancelled = self.active.cancelled(candidates)  # the projection may not have folded it yet
-        parked = self.routes.waiting_for(candidates)  # a member serving their version claims them
-        for run_id in candidates:
+        candidates = self._candidates()
+        cancelled = self.active.cancelled(list(candidates))  # the projection may not have folded it yet
+        parked = self.routes.waiting_for(list(candidates))  # a member serving their version claims them
+        for run_id, active in candidates.items():
             if run_id in cancelled or run_id in parked:
                 continue
             if self.redis.exists(self.lease_key(run_id)):
                 report.alive += 1
+                continue
+            if not active and not self.running_on_log(run_id):
+                report.ended.append(run_id)
                 continue
             self.request(run_id, "lease expired")
             self.metrics.sweep_requested.labels("lease_expired").inc()
@@ -131,3 +157,19 @@ class Sweeper:
             report.requested.append(run_id)
         return report
 
+
+    def running_on_log(self, run_id: str) -> bool:
+        """Whether the log has the run ``RUNNING``, for a run only the projection's index lists: the
+        index is as fresh as the projector that wrote it (none may be running), so it is not trusted
+        with a resume request. A run the log has ended is remembered; one it does not hold is not
+        requested (nothing to resume)."""
+        status = self.on_log(run_id)
+        if status is RunStatus.RUNNING:
+            return True
+        log.info("sweep: %s is listed RUNNING by the projection but is %s on the log: not requested",
+                 run_id, "absent" if status is None else status.value)
+        if status in ENDED:
+            if len(self.ended) >= REMEMBERED_MAX:
+                self.ended.clear()
+            self.ended.add(run_id)
+        return False

@@ -207,7 +207,7 @@ class ResumerService:
                                routes=self.routes, workflows=app.registry.names, lease_key=self.lease_key,
                                request=self._request, metrics=self.metrics,
                                turn_key=f"{settings.redis_prefix}:sweep:{self.group}", member=self.member,
-                               interval_ms=settings.sweep_interval_ms)
+                               interval_ms=settings.sweep_interval_ms, on_log=self._status_on_log)
         """Requests the resume of the runs nobody resumes."""
         self.pickup = VersionPickup(self.routes, self.serves, projection=self.projection,
                                     resume=self._pick_up, finished=self._finished, metrics=self.metrics)
@@ -343,6 +343,14 @@ class ResumerService:
     def _request(self, run_id: str, reason: str) -> None:
         request_resume(self.settings, run_id, reason, requested_by="sweeper", producer=self.producer,
                        codec=self.codec)
+
+    def _status_on_log(self, run_id: str) -> RunStatus | None:
+        """The run's status as the log has it (its stored snapshot plus the log's tail after it); None
+        when the log does not hold the run. A log that cannot be read raises: the sweep is skipped."""
+        try:
+            return self.resumer.load(run_id)[0].status
+        except UnknownRun:
+            return None
 
     def _finished(self, run_id: str) -> bool:
         try:

@@ -338,7 +338,11 @@ def test_projector_killed_and_restarted_while_runs_are_active_converges_to_a_reb
     workers: list[subprocess.Popen[str]] = []
     store = RedisStore(redis_client, settings.redis_prefix)
     try:
-        workers = [subprocess.Popen([sys.executable, "-m", "tests.faults.slow_worker", "--delay", "0.3"],
+        # each worker waits at its second world request until the gate opens, after the kill: the
+        # three runs are active at the kill by construction, not by timing (issue 38, item 5)
+        gate = tmp_path / "gate"
+        workers = [subprocess.Popen([sys.executable, "-m", "tests.faults.slow_worker", "--delay", "0.3",
+                                     "--gate", str(gate), "--gate-at", "1"],
                                     env=worker_env(settings, u), cwd=ROOT, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True) for u in urls]
         run_ids = [_first_line(w, "run_id=") for w in workers]
@@ -349,7 +353,8 @@ def test_projector_killed_and_restarted_while_runs_are_active_converges_to_a_reb
         projector.wait(10)
         active_at_kill = sum(1 for w in workers if w.poll() is None)
         projected_at_kill = {r: st.last_seq for r, st in store.load_states(run_ids).items()}
-        time.sleep(1.0)  # the runs go on without a projector
+        gate.touch()  # the runs go on without a projector
+        time.sleep(1.0)
         projector = start_projector(settings, app_id, tmp_path / "proj.log")
         codes = [w.wait(120) for w in workers]
         # a SIGKILLed group member is only replaced after its session times out (about a minute)

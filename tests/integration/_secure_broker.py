@@ -27,10 +27,15 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from runlog.schemas import Settings
 from tests.unit.processors.test_projector_settings import Pki, make_pki
 
-__all__ = ["PASSWORD", "USER", "SecureBroker", "available", "secure_broker_running"]
+__all__ = ["LEAST", "LEAST_PASSWORD", "PASSWORD", "USER", "SecureBroker", "available",
+           "secure_broker_running"]
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "svc", "svc-secret-" + os.urandom(4).hex()
+LEAST, LEAST_PASSWORD = "least", "least-secret-" + os.urandom(4).hex()
+"""A second SCRAM user for least-privilege tests: the broker's authorizer allows what no ACL names
+(``allow.everyone.if.no.acl.found``), so a test denies this user what it means to take away (``USER`` and
+the plain-text listeners are super users)."""
 
 
 def _libs() -> Path:
@@ -74,6 +79,10 @@ class SecureBroker:
     def sasl(self, mechanism: str = "SCRAM-SHA-512", **more: str) -> dict[str, str]:
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism, "sasl.username": USER,
                 "sasl.password": PASSWORD, "ssl.ca.pem": self.pki.ca_pem, **more}
+
+    def least(self, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """SASL settings of :data:`LEAST` (whatever a test's ACLs deny it)."""
+        return {**self.sasl(mechanism), "sasl.username": LEAST, "sasl.password": LEAST_PASSWORD}
 
     def mtls(self) -> dict[str, str]:
         return {"security.protocol": "SSL", "ssl.ca.pem": self.pki.ca_pem,
@@ -129,6 +138,9 @@ def secure_broker_running(d: Path) -> Iterator[SecureBroker]:
         listener.name.sasl_ssl.plain.sasl.jaas.config={plain}
         listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config={jaas}
         listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}
+        authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+        allow.everyone.if.no.acl.found=true
+        super.users=User:ANONYMOUS;User:{USER}
         """))
     cp = ["-cp", f"{libs}/*"]
     log4j = [f"-Dlog4j2.configurationFile={ROOT / 'deploy' / 'kafka' / 'log4j2.properties'}",
@@ -139,7 +151,8 @@ def secure_broker_running(d: Path) -> Iterator[SecureBroker]:
     subprocess.run([java, *small, *log4j, *cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                     "-c", str(d / "server.properties"),
                     "--add-scram", f"SCRAM-SHA-256=[name={USER},password={PASSWORD}]",
-                    "--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"],
+                    "--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]",
+                    "--add-scram", f"SCRAM-SHA-512=[name={LEAST},password={LEAST_PASSWORD}]"],
                    capture_output=True, text=True, check=True, timeout=120)
     with open(d / "kafka.out", "wb") as out:
         proc = subprocess.Popen([java, *small, *log4j, *cp, "kafka.Kafka", str(d / "server.properties")],

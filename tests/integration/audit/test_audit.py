@@ -31,7 +31,12 @@ def test_audit_reports_exactly_the_rejected_events(audit_world: AuditWorld, tmp_
         (w.crashed_run, "rejected_event", seq) for seq in w.zombie_seqs]
     assert report.rejected_events == 2
     assert all("stale_epoch" in f.detail for f in report.findings)
-    write_report(report, tmp_path)
+    jp, hp = write_report(report, tmp_path / "out")
+    # owner-only (issue 38): the report quotes payload references and errors
+    assert [p.stat().st_mode & 0o777 for p in (tmp_path / "out", jp, hp)] == [0o700, 0o600, 0o600]
+    jp.chmod(0o644)
+    write_report(report, tmp_path / "out")  # written again: back to 0600
+    assert jp.stat().st_mode & 0o777 == 0o600
 
 
 def test_open_intent_of_a_running_run_is_listed_not_a_finding(audit_world: AuditWorld) -> None:

@@ -20,7 +20,11 @@ def test_demo_crashed_at_the_cover_upload_finishes_like_an_uncrashed_run(topics:
                                                                          tmp_path: Path, sdk: str) -> None:
     r = run_demo(topics, quiet=True, workdir=tmp_path / "demo", sdk=sdk)
     assert r["sdk"] == sdk
-    assert (tmp_path / "demo").stat().st_mode & 0o777 == 0o700  # its files are the owner's only
+    # its work files are the owner's only (issue 38): every file 0600, every directory 0700
+    modes = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777
+             for p in [tmp_path / "demo", *(tmp_path / "demo").rglob("*")]}
+    assert any(k.endswith(".db") for k in modes) and any(k.endswith(".log") for k in modes), modes
+    assert {k: m for k, m in modes.items() if m != (0o700 if (tmp_path / k).is_dir() else 0o600)} == {}
 
     assert r["crashed_at"] == DEFAULT_CRASH_AT == "before:EFFECT_RESULT:visual/upload/5"
     assert r["resume"] == "completed"

@@ -427,3 +427,37 @@ def test_a_namespace_lost_while_no_member_ran_is_rebuilt_before_the_first_batch(
     assert ns.calls == ["lost_at_start", "recover"]
     assert a.count("runlog_projector_recoveries_total", reason="lost_at_start") == 1
     assert res.outcomes["duplicate"] == len(log)
+
+
+def test_records_the_consumer_skipped_are_read_from_the_log_and_applied_first(
+        shutdown: Callable[[Member], None]) -> None:
+    """Issue 38, item 6: the offset guard of :meth:`Projector.guarded`. The consumer hands over offsets
+    0-2, then (a fetch position moved past a gap: a rebalance, a seek) offsets 6 on, then redelivers old
+    offsets 2-4. The member reads 3-5 from the log and applies them before 6, acknowledges them for the
+    group, and folds the redelivery as duplicates: the store ends as one pass over the log leaves it."""
+    log = the_log(runs=1, stages=3)
+    assert len(log) > 8
+    once = BatchProjector(MemoryStore(), CODEC).process(log)
+    group, store = Group(log), Store()
+    a = member(group, store)
+    shutdown(a)
+    p0 = {TP(TOPIC, 0)}
+
+    async def main() -> list[BatchResult]:
+        await a.projector.start()
+        await a.projector.on_assigned(None, p0)
+        await a.feed(log[:3])
+        first = await a.next_batch()
+        await a.feed(log[6:])
+        second = await a.next_batch()
+        await a.feed(log[2:5])  # old records, delivered again
+        return [first, second, await a.next_batch()]
+
+    first, second, again = asyncio.run(main())
+    assert group.read == [(0, 3, 6)], "the skipped offsets were not read from the log"
+    assert a.projector.guard.filled == 3 and a.count("runlog_projector_gap_records_total") == 3
+    assert sorted(a.consumer.acked) == sorted([(0, o) for o in range(len(log))] + [(0, 2), (0, 3), (0, 4)])
+    assert first.applied + second.applied == once.applied == len(log)
+    assert not second.rejected and again.applied == 0 and again.outcomes["duplicate"] == 3
+    assert store.load_state("r0") == once_state(log, "r0")
+    assert a.checkpoints.sent == [(c.run_id.encode(), CODEC.encode(c)) for c in once.checkpoints]

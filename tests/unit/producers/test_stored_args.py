@@ -217,3 +217,18 @@ def test_a_reused_call_reads_its_result_only(world: MemoryWorld) -> None:
     res = world.again(first.run_id, wf, {}, recorded_calls=world.recorded(first.run_id))
     assert res.completed and asked == [1, 3, 5, 7, 9]
     assert len(read) == 5 and set(read) == results  # the recorded results, never the arguments
+
+
+def test_a_tampered_message_of_a_stored_conversation_is_corrupt_not_loaded() -> None:
+    """Issue 38, item 6: the message blobs are content-addressed; ``load_args`` reads each through the
+    store's hash check, so a message changed in the store is :class:`ArtifactCorrupt`, never loaded."""
+    messages = [_msg(0, "what is the capital of France?"), _msg(1, "Paris."), _msg(2, "and of Spain?")]
+    form = stored_args({"model": "m", "messages": messages}, ["messages"])
+    store = InMemoryArtifactStore()
+    refs = {sha: store.put(blob, "application/json") for sha, blob in form.blobs.items()}
+    recorded = store.put(form.recorded, STORED_ARGS)
+    assert load_args(store, recorded) == {"model": "m", "messages": messages}
+    answer = next(sha for sha, blob in form.blobs.items() if b"Paris." in blob)
+    store.corrupt(refs[answer], form.blobs[answer].replace(b"Paris.", b"Lyon."))  # still valid JSON
+    with pytest.raises(ArtifactCorrupt):
+        load_args(store, recorded)

@@ -90,12 +90,20 @@ class _World:
         self.redis = client or _Redis()
         self.projection, self.active, self.routes = _Projection(), _Active(), _Routes()
         self.requested: list[tuple[str, str]] = []
+        self.log: dict[str, RunStatus] = {}
+        """Each run's status on the log (absent: RUNNING); ``reads`` counts the sweep's reads."""
+        self.reads: list[str] = []
         self.metrics = ResumerMetrics()
         self.sweeper = Sweeper(
             client=self.redis, projection=self.projection, active=self.active,  # type: ignore[arg-type]
             routes=self.routes, workflows=lambda: ["orders", "refunds"],  # type: ignore[arg-type]
             lease_key=lambda r: f"lease:{r}", request=lambda r, why: self.requested.append((r, why)),
-            metrics=self.metrics, turn_key="p:sweep:g", member=member, interval_ms=1000)
+            metrics=self.metrics, turn_key="p:sweep:g", member=member, interval_ms=1000,
+            on_log=self.on_log)
+
+    def on_log(self, run_id: str) -> RunStatus | None:
+        self.reads.append(run_id)
+        return self.log.get(run_id, RunStatus.RUNNING) if run_id != "absent" else None
 
 
 def test_runs_of_this_apps_workflows_without_a_lease_are_requested_and_the_others_left() -> None:
@@ -140,3 +148,21 @@ def test_one_member_of_the_group_sweeps_per_interval() -> None:
     assert first is not None and first.requested == ["dead"]
     assert two.sweeper.sweep_if_turn() is None and two.requested == []
     assert shared.turns["p:sweep:g"] == ("m1", 950)  # the turn ends just before the next interval
+
+
+def test_a_run_only_the_index_lists_is_read_on_the_log_before_it_is_requested() -> None:
+    """Issue 38: with no projector running the index still listed two completed runs ``RUNNING``;
+    the sweep requested them every interval, forever. Only the log decides; an ended run is read once."""
+    w = _World()
+    w.active.runs = [("active", "orders")]
+    w.projection.running = ["done", "active", "absent", "blocked", "stale"]
+    w.redis.workflows = {f"state:{r}": b"orders" for r in w.projection.running}
+    w.log = {"done": RunStatus.COMPLETED, "blocked": RunStatus.BLOCKED}
+    first = w.sweeper.sweep()
+    assert first.requested == ["active", "stale"]
+    assert first.ended == ["done", "absent", "blocked"]
+    assert "active" not in w.reads  # the writers' own active set is not read again on the log
+    w.reads.clear()
+    second = w.sweeper.sweep()
+    assert second.requested == ["active", "stale"]
+    assert "done" not in w.reads and second.ended == ["absent", "blocked"]  # ended: remembered
