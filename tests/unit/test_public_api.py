@@ -43,7 +43,7 @@ EXPORTS = {
         "RetryableToolError", "RuleResult", "RunCancelled", "RunConflict", "RunFailed", "RunEvent",
         "RunlogError",
         "SINGLE_OBJECT_MAGIC",
-        "SchemaRegistry", "Settings", "StageSpec", "StreamKind", "StreamRecord", "TerminalToolError",
+        "SchemaRegistry", "SchemaVersionError", "Settings", "StageSpec", "StreamKind", "StreamRecord", "TerminalToolError",
         "ToolError", "TopicConfigConflict",
         "TopicSpec", "Topics", "Usage", "VerificationFailed", "WorkflowDefinitionError", "WorkflowSpec",
         "crc64_avro",
