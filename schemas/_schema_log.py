@@ -117,7 +117,11 @@ class SchemaLog:
             from runlog.schemas._kafka_auth import served
 
             admin = AdminClient(self.settings.admin_config())
-            md = served(admin, lambda t: admin.list_topics(self.topic, timeout=t), 10)
+            try:
+                md = served(admin, lambda t: admin.list_topics(self.topic, timeout=t), 5)
+            except Exception as err:  # noqa: BLE001 - no answer: the record's own write reports the outage
+                log.warning("the schemas topic %s could not be asked for: %s", self.topic, err)
+                return False  # asked again at the next first use
             t = md.topics.get(self.topic)
             self._exists = t is not None and t.error is None and bool(t.partitions)
             if not self._exists:

@@ -68,7 +68,8 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _releases(previous: Path, appdir: Path) -> dict[str, Release]:
     return {
-        "previous": Release("previous", f"{previous}{os.pathsep}{appdir}", ("-m", "processors.cli"), "", False),
+        "previous": Release("previous", f"{previous}{os.pathsep}{appdir}", ("-m", "processors.cli"), "",
+                            False),
         "current": Release("current", f"{REPO}{os.pathsep}{appdir}", ("-m", "runlog"), "runlog.", True),
     }
 
@@ -97,16 +98,19 @@ class Fleet:
         self.workdir = workdir
         self.procs: list[tuple[str, subprocess.Popen[str]]] = []
 
-    def start(self, what: str, release: Release, args: list[str], *, pin: bool = True) -> subprocess.Popen[str]:
+    def start(self, what: str, release: Release, args: list[str], *,
+              pin: bool = True) -> subprocess.Popen[str]:
         with open(self.workdir / f"{release.name}-{what}.log", "w") as log:  # the child keeps its own fd
             p = subprocess.Popen([sys.executable, *release.cli, *args], cwd=self.workdir,
-                                 env=_env(self.s, release, pin=pin), stdout=log, stderr=subprocess.STDOUT, text=True)
+                                 env=_env(self.s, release, pin=pin), stdout=log, stderr=subprocess.STDOUT,
+                                 text=True)
         self.procs.append((f"{release.name}-{what}", p))
         return p
 
     def write(self, release: Release, tag: str, *, pin: bool = True) -> list[str]:
         """Run a writer process of ``release`` to its end: its crashed runs' ids."""
-        out = subprocess.run([sys.executable, str(self.workdir / "app" / "mixed_writer.py"), tag, str(RUNS_PER_WRITER)],
+        script = str(self.workdir / "app" / "mixed_writer.py")
+        out = subprocess.run([sys.executable, script, tag, str(RUNS_PER_WRITER)],
                              cwd=self.workdir, env=_env(self.s, release, pin=pin), capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, f"{release.name} writer failed: {out.stderr[-3000:]}"
@@ -115,8 +119,8 @@ class Fleet:
         return ids
 
     def cli(self, release: Release, args: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, *release.cli, *args], cwd=self.workdir, env=_env(self.s, release),
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, *release.cli, *args], cwd=self.workdir,
+                              env=_env(self.s, release), capture_output=True, text=True, timeout=120)
 
     def alive(self) -> None:
         for name, p in self.procs:
@@ -249,7 +253,8 @@ def test_current_projector_and_resumer_beside_previous_writers(fleet: Fleet, pre
     assert len(runs) == 2 * RUNS_PER_WRITER
 
 
-def test_without_the_pin_the_previous_release_dead_letters_current_events(fleet: Fleet, previous: Path) -> None:
+def test_without_the_pin_the_previous_release_dead_letters_current_events(
+        fleet: Fleet, previous: Path) -> None:
     """The control: this release's writers unpinned beside the previous release's projector."""
     releases = _releases(previous, fleet.workdir / "app")
     fleet.start("projector", releases["previous"], ["project", "--app-id", "upg-proj-control"])
