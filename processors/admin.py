@@ -154,6 +154,10 @@ def ensure_topics(
                 raise ServiceUnavailable(f"creating topic {name!r} failed: {err}") from err
     if created:
         _await_leaders(admin, created, timeout)
+    if create:
+        from runlog.schemas.internal import publish_bundled_schemas
+
+        publish_bundled_schemas(settings)  # the schema log: a reader of any version finds these
     reports = []
     for spec in specs:
         if spec.name in created:

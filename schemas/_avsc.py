@@ -18,7 +18,8 @@ from fastavro.schema import to_parsing_canonical_form
 
 from runlog.schemas.errors import ConfigError
 
-__all__ = ["RECORD_FILES", "Writer", "crc64_avro", "load_past_schemas", "load_schema", "writer_for"]
+__all__ = ["RECORD_FILES", "Writer", "crc64_avro", "load_file", "load_past_schemas", "load_schema",
+           "writer_for"]
 
 _CRC64_EMPTY = 0xC15D213AA4D7A795
 
@@ -101,6 +102,11 @@ def load_schema(record_name: str) -> dict[str, Any]:
     except KeyError:
         raise ConfigError(f"no bundled schema named {record_name!r}") from None
     return cast(dict[str, Any], _inline(top, _shared_defs(), set()))
+
+
+def load_file(file: str) -> dict[str, Any]:
+    """A bundled ``.avsc`` file (``run_event.v4.avsc``) as one self-contained JSON document."""
+    return cast(dict[str, Any], _inline(_read_avsc(file), _shared_defs(), set()))
 
 
 def load_past_schemas(record_name: str) -> list[dict[str, Any]]:

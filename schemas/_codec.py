@@ -36,7 +36,7 @@ import io
 import json
 import struct
 import threading
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -44,10 +44,19 @@ from fastavro.read import SchemaResolutionError
 from runlog.schemas._avro_gen import Decoder, Encoder, Unsupported, compile_schema
 from runlog.schemas._avro_object_reader import ObjectDecoder, compile_object_decoder
 from runlog.schemas._avro_objects import ObjectEncoder, compile_object_encoder
-from runlog.schemas._avsc import RECORD_FILES, Writer, crc64_avro, load_past_schemas, load_schema, writer_for
+from runlog.schemas._avsc import (
+    RECORD_FILES,
+    Writer,
+    crc64_avro,
+    load_file,
+    load_past_schemas,
+    load_schema,
+    writer_for,
+)
 from runlog.schemas._mapping import KINDS
 from runlog.schemas._registry_framing import RegistryFraming, SchemaRegistry
 from runlog.schemas._types import Checkpoint, Effect, ResumeRequest, RunEvent, RunSubmission, StreamRecord
+from runlog.schemas._versions import CURRENT_SCHEMA_VERSION, fit, pinned_files, restore
 from runlog.schemas.errors import ConfigError, DecodeError
 from runlog.schemas.settings import Settings, redact_urls
 
@@ -55,6 +64,7 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "Codec",
     "SchemaRegistry",
+    "SchemaSource",
     "body_of",
     "body_start",
     "crc64_avro",
@@ -75,6 +85,16 @@ DEFAULT_MAX_RECORD_BYTES = 1_000_000
 T = TypeVar("T")
 
 
+class SchemaSource(Protocol):
+    """Where writer schemas are published and found by fingerprint (the schemas topic)."""
+
+    def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
+        ...
+
+    def lookup(self, fingerprint: bytes) -> dict[str, Any] | None:
+        ...
+
+
 class Codec:
     """Encodes and decodes Runlog records; see the module docstring for the framings.
 
@@ -85,11 +105,18 @@ class Codec:
         auto_register: with a registry, register a record's schema on first use;
             False: only look its id up (the schema must have been registered).
         registry_url: the registry as named in error messages, credentials masked.
+        schema_version: the schema version records are written with (``RUNLOG_SCHEMA_VERSION``;
+            None: the current one); records are read whatever their writer's version.
     """
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Codec:
+    def from_settings(cls, settings: Settings, *, schema_log: bool = True) -> Codec:
         """The codec every Runlog writer and reader uses.
+
+        It writes with the schema version ``RUNLOG_SCHEMA_VERSION`` pins. With ``schema_log`` (the
+        default; False for an in-memory log) it publishes each writer schema on the schemas topic
+        before its first record and looks a fingerprint it does not know up there
+        (:class:`runlog.schemas._schema_log.SchemaLog`; no connection until either happens).
 
         Without ``RUNLOG_SCHEMA_REGISTRY_URL``: a new single-object codec. With it: the
         process's codec for that registry (one per registry configuration, so ids and
@@ -101,8 +128,14 @@ class Codec:
             ConfigError: registry client settings or credentials refused.
         """
         if not settings.schema_registry_url:
-            return cls(max_record_bytes=settings.max_record_bytes)
-        return registry_codec(settings)
+            codec = cls(max_record_bytes=settings.max_record_bytes, schema_version=settings.schema_version)
+        else:
+            codec = registry_codec(settings)
+        if schema_log:
+            from runlog.schemas._schema_log import SchemaLog
+
+            codec = codec.with_schema_log(SchemaLog.of(settings))
+        return codec
 
     @property
     def uses_registry(self) -> bool:
@@ -116,6 +149,7 @@ class Codec:
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         auto_register: bool = True,
         registry_url: str = "(schema registry)",
+        schema_version: int | None = None,
     ) -> None:
         self._registry = None if registry is None else RegistryFraming(
             registry, auto_register=auto_register, url=registry_url)
@@ -147,6 +181,26 @@ class Codec:
             for past in load_past_schemas(name):
                 pw = writer_for(past)
                 self._by_fp[pw.fingerprint] = pw
+        self.schema_version = CURRENT_SCHEMA_VERSION if schema_version is None else schema_version
+        """The schema version this codec writes."""
+        self._pinned: dict[str, tuple[dict[str, Any], Writer]] = {}
+        """Records written with an older schema than the current one: its document and writer."""
+        for name, file in pinned_files(schema_version).items():
+            doc = load_file(file)
+            w = writer_for(doc)
+            self._pinned[name] = (doc, w)
+            self._by_fp[w.fingerprint] = w
+        self._schema_log: SchemaSource | None = None
+        self._published: set[str] = set()
+        """Records whose writer schema this codec has published on the schema log."""
+        self._resolve_lock = threading.Lock()
+
+    def with_schema_log(self, log: SchemaSource) -> Codec:
+        """This codec, publishing the writer schema of each record on ``log`` before its first
+        record is encoded, and asking ``log`` for a writer schema whose fingerprint it does not know
+        before a record is refused as ``unknown_schema``. Returns ``self``."""
+        self._schema_log = log
+        return self
 
     def schema(self, record_name: str) -> dict[str, Any]:
         """The current (reader and writer) schema of a record, as JSON-ready dict."""
@@ -155,6 +209,14 @@ class Codec:
     def fingerprint(self, record_name: str) -> bytes:
         """The 8-byte single-object fingerprint of this codec's schema for a record."""
         return self._own_fp[record_name]
+
+    def writer_schema(self, record_name: str) -> tuple[dict[str, Any], bytes]:
+        """The schema this codec writes a record with (the pinned version's, else the current one)
+        and its fingerprint."""
+        pinned = self._pinned.get(record_name)
+        if pinned is not None:
+            return copy.deepcopy(pinned[0]), pinned[1].fingerprint
+        return copy.deepcopy(self._schemas[record_name]), self._own_fp[record_name]
 
     def add_writer_schema(self, schema: dict[str, Any] | str) -> bytes:
         """Teach the codec another version of a record's schema, so data written
@@ -175,6 +237,11 @@ class Codec:
         if kind is None:
             raise ConfigError(f"cannot encode {type(value).__name__}: not a Runlog record")
         name = kind.record_name
+        if self._schema_log is not None and name not in self._published:
+            self._publish(name)
+        pinned = self._pinned.get(name)
+        if pinned is not None:
+            return self._encode_pinned(kind, name, pinned, value)
         if self._registry is None:
             header = SINGLE_OBJECT_MAGIC + self._own_fp[name]
         else:
@@ -188,6 +255,32 @@ class Codec:
             except (TypeError, AttributeError, KeyError, OverflowError, struct.error):
                 # a value the direct writer does not take: through its Avro dict, as before
                 data = self._encode_dict(kind, name, header, value)
+        if len(data) > self._max:
+            raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
+        return data
+
+    def _publish(self, name: str) -> None:
+        """Put the writer schema of ``name`` on the schema log (once per codec; the log itself
+        publishes a fingerprint once per process)."""
+        assert self._schema_log is not None
+        doc, fp = self.writer_schema(name)
+        self._schema_log.publish(name, fp, doc)
+        self._published.add(name)
+
+    def _encode_pinned(self, kind: Any, name: str, pinned: tuple[dict[str, Any], Writer],
+                       value: Any) -> bytes:
+        """``value`` written with the pinned version's schema: fitted to it first (a newer field at
+        its default left out, ``usage`` carried in ``attributes``, anything else refused)."""
+        doc, w = pinned
+        if self._registry is None:
+            header = SINGLE_OBJECT_MAGIC + w.fingerprint
+        else:
+            header = struct.pack(">bI", _SR_MAGIC, self._registry.schema_id(name, doc))
+        record = fit(kind.to_dict(value), doc, self._schemas[name], self.schema_version, name)
+        buf = io.BytesIO()
+        buf.write(header)
+        fastavro.schemaless_writer(buf, w.parsed, record)
+        data = buf.getvalue()
         if len(data) > self._max:
             raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
         return data
@@ -257,6 +350,8 @@ class Codec:
             raise DecodeError("invalid_body", f"{len(data) - end} trailing bytes after the record")
         if not isinstance(record, dict):
             raise DecodeError("invalid_body", "body is not a record")
+        if k.record_name == "runlog.RunEvent" and writer.parsed is not reader:
+            record = restore(record)  # usage a writer pinned below version 5 carried in attributes
         try:
             return cast(T, k.from_dict(record)), start
         except (ValueError, KeyError, TypeError) as err:
@@ -297,9 +392,46 @@ class Codec:
         if start == 10:
             w = self._by_fp.get(data[2:10])
             if w is None:
-                raise DecodeError("unknown_schema", f"no known schema has fingerprint {data[2:10].hex()}")
+                w = self._resolve(data[2:10])
             return w, 10
         return self._sr_writer(struct.unpack(">I", data[1:5])[0]), 5
+
+    def _resolve(self, fp: bytes) -> Writer:
+        """The writer schema of an unknown fingerprint, asked of the registry (when this codec has
+        one), then of the schema log (when it has one), and kept.
+
+        Raises:
+            DecodeError: ``unknown_schema``: neither has it (or what they hold is not a Runlog record
+                schema with that fingerprint).
+        """
+        with self._resolve_lock:
+            w = self._by_fp.get(fp)
+            if w is not None:
+                return w
+            asked = []
+            doc = None
+            if self._registry is not None:
+                asked.append("the registry")
+                doc = self._registry.schema_by_fingerprint(fp, self._readers)
+            if doc is None and self._schema_log is not None:
+                asked.append("the schema log")
+                doc = self._schema_log.lookup(fp)
+            if doc is None:
+                where = f" (asked {' and '.join(asked)})" if asked else ""
+                raise DecodeError("unknown_schema", f"no known schema has fingerprint {fp.hex()}{where}")
+            try:
+                w = writer_for(doc)
+            except Exception as err:  # whatever a bad document raises, it is no schema
+                raise DecodeError("unknown_schema", f"the schema published for fingerprint {fp.hex()} "
+                                  f"does not parse: {type(err).__name__}: {err}") from err
+            if w.fingerprint != fp:
+                raise DecodeError("unknown_schema", f"the schema published for fingerprint {fp.hex()} has "
+                                  f"fingerprint {w.fingerprint.hex()}")
+            if w.record_name not in self._readers:
+                raise DecodeError("wrong_type",
+                                  f"fingerprint {fp.hex()} is {w.record_name}, not a Runlog record")
+            self._by_fp[fp] = w
+            return w
 
     def _sr_writer(self, sid: int) -> Writer:
         if self._registry is None:

@@ -35,6 +35,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " RUNLOG_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:secret sets basic.auth.user.info;"
      " ..._SSL_CA_LOCATION, ..._SSL_CERTIFICATE_LOCATION, ..._SSL_KEY_LOCATION, ..._SSL_KEY_PASSWORD,"
      " ..._BEARER_AUTH_CREDENTIALS_SOURCE, ..._BEARER_AUTH_TOKEN, ..._TIMEOUT, ..._MAX_RETRIES, ..."),
+    ("RUNLOG_SCHEMA_VERSION", "", "the schema version writers write: during a rolling upgrade of Runlog, the"
+     " oldest version any member of the fleet reads (3 to 5; unset: the current one, 5); pinned below the"
+     " current one, every payload goes to the artifact store; see docs/how-to/upgrade-runlog.md"),
     ("RUNLOG_ARTIFACT_ROOT", ".runlog/artifacts", "root directory of the local artifact store"),
     ("RUNLOG_ARTIFACT_INLINE_BYTES", "512", "payloads (a call's arguments and result, a stage's output) of up"
      " to this many bytes travel inside their event as a `data:` URI, durable with it, instead of an fsynced"
@@ -108,6 +111,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    return None if not raw else _int(env, name, 0)
+
+
 def _replicas(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name, "").strip().lower()
     if raw in ("", "auto"):
@@ -144,6 +152,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         schema_registry_url=e.get("RUNLOG_SCHEMA_REGISTRY_URL") or None,
         schema_registry_auto_register=_bool(e, "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER", True),
         schema_registry_extra=sr_extra,
+        schema_version=_optional_int(e, "RUNLOG_SCHEMA_VERSION"),
         artifact_root=e.get("RUNLOG_ARTIFACT_ROOT") or ".runlog/artifacts",
         artifact_inline_bytes=_int(e, "RUNLOG_ARTIFACT_INLINE_BYTES", 512),
         lease_ttl_ms=_int(e, "RUNLOG_LEASE_TTL_MS", 15_000),
@@ -213,6 +222,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_REDIS_SSL_KEY_PASSWORD": f["redis_ssl_key_password"],
         "RUNLOG_CONSOLE_TOKEN": f["console_token"],
         "RUNLOG_GROUP_INSTANCE_ID": f["group_instance_id"],
+        "RUNLOG_SCHEMA_VERSION": None if f["schema_version"] is None else str(f["schema_version"]),
     }
     env.update({k: v for k, v in optional.items() if v})
     for key, value in f["kafka_extra"].items():

@@ -11,7 +11,7 @@ loads them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any, Protocol
 
 from fastavro.schema import SchemaParseException, UnknownType
@@ -34,6 +34,12 @@ class SchemaRegistry(Protocol):
     def lookup_schema(self, subject_name: str, schema: Any, *args: Any, **kwargs: Any) -> Any:
         ...
 
+    def get_versions(self, subject_name: str, *args: Any, **kwargs: Any) -> Any:
+        ...
+
+    def get_version(self, subject_name: str, version: Any, *args: Any, **kwargs: Any) -> Any:
+        ...
+
 
 
 class RegistryFraming:
@@ -51,6 +57,8 @@ class RegistryFraming:
         self.url = url
         self._ids: dict[str, int] = {}
         self._writers: dict[int, Writer] = {}
+        self._docs_by_fp: dict[bytes, dict[str, Any]] = {}
+        """Every schema of the registry's Runlog subjects seen so far, by fingerprint."""
 
     def schema_id(self, record_name: str, schema: dict[str, Any]) -> int:
         """The registry's id of ``schema``, the current schema of ``record_name`` (its subject).
@@ -131,3 +139,39 @@ class RegistryFraming:
         w = known.get(w.fingerprint, w)
         self._writers[sid] = w
         return w
+
+    def schema_by_fingerprint(self, fp: bytes, records: Iterable[str]) -> dict[str, Any] | None:
+        """The schema registered under one of the subjects ``records`` whose single-object
+        fingerprint is ``fp`` (a record written without the registry by a writer of another
+        version), or None. Reads every version of those subjects once per unknown fingerprint.
+
+        Raises:
+            RegistryUnavailable: the registry did not answer.
+        """
+        doc = self._docs_by_fp.get(fp)
+        if doc is not None:
+            return doc
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        from runlog.schemas._registry_client import registry_error
+
+        for subject in records:
+            try:
+                versions = list(self.registry.get_versions(subject))
+                for v in versions:
+                    registered = self.registry.get_version(subject, v)
+                    try:
+                        found = json.loads(registered.schema.schema_str)
+                        w = writer_for(found)
+                    except (ValueError, TypeError, KeyError, AttributeError, SchemaParseException,
+                            UnknownType):
+                        continue
+                    self._docs_by_fp[w.fingerprint] = found
+            except Exception as err:
+                mapped = registry_error(err, self.url, f"reading the versions of {subject}")
+                if mapped is not None:
+                    raise mapped from err
+                if isinstance(err, SchemaRegistryError):
+                    continue  # no such subject (404): nothing registered under it
+                raise
+        return self._docs_by_fp.get(fp)

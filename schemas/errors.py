@@ -49,6 +49,7 @@ __all__ = [
     "RunConflict",
     "RunFailed",
     "RunlogError",
+    "SchemaVersionError",
     "TerminalToolError",
     "ToolError",
     "TopicConfigConflict",
@@ -121,6 +122,25 @@ class DecodeError(RunlogError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}")
+
+
+class SchemaVersionError(ConfigError):
+    """A record uses something newer than the schema version writers are pinned to
+    (``RUNLOG_SCHEMA_VERSION``): an event type or enum symbol, or a field, that version lacks. It is
+    written once every member of the fleet reads a newer version and the pin is raised.
+
+    Attributes:
+        version: the pinned version.
+        feature: what the record uses (``"event type RUN_UPGRADED"``).
+    """
+
+    def __init__(self, version: int, feature: str, record: str) -> None:
+        self.version = version
+        self.feature = feature
+        super().__init__(
+            f"{record}: {feature} is newer than schema version {version}, which RUNLOG_SCHEMA_VERSION pins "
+            f"writers to: it can be written once every member of the fleet reads a newer version "
+            f"and the pin is raised")
 
 
 class DeliveryError(RunlogError):

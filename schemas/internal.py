@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         redis_client,
         retry_failover,
     )
+    from runlog.schemas._schema_log import publish_bundled_schemas
 
 _LAZY = {
     **dict.fromkeys(("body_of",),
@@ -55,6 +56,8 @@ _LAZY = {
                     "runlog.schemas._kafka"),
     **dict.fromkeys(("awaited", "quiet_auth_lines", "refused", "served"),
                     "runlog.schemas._kafka_auth"),
+    **dict.fromkeys(("publish_bundled_schemas",),
+                    "runlog.schemas._schema_log"),
     **dict.fromkeys(("AsyncFailoverCluster", "INDEX_SHARDS", "aredis_client", "aretry_failover",
                      "index_shard", "is_cluster", "is_cluster_url", "redis_client", "retry_failover"),
                     "runlog.schemas._redis"),
@@ -91,6 +94,7 @@ __all__ = [
     "lazy_names",
     "parse",
     "partitions_of",
+    "publish_bundled_schemas",
     "quiet_auth_lines",
     "quiet_unreachable_lines",
     "redis_client",

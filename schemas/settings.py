@@ -54,6 +54,10 @@ class Settings(ClientConfig):
     """Writers register their schemas (False: look the ids up only)."""
     schema_registry_extra: Mapping[str, str] = field(default_factory=dict)
     """Schema Registry client settings passed through as given (auth, TLS, timeouts, ...)."""
+    schema_version: int | None = None
+    """The schema version writers write (``RUNLOG_SCHEMA_VERSION``): during a rolling upgrade, the
+    oldest version any member of the fleet reads; None: the current version
+    (:mod:`runlog.schemas._versions`)."""
     artifact_root: str = ".runlog/artifacts"
     artifact_inline_bytes: int = 512
     """Payloads (a call's arguments and result, a stage's output) of up to this many bytes travel inside
@@ -110,6 +114,16 @@ class Settings(ClientConfig):
     the global tracer provider (or one passed in) and put their W3C trace context on the records
     they write; needs the ``otel`` extra. False: no spans, no trace headers from them."""
 
+    @property
+    def inline_payload_bytes(self) -> int:
+        """The payload size up to which writers put a payload inside its event (a ``data:`` URI):
+        :attr:`artifact_inline_bytes`, or 0 while writers are pinned below the current schema version
+        (a reader of an older version may not read ``data:`` URIs)."""
+        from runlog.schemas._versions import CURRENT_SCHEMA_VERSION
+        if self.schema_version is not None and self.schema_version < CURRENT_SCHEMA_VERSION:
+            return 0
+        return self.artifact_inline_bytes
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``RUNLOG_*`` variables (``os.environ`` by default)."""
@@ -146,6 +160,8 @@ class Settings(ClientConfig):
         if not 0 <= self.artifact_inline_bytes <= self.max_record_bytes // 8:
             raise ConfigError("RUNLOG_ARTIFACT_INLINE_BYTES must be between 0 and RUNLOG_MAX_RECORD_BYTES"
                               f" / 8, got {self.artifact_inline_bytes}")
+        from runlog.schemas._versions import check_version
+        check_version(self.schema_version)
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",

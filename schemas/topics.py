@@ -51,6 +51,11 @@ class Topics:
         return f"{self.prefix}runlog.streams"
 
     @property
+    def schemas(self) -> str:
+        """The schema log: every writer schema by fingerprint (:mod:`runlog.schemas._schema_log`)."""
+        return f"{self.prefix}runlog.schemas"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}runlog.events.dlq"
 
@@ -83,6 +88,7 @@ class Topics:
             # what was asked, kept as long as the events (what pending submissions are is derived from both)
             TopicSpec(self.submissions, p, rf, {**delete, "retention.ms": str(settings.events_retention_ms)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
+            TopicSpec(self.schemas, 1, rf, {"cleanup.policy": "compact", "min.insync.replicas": isr}),
         )
 
 

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "init",
         help="create Runlog's topics (a no-op when they exist with the right config)",
         description=(
-            "Create the events, checkpoints, effects, resume and dead-letter topics. "
+            "Create the events, checkpoints, effects, resume, streams, dead-letter and schemas topics, and "
+            "publish every bundled writer schema on the schemas topic (docs/how-to/upgrade-runlog.md). "
             "Existing topics are checked; a conflicting setting is reported and the "
             "command exits 1 without changing anything."
         ),

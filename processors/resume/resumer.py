@@ -175,7 +175,7 @@ class Resumer:
         self.app = app
         self.tracing = Tracing(settings, tracer_provider)
         self.artifacts = artifacts or LocalArtifactStore(settings.artifact_root,
-                                                           inline_max=settings.artifact_inline_bytes)
+                                                           inline_max=settings.inline_payload_bytes)
         self._own_runner = runner is None
         self._writer = RunWriter(settings, metrics_registry=metrics_registry) \
             if runner is None and metrics_registry is not None else None

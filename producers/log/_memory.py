@@ -59,7 +59,7 @@ class InMemoryEventLog(EventLog, RunLog):
                  codec: Codec | None = None) -> None:
         self.settings = settings or Settings()
         self.topic = Topics.of(self.settings).events
-        self.codec = codec or Codec.from_settings(self.settings)
+        self.codec = codec or Codec.from_settings(self.settings, schema_log=False)
         self.writer_id = writer_id or f"writer-{uuid.uuid4().hex[:12]}"
         self.delivery_timeout_s = 1.0
         self.resume_requests: list[ResumeRequest] = []

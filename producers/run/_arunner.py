@@ -94,7 +94,7 @@ class AsyncRunner(RunnerParts):
         topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat,
                                         waits=waits)
-        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.artifact_inline_bytes)
+        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.inline_payload_bytes)
         r = cls(w, leases, store, source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient, waits=waits),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient, waits=waits,

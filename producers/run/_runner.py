@@ -86,7 +86,7 @@ class Runner(RunnerParts):
         waits = replica_waits(client, settings)  # durable claims wait for a replica where there is one
         topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat, waits=waits)
-        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.artifact_inline_bytes)
+        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.inline_payload_bytes)
         r = cls(w, leases, store, source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, waits=waits),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits, effects_topic=topic),
