@@ -219,6 +219,9 @@ class RunState:
     """The W3C trace context the run started in (``RUN_STARTED`` attributes ``traceparent`` and
     ``tracestate``): a resume continues the run's trace from it. None: started untraced."""
     tracestate: str | None = None
+    subject: str | None = None
+    """The subject whose data key encrypts the run's payloads (``RUN_STARTED`` attribute
+    ``runlog.subject``); None: the default subject, or encryption off."""
 
     @property
     def workflow_version(self) -> str:
