@@ -4,7 +4,7 @@ The writer, sessions, leases, the effects ledger, trace hooks and key helpers, a
 them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
 """
 
-from runlog.producers.base._keyring import SubjectKeys, key_id_of
+from runlog.producers.base._keyring import KeyProvider, LocalKeyProvider, SubjectKeys, key_id_of
 from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
 from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
@@ -52,8 +52,10 @@ __all__ = [
     "InMemoryLeaseManager",
     "InMemoryLeaseTable",
     "KafkaRunLog",
+    "KeyProvider",
     "LeaseHeld",
     "LedgerEntry",
+    "LocalKeyProvider",
     "LoggedEvent",
     "NoSpan",
     "NotReplayed",

@@ -91,11 +91,13 @@ def dump_everything(settings: Settings, client: redis.Redis) -> bytes:
     return _with_inline_decoded(b"\n".join(x if isinstance(x, bytes) else str(x).encode() for x in out))
 
 
+@pytest.mark.slow  # the demo: two worker processes, a crash, a resumer (about 45 s on this machine)
 def test_with_encryption_on_the_demo_crashes_resumes_and_no_planted_string_is_readable(
         topics: Settings, redis_client: redis.Redis, tmp_path: Path) -> None:
     sealed = topics.with_(encryption=True, keyring=str(tmp_path / "keyring"))
     planted = f"cust-{uuid.uuid4().hex}"
-    r = run_demo(sealed, quiet=True, workdir=tmp_path / "demo", params=json.dumps({"seed": 7, "customer": planted}))
+    r = run_demo(sealed, quiet=True, workdir=tmp_path / "demo",
+                 params=json.dumps({"seed": 7, "customer": planted}))
     assert r["resume"] == "completed" and r["completed"] is True
     assert r["publishes"] == r["reference"]["publishes"] == 1  # the guarantees hold with encryption on
     assert r["renders_billed"] == r["reference"]["renders_billed"] == 3
@@ -137,6 +139,7 @@ def _crash_for(settings: Settings, t: Toy, subject: str, q: str) -> str:
     return h.run_id
 
 
+@pytest.mark.slow  # three runs, two whole-topic reads (erase, audit), a resume after a lease expiry
 def test_erasing_one_of_two_subjects_blocks_its_runs_and_leaves_the_other_whole(
         topics: Settings, redis_client: redis.Redis, tmp_path: Path) -> None:
     s = topics.with_(encryption=True, keyring=str(tmp_path / "keyring"))
