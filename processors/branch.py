@@ -22,7 +22,8 @@ from typing import Any
 
 from runlog.processors.inspect import run_history
 from runlog.processors.resume import App
-from runlog.producers import ArtifactStore, LocalArtifactStore, Runner
+from runlog.producers import ArtifactStore, Runner
+from runlog.producers.internal import sealing, store_from_settings
 from runlog.projections.internal import INHERITED_ATTRIBUTE
 from runlog.schemas import (
     ArtifactRef,
@@ -133,7 +134,8 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
         inherited = {s: ref for s, ref in inherited_state.stage_outputs.items()
                      if s in order and order.index(s) < cut}
     start = next(s for s in order if s not in inherited)  # == first unless a stage had no checkpoint
-    store = artifacts or LocalArtifactStore(settings.artifact_root)
+    store = sealing(artifacts, settings) if artifacts is not None \
+        else store_from_settings(settings, inline=False)
     params: dict[str, Any] = {}
     if state.params_ref is not None:
         params = dict(json.loads(store.get(state.params_ref)))
@@ -142,7 +144,7 @@ def branch_run(settings: Settings, app: App, parent_run_id: str, changes: Mappin
     try:
         pinned = {**state.input_versions, **changes}
         handle = r.start_run(workflow, params, pinned, parent_run_id=parent_run_id,
-                             forked_from_seq=fork_seq)
+                             forked_from_seq=fork_seq, subject=state.subject)  # the parent's data key
         session = handle.session
         assert session is not None
         attrs = {"changed_inputs": ",".join(sorted(changed)), "first_affected": first}

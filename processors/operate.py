@@ -307,8 +307,8 @@ def resolve_effect(settings: Settings, run_id: str, key: str, *, done: bool, ext
                 continue  # the run moved between reading it and taking the lease: look again
             session, confirmed = taken
             try:
-                ref = runner.store.put(canonical_json({"external_id": ext}), "application/json") if done \
-                    else None
+                ref = runner.store.for_subject(state.subject).put(
+                    canonical_json({"external_id": ext}), "application/json") if done else None
                 res = session.append(
                     EventType.EFFECT_RESOLVED, confirm=True, stage=eff.stage, tool=eff.tool,
                     call_id=eff.call_id, delivery_key=dk, target=eff.target, replay_policy=eff.replay_policy,

@@ -61,7 +61,7 @@ def signal_run(settings: Settings, run_id: str, name: str, data: Any, *, by: str
             raise OperatorRefused(f"run {run_id} moved while the signal was being delivered; try again")
         session, _ = taken
         try:
-            ref = r.store.put(payload, "application/json")
+            ref = r.store.for_subject(state.subject).put(payload, "application/json")
             res = session.append(EventType.SIGNAL_RECEIVED, confirm=True, stage=w.call_id.split("/", 1)[0],
                                  tool=WAIT, call_id=w.call_id, replay_policy=ReplayPolicy.SAFE,
                                  payload_ref=ref, attributes={"signal": name, "by": by, "reason": reason})

@@ -4,6 +4,7 @@ The writer, sessions, leases, the effects ledger, trace hooks and key helpers, a
 them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
 """
 
+from runlog.producers.base._keyring import KeyProvider, LocalKeyProvider, SubjectKeys, key_id_of
 from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
 from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
@@ -11,6 +12,13 @@ from runlog.producers.calls._calls import WAIT, RecordedCall
 from runlog.producers.calls._keys import canonical_json, lp_sha256, sha256_hex
 from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
+from runlog.producers.calls._sealed import (
+    SealedArtifactStore,
+    open_text,
+    seal_text,
+    sealing,
+    store_from_settings,
+)
 from runlog.producers.define._inputs import PinnedInputs
 from runlog.producers.log._cloudevents import CloudEventHeaders
 from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager, lease_key
@@ -46,8 +54,10 @@ __all__ = [
     "InMemoryLeaseManager",
     "InMemoryLeaseTable",
     "KafkaRunLog",
+    "KeyProvider",
     "LeaseHeld",
     "LedgerEntry",
+    "LocalKeyProvider",
     "LoggedEvent",
     "NoSpan",
     "NotReplayed",
@@ -58,16 +68,23 @@ __all__ = [
     "RunOutcomes",
     "RunSession",
     "RunWriter",
+    "SealedArtifactStore",
     "Span",
+    "SubjectKeys",
     "Tracer",
     "canonical_json",
     "context_of",
+    "key_id_of",
     "label",
     "lease_key",
     "lp_sha256",
+    "open_text",
     "register",
     "run_id_for_key",
+    "seal_text",
+    "sealing",
     "send_resume_request",
     "sha256_hex",
+    "store_from_settings",
     "unregister",
 ]

@@ -223,6 +223,9 @@ class RunState:
     """Where a submitted run waits and counts: ``queue``, ``tenant``, ``priority`` (``RUN_STARTED``
     attributes ``runlog.queue``, ``runlog.tenant``, ``runlog.priority``); empty for a run started
     otherwise."""
+    subject: str | None = None
+    """The subject whose data key encrypts the run's payloads (``RUN_STARTED`` attribute
+    ``runlog.subject``); None: the default subject, or encryption off."""
 
     @property
     def workflow_version(self) -> str:

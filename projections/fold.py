@@ -43,7 +43,7 @@ from runlog.projections._state import (
 )
 from runlog.projections._usage import INHERITED_ATTRIBUTE, inherited_from
 from runlog.schemas import Checkpoint, EffectStatus, EventType, RunEvent, event_hash
-from runlog.schemas.internal import TRACEPARENT, TRACESTATE
+from runlog.schemas.internal import SUBJECT_ATTRIBUTE, TRACEPARENT, TRACESTATE
 
 __all__ = [
     "CHECKPOINT_WINDOW",
@@ -204,6 +204,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             tracestate=e.attributes.get(TRACESTATE) if TRACEPARENT in e.attributes else s.tracestate,
             usage_budget=budget_of(e) or s.usage_budget,
             labels=labels_of(e.attributes) or s.labels,
+            subject=e.attributes.get(SUBJECT_ATTRIBUTE) or s.subject,
         )
         return s, _ACCEPTED
     if t is EventType.RUN_UPGRADED and e.workflow is not None:

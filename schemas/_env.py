@@ -85,6 +85,14 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_TRACING", "true", "the resumer, the projector and the operator commands open OpenTelemetry spans"
      " (global tracer provider; needs `runlog[otel]`) and put their trace context on the records they"
      " write; `false`: none"),
+    ("RUNLOG_ENCRYPTION", "false", "`true`: every payload (parameters, call arguments and results, stage"
+     " outputs, inline refs, artifacts, stream text, signal data) is sealed with AES-256-GCM under its"
+     " subject's data key before it leaves the process (docs: how-to/privacy); `false`: payloads in clear"),
+    ("RUNLOG_KEYRING", ".runlog/keyring", "directory of the local keyring (0700; files 0600): the"
+     " key-encryption keys and each subject's wrapped data key; every process of a deployment that reads"
+     " payloads needs the same keyring"),
+    ("RUNLOG_DEFAULT_SUBJECT", "default", "the subject of runs started without one (its data key seals"
+     " their payloads)"),
 )
 
 _SR_OWN = ("RUNLOG_SCHEMA_REGISTRY_URL", "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER")
@@ -178,6 +186,9 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
         tracing=_bool(e, "RUNLOG_TRACING", True),
+        encryption=_bool(e, "RUNLOG_ENCRYPTION", False),
+        keyring=e.get("RUNLOG_KEYRING") or ".runlog/keyring",
+        default_subject=(e.get("RUNLOG_DEFAULT_SUBJECT") or "default").strip() or "default",
     )
 
 
@@ -209,6 +220,9 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_REDIS_WAIT_MS": str(f["redis_wait_ms"]),
         "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER": "true" if f["schema_registry_auto_register"] else "false",
         "RUNLOG_TRACING": "true" if f["tracing"] else "false",
+        "RUNLOG_ENCRYPTION": "true" if f["encryption"] else "false",
+        "RUNLOG_KEYRING": f["keyring"],
+        "RUNLOG_DEFAULT_SUBJECT": f["default_subject"],
     }
     optional = {
         "RUNLOG_SCHEMA_REGISTRY_URL": f["schema_registry_url"],

@@ -65,6 +65,11 @@ class EventType(StrEnum):
     the checkpoint named in attributes (who, why, from, to) on the new code (``runlog upgrade``)."""
 
 
+SUBJECT_ATTRIBUTE = "runlog.subject"
+"""The attribute of ``RUN_STARTED`` naming the run's subject (a tenant or customer id, chosen by the
+caller: ``Runner.run(..., subject=...)``) whose data key encrypts the run's payloads; absent: the default
+subject. Readable metadata: an opaque id, never a name or an address."""
+
 STAGES_ATTRIBUTE = "runlog.stages"
 """The attribute of ``RUN_STARTED`` (and ``RUN_UPGRADED``) holding the workflow's stage fingerprints:
 a JSON object, stage name -> 16 hex digits (``runlog.producers.Stage.fingerprint``)."""

@@ -12,7 +12,9 @@
     ├── LeaseLost                   this writer no longer holds the run's lease
     ├── ArtifactError               artifact store problems
     │   ├── ArtifactMissing
-    │   └── ArtifactCorrupt         stored bytes do not hash to their name
+    │   ├── ArtifactCorrupt         stored bytes do not hash to their name
+    │   └── PayloadKeyError         an encrypted payload's data key cannot be had
+    │       └── SubjectErased       its subject was erased (``runlog erase``): the payload is gone
     ├── WorkflowDefinitionError     a workflow or tool declared wrongly
     ├── RunConflict                 a run idempotency key reused with other parameters
     ├── RunFailed                   an awaited run ended FAILED
@@ -43,6 +45,7 @@ __all__ = [
     "EffectInDoubt",
     "LeaseLost",
     "LogUnavailable",
+    "PayloadKeyError",
     "ResumeBlocked",
     "RetryableToolError",
     "RunCancelled",
@@ -50,6 +53,7 @@ __all__ = [
     "RunFailed",
     "RunlogError",
     "SchemaVersionError",
+    "SubjectErased",
     "TerminalToolError",
     "ToolError",
     "TopicConfigConflict",
@@ -184,6 +188,24 @@ class ArtifactMissing(ArtifactError):
 
 class ArtifactCorrupt(ArtifactError):
     """The stored bytes do not hash to the artifact's sha256."""
+
+
+class PayloadKeyError(ArtifactError):
+    """An encrypted payload could not be opened: its subject's data key is missing from the keyring (or the
+    key-encryption key that wraps it), or the envelope does not authenticate under it.
+
+    Attributes:
+        key_id: the envelope's key id (hex; names the subject's data key, never the payload).
+    """
+
+    def __init__(self, key_id: str, detail: str) -> None:
+        self.key_id = key_id
+        super().__init__(f"key {key_id}", detail)
+
+
+class SubjectErased(PayloadKeyError):
+    """The payload's subject was erased (``runlog erase``): its data key is destroyed, so the payload
+    reads nowhere any more. Not a corruption: the run's metadata and hash chain still verify."""
 
 
 class WorkflowDefinitionError(RunlogError):

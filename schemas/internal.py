@@ -21,7 +21,7 @@ from runlog.schemas._tracecontext import (
     from_headers,
     parse,
 )
-from runlog.schemas._types import STAGES_ATTRIBUTE
+from runlog.schemas._types import STAGES_ATTRIBUTE, SUBJECT_ATTRIBUTE
 
 if TYPE_CHECKING:
     from runlog.schemas._client_config import quiet_unreachable_lines
@@ -72,6 +72,7 @@ __all__ = [
     "INDEX_SHARDS",
     "RETRIABLE_METADATA_ERRORS",
     "STAGES_ATTRIBUTE",
+    "SUBJECT_ATTRIBUTE",
     "TOKEN_EXTEND",
     "TOKEN_RELEASE",
     "TRACEPARENT",

@@ -113,6 +113,12 @@ class Settings(ClientConfig):
     """Runlog's processors (resumer, projector, operator commands) open OpenTelemetry spans through
     the global tracer provider (or one passed in) and put their W3C trace context on the records
     they write; needs the ``otel`` extra. False: no spans, no trace headers from them."""
+    encryption: bool = False
+    """Seal every payload under its subject's data key (AES-256-GCM; needs the ``crypto`` extra)."""
+    keyring: str = ".runlog/keyring"
+    """The local keyring directory: key-encryption keys and the subjects' wrapped data keys."""
+    default_subject: str = "default"
+    """The subject of runs started without one."""
 
     @property
     def inline_payload_bytes(self) -> int:

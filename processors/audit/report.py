@@ -217,6 +217,8 @@ class AuditReport:
     """Delivery keys with an ``EFFECT_RESULT`` in more than one run (not findings)."""
     seconds: float = 0.0
     anchors_checked: bool = False
+    erased: list[str] = field(default_factory=list)
+    """Runs whose subject was erased: payloads destroyed on purpose, not a finding (chains verified)."""
 
     def anchor_counts(self) -> dict[str, int] | None:
         """Runs by anchor status (None when anchors were not checked)."""
@@ -234,6 +236,7 @@ class AuditReport:
                 "findings": [{"run_id": f.run_id, "kind": f.kind, "detail": f.detail, "seq": f.seq}
                              for f in self.findings],
                 "records": self.records, "duplicates": self.duplicates, "undecodable": self.undecodable,
+                "erased": list(self.erased),
                 "anchors": self.anchor_counts()}
 
     def to_dict(self) -> dict[str, Any]:

@@ -40,6 +40,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runlog.processors.cli.budget",
     "runlog.processors.cli.tail",
     "runlog.processors.cli.fleet",
+    "runlog.processors.cli.privacy",
 )
 
 

@@ -92,6 +92,9 @@ def _audit(args: argparse.Namespace) -> int:
         counts = report.anchor_counts()
         print("anchors: " + ("not checked (--no-anchors)" if counts is None else
                              ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()) or "no runs"))
+        if report.erased:
+            print(f"erased: {len(report.erased)} runs (subject erased; payloads destroyed, chains verified): "
+                  + ", ".join(report.erased))
         for f in report.findings:
             seq = f" seq {f.seq}" if f.seq is not None else ""
             print(f"  {f.kind:<20} {f.run_id}{seq}: {f.detail}")

@@ -213,7 +213,7 @@ def _show(args: argparse.Namespace) -> int:
         run_summary,
         usage_lines,
     )
-    from runlog.producers import LocalArtifactStore
+    from runlog.producers.internal import store_from_settings
     from runlog.projections.internal import effect_to_dict
 
     settings = Settings.from_env()
@@ -226,7 +226,7 @@ def _show(args: argparse.Namespace) -> int:
     summary = run_summary(state)
     calls = call_views(history)
     effects = [*state.open_intents, *sorted(state.closed_effects.values(), key=lambda e: e.seq)]
-    store = LocalArtifactStore(settings.artifact_root) if args.payloads else None
+    store = store_from_settings(settings, inline=False) if args.payloads else None
     waits = _version_waits(settings, [state.run_id] if state.status.value in _OPEN else [])
     wait_view = waits.get(state.run_id)
     if args.json:

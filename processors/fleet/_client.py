@@ -27,8 +27,17 @@ from runlog.processors.fleet._submit import SubmissionKeys, produce_submission
 from runlog.processors.inspect.log import runs_from_log
 from runlog.processors.operate import OperatorRefused, OperatorResult, cancel_run
 from runlog.processors.signal import signal_run
-from runlog.producers import LocalArtifactStore, RunResult
-from runlog.producers.internal import KafkaRunLog, RunOutcomes, canonical_json, run_id_for_key, sha256_hex
+from runlog.producers import RunResult
+from runlog.producers.internal import (
+    KafkaRunLog,
+    RunOutcomes,
+    SubjectKeys,
+    canonical_json,
+    open_text,
+    run_id_for_key,
+    seal_text,
+    store_from_settings,
+)
 from runlog.projections import RedisStore, RunState
 from runlog.projections.internal import READY
 from runlog.schemas import Codec, RunSubmission, Settings, Topics, WorkflowDefinitionError, now_ms
@@ -134,9 +143,8 @@ class Client:
         self.redis = redis_client(self.settings)
         self.keys = SubmissionKeys(self.redis, self.settings.redis_prefix)
         self.store = RedisStore(self.redis, self.settings.redis_prefix)
-        self.outcomes = RunOutcomes(KafkaRunLog(self.settings),
-                                    LocalArtifactStore(self.settings.artifact_root,
-                                                       inline_max=self.settings.artifact_inline_bytes),
+        self.artifacts = store_from_settings(self.settings)  # sealed when RUNLOG_ENCRYPTION is on
+        self.outcomes = RunOutcomes(KafkaRunLog(self.settings), self.artifacts,
                                     projected=self.store.load_state)
         self._producer: Producer | None = None
 
@@ -169,7 +177,7 @@ class Client:
     def submit(self, workflow: str, params: Mapping[str, Any] | None = None, *, key: str | None = None,
                version: str | None = None, queue: str = "default", priority: int = 0,
                tenant: str | None = None, inputs: Mapping[str, str] | None = None,
-               attributes: Mapping[str, str] | None = None) -> SubmittedRun:
+               attributes: Mapping[str, str] | None = None, subject: str | None = None) -> SubmittedRun:
         """Submit a run of ``workflow`` (its name) with ``params``; returns once the submission is on
         the log.
 
@@ -180,6 +188,8 @@ class Client:
             queue, priority, tenant: where the run waits and counts (``runlog queues``); carried onto
                 the run's ``RUN_STARTED`` attributes with ``attributes``.
             inputs: pinned input versions.
+            subject: whose data key encrypts the run's payloads when ``RUNLOG_ENCRYPTION`` is on (the
+                submission's parameters too: they travel sealed); see ``Runner.run``.
 
         Raises:
             WorkflowDefinitionError: an empty workflow name, or parameters that are not a JSON object.
@@ -193,15 +203,23 @@ class Client:
         params_bytes = canonical_json(dict(params or {}))  # WorkflowDefinitionError when not JSON
         idem = key if key is not None else f"submit:{uuid.uuid4().hex}"
         run_id = run_id_for_key(idem)
-        created = self.keys.claim(idem, run_id, workflow, sha256_hex(params_bytes))
+        store = self.artifacts.for_subject(subject)
+        # the params hash a keyed start keeps (keyed by the subject's key when encryption is on)
+        created = self.keys.claim(idem, run_id, workflow, store.digest(params_bytes))
         if not created and self.state(run_id) is not None:
             return SubmittedRun(run_id, False, self)
         # a new claim, or one whose submitter may have died before its record: (again) on the log;
         # a second record for the same run starts nothing twice (the worker's keyed start)
         labels = {**(attributes or {}), "runlog.queue": queue, "runlog.priority": str(priority),
-                  **({"runlog.tenant": tenant} if tenant is not None else {})}
+                  **({"runlog.tenant": tenant} if tenant is not None else {}),
+                  **({SUBJECT: subject} if subject is not None else {})}
+        text = params_bytes.decode("utf-8")
+        if self.settings.encryption:  # no parameter in clear on the submissions topic either
+            keys = SubjectKeys(self.settings.keyring)
+            data_key = keys.for_subject(subject or self.settings.default_subject)
+            text = seal_text(data_key, text)
         produce_submission(self.producer, self.codec, self.topic, RunSubmission(
-            run_id=run_id, workflow=workflow, params=params_bytes.decode("utf-8"), idempotency_key=idem,
+            run_id=run_id, workflow=workflow, params=text, idempotency_key=idem,
             submitted_at=now_ms(), version=version, inputs=dict(inputs or {}), queue=queue,
             priority=int(priority), tenant=tenant, submitted_by=self.name, attributes=labels))
         return SubmittedRun(run_id, created, self)
@@ -209,10 +227,12 @@ class Client:
     async def asubmit(self, workflow: str, params: Mapping[str, Any] | None = None, *, key: str | None = None,
                       version: str | None = None, queue: str = "default", priority: int = 0,
                       tenant: str | None = None, inputs: Mapping[str, str] | None = None,
-                      attributes: Mapping[str, str] | None = None) -> SubmittedRun:
+                      attributes: Mapping[str, str] | None = None,
+                      subject: str | None = None) -> SubmittedRun:
         """:meth:`submit` for an event loop."""
         return await asyncio.to_thread(self.submit, workflow, params, key=key, version=version, queue=queue,
-                                       priority=priority, tenant=tenant, inputs=inputs, attributes=attributes)
+                                       priority=priority, tenant=tenant, inputs=inputs, attributes=attributes,
+                                       subject=subject)
 
     # -- following ----------------------------------------------------------------------------------
 
@@ -252,9 +272,13 @@ class Client:
         return await asyncio.to_thread(self.list, **filters)
 
 
-def params_of(submission: RunSubmission) -> dict[str, Any]:
-    """A submission's parameters (a JSON object)."""
-    value = json.loads(submission.params)
+SUBJECT = "runlog.subject"
+"""The submission attribute naming the run's subject (``Runner.run(..., subject=)``)."""
+
+
+def params_of(submission: RunSubmission, keys: SubjectKeys | None = None) -> dict[str, Any]:
+    """A submission's parameters (a JSON object), opened with ``keys`` when they travel sealed."""
+    value = json.loads(open_text(keys, submission.params) if keys is not None else submission.params)
     if not isinstance(value, dict):
         raise WorkflowDefinitionError("a submission's params are not a JSON object")
     return value

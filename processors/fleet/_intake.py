@@ -37,11 +37,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from runlog.processors.dlq import headers as dead_letter_headers
-from runlog.processors.fleet._client import params_of
+from runlog.processors.fleet._client import SUBJECT, params_of
 from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
-from runlog.producers.internal import RunSession, run_id_for_key
+from runlog.producers.internal import RunSession, SubjectKeys, run_id_for_key
 from runlog.schemas import (
     Codec,
     DecodeError,
@@ -124,6 +124,7 @@ class SubmissionIntake:
         self._last_park_check = 0.0
         self.serves = {f"{n}@{v}" for n, v in app.registry.served()}
         self.parking = redis_client(settings)
+        self.keys = SubjectKeys(settings.keyring) if settings.encryption else None
 
     def close(self, wait: bool = True) -> None:
         """Leave the group; with ``wait``, let the runs executing finish first."""
@@ -201,8 +202,9 @@ class SubmissionIntake:
             kill_self()
         try:
             wf = self.app.registry.get(sub.workflow, sub.version)
-            h = self.runner.start_run(wf, params_of(sub), sub.inputs or None, sub.idempotency_key,
-                                      attributes=sub.attributes)
+            h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None, sub.idempotency_key,
+                                      attributes={k: v for k, v in sub.attributes.items() if k != SUBJECT},
+                                      subject=sub.attributes.get(SUBJECT))
         except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
             return self._dead_letter(value, msg, sub.run_id, type(err).__name__, str(err))
         except (redis.RedisError, DeliveryError, RunlogError) as err:

@@ -50,8 +50,8 @@ from runlog.processors.resume.plan import (
     plan_effect,
 )
 from runlog.processors.resume.ports import KafkaRunEvents, RunEventReader
-from runlog.producers import App, ArtifactStore, LocalArtifactStore, Runner, Workflow
-from runlog.producers.internal import BudgetGuard, LeaseHeld, RunWriter
+from runlog.producers import App, ArtifactStore, Runner, Workflow
+from runlog.producers.internal import BudgetGuard, LeaseHeld, RunWriter, sealing, store_from_settings
 from runlog.projections import RunState
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import (
@@ -174,8 +174,8 @@ class Resumer:
         self.settings = settings
         self.app = app
         self.tracing = Tracing(settings, tracer_provider)
-        self.artifacts = artifacts or LocalArtifactStore(settings.artifact_root,
-                                                           inline_max=settings.inline_payload_bytes)
+        self.artifacts = sealing(artifacts, settings) if artifacts is not None \
+            else store_from_settings(settings)
         self._own_runner = runner is None
         self._writer = RunWriter(settings, metrics_registry=metrics_registry) \
             if runner is None and metrics_registry is not None else None
@@ -285,6 +285,7 @@ class Resumer:
                                             last_hash=state.last_hash, attributes=attributes)
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
+        session.subject = state.subject  # its payloads are sealed for the subject it started with
         confirmed, _ = self.reader.tail(run_id, state.partition, state.offset + 1, state)
         early = outcome_after_lease(confirmed, session.epoch, session.last_seq)
         if early is not None:
@@ -368,7 +369,8 @@ class Resumer:
                 reconciled[call.call_id] = record or {"external_id": entry.external_id}
             if eff.action == "reuse_ledger" and call is not None and entry is not None:
                 doc = {"external_id": eff.external_id}
-                ref = self.artifacts.put(json.dumps(doc, sort_keys=True).encode(), "application/json")
+                ref = self.artifacts.for_subject(state.subject).put(
+                    json.dumps(doc, sort_keys=True).encode(), "application/json")
                 session.append(EventType.EFFECT_RECONCILED, confirm=True, stage=call.stage, tool=call.tool,
                                call_id=call.call_id, delivery_key=eff.delivery_key, target=entry.target,
                                replay_policy=eff.policy, external_id=eff.external_id, payload_ref=ref,
@@ -381,7 +383,8 @@ class Resumer:
                 plan.effects[i] = EffectPlan(eff.delivery_key, eff.call_id, eff.tool, eff.policy,
                                              "rerun", f"{entry.target} holds no result: executing")
                 continue
-            ref = self.artifacts.put(json.dumps(dict(record), sort_keys=True).encode(), "application/json")
+            sealed = self.artifacts.for_subject(state.subject)
+            ref = sealed.put(json.dumps(dict(record), sort_keys=True).encode(), "application/json")
             session.append(EventType.EFFECT_RECONCILED, confirm=True, stage=call.stage, tool=call.tool,
                            call_id=call.call_id, delivery_key=eff.delivery_key, target=entry.target,
                            replay_policy=eff.policy, external_id=str(record.get("external_id")),

@@ -93,6 +93,20 @@ class ArtifactStore(abc.ABC):
     inline_max: int = 0
     """Largest payload :meth:`inline` puts in a ref instead of the store (0: none)."""
 
+    def for_subject(self, subject: str | None) -> ArtifactStore:
+        """The store a run of ``subject`` writes through: this one, unless payloads are encrypted per
+        subject (:class:`~runlog.producers.calls._sealed.SealedArtifactStore`)."""
+        return self
+
+    def digest(self, data: bytes) -> str:
+        """The content hash written beside a payload (a call's request hash, a run's parameters hash):
+        sha256 here, keyed by the subject's hash key where payloads are encrypted."""
+        return hashlib.sha256(data).hexdigest()
+
+    def content_id(self, data: bytes) -> str:
+        """The ``sha256`` the ref of ``data`` stored here gets (:meth:`put`), without storing it."""
+        return hashlib.sha256(data).hexdigest()
+
     def inline(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef | None:
         """A ref carrying ``data`` itself when it is small enough (no I/O), else None: :meth:`put` it."""
         return inline_ref(data, media_type) if len(data) <= self.inline_max else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from runlog.producers.calls._call_positions import CallPositions
 from runlog.producers.calls._calls import PATCHED, RecordedCall
@@ -27,8 +27,9 @@ class PatchTable:
     """
 
     def __init__(self, stage: str, positions: CallPositions, at_index: Mapping[int, RecordedCall],
-                 recorded_end: int) -> None:
+                 recorded_end: int, digest: Callable[[bytes], str] = sha256_hex) -> None:
         self.stage = stage
+        self._digest = digest  # the store's: keyed where payloads are encrypted, as the marker call's
         self._positions = positions
         self._at_index = at_index
         self._recorded_end = recorded_end
@@ -54,7 +55,7 @@ class PatchTable:
         recorded at (None: nothing to record, the patch was decided before or is not taken)."""
         if not isinstance(patch_id, str) or not patch_id:
             raise WorkflowDefinitionError(f"patched() needs a non-empty patch id, got {patch_id!r}")
-        request_hash = sha256_hex(canonical_json(self.marker_args(patch_id)))
+        request_hash = self._digest(canonical_json(self.marker_args(patch_id)))
 
         def take(index: int) -> bool:
             rec = self._at_index.get(index)

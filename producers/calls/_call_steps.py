@@ -78,7 +78,7 @@ from runlog.producers.calls._calls import (
     _reused,
     error_info,
 )
-from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key, sha256_hex
+from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key
 from runlog.producers.calls._ledger import EffectLedger
 from runlog.producers.calls._replay_hook import tool_function
 from runlog.producers.calls._stage_artifacts import StageArtifacts
@@ -134,7 +134,7 @@ class _ContextCore:
         self.args = ArgsWriter(self.stored)
         self.effects = EffectClaims(session, ledger, self.stored, self.positions.fail)
         self.budget = CallBudget(session, self.positions.fail)
-        self.patches = PatchTable(stage, self.positions, self._at_index, recorded_end)
+        self.patches = PatchTable(stage, self.positions, self._at_index, recorded_end, store.digest)
         self._lock = threading.Lock()  # the thread pool of ctx.submit
         self._futures: list[Future[Any]] = []  # ctx.submit of a def stage (thread pool)
         self._pool: ThreadPoolExecutor | None = None
@@ -201,7 +201,7 @@ class _ContextCore:
         common: dict[str, Any] = {"stage": stage, "tool": tool.name, "call_id": call_id,
                                   "replay_policy": tool.policy}
         args_bytes = canonical_json(dict(args))
-        request_hash = sha256_hex(args_bytes)
+        request_hash = self.store.digest(args_bytes)
         rec = self._at_index.get(index)
         if rec is not None:
             yield from self._guard(rec, call_id, tool, request_hash, common)
@@ -307,7 +307,7 @@ class _ContextCore:
         common: dict[str, Any] = {"stage": self.stage, "tool": WAIT, "call_id": call_id,
                                   "replay_policy": ReplayPolicy.SAFE}
         args_bytes = canonical_json(args)
-        request_hash = sha256_hex(args_bytes)
+        request_hash = self.store.digest(args_bytes)
         rec = self._at_index.get(index)
         if rec is not None:
             yield from self._guard(rec, call_id, _WAIT_TOOL, request_hash, common)

@@ -71,7 +71,7 @@ class StoredArgs:
     """The chain nodes built here (not found in ``known``), for the next call's ``known``."""
 
 
-def _lift(value: Any, blobs: dict[str, bytes]) -> tuple[Any, list[Path]]:
+def _lift(value: Any, blobs: dict[str, bytes], cid: Callable[[bytes], str]) -> tuple[Any, list[Path]]:
     """``value`` with each big string replaced by its sha256 (its blob added to ``blobs``), and the
     paths of the replaced strings."""
     refs: list[Path] = []
@@ -81,7 +81,7 @@ def _lift(value: Any, blobs: dict[str, bytes]) -> tuple[Any, list[Path]]:
             if len(v) * 4 < BIG_STRING or len(v.encode("utf-8")) < BIG_STRING:  # at most 4 bytes a char
                 return v
             data = canonical_json(v)
-            sha = sha256_hex(data)
+            sha = cid(data)
             blobs.setdefault(sha, data)
             refs.append(path)
             return sha
@@ -94,10 +94,10 @@ def _lift(value: Any, blobs: dict[str, bytes]) -> tuple[Any, list[Path]]:
     return walk(value, []), refs
 
 
-def _blob(fields: dict[str, Any], value: Any, blobs: dict[str, bytes]) -> str:
-    lifted, refs = _lift(value, blobs)
+def _blob(fields: dict[str, Any], value: Any, blobs: dict[str, bytes], cid: Callable[[bytes], str]) -> str:
+    lifted, refs = _lift(value, blobs, cid)
     data = canonical_json({**fields, "value": lifted, "refs": refs})
-    sha = sha256_hex(data)
+    sha = cid(data)
     blobs.setdefault(sha, data)
     return sha
 
@@ -109,8 +109,12 @@ def _item_key(prev: str | None, item: Any) -> NodeKey:
 
 
 def stored_args(args: Mapping[str, Any], by_ref: Collection[str],
-                known: Mapping[NodeKey, str] | None = None) -> StoredArgs:
+                known: Mapping[NodeKey, str] | None = None,
+                content_id: Callable[[bytes], str] = sha256_hex) -> StoredArgs:
     """How a call with ``args`` is stored when the arguments named in ``by_ref`` go by reference.
+
+    ``content_id``: the name a blob's bytes get in the store (its sha256; the envelope's where payloads
+    are encrypted, :meth:`~runlog.producers.calls._artifacts.ArtifactStore.content_id`).
 
     ``known``: chain nodes already stored with all they name (:attr:`StoredArgs.nodes` of earlier
     calls whose blobs were stored): not built again, and not in :attr:`StoredArgs.blobs`, so a
@@ -128,11 +132,11 @@ def stored_args(args: Mapping[str, Any], by_ref: Collection[str],
                 key = _item_key(head, item)
                 found = None if known is None else known.get(key)
                 if found is None:
-                    found = nodes[key] = _blob({"prev": head}, item, blobs)
+                    found = nodes[key] = _blob({"prev": head}, item, blobs, content_id)
                 head = found
             refs[name] = {"chain": head, "length": len(value)}
         else:
-            refs[name] = {"blob": _blob({}, value, blobs)}
+            refs[name] = {"blob": _blob({}, value, blobs, content_id)}
     recorded = canonical_json({_MARK: 1, "args": inline, "refs": refs})
     return StoredArgs(blobs, recorded, nodes)
 
@@ -221,7 +225,7 @@ class ArgsWriter:
             return (yield from self._artifacts.put(args_bytes))
         with self._lock:
             known = dict(self._nodes)
-        form = stored_args(args, tool.args_by_ref, known)
+        form = stored_args(args, tool.args_by_ref, known, self._artifacts.store.content_id)
         for sha, data in form.blobs.items():
             if not self._artifacts.has(sha):  # found by its hash alone (load_args): stored, never inline
                 yield from self._artifacts.put(data, inline=False)

@@ -113,6 +113,9 @@ class RunSession:
         """One delivery callback for every unconfirmed append (no per-append object)."""
         self._error: DeliveryError | None = None
         self.closed = False
+        self.subject: str | None = None
+        """The subject whose data key seals the run's payloads (``RUN_STARTED`` attribute
+        ``runlog.subject``): the runners write through ``store.for_subject(session.subject)``."""
         self.trace: TraceContext | None = current()
         """The W3C trace context its events carry (``traceparent`` headers): the run span's once the
         runner opened one, else the one current where the session was made (a resume's, an

@@ -16,10 +16,11 @@ from runlog.producers.base._protocol import (
 )
 from runlog.producers.base._redis_io import replica_waits
 from runlog.producers.base._trace import NO_TRACE, Tracer
-from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
 from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.calls._sealed import sealing, store_from_settings
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource
 from runlog.producers.define._prices import Price, PriceTable
@@ -94,7 +95,7 @@ class AsyncRunner(RunnerParts):
         topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = AsyncRedisLeaseManager(client, aclient, settings, holder=w.writer_id, heartbeat_client=beat,
                                         waits=waits)
-        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.inline_payload_bytes)
+        store = sealing(store, settings) if store is not None else store_from_settings(settings)
         r = cls(w, leases, store, source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, aclient=aclient, waits=waits),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, aclient=aclient, waits=waits,
@@ -132,11 +133,11 @@ class AsyncRunner(RunnerParts):
     async def start_run(self, workflow: Workflow, params: Mapping[str, Any],
                         inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                         parent_run_id: str | None = None, forked_from_seq: int | None = None,
-                        budget: Budget | None = None,
-                        attributes: Mapping[str, str] | None = None) -> RunHandle:
+                        budget: Budget | None = None, attributes: Mapping[str, str] | None = None,
+                        subject: str | None = None) -> RunHandle:
         return self.handing_out(await adrive(self.starts.start(workflow, params, inputs, idempotency_key,
                                                                parent_run_id, forked_from_seq, budget,
-                                                               attributes),
+                                                               attributes, subject),
                                              self._loop_mode))
 
     start_run.__doc__ = _START_DOC
@@ -146,9 +147,10 @@ class AsyncRunner(RunnerParts):
         await adrive(deactivating(self.active, run_id), self._loop_mode)
 
     async def run(self, workflow: Workflow, params: Mapping[str, Any],
-                  inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None) -> RunResult:
+                  inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
+                  subject: str | None = None) -> RunResult:
         """Start a run and execute all its stages (see :meth:`Runner.run`)."""
-        h = await self.start_run(workflow, params, inputs, idempotency_key)
+        h = await self.start_run(workflow, params, inputs, idempotency_key, subject=subject)
         if h.session is None:
             return await self.outcomes.aresult(h.run_id, settle_on_wait=True)
         return await self.execute(h.session)

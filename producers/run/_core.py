@@ -87,7 +87,8 @@ class StageExecution:
         """The steps of :meth:`Runner.execute`; ``modes``: those of a ``def`` stage's and an ``async def``
         stage's context."""
         wf = session.workflow
-        outputs = StageOutputs(self.store, stage_outputs or {})
+        store = self.store.for_subject(session.subject)  # payloads sealed for the run's subject
+        outputs = StageOutputs(store, stage_outputs or {})
         names = [s.name for s in wf.stages]
         start = from_stage or next((n for n in names if n not in outputs), None)
         if start is not None and start not in names:
@@ -103,8 +104,8 @@ class StageExecution:
         try:
             for stage in todo:
                 outputs[stage.name] = yield from self._stage_steps(
-                    session, stage, outputs, recorded_calls or {}, reconciled or {}, deadlines or {}, span,
-                    modes)
+                    session, stage, store, outputs, recorded_calls or {}, reconciled or {}, deadlines or {},
+                    span, modes)
             if complete:
                 yield from session.appending(EventType.RUN_COMPLETED)
             yield from session.closing(release=release)
@@ -154,7 +155,7 @@ class StageExecution:
             span.end(error)
         return RunResult(session.run_id, session.epoch, session.last_seq, outputs.as_dict(), complete)
 
-    def _stage_steps(self, s: RunSession, stage: Stage, outputs: StageOutputs,
+    def _stage_steps(self, s: RunSession, stage: Stage, store: ArtifactStore, outputs: StageOutputs,
                      recorded: Mapping[str, RecordedCall | ArtifactRef],
                      reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
                      run_span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
@@ -162,7 +163,8 @@ class StageExecution:
         span = self.tracer.start("stage", stage.name, run_span, {
             "run_id": s.run_id, "stage": stage.name, "epoch": s.epoch, "seq": started.event.seq})
         try:
-            out = yield from self._stage_body(s, stage, outputs, recorded, reconciled, deadlines, span, modes)
+            out = yield from self._stage_body(s, stage, store, outputs, recorded, reconciled, deadlines, span,
+                                              modes)
         except RunWaits:
             span.set("outcome", "waiting")
             span.end()
@@ -175,14 +177,14 @@ class StageExecution:
         span.end()
         return out
 
-    def _stage_body(self, s: RunSession, stage: Stage, outputs: StageOutputs,
+    def _stage_body(self, s: RunSession, stage: Stage, store: ArtifactStore, outputs: StageOutputs,
                     recorded: Mapping[str, RecordedCall | ArtifactRef],
                     reconciled: Mapping[str, Mapping[str, Any]], deadlines: Mapping[str, int],
                     span: Span, modes: tuple[Mode, Mode]) -> Steps[dict[str, Any]]:
         is_async = is_async_fn(stage.fn)
         sync_mode, async_mode = modes
         kind = AsyncStageContext if is_async else StageContext
-        ctx = kind(s, stage.name, self.store, outputs, recorded_calls=recorded, reconciled=reconciled,
+        ctx = kind(s, stage.name, store, outputs, recorded_calls=recorded, reconciled=reconciled,
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
                    mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
                    prices=self.prices)

@@ -12,10 +12,11 @@ from runlog.producers.base._protocol import (
 )
 from runlog.producers.base._redis_io import replica_waits
 from runlog.producers.base._trace import NO_TRACE, Tracer
-from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
 from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.calls._sealed import sealing, store_from_settings
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource
 from runlog.producers.define._prices import Price, PriceTable
@@ -86,7 +87,7 @@ class Runner(RunnerParts):
         waits = replica_waits(client, settings)  # durable claims wait for a replica where there is one
         topic = EffectsTopic(settings)  # the ledger's source when Redis lost its claims and projection
         leases = RedisLeaseManager(client, settings, holder=w.writer_id, heartbeat_client=beat, waits=waits)
-        store = store or LocalArtifactStore(settings.artifact_root, inline_max=settings.inline_payload_bytes)
+        store = sealing(store, settings) if store is not None else store_from_settings(settings)
         r = cls(w, leases, store, source=source,
                 run_keys=RunKeys(client, settings.redis_prefix, waits=waits),
                 ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits, effects_topic=topic),
@@ -112,9 +113,11 @@ class Runner(RunnerParts):
     def start_run(self, workflow: Workflow, params: Mapping[str, Any],
                   inputs: Mapping[str, str] | None = None, idempotency_key: str | None = None, *,
                   parent_run_id: str | None = None, forked_from_seq: int | None = None,
-                  budget: Budget | None = None, attributes: Mapping[str, str] | None = None) -> RunHandle:
+                  budget: Budget | None = None, attributes: Mapping[str, str] | None = None,
+                  subject: str | None = None) -> RunHandle:
         return self.handing_out(drive(self.starts.start(workflow, params, inputs, idempotency_key,
-                                                        parent_run_id, forked_from_seq, budget, attributes)))
+                                                        parent_run_id, forked_from_seq, budget, attributes,
+                                                        subject)))
 
     start_run.__doc__ = _START_DOC
 
@@ -123,16 +126,21 @@ class Runner(RunnerParts):
         drive(deactivating(self.active, run_id))
 
     def run(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
-            idempotency_key: str | None = None) -> RunResult:
+            idempotency_key: str | None = None, *, subject: str | None = None) -> RunResult:
         """Start a run and execute all its stages. For a key naming an existing run, the outcome of
         that run, wherever it executes (:meth:`RunHandle.result`; a run that waits for a signal
         returns with ``waiting`` set, as a run started here does).
+
+        ``subject``: the tenant or customer id whose data key encrypts the run's payloads when
+        ``RUNLOG_ENCRYPTION`` is on (recorded as the ``RUN_STARTED`` attribute ``runlog.subject``; an
+        opaque id, readable on the log). None: the default subject. ``runlog erase --subject`` destroys
+        that key.
 
         Raises:
             RunConflict: the key names a run of another workflow or other parameters.
             RunFailed, ResumeBlocked, RunCancelled: the existing run ended so.
         """
-        h = self.start_run(workflow, params, inputs, idempotency_key)
+        h = self.start_run(workflow, params, inputs, idempotency_key, subject=subject)
         if h.session is None:
             return self.outcomes.result(h.run_id, settle_on_wait=True)
         return self.execute(h.session)

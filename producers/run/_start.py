@@ -32,7 +32,7 @@ from runlog.producers.base._trace import Tracer, context_of
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import JSON
-from runlog.producers.calls._keys import canonical_json, sha256_hex
+from runlog.producers.calls._keys import canonical_json
 from runlog.producers.crash import crash_point, kill_self
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource, PinnedInputs
@@ -50,7 +50,7 @@ from runlog.schemas.errors import (
     RunlogError,
     WorkflowDefinitionError,
 )
-from runlog.schemas.internal import STAGES_ATTRIBUTE
+from runlog.schemas.internal import STAGES_ATTRIBUTE, SUBJECT_ATTRIBUTE
 
 __all__ = ["RunHandle", "RunStarts", "activating", "deactivating"]
 
@@ -86,13 +86,19 @@ class RunStarts:
     def start(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None,
                      idempotency_key: str | None, parent_run_id: str | None,
                      forked_from_seq: int | None, budget: Budget | None = None,
-                     attributes: Mapping[str, str] | None = None) -> Steps[RunHandle]:
+                     attributes: Mapping[str, str] | None = None,
+                     subject: str | None = None) -> Steps[RunHandle]:
         workflow.spec()  # refuses a workflow without stages before anything is claimed
+        if subject is not None and (not isinstance(subject, str) or not subject.strip()):
+            raise WorkflowDefinitionError(f"a run's subject must be a non-empty string, got {subject!r}")
+        store = self.store.for_subject(subject)
         params_bytes = canonical_json(dict(params))
-        params_hash = sha256_hex(params_bytes)
+        params_hash = store.digest(params_bytes)
         pinned = PinnedInputs.pin(self.source, workflow.input_names(), inputs)
         wf_name = f"{workflow.name}@{workflow.version}"
         attrs = {**(attributes or {}), "params_hash": params_hash, "writer": self.writer.writer_id}
+        if subject is not None:
+            attrs[SUBJECT_ATTRIBUTE] = subject
         if idempotency_key is None:
             run_id = f"run-{uuid.uuid4().hex}"
         else:
@@ -145,6 +151,8 @@ class RunStarts:
                       forked_from_seq: int | None, budget: Budget | None = None) -> Steps[RunSession]:
         session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
                              inputs=pinned, params=json.loads(params_bytes))
+        session.subject = attrs.get(SUBJECT_ATTRIBUTE)
+        store = self.store.for_subject(session.subject)
         chosen = budget or workflow.budget
         caps = chosen.caps() if chosen is not None else None
         if caps is not None:
@@ -156,9 +164,9 @@ class RunStarts:
             "run_id": run_id, "workflow": workflow.name, "epoch": lease.epoch})
         session.trace = context_of(span) or session.trace
         try:
-            params_ref = self.store.inline(params_bytes, JSON)  # small parameters travel in RUN_STARTED
+            params_ref = store.inline(params_bytes, JSON)  # small parameters travel in RUN_STARTED
             if params_ref is None:
-                params_ref = yield from io(self.store.put, self.store.aput, params_bytes, JSON)
+                params_ref = yield from io(store.put, store.aput, params_bytes, JSON)
             attributes = {**attrs, STAGES_ATTRIBUTE: json.dumps(workflow.fingerprints(), sort_keys=True,
                                                                 separators=(",", ":")),
                           **(session.trace.attributes() if session.trace is not None else {})}

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 from runlog.processors.resume import App, ResumeOutcome, Resumer
 from runlog.processors.resume.ports import MemoryRunEvents
-from runlog.producers import CallInfo, DictInputSource, Runner, RunResult, Tool, Workflow
+from runlog.producers import ArtifactStore, CallInfo, DictInputSource, Runner, RunResult, Tool, Workflow
 from runlog.producers import crash as _crash
 from runlog.producers.internal import (
     EXECUTE,
@@ -28,6 +28,7 @@ from runlog.producers.internal import (
     InMemoryLeaseManager,
     InMemoryLeaseTable,
     register,
+    sealing,
     unregister,
 )
 from runlog.projections import MemoryStore, RunState
@@ -127,7 +128,9 @@ class InMemoryWorld:
         self.settings = settings or Settings(tracing=False)
         self.log = InMemoryEventLog(self.settings, writer_id="worker-1")
         self.leases = InMemoryLeaseTable()
-        self.artifacts = InMemoryArtifactStore(inline_max=self.settings.artifact_inline_bytes)
+        # sealed when settings.encryption (the keyring: settings.keyring)
+        self.artifacts: ArtifactStore = sealing(
+            InMemoryArtifactStore(inline_max=self.settings.artifact_inline_bytes), self.settings)
         self.ledger = InMemoryEffectLedger()
         self.store = MemoryStore()
         self._projector = BatchProjector(self.store, self.log.codec)

@@ -135,3 +135,31 @@ def test_a_worker_killed_between_taking_a_submission_and_its_start_leaves_one_ru
         result = run.result(timeout=90)
     assert result.outputs["report"]["text"] == "7 squared is 49"
     assert _started(fleet_settings, run.run_id) == 1
+
+
+def test_with_encryption_on_a_submission_travels_sealed_and_its_result_reads_back(
+        fleet_settings: Settings, members: list[_Member], tmp_path: Path) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    sealed = fleet_settings.with_(encryption=True, keyring=str(tmp_path / "keyring"))
+    planted = f"n-{uuid.uuid4().hex}"  # a parameter nobody may read on the topic
+    members.append(_Member(sealed, _app.app, concurrency=1))
+    with Client(sealed) as client:
+        run = client.submit("squares", {"n": 6, "note": planted}, subject="customer-1")
+        result = run.result(timeout=90)
+    assert result.outputs["report"]["text"] == "6 squared is 36"
+    c = Consumer(sealed.consumer_config(f"t-dump-{uuid.uuid4().hex[:6]}", **{"enable.auto.commit": False}))
+    try:
+        topic = f"{sealed.topic_prefix}runlog.submissions"
+        values = []
+        for p in range(sealed.partitions):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if hi > lo:
+                c.assign([TopicPartition(topic, p, lo)])
+                while len(values) < 1:
+                    m = c.poll(10)
+                    assert m is not None and m.error() is None
+                    values.append(m.value())
+    finally:
+        c.close()
+    assert len(values) == 1 and planted.encode() not in values[0] and b'"n"' not in values[0]

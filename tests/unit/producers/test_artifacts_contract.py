@@ -36,3 +36,4 @@ class TestInMemoryArtifactStore(ArtifactContract):
 
     def lose(self, ref: ArtifactRef) -> None:
         self.mem.delete(ref)
+

@@ -222,7 +222,7 @@ RICH_JSON = (
     '"recent_rejected":[[12,2,"TOOL_CALLED","gap",41]],"rejected":{"gap":1},"run_id":"run-1","stage":"draft",'
     '"stage_fingerprints":{"draft":"0123456789abcdef","publish":"fedcba9876543210"},'
     '"stage_outputs":{"draft":' + A + '},"stage_usage":{"draft":[2,30,4,10,0,70,1]},"started_at":100,'
-    '"status":"WAITING",'
+    '"status":"WAITING","subject":null,'
     '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
     '"updated_at":120,"usage":[2,30,4,10,0,70,1],"usage_budget":[1000,5000000,800,null,"wait"],"v":1,'
     '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500],'
@@ -237,7 +237,7 @@ def test_the_state_json_layout_is_pinned() -> None:
 
 def test_a_state_written_before_later_fields_reads_with_their_defaults() -> None:
     old = json.loads(RICH_JSON)
-    for later in ("params_ref", "last_hash", "waiting", "labels"):
+    for later in ("params_ref", "last_hash", "waiting", "labels", "subject"):
         del old[later]
     old["checkpoints"] = [c[:5] for c in old["checkpoints"]]  # before the anchor's hash
     del old["open_effects"][0]["opened_at"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runlog.schemas import EventType
+from runlog.schemas import EventType, Settings
 from runlog.testing import CrashPointNotReached, InMemoryWorld
 from tests.docs._examples import DOCS, blocks
 
@@ -56,10 +56,18 @@ def greet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleTyp
     sys.modules.pop(spec.name, None)
 
 
+@pytest.fixture(params=["clear", "encrypted"])
+def world_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """The world's settings: payloads in clear, or sealed under a keyring of the test's own."""
+    if request.param == "clear":
+        return Settings(tracing=False)
+    return Settings(tracing=False, encryption=True, keyring=str(tmp_path / "keyring"))
+
+
 def test_the_tutorial_crashed_before_its_effect_result_resumes_sending_once(
-        greet: ModuleType, offline: None) -> None:
+        greet: ModuleType, offline: None, world_settings: Settings) -> None:
     t0 = time.perf_counter()
-    world = InMemoryWorld(greet.app)
+    world = InMemoryWorld(greet.app, settings=world_settings)
     result = world.crash_and_resume(greet.wf, {"to": "grace"}, at="before:EFFECT_RESULT")
     took = time.perf_counter() - t0
 
@@ -73,9 +81,10 @@ def test_the_tutorial_crashed_before_its_effect_result_resumes_sending_once(
     assert took < 1.0, f"crash and resume took {took:.3f} s"
 
 
-def test_a_safe_tool_whose_result_was_not_recorded_runs_again(greet: ModuleType, offline: None) -> None:
+def test_a_safe_tool_whose_result_was_not_recorded_runs_again(greet: ModuleType, offline: None,
+                                                              world_settings: Settings) -> None:
     """The counts are what ran, not what the log says: compose ran, its result was lost in the crash."""
-    world = InMemoryWorld(greet.app)
+    world = InMemoryWorld(greet.app, settings=world_settings)
     result = world.crash_and_resume(greet.wf, {"to": "ada"}, at="before:TOOL_RESULT:write/compose/0")
     assert result.completed
     assert result.executions == {"compose": 2, "send": 1}
@@ -167,3 +176,29 @@ def test_the_how_to_page_shows_the_tutorials_workflow_as_it_is() -> None:
         return block.code
 
     assert greet_of("how-to/unit-test-workflows.md") == greet_of("getting-started.md")
+
+
+def test_with_encryption_on_no_payload_is_readable_in_the_events_and_all_of_them_open(
+        greet: ModuleType, offline: None, tmp_path: Path) -> None:
+    """The planted name is in the parameters, the composed text and the sent message: the events (what
+    the topic would hold, every inline ref included) never show it, while the run reads them all back."""
+    from runlog.producers.internal import SealedArtifactStore
+
+    settings = Settings(tracing=False, encryption=True, keyring=str(tmp_path / "keyring"))
+    world = InMemoryWorld(greet.app, settings=settings)
+    planted = "zebulon-q7x2"
+    result = world.crash_and_resume(greet.wf, {"to": planted}, at="before:EFFECT_RESULT")
+    assert result.completed and result.executions["send"] == 1
+    (run_id,) = world.log.run_ids()
+    dumped = "\n".join(repr(e) for e in world.events(run_id))
+    assert planted not in dumped
+    state = world.state(run_id)
+    assert state is not None and state.params_ref is not None
+    assert isinstance(world.artifacts, SealedArtifactStore)
+    assert planted.encode() not in world.artifacts.base.get(state.params_ref)  # the envelope
+    assert planted in world.artifacts.get(state.params_ref).decode()  # opened with the keyring
+    outputs = [world.artifacts.get(ref).decode() for ref in state.stage_outputs.values()]
+    assert any(planted in o for o in outputs)
+    keyring = tmp_path / "keyring"
+    assert keyring.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in keyring.rglob("*") if p.is_file())

@@ -1,0 +1,361 @@
+"""Keys for payload encryption: a data key per subject, wrapped by a key-encryption key (KEK) of a provider.
+
+Two interfaces, one adapter each here:
+
+- :class:`KeyProvider` holds the key-encryption keys and wraps / unwraps data keys (``wrap``,
+  ``unwrap``, ``rotate``, ``retire``). :class:`LocalKeyProvider` keeps versioned 32-byte KEKs in
+  ``<keyring>/kek/v<N>.key``. A KMS adapter implements the same four methods: HashiCorp Vault's or
+  OpenBao's transit engine maps them onto ``transit/encrypt/<key>``, ``transit/decrypt/<key>``,
+  ``transit/keys/<key>/rotate`` and ``transit/keys/<key>/config`` (``min_decryption_version``), the
+  ciphertext it returns (``vault:v<N>:...``) being the wrapped key. No such adapter ships yet.
+- :class:`SubjectKeys` keeps each subject's *wrapped* data key in ``<keyring>/subjects/<key id>.json``
+  and the unwrapped key in memory (a cache, checked against the file on every use so an erase made by
+  another process takes effect at the next payload), creates a subject's key on first use, and erases one
+  (:meth:`SubjectKeys.erase`: the wrapped key is deleted, a tombstone ``<keyring>/erased/<key id>.json``
+  records who, why and when; a payload of that subject then raises
+  :class:`~runlog.schemas.errors.SubjectErased` wherever it is read).
+
+A subject's key id is ``sha256("runlog.subject\\0" + subject)[:16]`` (hex, 32 characters): the envelope of
+every payload names it, so a reader needs no subject to open a payload. Every file is the owner's only
+(0600 in 0700 directories); a file is written to a temporary name, fsynced and renamed.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from runlog.schemas.errors import ConfigError, PayloadKeyError, SubjectErased
+
+__all__ = [
+    "DataKey",
+    "KeyProvider",
+    "LocalKeyProvider",
+    "SubjectKeys",
+    "WrappedKey",
+    "key_id_of",
+]
+
+_KEY_BYTES = 32
+
+
+def key_id_of(subject: str) -> str:
+    """The key id (32 hex characters) under which ``subject``'s data key is kept and its payloads name it."""
+    if not subject:
+        raise ConfigError("a subject must be a non-empty string")
+    return hashlib.sha256(b"runlog.subject\0" + subject.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class WrappedKey:
+    """A data key encrypted under one version of a key-encryption key."""
+
+    kek_version: int
+    blob: bytes
+
+
+class KeyProvider(abc.ABC):
+    """Holds key-encryption keys; never hands one out, only wraps and unwraps data keys with it.
+
+    ``context`` (the subject's key id) is bound to the wrapping (AES-GCM associated data locally, the
+    transit engine's ``context`` for a KMS), so a wrapped key moved to another subject does not unwrap.
+    """
+
+    @abc.abstractmethod
+    def wrap(self, data_key: bytes, context: str) -> WrappedKey:
+        """``data_key`` encrypted under the current KEK version."""
+
+    @abc.abstractmethod
+    def unwrap(self, wrapped: WrappedKey, context: str) -> bytes:
+        """The data key back.
+
+        Raises:
+            PayloadKeyError: that KEK version is retired or missing, or the blob does not authenticate.
+        """
+
+    @abc.abstractmethod
+    def rotate(self) -> int:
+        """Make a new KEK version current (older ones still unwrap until retired); returns it."""
+
+    @abc.abstractmethod
+    def current_version(self) -> int:
+        """The KEK version :meth:`wrap` uses."""
+
+    @abc.abstractmethod
+    def retire(self, below: int) -> list[int]:
+        """Destroy KEK versions below ``below`` (data keys wrapped by them no longer unwrap); the versions
+        destroyed."""
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as 0600 (temporary file, fsync, rename, directory fsync)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _check_private(path: Path) -> None:
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ConfigError(f"{path} is readable by others (mode {mode:o}): a keyring file must be 0600 in a "
+                          "0700 directory")
+
+
+class LocalKeyProvider(KeyProvider):
+    """KEKs as files ``<root>/kek/v<N>.key`` (32 random bytes each, 0600), the current version in
+    ``<root>/kek/current``; the first use creates version 1. AES-256-GCM wraps the data keys."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.dir = Path(root) / "kek"
+        self._lock = threading.Lock()
+        self._keks: dict[int, AESGCM] = {}
+
+    def _path(self, version: int) -> Path:
+        return self.dir / f"v{version}.key"
+
+    def current_version(self) -> int:
+        cur = self.dir / "current"
+        try:
+            return int(cur.read_text().strip())
+        except FileNotFoundError:
+            with self._lock:
+                if not cur.exists():
+                    _private_dir(self.dir)
+                    _write_private(self._path(1), secrets.token_bytes(_KEY_BYTES))
+                    _write_private(cur, b"1")
+            return int(cur.read_text().strip())
+        except ValueError as err:
+            raise ConfigError(f"{cur}: not a KEK version number") from err
+
+    def _kek(self, version: int) -> AESGCM:
+        kek = self._keks.get(version)
+        if kek is None:
+            path = self._path(version)
+            try:
+                _check_private(path)
+                raw = path.read_bytes()
+            except FileNotFoundError:
+                raise PayloadKeyError(f"kek-v{version}", f"key-encryption key version {version} is missing "
+                                      f"or retired ({path})") from None
+            if len(raw) != _KEY_BYTES:
+                raise ConfigError(f"{path}: a key-encryption key is {_KEY_BYTES} bytes, found {len(raw)}")
+            kek = self._keks[version] = AESGCM(raw)
+        return kek
+
+    def wrap(self, data_key: bytes, context: str) -> WrappedKey:
+        version = self.current_version()
+        nonce = secrets.token_bytes(12)
+        return WrappedKey(version, nonce + self._kek(version).encrypt(nonce, data_key, context.encode()))
+
+    def unwrap(self, wrapped: WrappedKey, context: str) -> bytes:
+        try:
+            kek = self._kek(wrapped.kek_version)
+            return kek.decrypt(wrapped.blob[:12], wrapped.blob[12:], context.encode())
+        except InvalidTag:
+            raise PayloadKeyError(context, f"the wrapped data key does not open under KEK version "
+                                           f"{wrapped.kek_version}") from None
+
+    def rotate(self) -> int:
+        with self._lock:
+            new = self.current_version() + 1
+            _write_private(self._path(new), secrets.token_bytes(_KEY_BYTES))
+            _write_private(self.dir / "current", str(new).encode())
+            return new
+
+    def retire(self, below: int) -> list[int]:
+        current = self.current_version()
+        if below > current:
+            raise ConfigError(f"cannot retire KEK versions up to the current one (v{current})")
+        gone = []
+        for path in sorted(self.dir.glob("v*.key")):
+            version = int(path.stem[1:])
+            if version < below:
+                path.unlink()
+                self._keks.pop(version, None)
+                gone.append(version)
+        return gone
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """One subject's data key and the keys derived from it (HMAC-SHA256 of the data key with a label):
+    ``aead`` (AES-256-GCM, payload encryption), ``nonce_key`` (the synthetic nonce of an envelope) and
+    ``hash_key`` (keyed content hashes)."""
+
+    key_id: str
+    aead: AESGCM
+    nonce_key: bytes
+    hash_key: bytes
+
+    @classmethod
+    def of(cls, key_id: str, raw: bytes) -> DataKey:
+        def derive(label: bytes) -> bytes:
+            return hmac.new(raw, b"runlog.v1." + label, hashlib.sha256).digest()
+
+        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"))
+
+
+class SubjectKeys:
+    """Each subject's data key: created on first use, wrapped by the provider's current KEK and kept in
+    ``<root>/subjects/<key id>.json``; unwrapped keys cached in memory while their file exists.
+
+    Args:
+        root: the keyring directory (``RUNLOG_KEYRING``); made 0700.
+        provider: the KEK provider (default: :class:`LocalKeyProvider` on the same directory).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], provider: KeyProvider | None = None) -> None:
+        self.root = Path(root)
+        _private_dir(self.root)
+        self.provider = provider or LocalKeyProvider(self.root)
+        self._subjects = self.root / "subjects"
+        self._erased = self.root / "erased"
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[DataKey, int]] = {}  # key id -> (key, file inode)
+
+    def _file(self, key_id: str) -> Path:
+        return self._subjects / f"{key_id}.json"
+
+    def tombstone(self, key_id: str) -> dict[str, str] | None:
+        """Who erased the subject with ``key_id``, why and when; None if it was not erased."""
+        try:
+            loaded: dict[str, str] = json.loads((self._erased / f"{key_id}.json").read_text())
+            return loaded
+        except FileNotFoundError:
+            return None
+
+    def is_erased(self, key_id: str) -> bool:
+        return (self._erased / f"{key_id}.json").exists()
+
+    def for_subject(self, subject: str) -> DataKey:
+        """``subject``'s data key, made (and wrapped, and written) the first time.
+
+        Raises:
+            SubjectErased: the subject was erased; nothing more is written for it.
+        """
+        key_id = key_id_of(subject)
+        try:
+            return self.by_id(key_id)
+        except PayloadKeyError as err:
+            if isinstance(err, SubjectErased) or self._file(key_id).exists():
+                raise
+        with self._lock:
+            if self.is_erased(key_id):
+                raise SubjectErased(key_id, f"subject {key_id} was erased: its payloads cannot be written")
+            if not self._file(key_id).exists():
+                raw = secrets.token_bytes(_KEY_BYTES)
+                wrapped = self.provider.wrap(raw, key_id)
+                _private_dir(self._subjects)
+                _write_private(self._file(key_id), json.dumps({
+                    "key_id": key_id, "kek_version": wrapped.kek_version,
+                    "wrapped": base64.b64encode(wrapped.blob).decode("ascii"),
+                    "created_at": int(time.time() * 1000)}, sort_keys=True).encode())
+        return self.by_id(key_id)
+
+    def by_id(self, key_id: str) -> DataKey:
+        """The data key an envelope names.
+
+        Raises:
+            SubjectErased: its subject was erased.
+            PayloadKeyError: no such key in this keyring, or it does not unwrap.
+        """
+        path = self._file(key_id)
+        try:
+            inode = path.stat().st_ino  # every use: an erase elsewhere takes effect at the next payload
+        except FileNotFoundError:
+            self._cache.pop(key_id, None)
+            if self.is_erased(key_id):
+                raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
+                                            "destroyed") from None
+            raise PayloadKeyError(key_id, f"no data key {key_id} in the keyring {self.root}") from None
+        cached = self._cache.get(key_id)
+        if cached is not None and cached[1] == inode:
+            return cached[0]
+        doc = json.loads(path.read_text())
+        wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
+        raw = self.provider.unwrap(wrapped, key_id)
+        key = DataKey.of(key_id, raw)
+        self._cache[key_id] = (key, inode)
+        return key
+
+    def erase(self, subject: str, *, by: str, reason: str) -> bool:
+        """Destroy ``subject``'s data key (the wrapped file and the cached copy) and leave a tombstone.
+        Returns False when it was already erased."""
+        key_id = key_id_of(subject)
+        with self._lock:
+            was = self.is_erased(key_id)
+            _private_dir(self._erased)
+            if not was:
+                _write_private(self._erased / f"{key_id}.json", json.dumps({
+                    "key_id": key_id, "by": by, "reason": reason,
+                    "at": int(time.time() * 1000)}, sort_keys=True).encode())
+            path = self._file(key_id)
+            if path.exists():
+                # overwrite before unlinking: the wrapped key's bytes do not linger in the file's blocks
+                size = path.stat().st_size
+                with path.open("r+b") as f:
+                    f.write(secrets.token_bytes(size))
+                    f.flush()
+                    os.fsync(f.fileno())
+                path.unlink()
+            self._cache.pop(key_id, None)
+        return not was
+
+    def rewrap(self) -> int:
+        """Re-wrap every subject's data key under the provider's current KEK version (payloads untouched);
+        the count re-wrapped."""
+        count = 0
+        current = self.provider.current_version()
+        for path in sorted(self._subjects.glob("*.json")) if self._subjects.exists() else []:
+            with self._lock:
+                doc = json.loads(path.read_text())
+                if int(doc["kek_version"]) == current:
+                    continue
+                key_id = doc["key_id"]
+                raw = self.provider.unwrap(WrappedKey(int(doc["kek_version"]),
+                                                      base64.b64decode(doc["wrapped"])), key_id)
+                wrapped = self.provider.wrap(raw, key_id)
+                doc.update(kek_version=wrapped.kek_version,
+                           wrapped=base64.b64encode(wrapped.blob).decode("ascii"))
+                _write_private(path, json.dumps(doc, sort_keys=True).encode())
+                self._cache.pop(key_id, None)
+                count += 1
+        return count
+
+    def kek_versions_in_use(self) -> set[int]:
+        """The KEK versions some subject's wrapped key still needs."""
+        if not self._subjects.exists():
+            return set()
+        return {int(json.loads(p.read_text())["kek_version"]) for p in self._subjects.glob("*.json")}

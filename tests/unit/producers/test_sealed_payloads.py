@@ -1,0 +1,103 @@
+"""Payload encryption without services: envelopes, keyed hashes, the keyring's files, erase and rotation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from runlog.producers.internal import SealedArtifactStore, SubjectKeys, key_id_of, open_text, seal_text
+from runlog.schemas.errors import PayloadKeyError, SubjectErased
+from runlog.testing import InMemoryArtifactStore
+
+
+def _store(root: Path, subject: str = "cust-1", inline_max: int = 512) -> SealedArtifactStore:
+    return SealedArtifactStore(InMemoryArtifactStore(inline_max=inline_max), SubjectKeys(root), subject)
+
+
+def test_an_inline_ref_carries_the_envelope_not_the_payload(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    ref = store.inline(b'{"card":"4242"}', "application/json")
+    assert ref is not None and ref.uri.startswith("data:application/json;base64,")
+    import base64
+    carried = base64.b64decode(ref.uri.partition(",")[2])
+    assert b"4242" not in carried and carried.startswith(b"\x00RLE\x01")
+    assert ref.sha256 == hashlib.sha256(carried).hexdigest() != hashlib.sha256(b'{"card":"4242"}').hexdigest()
+    assert store.get(ref) == b'{"card":"4242"}'
+
+
+def test_sealing_is_deterministic_per_subject_and_differs_between_subjects(tmp_path: Path) -> None:
+    a, b = _store(tmp_path, "cust-a", 0), _store(tmp_path, "cust-b", 0)
+    assert a.put(b"same").sha256 == a.put(b"same").sha256 == a.content_id(b"same")
+    assert a.put(b"same").sha256 != b.put(b"same").sha256
+    assert a.digest(b"yes") != hashlib.sha256(b"yes").hexdigest()  # keyed: not guessable from a short answer
+    assert a.digest(b"yes") != b.digest(b"yes")
+
+
+def test_a_payload_opens_by_its_key_id_under_any_subject_view(tmp_path: Path) -> None:
+    a = _store(tmp_path, "cust-a", 0)
+    ref = a.put(b"hello")
+    other = SealedArtifactStore(a.base, SubjectKeys(tmp_path), "someone-else")
+    assert other.get(ref) == b"hello"
+    assert other.get(a.base.put(b"plain, written before encryption")) == b"plain, written before encryption"
+
+
+def test_the_keyring_is_its_owners_only(tmp_path: Path) -> None:
+    _store(tmp_path / "k").put(b"x")
+    root = tmp_path / "k"
+    assert root.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o777 == (0o700 if p.is_dir() else 0o600) for p in root.rglob("*"))
+    kek = root / "kek" / "v1.key"
+    kek.chmod(0o644)
+    with pytest.raises(Exception, match="readable by others"):
+        _store(root, "cust-new").put(b"y")
+
+
+def test_erase_destroys_the_key_everywhere_and_refuses_new_writes(tmp_path: Path) -> None:
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"secret")
+    reader = SubjectKeys(tmp_path)  # another process's keyring object, its cache warm
+    assert SealedArtifactStore(store.base, reader, "x").get(ref) == b"secret"
+    assert SubjectKeys(tmp_path).erase("cust-a", by="dpo", reason="request")
+    with pytest.raises(SubjectErased):
+        SealedArtifactStore(store.base, reader, "x").get(ref)  # the cached copy is gone too
+    with pytest.raises(SubjectErased):
+        store.put(b"more")
+    assert not SubjectKeys(tmp_path).erase("cust-a", by="dpo", reason="again")
+    tomb = json.loads((tmp_path / "erased" / f"{key_id_of('cust-a')}.json").read_text())
+    assert tomb["by"] == "dpo" and tomb["reason"] == "request"
+    bob = _store(tmp_path, "cust-b", 0)
+    assert bob.get(bob.put(b"ok")) == b"ok"  # another subject is untouched
+
+
+def test_rotation_rewraps_data_keys_and_old_payloads_still_open(tmp_path: Path) -> None:
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"before rotation")
+    keys = SubjectKeys(tmp_path)
+    assert keys.provider.rotate() == 2
+    assert keys.rewrap() == 1 and keys.kek_versions_in_use() == {2}
+    assert keys.provider.retire(2) == [1]
+    assert SealedArtifactStore(store.base, SubjectKeys(tmp_path), "x").get(ref) == b"before rotation"
+
+
+def test_a_tampered_envelope_or_an_unknown_key_is_a_payload_key_error(tmp_path: Path) -> None:
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"data")
+    envelope = bytearray(store.base.get(ref))
+    envelope[-1] ^= 1
+    from runlog.producers.internal import SealedArtifactStore as S
+    bad = S(InMemoryArtifactStore(), SubjectKeys(tmp_path), "x")
+    tampered = bad.base.put(bytes(envelope))
+    with pytest.raises(PayloadKeyError, match="does not authenticate"):
+        bad.get(tampered)
+    with pytest.raises(PayloadKeyError, match="no data key"):
+        S(store.base, SubjectKeys(tmp_path / "elsewhere"), "x").get(ref)
+
+
+def test_sealed_text_fields_round_trip(tmp_path: Path) -> None:
+    keys = SubjectKeys(tmp_path)
+    sealed = seal_text(keys.for_subject("cust-a"), "partial answer")
+    assert "partial" not in sealed and open_text(keys, sealed) == "partial answer"
+    assert open_text(keys, "clear text") == "clear text"
