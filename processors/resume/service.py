@@ -88,6 +88,7 @@ from runlog.processors.metrics import MetricsServer, ResumerMetrics
 from runlog.processors.resume._drains import OpenRunsGauge
 from runlog.processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from runlog.processors.resume._sweep import Sweeper, SweepReport
+from runlog.processors.resume._timers import Timers
 from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
 from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
@@ -209,6 +210,9 @@ class ResumerService:
                                turn_key=f"{settings.redis_prefix}:sweep:{self.group}", member=self.member,
                                interval_ms=settings.sweep_interval_ms)
         """Requests the resume of the runs nobody resumes."""
+        self.timers = Timers(active=self.active, projection=self.projection, workflows=app.registry.names,
+                             request=self._request, metrics=self.metrics)
+        """Wakes the runs whose sleep or wait deadline has come (any member, one request each)."""
         self.pickup = VersionPickup(self.routes, self.serves, projection=self.projection,
                                     resume=self._pick_up, finished=self._finished, metrics=self.metrics)
         """Parks the runs of versions this member does not serve, picks up those of versions it does."""
@@ -406,6 +410,10 @@ class ResumerService:
                     self.sweeper.sweep_if_turn()
                 except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
                     log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
+            try:
+                self.timers.tick()
+            except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
+                log.warning("timers not looked at (%s); the next turn asks again", err)
             retried = self.retries.run_due()
             if time.monotonic() - self._last_pickup >= PICKUP_S:
                 self._last_pickup = time.monotonic()

@@ -23,10 +23,10 @@ from runlog.schemas.errors import (
 )
 
 __all__ = [
+    "INLINE_SLEEP_S",
     "JSON",
     "NOW",
     "PATCHED",
-    "INLINE_SLEEP_S",
     "RANDOM",
     "SLEEP",
     "UUID",

@@ -75,7 +75,8 @@ def _sleep_request(seconds: object) -> dict[str, Any]:
 def _until_request(when: object) -> dict[str, Any]:
     if isinstance(when, _dt.datetime):
         if when.tzinfo is None:
-            raise WorkflowDefinitionError("sleep_until() needs an aware datetime (with a tzinfo), got a naive one")
+            raise WorkflowDefinitionError("sleep_until() needs an aware datetime (with a tzinfo), "
+                                          "got a naive one")
         return {"until_ms": round(when.timestamp() * 1000)}
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise WorkflowDefinitionError(f"sleep_until() needs an aware datetime or epoch seconds, got {when!r}")

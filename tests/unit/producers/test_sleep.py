@@ -53,6 +53,11 @@ def _sleep_events(events: Any) -> list[tuple[EventType, dict[str, str]]]:
     return [(e.type, dict(e.attributes)) for e in events if e.call_id == SLEEP_CALL]
 
 
+def _waits(world: InMemoryWorld, run_id: str) -> list[int]:
+    sleeps = _sleep_events(world.events(run_id))
+    return [int(a["deadline_ms"]) for t, a in sleeps if t is EventType.RUN_WAITING]
+
+
 def _wake_until(world: InMemoryWorld, run_id: str, wake_ms: int) -> Any:
     time.sleep(max(0.0, wake_ms / 1000 - time.time()) + 0.02)
     return world.resume(run_id)
@@ -84,7 +89,7 @@ def test_a_crash_after_the_sleep_is_recorded_does_not_sleep_twice(durable: None,
     world = InMemoryWorld()
     wf = _workflow(0.5, use_async=use_async)
     run_id, _ = world.crash(wf, {}, at=f"after:RUN_WAITING:{SLEEP_CALL}")
-    [wake] = [int(a["deadline_ms"]) for t, a in _sleep_events(world.events(run_id)) if t is EventType.RUN_WAITING]
+    [wake] = _waits(world, run_id)
     assert world.resume(run_id).result == "waiting"  # its wake time is the recorded one: not yet
     out = _wake_until(world, run_id, wake)
     assert out.result == "completed", out
@@ -100,8 +105,7 @@ def test_a_crash_between_the_sleep_and_its_wait_keeps_the_first_wake_time(durabl
     wake = int(called["wake_at_ms"])
     time.sleep(0.2)  # the resume comes later than the sleep began: it must not push the wake time back
     assert world.resume(run_id).result == "waiting"
-    waits = [int(a["deadline_ms"]) for t, a in _sleep_events(world.events(run_id)) if t is EventType.RUN_WAITING]
-    assert waits == [wake]
+    assert _waits(world, run_id) == [wake]
     assert _wake_until(world, run_id, wake).result == "completed"
     assert [t for t, _ in _sleep_events(world.events(run_id))].count(EventType.TOOL_CALLED) == 1
 
