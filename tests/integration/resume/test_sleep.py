@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,13 @@ import redis
 
 from runlog.processors.demo.run import worker_env
 from runlog.processors.inspect import run_history
+from runlog.processors.metrics import ResumerMetrics
 from runlog.processors.resume import ResumeOutcome
-from runlog.producers.internal import lease_key
+from runlog.processors.resume._timers import Timers
+from runlog.producers import Runner
+from runlog.producers.internal import ActiveRuns, lease_key
+from runlog.projections import RedisStore
+from runlog.projections.rebuild import replay_into
 from runlog.schemas import EventType, Settings
 from tests.integration.resume._members import Member, until
 from tests.integration.resume._sleeper import app
@@ -28,11 +34,16 @@ SLEEP_CALL = "nap/runlog.sleep/1"
 SECONDS = 6.0
 
 
-def _spawn(settings: Settings, crash_at: str | None) -> subprocess.Popen[str]:
+def _env(settings: Settings, crash_at: str | None) -> dict[str, str]:
     env = worker_env(settings, "http://127.0.0.1:9", crash_at)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]), env["PYTHONPATH"]])
+    return env
+
+
+def _spawn(settings: Settings, crash_at: str | None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.integration.resume._sleeper", str(SECONDS)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=_env(settings, crash_at), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def _line(proc: subprocess.Popen[str], prefix: str, timeout: float = 60) -> str:
@@ -48,7 +59,8 @@ def _line(proc: subprocess.Popen[str], prefix: str, timeout: float = 60) -> str:
                          f"{proc.stderr.read()[-2000:] if proc.stderr else ''}")
 
 
-@pytest.mark.parametrize("crash_at", [None, f"after:RUN_WAITING:{SLEEP_CALL}"], ids=["let-go", "killed-at-sleep"])
+@pytest.mark.parametrize("crash_at", [None, f"after:RUN_WAITING:{SLEEP_CALL}"],
+                         ids=["let-go", "killed-at-sleep"])
 def test_a_sleeping_run_holds_no_lease_outlives_its_process_and_wakes_on_time(
         topics: Settings, crash_at: str | None) -> None:
     settings = topics.with_(lease_ttl_ms=1500, sweep_interval_ms=1000)
@@ -72,6 +84,13 @@ def test_a_sleeping_run_holds_no_lease_outlives_its_process_and_wakes_on_time(
         if crash_at is not None:
             until(lambda: not r.exists(lease_key(settings.redis_prefix, run_id)), "the dead writer's lease",
                   members, timeout=10)
+        if crash_at is None:  # runlog show gives the sleeping run's wake time
+            shown = subprocess.run([sys.executable, "-m", "runlog", "show", run_id], env=_env(settings, None),
+                                   capture_output=True, text=True, timeout=60)
+            iso = datetime.fromtimestamp(wake_ms / 1000, UTC).isoformat(timespec="seconds")
+            assert shown.returncode == 0, shown.stderr
+            assert f"reason: sleeping until {iso}" in shown.stdout, shown.stdout
+            assert f"sleeping until {iso}" in shown.stdout.split("calls:", 1)[1]
         held = []
         while time.time() * 1000 < wake_ms - 300:
             held.append(bool(r.exists(lease_key(settings.redis_prefix, run_id))))
@@ -95,4 +114,39 @@ def test_a_sleeping_run_holds_no_lease_outlives_its_process_and_wakes_on_time(
         proc.communicate(timeout=10)  # reaps it and closes its pipes
         for m in members:
             m.leave()
+        r.close()
+
+
+def test_a_lost_timer_index_is_rebuilt_from_the_log(topics: Settings) -> None:
+    """Redis loses the timer index (the waiting set) while a run sleeps: the projection, replayed
+    from the log, re-arms it and a member wakes the run at its recorded time."""
+    settings = topics.with_(sweep_interval_ms=60_000)  # the sweep is no help here: only the timers
+    with Runner.from_settings(settings) as runner:
+        h = runner.start_run(app().registry.get("sleeper"), {"seconds": 4.0})
+        assert h.session is not None
+        assert runner.execute(h.session).waiting == "runlog.sleep"
+    r = redis.Redis.from_url(settings.redis_url)
+    store = RedisStore.from_settings(settings)
+    active = ActiveRuns(r, settings.redis_prefix)
+    try:
+        assert r.delete(active.waiting_key) == 1  # the index is gone; the log is not
+        replay_into(settings, store)
+        requested: list[str] = []
+        timers = Timers(active=active, projection=store, workflows=app().registry.names,
+                        request=lambda run_id, why: requested.append(run_id), metrics=ResumerMetrics())
+        assert timers.restore() == 1 and timers.restore() == 0
+        assert timers.fire_due() == []  # not yet
+        done: list[ResumeOutcome] = []
+        member = Member(settings, app(), "m0", done)
+        try:
+            until(lambda: any(o.run_id == h.run_id and o.result == "completed" for o in done), "the wake-up",
+                  [member], timeout=20)
+        finally:
+            member.leave()
+        history = [le.event for le in run_history(settings, h.run_id) if le.outcome.accepted]
+        [wait] = [e for e in history if e.type is EventType.RUN_WAITING]
+        [woke] = [e for e in history if e.type is EventType.SIGNAL_RECEIVED]
+        assert 0 <= woke.occurred_at - int(wait.attributes["deadline_ms"]) <= 2000
+    finally:
+        store.client.close()
         r.close()
