@@ -12,6 +12,7 @@ from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
 from runlog.producers.define._inputs import PinnedInputs
+from runlog.producers.define._schedule import parse_every
 from runlog.producers.log._cloudevents import CloudEventHeaders
 from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager, lease_key
 from runlog.producers.log._log import DeliveryCallback
@@ -60,6 +61,7 @@ __all__ = [
     "context_of",
     "label",
     "lease_key",
+    "parse_every",
     "register",
     "send_resume_request",
     "unregister",

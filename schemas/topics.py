@@ -47,6 +47,10 @@ class Topics:
         return f"{self.prefix}runlog.streams"
 
     @property
+    def schedules(self) -> str:
+        return f"{self.prefix}runlog.schedules"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}runlog.events.dlq"
 
@@ -77,6 +81,7 @@ class Topics:
             TopicSpec(self.resume, p, rf, {**delete, "retention.ms": str(7 * 24 * 3600 * 1000)}),
             TopicSpec(self.streams, p, rf, {**delete, "retention.ms": str(settings.streams_retention_ms)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
+            TopicSpec(self.schedules, 1, rf, compact),
         )
 
 

@@ -39,6 +39,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runlog.processors.cli.replay",
     "runlog.processors.cli.budget",
     "runlog.processors.cli.tail",
+    "runlog.processors.cli.schedule",
 )
 
 
