@@ -148,8 +148,8 @@ class ResumerMetrics:
                                          "(the sweep remains the backstop).", registry=r)
         self.sweeps = Counter("runlog_resumer_sweeps_total", "Sweeps for runs whose worker died.", registry=r)
         self.sweep_requested = Counter("runlog_resumer_sweep_requested_total",
-                                       "Resume requests the sweep appended, by reason (lease_expired, "
-                                       "wait_timed_out).", ["reason"], registry=r)
+                                       "Resume requests the sweep and the timers appended, by reason "
+                                       "(lease_expired, wait_timed_out, timer_due).", ["reason"], registry=r)
         self.dead_letters = Counter("runlog_resumer_dead_letters_total",
                                     "Resume requests sent to the dead-letter topic, by reason.", ["reason"],
                                     registry=r)
@@ -169,7 +169,7 @@ class ResumerMetrics:
             registry=r)
         for outcome in RESUME_OUTCOMES:
             self.resumes.labels(outcome)
-        for reason in ("lease_expired", "wait_timed_out"):
+        for reason in ("lease_expired", "wait_timed_out", "timer_due"):
             self.sweep_requested.labels(reason)
 
 

@@ -22,6 +22,7 @@ from runlog.producers.define._app import App
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
 from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._schedule import Cron, Schedule
 from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from runlog.producers.run._arunner import AsyncRunner
@@ -57,6 +58,7 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CallPosition",
+    "Cron",
     "DeliveryError",
     "DeliveryFn",
     "DictInputSource",
@@ -82,6 +84,7 @@ __all__ = [
     "RunResult",
     "RunlogError",
     "Runner",
+    "Schedule",
     "Settings",
     "Stage",
     "StageContext",

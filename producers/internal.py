@@ -20,6 +20,7 @@ from runlog.producers.calls._sealed import (
     store_from_settings,
 )
 from runlog.producers.define._inputs import PinnedInputs
+from runlog.producers.define._schedule import parse_every
 from runlog.producers.log._cloudevents import CloudEventHeaders
 from runlog.producers.log._lease import LeaseHeld, RedisLeaseManager, lease_key
 from runlog.producers.log._log import DeliveryCallback
@@ -79,6 +80,7 @@ __all__ = [
     "lease_key",
     "lp_sha256",
     "open_text",
+    "parse_every",
     "register",
     "run_id_for_key",
     "seal_text",

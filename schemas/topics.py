@@ -56,6 +56,10 @@ class Topics:
         return f"{self.prefix}runlog.schemas"
 
     @property
+    def schedules(self) -> str:
+        return f"{self.prefix}runlog.schedules"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}runlog.events.dlq"
 
@@ -89,6 +93,7 @@ class Topics:
             TopicSpec(self.submissions, p, rf, {**delete, "retention.ms": str(settings.events_retention_ms)}),
             TopicSpec(self.dlq, p, rf, {**delete, "retention.ms": str(30 * 24 * 3600 * 1000)}),
             TopicSpec(self.schemas, 1, rf, {"cleanup.policy": "compact", "min.insync.replicas": isr}),
+            TopicSpec(self.schedules, 1, rf, compact),
         )
 
 

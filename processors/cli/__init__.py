@@ -41,6 +41,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runlog.processors.cli.tail",
     "runlog.processors.cli.fleet",
     "runlog.processors.cli.privacy",
+    "runlog.processors.cli.schedule",
 )
 
 

@@ -10,6 +10,7 @@ name stays importable from here.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,9 @@ def reason_of(state: RunState) -> str | None:
         w = state.waiting
         if w is None:
             return "waiting for a signal"
+        if w.signal == "runlog.sleep" and w.deadline_ms:  # ctx.sleep: a durable timer
+            left = max(0, round(w.deadline_ms / 1000 - time.time()))
+            return f"sleeping until {_iso(w.deadline_ms)} (in {left} s; {w.call_id})"
         until = f" until {_iso(w.deadline_ms)}" if w.deadline_ms else ""
         return f"waiting for signal {w.signal!r}{until}"
     if state.status in (RunStatus.BLOCKED, RunStatus.FAILED, RunStatus.CANCELLED):

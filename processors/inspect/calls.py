@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from runlog.processors.inspect.log import LoggedEvent
@@ -31,9 +32,18 @@ HOW = ("executed", "reused", "reconciled", "resolved", "open", "called", "failed
 * ``called``     called, no result recorded (crashed or in flight);
 * ``failed``     the tool failed (``FAILED``); ``diverged``: the resumed code called something else at
   this position (``CALL_DIVERGED``);
-* ``waiting``    ``ctx.wait_for`` waits for a signal (``RUN_WAITING``); ``signalled``: it arrived
+* ``waiting``    ``ctx.wait_for`` waits for a signal (``RUN_WAITING``), or ``ctx.sleep`` sleeps until its
+  wake time (shown); ``signalled``: the signal arrived
   (``SIGNAL_RECEIVED``), and like ``resolved`` stays so when a resume hands it back.
 """
+
+SLEEP_TOOL = "runlog.sleep"
+"""The tool name of a durable timer's position (``ctx.sleep``): ``runlog show`` gives its wake time."""
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
 
 _REUSABLE = frozenset({"executed", "reused", "reconciled"})
 """Results that become ``reused`` when a resume hands them back; ``resolved`` and ``signalled`` keep
@@ -128,7 +138,12 @@ def _note(ev: RunEvent, c: CallView) -> None:
         c.how, c.detail = "diverged", "" if ev.error is None else redact_text(ev.error.message)
     elif t is EventType.RUN_WAITING:
         c.how = "waiting"
-        c.detail = f"for signal {a['signal']!r}" if a.get("signal") else "for a signal"
+        if ev.tool == SLEEP_TOOL and a.get("deadline_ms", "").isdigit():
+            c.detail = f"sleeping until {_iso(int(a['deadline_ms']))}"
+        else:
+            c.detail = f"for signal {a['signal']!r}" if a.get("signal") else "for a signal"
+    elif t is EventType.SIGNAL_RECEIVED and ev.tool == SLEEP_TOOL and a.get("timed_out") == "true":
+        c.how, c.result, c.detail = "executed", ev.payload_ref or c.result, "woke up"
     elif t is EventType.SIGNAL_RECEIVED:
         c.how, c.result = "signalled", ev.payload_ref or c.result
         c.detail = f"signal {a['signal']!r}" if a.get("signal") else "signal received"

@@ -149,11 +149,10 @@ class Sweeper:
             report.requested.append(run_id)
         mine = set(self.workflows())
         for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
-            if workflow not in mine:
+            if workflow not in mine or not self.active.claim_due(run_id):  # another member took it
                 continue
             self.request(run_id, "wait timed out")
             self.metrics.sweep_requested.labels("wait_timed_out").inc()
-            self.active.unwait(run_id)
             report.requested.append(run_id)
         return report
 

@@ -263,7 +263,7 @@ def _guard(call: CallRecord, problem: str | None, plan: ResumePlan) -> None:
             plan.reused_calls[call.call_id] = call.result
         else:  # never handed back: the call runs again under its policy
             plan.unusable_results.append((call.call_id, problem))
-    plan.recorded[call.call_id] = RecordedCall(call.call_id, call.tool, call.request_hash, result)
+    plan.recorded[call.call_id] = RecordedCall(call.call_id, call.tool, call.request_hash, result, call.args)
 
 
 def _choose(facts: PlanFacts, plan: ResumePlan) -> CheckpointCheck | None:

@@ -255,6 +255,9 @@ class Resumer:
         early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms(),
                                      seen_epoch=seen_epoch)
         if early is not None:
+            w = state.waiting
+            if early.result == "waiting" and not dry_run and w is not None and state.workflow is not None:
+                self.runner.mark_waiting(run_id, state.workflow.name, w.deadline_ms)  # woken at its time
             return self._early(run_id, early, plan, state.epoch)
         wf = state.workflow
         if wf is None:  # no accepted RUN_STARTED: nothing was started that could be resumed

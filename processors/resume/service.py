@@ -88,9 +88,11 @@ from runlog.processors.metrics import MetricsServer, ResumerMetrics
 from runlog.processors.resume._drains import OpenRunsGauge
 from runlog.processors.resume._retries import CONTENDED_RETRIES, RETRY_MARGIN_S, ContendedRetries
 from runlog.processors.resume._sweep import Sweeper, SweepReport
+from runlog.processors.resume._timers import Timers
 from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPickup, VersionRoutes, label
 from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
+from runlog.processors.schedule import ScheduleBook, Ticker
 from runlog.producers.internal import ActiveRuns, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
 from runlog.schemas import (
@@ -209,6 +211,16 @@ class ResumerService:
                                turn_key=f"{settings.redis_prefix}:sweep:{self.group}", member=self.member,
                                interval_ms=settings.sweep_interval_ms, on_log=self._status_on_log)
         """Requests the resume of the runs nobody resumes."""
+        self.timers = Timers(active=self.active, projection=self.projection, workflows=app.registry.names,
+                             request=self._request, metrics=self.metrics)
+        """Wakes the runs whose sleep or wait deadline has come (any member, one request each)."""
+        self.schedules = ScheduleBook(settings, self.redis)
+        self.ticker = Ticker(book=self.schedules, runner=self.resumer.runner, workflows=app.registry.get,
+                             names=app.registry.names, request=self._request,
+                             turn_key=f"{settings.redis_prefix}:schedules:turn:{self.group}",
+                             member=self.member)
+        """Starts one run per tick of the schedules of this App's workflows (one member per turn)."""
+        self._declared = False
         self.pickup = VersionPickup(self.routes, self.serves, projection=self.projection,
                                     resume=self._pick_up, finished=self._finished, metrics=self.metrics)
         """Parks the runs of versions this member does not serve, picks up those of versions it does."""
@@ -222,6 +234,7 @@ class ResumerService:
         finally:
             self.producer.flush(10)
             self.resumer.close()
+            self.schedules.close()
             self.redis.close()
             self.projection.client.close()
             if self.metrics_server is not None:
@@ -414,6 +427,18 @@ class ResumerService:
                     self.sweeper.sweep_if_turn()
                 except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
                     log.warning("sweep skipped (%s); the next sweep asks again", err)  # a pause, a failover
+            try:
+                self.timers.tick()
+            except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
+                log.warning("timers not looked at (%s); the next turn asks again", err)
+            try:
+                if not self._declared:
+                    for declared in self.app.schedules:  # the App's own schedules, on the log
+                        self.schedules.declare(declared)
+                    self._declared = True
+                self.ticker.tick()
+            except (redis.RedisError, RunlogError, KafkaException) as err:
+                log.warning("schedules not ticked (%s); the next turn asks again", err)
             retried = self.retries.run_due()
             if time.monotonic() - self._last_pickup >= PICKUP_S:
                 self._last_pickup = time.monotonic()

@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from runlog.producers.base._protocol import IO, SYNC, Invoke, Mode, Steps, io
+from runlog.producers.base._protocol import IO, SYNC, Invoke, Mode, Sleep, Steps, io
 from runlog.producers.base._trace import NO_TRACE, Span, Tracer
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._call_budget import CallBudget
@@ -66,8 +66,11 @@ from runlog.producers.calls._call_ledger import EffectClaims
 from runlog.producers.calls._call_patch import PatchTable
 from runlog.producers.calls._call_positions import CallPositions
 from runlog.producers.calls._calls import (
+    _SLEEP_TOOL,
     _WAIT_TOOL,
+    INLINE_SLEEP_S,
     PATCHED,
+    SLEEP,
     WAIT,
     RecordedCall,
     RunWaits,
@@ -335,6 +338,59 @@ class _ContextCore:
         attrs = {"signal": signal, "deadline_ms": str(deadline), "on_timeout": on_timeout}
         yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
         raise RunWaits(s.run_id, call_id, signal, deadline)
+
+    # -- a durable timer ------------------------------------------------------------------------
+
+    def _sleep_steps(self, request: Mapping[str, Any]) -> Steps[None]:
+        """``ctx.sleep`` / ``ctx.sleep_until``: ``request`` is ``{"seconds": s}`` or ``{"until_ms": t}``.
+
+        The wake time is decided once, when the sleep's ``TOOL_CALLED`` is first appended (its
+        arguments artifact holds ``wake_at_ms``); a re-run of the stage reads it back from the log (or
+        from the wait's deadline), so a resume never sleeps twice nor longer. With more than
+        :data:`INLINE_SLEEP_S` left, ``RUN_WAITING`` (signal :data:`SLEEP`, deadline = the wake time)
+        is appended and the run let go; the resumers wake it at that time. The sleep's end is
+        recorded (``SIGNAL_RECEIVED`` when the run waited, else ``TOOL_RESULT``), so a later re-run
+        of the stage goes straight on."""
+        index = self.positions.claim()
+        s = self.session
+        call_id = f"{self.stage}/{SLEEP}/{index}"
+        common: dict[str, Any] = {"stage": self.stage, "tool": SLEEP, "call_id": call_id,
+                                  "replay_policy": ReplayPolicy.SAFE}
+        request_hash = self.store.digest(canonical_json(dict(request)))
+        rec = self._at_index.get(index)
+        wake: int | None = None
+        if rec is not None:
+            yield from self._guard(rec, call_id, _SLEEP_TOOL, request_hash, common)
+            if rec.result is not None:  # slept already (or woken early by a signal)
+                self.stored.add(rec.result)
+                return None
+            wake = self._deadlines.get(call_id) or None
+            if wake is None and rec.args is not None:
+                recorded = json.loads((yield from io(self.store.get, self.store.aget, rec.args)))
+                at = recorded.get("wake_at_ms") if isinstance(recorded, dict) else None
+                wake = at if isinstance(at, int) else None
+        if wake is None:
+            wake = int(request["until_ms"]) if "until_ms" in request else \
+                int(time.time() * 1000) + max(0, round(float(request["seconds"]) * 1000))
+        if rec is None:
+            args_ref = yield from self.stored.put(canonical_json({**request, "wake_at_ms": wake}))
+            yield from s.appending(EventType.TOOL_CALLED, payload_ref=args_ref, request_hash=request_hash,
+                                   attributes={"wake_at_ms": str(wake)}, **common)
+        left_ms = wake - int(time.time() * 1000)
+        if left_ms > INLINE_SLEEP_S * 1000:
+            attrs = {"signal": SLEEP, "deadline_ms": str(wake), "on_timeout": "default"}
+            yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+            raise RunWaits(s.run_id, call_id, SLEEP, wake)
+        if left_ms > 0:
+            yield from Sleep(left_ms / 1000)
+        woke = int(time.time() * 1000)
+        ref = yield from self.stored.put(canonical_json({"wake_at_ms": wake, "woke_at_ms": woke}))
+        if call_id in self._deadlines:  # the run waited: the wait's end, as a timed-out wait's
+            yield from s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
+                                   attributes={"signal": SLEEP, "timed_out": "true"}, **common)
+        else:
+            yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, **common)
+        return None
 
     # -- the determinism guard ----------------------------------------------------------------
 

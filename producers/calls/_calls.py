@@ -23,10 +23,12 @@ from runlog.schemas.errors import (
 )
 
 __all__ = [
+    "INLINE_SLEEP_S",
     "JSON",
     "NOW",
     "PATCHED",
     "RANDOM",
+    "SLEEP",
     "UUID",
     "WAIT",
     "RecordedCall",
@@ -58,6 +60,8 @@ class RecordedCall:
     tool: str | None
     request_hash: str | None
     result: ArtifactRef | None = None
+    args: ArtifactRef | None = None
+    """The recorded arguments (a sleep's hold its wake time, decided once)."""
 
     @property
     def index(self) -> int | None:
@@ -99,6 +103,17 @@ PATCHED = Tool("runlog.patched", lambda call, **_: True, ReplayPolicy.SAFE)
 
 WAIT = "runlog.wait"
 """The tool name of a wait's position (``ctx.wait_for``); its recorded result is the signal's data."""
+
+SLEEP = "runlog.sleep"
+"""The tool name of a durable timer's position (``ctx.sleep`` / ``ctx.sleep_until``): its recorded
+arguments hold the wake time (``wake_at_ms``), its recorded result marks the sleep as over. While the
+run sleeps it is ``WAITING`` for the signal of this name, with the wake time as its deadline."""
+_SLEEP_TOOL = Tool(SLEEP, _sources_fn("never"), ReplayPolicy.SAFE)
+"""A sleep's position as the determinism guard sees it (its function is never called)."""
+
+INLINE_SLEEP_S = 1.0
+"""A sleep with at most this many seconds left is slept in the process, holding the lease (a
+durable wait would cost more than it saves); a longer one lets go of the run until its wake time."""
 
 
 class RunWaits(BaseException):  # control flow, not an error: stage code must not catch it

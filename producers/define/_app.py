@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from runlog.producers.define._inputs import InputSource
 from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._schedule import Schedule, parse_every
 from runlog.producers.define._tools import Tool
 from runlog.producers.define._workflow import Workflow, WorkflowRegistry
 
@@ -31,6 +33,8 @@ class App:
     source: InputSource
     name: str | None = None
     prices: PriceTable = field(default_factory=PriceTable)
+    schedules: list[Schedule] = field(default_factory=list, compare=False)
+    """The schedules the App declares (:meth:`schedule`); its resumer members record them on the log."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prices", PriceTable.of(self.prices))
@@ -40,3 +44,27 @@ class App:
            name: str | None = None, prices: Mapping[str, Price] | None = None) -> App:
         return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source, name,
                    PriceTable.of(prices))
+
+    def schedule(self, name: str, *, workflow: str, params: Mapping[str, Any] | None = None,
+                 cron: str | None = None, every: str | float | None = None,
+                 catch_up: str = "one") -> Schedule:
+        """Declare a schedule: a run of ``workflow`` with ``params`` on every tick of ``cron`` (5
+        fields, UTC: ``"0 2 * * *"``) or ``every`` (a period: ``"10m"``, ``"2s"``, seconds). The
+        App's resumer members (``runlog resumer``) record it on the log when they start (a changed
+        declaration replaces it; a pause from ``runlog schedule pause`` stays) and start one run per
+        tick, keyed ``schedule:<name>:<tick ms>``. ``catch_up``: what a tick missed while no member
+        ran becomes (``one``: the latest missed tick runs, ``all``: each one, ``none``: skipped).
+
+        Raises:
+            ConfigError: a bad name, clock or policy, or a workflow this App does not register.
+        """
+        from runlog.schemas.errors import ConfigError
+
+        if workflow not in self.registry.names():
+            raise ConfigError(f"schedule {name!r}: this App registers no workflow {workflow!r}")
+        s = Schedule(name, workflow, dict(params or {}), cron=cron,
+                     every=None if every is None else parse_every(every), catch_up=catch_up)
+        if any(d.name == name for d in self.schedules):
+            raise ConfigError(f"schedule {name!r} is declared twice")
+        self.schedules.append(s)
+        return s

@@ -132,6 +132,19 @@ class ActiveRuns:
         at = now_ms if now_ms is not None else int(time.time() * 1000)
         return self._with_workflows(self._r.zrangebyscore(self.waiting_key, 0, at))
 
+    def claim_due(self, run_id: str) -> bool:
+        """Take a due wait out of the waiting set; True for the one caller that removed it (of any
+        number of resumer members looking at the same due run), so one resume request is made."""
+        return bool(self._r.zrem(self.waiting_key, run_id))
+
+    def arm(self, run_id: str, workflow_name: str, deadline_ms: int) -> bool:
+        """Put a waiting run into the waiting set unless it is there (re-arming from the projection,
+        which the log rebuilds); True when it was missing."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hset(self.workflow_key, run_id, workflow_name)
+        pipe.zadd(self.waiting_key, {run_id: deadline_ms}, nx=True)
+        return bool(pipe.execute()[1])
+
     def unwait(self, run_id: str) -> None:
         """The run's wait is over (its signal arrived, or its deadline was handled)."""
         self._r.zrem(self.waiting_key, run_id)

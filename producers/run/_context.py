@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
+import math
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -35,6 +37,50 @@ _WAIT_DOC = """Wait for a person or another system: returns the data of the sign
             on_timeout: ``"fail"`` (the stage fails with :class:`WaitTimedOut`, a terminal error)
                 or ``"default"`` (``default`` is recorded as the signal's data and returned).
         """
+
+
+_SLEEP_DOC = """Sleep ``seconds`` durably: the run holds no lease and no thread meanwhile.
+
+        The wake time is decided once, from the log: the first time, ``TOOL_CALLED`` (tool
+        ``runlog.sleep``, its arguments holding ``wake_at_ms``) is appended; a re-run of the stage
+        after a crash or a resume reads that wake time back, so a run never sleeps twice and never
+        longer. With more than 1 s left, ``RUN_WAITING``
+        (signal ``runlog.sleep``, deadline = the wake time) is appended and the run is let go like a
+        :meth:`wait_for`: it is ``WAITING`` until whichever resumer member is alive at the wake time
+        resumes it; the stage then runs again from its start and this call returns at once. A
+        shorter sleep is slept in the process, holding the lease. ``runlog signal RUN runlog.sleep``
+        wakes a sleeping run early.
+
+        Raises:
+            WorkflowDefinitionError: ``seconds`` is not a finite number >= 0.
+        """
+
+_SLEEP_UNTIL_DOC = """Sleep until ``when`` (an aware :class:`datetime.datetime`, or seconds since the
+        epoch), durably, as :meth:`sleep`. ``when`` is part of the recorded request: compute it from
+        something recorded (``ctx.now()``, the run's params, an earlier stage's output), never from the
+        wall clock, or a re-run of the stage diverges. A time already past returns at once (recorded).
+
+        Raises:
+            WorkflowDefinitionError: ``when`` is a naive datetime or not a finite number.
+        """
+
+
+def _sleep_request(seconds: object) -> dict[str, Any]:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < 0:
+        raise WorkflowDefinitionError(f"sleep() needs a finite number of seconds >= 0, got {seconds!r}")
+    return {"seconds": seconds}
+
+
+def _until_request(when: object) -> dict[str, Any]:
+    if isinstance(when, _dt.datetime):
+        if when.tzinfo is None:
+            raise WorkflowDefinitionError("sleep_until() needs an aware datetime (with a tzinfo), "
+                                          "got a naive one")
+        return {"until_ms": round(when.timestamp() * 1000)}
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        raise WorkflowDefinitionError(f"sleep_until() needs an aware datetime or epoch seconds, got {when!r}")
+    return {"until_ms": round(when * 1000)}
 
 
 class StageContext(_ContextCore):
@@ -98,6 +144,16 @@ class StageContext(_ContextCore):
         return self._run(self._wait_steps(signal, timeout, on_timeout, default))
 
     wait_for.__doc__ = _WAIT_DOC
+
+    def sleep(self, seconds: float) -> None:
+        self._run(self._sleep_steps(_sleep_request(seconds)))
+
+    sleep.__doc__ = _SLEEP_DOC
+
+    def sleep_until(self, when: _dt.datetime | float) -> None:
+        self._run(self._sleep_steps(_until_request(when)))
+
+    sleep_until.__doc__ = _SLEEP_UNTIL_DOC
 
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
@@ -236,6 +292,16 @@ class AsyncStageContext(_ContextCore):
         return await self._run(self._wait_steps(signal, timeout, on_timeout, default))
 
     wait_for.__doc__ = _WAIT_DOC
+
+    async def sleep(self, seconds: float) -> None:
+        await self._run(self._sleep_steps(_sleep_request(seconds)))
+
+    sleep.__doc__ = _SLEEP_DOC
+
+    async def sleep_until(self, when: _dt.datetime | float) -> None:
+        await self._run(self._sleep_steps(_until_request(when)))
+
+    sleep_until.__doc__ = _SLEEP_UNTIL_DOC
 
     def submit(self, tool: Tool, /, **args: Any) -> asyncio.Task[Any]:
         """Start a tool call as a task on the running loop; its call index is taken now."""

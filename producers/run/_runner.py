@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
+
+import redis
 
 from runlog.producers.base._protocol import (
     INLINE,
@@ -124,6 +127,13 @@ class Runner(RunnerParts):
     def mark_inactive(self, run_id: str) -> None:
         """Drop a run from the active-runs registry (it completed, blocked or failed)."""
         drive(deactivating(self.active, run_id))
+
+    def mark_waiting(self, run_id: str, workflow_name: str, deadline_ms: int) -> None:
+        """Keep a run that waits with a deadline (a sleep, a wait's timeout) in the waiting set, so the
+        resumers wake it at ``deadline_ms`` (a writer that died before it got there left it out)."""
+        if self.active is not None and deadline_ms > 0:
+            with contextlib.suppress(redis.RedisError):  # the resumers re-arm it from the projection
+                self.active.wait(run_id, workflow_name, deadline_ms)
 
     def run(self, workflow: Workflow, params: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
             idempotency_key: str | None = None, *, subject: str | None = None) -> RunResult:

@@ -23,10 +23,10 @@ def test_all_names_exist(name: str) -> None:
 EXPORTS = {
     "runlog.producers": [
         "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "Budget", "CallInfo",
-        "CallPosition", "DeliveryError", "DeliveryFn",
+        "CallPosition", "Cron", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
         "LeaseLost", "LocalArtifactStore", "Price", "PriceTable", "ReconcileFn", "ReplayPolicy",
-        "ResumeBlocked", "RetryPolicy",
+        "ResumeBlocked", "RetryPolicy", "Schedule",
         "RetryableToolError", "Rule", "RunCancelled", "RunConflict", "RunFailed", "RunHandle", "RunResult",
         "Runner", "RunlogError",
         "Settings", "Stage",

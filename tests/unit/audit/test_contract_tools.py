@@ -194,7 +194,7 @@ def test_asyncapi_parser_accepts_the_document(parsed: dict[str, Any]) -> None:
     problems = [d for d in parsed["diagnostics"] if d["severity"] <= 1]  # 0 error, 1 warning
     assert problems == []
     assert set(parsed["messages"]) == {"RunEvent", "Checkpoint", "Effect", "ResumeRequest", "StreamRecord",
-                                       "RunSubmission", "DeadLetter", "WriterSchema"}
+                                       "RunSubmission", "DeadLetter", "WriterSchema", "Schedule"}
 
 
 def test_asyncapi_parser_resolves_the_shared_types(parsed: dict[str, Any]) -> None:

@@ -73,8 +73,11 @@ class _Active:
     def due(self) -> list[tuple[str, str]]:
         return list(self.waits_due)
 
-    def unwait(self, run_id: str) -> None:
+    def claim_due(self, run_id: str) -> bool:
         self.unwaited.append(run_id)
+        was = any(r == run_id for r, _ in self.waits_due)
+        self.waits_due = [(r, wf) for r, wf in self.waits_due if r != run_id]
+        return was
 
 
 class _Routes:
