@@ -21,6 +21,7 @@ from runlog.producers.calls._stored_args import load_args
 from runlog.producers.define._app import App
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
+from runlog.producers.define._limits import RateLimit
 from runlog.producers.define._prices import Price, PriceTable
 from runlog.producers.define._schedule import Cron, Schedule
 from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
@@ -36,6 +37,7 @@ from runlog.schemas.errors import (
     Diverged,
     EffectInDoubt,
     LeaseLost,
+    RateLimited,
     ResumeBlocked,
     RetryableToolError,
     RunCancelled,
@@ -71,6 +73,8 @@ __all__ = [
     "LocalArtifactStore",
     "Price",
     "PriceTable",
+    "RateLimit",
+    "RateLimited",
     "ReconcileFn",
     "ReplayPolicy",
     "ResumeBlocked",

@@ -11,6 +11,7 @@ from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import WAIT, RecordedCall
 from runlog.producers.calls._keys import canonical_json, lp_sha256, sha256_hex
 from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
+from runlog.producers.calls._limiter import InMemoryLimiter, Limiter, RedisLimiter
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
 from runlog.producers.calls._sealed import (
     SealedArtifactStore,
@@ -54,10 +55,12 @@ __all__ = [
     "InMemoryLease",
     "InMemoryLeaseManager",
     "InMemoryLeaseTable",
+    "InMemoryLimiter",
     "KafkaRunLog",
     "KeyProvider",
     "LeaseHeld",
     "LedgerEntry",
+    "Limiter",
     "LocalKeyProvider",
     "LoggedEvent",
     "NoSpan",
@@ -65,6 +68,7 @@ __all__ = [
     "PinnedInputs",
     "RecordedCall",
     "RedisLeaseManager",
+    "RedisLimiter",
     "RunKeys",
     "RunOutcomes",
     "RunSession",

@@ -46,6 +46,7 @@ __all__ = [
     "LeaseLost",
     "LogUnavailable",
     "PayloadKeyError",
+    "RateLimited",
     "ResumeBlocked",
     "RetryableToolError",
     "RunCancelled",
@@ -258,6 +259,17 @@ class RetryableToolError(ToolError):
     """A transient failure: the tool's retry policy may call it again."""
 
     retryable = True
+
+
+class RateLimited(RetryableToolError):
+    """The provider refused the call for now (an HTTP 429): raise it from a tool with the provider's
+    ``Retry-After``. A tool with a :class:`~runlog.producers.RateLimit` blocks its key for
+    ``retry_after_s`` for every process sharing it; the call is retried by its retry policy."""
+
+    def __init__(self, message: str = "rate limited by the provider", *, retry_after_s: float = 1.0,
+                 kind: str | None = None) -> None:
+        self.retry_after_s = max(0.0, float(retry_after_s))
+        super().__init__(message, kind=kind)
 
 
 class TerminalToolError(ToolError):

@@ -83,9 +83,11 @@ from runlog.producers.calls._calls import (
 )
 from runlog.producers.calls._keys import canonical_json, delivery_key, idempotency_key
 from runlog.producers.calls._ledger import EffectLedger
+from runlog.producers.calls._limiter import Limiter
 from runlog.producers.calls._replay_hook import tool_function
 from runlog.producers.calls._stage_artifacts import StageArtifacts
 from runlog.producers.calls._stored_args import ArgsWriter
+from runlog.producers.calls._throttle import metered
 from runlog.producers.define._prices import PriceTable, usage_of
 from runlog.producers.define._tools import CallInfo, Tool, retry_steps
 from runlog.producers.log._session import AppendResult, RunSession
@@ -94,6 +96,7 @@ from runlog.schemas.errors import (
     DeliveryError,
     Diverged,
     LeaseLost,
+    RateLimited,
     TerminalToolError,
     WorkflowDefinitionError,
 )
@@ -113,7 +116,7 @@ class _ContextCore:
                  reconciled: Mapping[str, Mapping[str, Any]], max_parallel: int = 8,
                  ledger: EffectLedger | None = None, deadlines: Mapping[str, int] | None = None,
                  mode: Mode | None = None, tracer: Tracer = NO_TRACE, span: Span | None = None,
-                 prices: PriceTable | None = None) -> None:
+                 prices: PriceTable | None = None, limiter: Limiter | None = None) -> None:
         self.session = session
         self.stage = stage
         self.store = store
@@ -131,6 +134,7 @@ class _ContextCore:
         self._mode = mode or self._default_mode()
         self._tracer = tracer
         self._prices = prices if prices is not None else PriceTable()  # prices what calls report spent
+        self._limiter = limiter  # counts the calls of tools with a rate limit (None: not counted)
         self._span = span
         self.positions = CallPositions()
         self.stored = StageArtifacts(store)
@@ -258,10 +262,19 @@ class _ContextCore:
         span.set("reused", False)
         span.set("source", "executed")
 
+        meter = metered(self._limiter, tool, args, s.check)
+
         def attempt(n: int) -> Steps[Any]:
             s.check()
+            if meter is not None:
+                yield from meter.take()
             call = dataclasses.replace(info, attempt=n)
-            return (yield from Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
+            try:
+                return (yield from Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
+            except RateLimited as err:
+                if meter is not None:
+                    yield from meter.refused(err)
+                raise
 
         def before_retry(n: int) -> Steps[None]:
             if tool.effect:
@@ -291,9 +304,13 @@ class _ContextCore:
             yield from self.effects.close(info, EffectStatus.DONE, _external_id(result))
             yield from s.appending(EventType.EFFECT_RESULT, delivery_key=info.delivery_key,
                                    target=tool.target, external_id=_external_id(result), **common)
+        limited: dict[str, str] = {}
+        if meter is not None:
+            yield from meter.settle(spent)
+            limited = meter.attributes()
         ref = yield from self.stored.put(result_bytes)
         yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
-                               attributes={"attempts": str(attempts), **self.budget.spent(spent)})
+                               attributes={"attempts": str(attempts), **self.budget.spent(spent), **limited})
         return result
 
     # -- a durable wait -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runlog.producers.base._protocol import Sleep, Steps
+from runlog.producers.define._limits import EstimateFn, RateLimit
 from runlog.schemas import ReplayPolicy, Usage
 from runlog.schemas.errors import RetryableToolError, WorkflowDefinitionError
 
@@ -107,6 +108,12 @@ class Tool:
     ``TOOL_RESULT`` (``RunEvent.usage``), priced by the runner's price table (the App's
     ``prices``). Called once, when the call is made; a recorded result handed back on a replay is
     not new spend and records nothing. None (the default): the tool reports no usage."""
+    limit: RateLimit | None = None
+    """The rate limit its calls count against (requests and tokens per period, shared by every
+    process on the same Redis and prefix: :mod:`runlog.producers.calls._limiter`). None: no limit."""
+    estimate: EstimateFn | None = None
+    """``(args) -> tokens`` a call is expected to spend, taken from the limit's token budget before
+    the call; the tokens its ``usage`` reports settle the difference after it. None: 0 before."""
 
     def __post_init__(self) -> None:
         where = f"tool {self.name!r}"
@@ -129,6 +136,12 @@ class Tool:
                     f"{where} changes the outside world: declare delivery=fn(args, call) -> "
                     "(account, platform, object_id, revision)"
                 )
+        if self.limit is not None and not isinstance(self.limit, RateLimit):
+            raise WorkflowDefinitionError(
+                f"{where}: limit must be a RateLimit, not {type(self.limit).__name__}")
+        if self.estimate is not None and self.limit is None:
+            raise WorkflowDefinitionError(
+                f"{where}: estimate= needs limit= (the budget the estimate is taken from)")
         if isinstance(self.args_by_ref, str) or not all(isinstance(a, str) for a in self.args_by_ref):
             raise WorkflowDefinitionError(f"{where}: args_by_ref must be a tuple of argument names")
         object.__setattr__(self, "args_by_ref", tuple(self.args_by_ref))
@@ -149,13 +162,16 @@ def tool(
     retry: RetryPolicy | None = None,
     args_by_ref: Sequence[str] = (),
     usage: UsageFn | None = None,
+    limit: RateLimit | None = None,
+    estimate: EstimateFn | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Decorator declaring ``fn(call, **args)`` as a tool.
 
     ``NEVER`` and ``RECONCILE_FIRST`` tools are always effect tools (``effect=False``
     with them is an error); others are effect tools when ``effect=True``. ``args_by_ref`` names
     arguments stored by reference (:attr:`Tool.args_by_ref`); ``usage`` reads what a call spent
-    from its result (:attr:`Tool.usage`).
+    from its result (:attr:`Tool.usage`); ``limit`` and ``estimate`` count its calls against a
+    rate limit the fleet shares (:attr:`Tool.limit`).
     """
     forced = policy in (ReplayPolicy.NEVER, ReplayPolicy.RECONCILE_FIRST)
     if forced and effect is False:
@@ -168,7 +184,7 @@ def tool(
 
     def deco(fn: ToolFn) -> Tool:
         return Tool(name, fn, policy, is_effect, target, delivery, reconcile, retry or RetryPolicy(),
-                    tuple(args_by_ref), usage)
+                    tuple(args_by_ref), usage, limit, estimate)
 
     return deco
 

@@ -20,6 +20,7 @@ from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
 from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.calls._limiter import Limiter, RedisLimiter
 from runlog.producers.calls._sealed import sealing, store_from_settings
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource
@@ -64,10 +65,11 @@ class AsyncRunner(RunnerParts):
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
                  executor: Executor | None = None, max_threads: int = 32,
-                 prices: PriceTable | Mapping[str, Price] | None = None) -> None:
+                 prices: PriceTable | Mapping[str, Price] | None = None,
+                 limiter: Limiter | None = None) -> None:
         super().__init__(writer, leases, store, source=source, run_keys=run_keys, max_parallel=max_parallel,
                          ledger=ledger, run_log=run_log, lease_wait_s=lease_wait_s, active=active,
-                         tracer=tracer, prices=PriceTable.of(prices))
+                         tracer=tracer, prices=PriceTable.of(prices), limiter=limiter)
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="runlog-async")
         self._loop_mode = LoopMode(self.executor)
@@ -102,7 +104,7 @@ class AsyncRunner(RunnerParts):
                                          effects_topic=topic),
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer,
-                prices=prices)
+                prices=prices, limiter=RedisLimiter(client, settings.redis_prefix))
         r.watch_projection(client, settings.redis_prefix)
         r._owned = [topic, beat, leases, client, aclient] + ([w] if own_writer else [])
         return r

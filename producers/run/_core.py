@@ -35,6 +35,7 @@ from runlog.producers.calls._artifacts import ArtifactStore, is_inline
 from runlog.producers.calls._calls import RecordedCall, RunWaits, StageOutputs, error_info, require_mapping
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._ledger import EffectLedger, LedgerUnavailable
+from runlog.producers.calls._limiter import Limiter
 from runlog.producers.define._prices import PriceTable
 from runlog.producers.define._workflow import Stage, evaluate_rules
 from runlog.producers.log._session import AppendResult, RunSession
@@ -68,16 +69,19 @@ class StageExecution:
         active: the registry of active runs (a run that ended or waits leaves it).
         tracer: spans per run, stage and call.
         prices: the price table of the model calls stages make.
+        limiter: counts the calls of tools with a rate limit (None: not counted).
     """
 
     def __init__(self, store: ArtifactStore, *, ledger: EffectLedger | None, max_parallel: int,
-                 active: ActiveRuns | None, tracer: Tracer, prices: PriceTable) -> None:
+                 active: ActiveRuns | None, tracer: Tracer, prices: PriceTable,
+                 limiter: Limiter | None = None) -> None:
         self.store = store
         self.ledger = ledger
         self.max_parallel = max_parallel
         self.active = active
         self.tracer = tracer
         self.prices = prices
+        self.limiter = limiter
 
     def execute(self, session: RunSession, from_stage: str | None,
                 stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None,
@@ -187,7 +191,7 @@ class StageExecution:
         ctx = kind(s, stage.name, store, outputs, recorded_calls=recorded, reconciled=reconciled,
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
                    mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
-                   prices=self.prices)
+                   prices=self.prices, limiter=self.limiter)
         yield from s.crashing(f"inside:STAGE:{stage.name}")
         try:
             inputs = s.inputs.load(stage.inputs)

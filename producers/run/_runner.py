@@ -19,6 +19,7 @@ from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._calls import RecordedCall
 from runlog.producers.calls._ledger import EffectLedger, RedisEffectLedger
 from runlog.producers.calls._ledger_topic import EffectsTopic
+from runlog.producers.calls._limiter import Limiter, RedisLimiter
 from runlog.producers.calls._sealed import sealing, store_from_settings
 from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import InputSource
@@ -62,6 +63,8 @@ class Runner(RunnerParts):
         tracer: spans per run, stage and call (``runlog.producers.otel.OtelTracer``; none by default).
         prices: the price table of the model calls its stages make (the App's ``prices``): each
             call's recorded usage gets its cost (none for a model without a price).
+        limiter: counts the calls of tools with a rate limit (:attr:`Tool.limit`); ``from_settings``
+            gives the fleet's, in Redis. None: limits are not counted.
     """
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
@@ -69,10 +72,11 @@ class Runner(RunnerParts):
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
-                 prices: PriceTable | Mapping[str, Price] | None = None) -> None:
+                 prices: PriceTable | Mapping[str, Price] | None = None,
+                 limiter: Limiter | None = None) -> None:
         super().__init__(writer, leases, store, source=source, run_keys=run_keys, max_parallel=max_parallel,
                          ledger=ledger, run_log=run_log, lease_wait_s=lease_wait_s, active=active,
-                         tracer=tracer, prices=PriceTable.of(prices))
+                         tracer=tracer, prices=PriceTable.of(prices), limiter=limiter)
         self._owned: list[Any] = []
 
     @classmethod
@@ -96,7 +100,8 @@ class Runner(RunnerParts):
                 ledger=RedisEffectLedger(client, settings.redis_prefix, waits=waits, effects_topic=topic),
                 run_log=KafkaRunLog(settings),
                 lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
-                active=ActiveRuns(client, settings.redis_prefix), tracer=tracer, prices=prices)
+                active=ActiveRuns(client, settings.redis_prefix), tracer=tracer, prices=prices,
+                limiter=RedisLimiter(client, settings.redis_prefix))
         r.watch_projection(client, settings.redis_prefix)
         r._owned = [topic, beat, leases, client] + ([w] if own_writer else [])
         return r

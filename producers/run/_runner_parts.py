@@ -9,6 +9,7 @@ from typing import Any
 from runlog.producers.base._trace import NO_TRACE, Tracer
 from runlog.producers.calls._artifacts import ArtifactStore
 from runlog.producers.calls._ledger import EffectLedger
+from runlog.producers.calls._limiter import Limiter
 from runlog.producers.define._inputs import DictInputSource, InputSource
 from runlog.producers.define._prices import PriceTable
 from runlog.producers.log._lease import LeaseManager
@@ -33,11 +34,11 @@ class RunnerParts:
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
-                 prices: PriceTable | None = None) -> None:
+                 prices: PriceTable | None = None, limiter: Limiter | None = None) -> None:
         self.starts = RunStarts(writer, leases, store, source or DictInputSource({}), run_keys=run_keys,
                                 run_log=run_log, lease_wait_s=lease_wait_s, active=active, tracer=tracer)
         self.stages = StageExecution(store, ledger=ledger, max_parallel=max_parallel, active=active,
-                                     tracer=tracer, prices=PriceTable.of(prices))
+                                     tracer=tracer, prices=PriceTable.of(prices), limiter=limiter)
         self.outcomes = RunOutcomes(run_log, store)
         """Where the handles this runner gives out wait for their runs' outcomes."""
 

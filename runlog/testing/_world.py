@@ -27,6 +27,7 @@ from runlog.producers.internal import (
     InMemoryEventLog,
     InMemoryLeaseManager,
     InMemoryLeaseTable,
+    InMemoryLimiter,
     register,
     sealing,
     unregister,
@@ -112,7 +113,8 @@ class InMemoryWorld:
 
     Every part is the in-memory twin of a real one and passes the same contract tests: the events
     topic (:attr:`log`), the lease table in Redis (:attr:`leases`), the artifact store
-    (:attr:`artifacts`), the effects ledger (:attr:`ledger`) and the projection (:attr:`store`).
+    (:attr:`artifacts`), the effects ledger (:attr:`ledger`), the rate limits (:attr:`limiter`) and
+    the projection (:attr:`store`).
     Nothing opens a socket.
 
     Args:
@@ -132,6 +134,8 @@ class InMemoryWorld:
         self.artifacts: ArtifactStore = sealing(
             InMemoryArtifactStore(inline_max=self.settings.artifact_inline_bytes), self.settings)
         self.ledger = InMemoryEffectLedger()
+        self.limiter = InMemoryLimiter()
+        """The rate limits the world's runners count against (:attr:`runlog.producers.Tool.limit`)."""
         self.store = MemoryStore()
         self._projector = BatchProjector(self.store, self.log.codec)
         self._projected: dict[str, int] = {}  # run id -> how many of its records the store has seen
@@ -147,7 +151,7 @@ class InMemoryWorld:
         source = self.app.source if self.app is not None else DictInputSource({})
         return Runner(self.log, InMemoryLeaseManager(self.leases, holder=holder), self.artifacts,
                       source=source, ledger=self.ledger, run_log=self.log,
-                      prices=self.app.prices if self.app is not None else None)
+                      prices=self.app.prices if self.app is not None else None, limiter=self.limiter)
 
     def events(self, run_id: str) -> list[RunEvent]:
         """The run's events, in log order."""
