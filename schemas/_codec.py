@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import struct
 import threading
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 import fastavro
@@ -164,23 +166,14 @@ class Codec:
         self._object_readers: dict[str, ObjectDecoder] = {}
         """Readers of a record's object without its Avro dict: the bundled ``RunEvent`` written with
         its own schema (the read path; other writer schemas through fastavro and the dict)."""
-        for name in RECORD_FILES:
-            schema = load_schema(name)
-            self._schemas[name] = schema
-            w = writer_for(schema)
-            self._readers[name] = w.parsed
-            with contextlib.suppress(Unsupported):  # the generated writer and reader (_avro_gen)
-                self._fast[name] = compile_schema(w.parsed)
-            if name == "runlog.RunEvent":
-                with contextlib.suppress(Unsupported):
-                    self._objects[name] = compile_object_encoder(w.parsed, RunEvent)
-                with contextlib.suppress(Unsupported):
-                    self._object_readers[name] = compile_object_decoder(w.parsed, RunEvent)
-            self._by_fp[w.fingerprint] = w
-            self._own_fp[name] = w.fingerprint
-            for past in load_past_schemas(name):
-                pw = writer_for(past)
-                self._by_fp[pw.fingerprint] = pw
+        bundled = _bundled()  # compiled once per process: a codec is cheap to make
+        self._schemas.update(bundled.schemas)
+        self._readers.update(bundled.readers)
+        self._fast.update(bundled.fast)
+        self._objects.update(bundled.objects)
+        self._object_readers.update(bundled.object_readers)
+        self._by_fp.update(bundled.by_fp)
+        self._own_fp.update(bundled.own_fp)
         self.schema_version = CURRENT_SCHEMA_VERSION if schema_version is None else schema_version
         """The schema version this codec writes."""
         self._pinned: dict[str, tuple[dict[str, Any], Writer]] = {}
@@ -491,3 +484,42 @@ def registry_codec(settings: Settings) -> Codec:
                   auto_register=settings.schema_registry_auto_register, registry_url=url)
     with _REGISTRY_LOCK:
         return _REGISTRY_CODECS.setdefault(key, codec)
+
+
+@dataclass(frozen=True)
+class _Bundled:
+    """The bundled schemas of every record, parsed and compiled (what every codec starts from)."""
+
+    schemas: dict[str, dict[str, Any]]
+    readers: dict[str, Any]
+    fast: dict[str, tuple[Encoder, Decoder]]
+    objects: dict[str, ObjectEncoder]
+    object_readers: dict[str, ObjectDecoder]
+    by_fp: dict[bytes, Writer]
+    own_fp: dict[str, bytes]
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled() -> _Bundled:
+    """Parse and compile the bundled schemas once per process (the generated readers and writers are
+    pure functions of their schema; compiling them took about a third of a second, which every
+    short-lived codec, such as one reading a run's events back, paid)."""
+    b = _Bundled({}, {}, {}, {}, {}, {}, {})
+    for name in RECORD_FILES:
+        schema = load_schema(name)
+        b.schemas[name] = schema
+        w = writer_for(schema)
+        b.readers[name] = w.parsed
+        with contextlib.suppress(Unsupported):  # the generated writer and reader (_avro_gen)
+            b.fast[name] = compile_schema(w.parsed)
+        if name == "runlog.RunEvent":
+            with contextlib.suppress(Unsupported):
+                b.objects[name] = compile_object_encoder(w.parsed, RunEvent)
+            with contextlib.suppress(Unsupported):
+                b.object_readers[name] = compile_object_decoder(w.parsed, RunEvent)
+        b.by_fp[w.fingerprint] = w
+        b.own_fp[name] = w.fingerprint
+        for past in load_past_schemas(name):
+            pw = writer_for(past)
+            b.by_fp[pw.fingerprint] = pw
+    return b

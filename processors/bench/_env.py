@@ -142,8 +142,7 @@ class BenchEnv:
         s = self.base.with_(topic_prefix=f"bench-{self.tag}-{name}.", redis_prefix=f"bench-{self.tag}-{name}",
                             partitions=partitions or self.base.partitions)
         if topics:
-            t = Topics.of(s)
-            self._topics.extend([t.events, t.checkpoints, t.effects, t.resume, t.streams, t.dlq])
+            self._topics.extend(spec.name for spec in Topics.of(s).specs(s))  # every topic init creates
             bad = [r for r in ensure_topics(s) if r.action not in ("created", "ok")]
             if bad:
                 raise ConfigError(f"bench: topic {bad[0].name} is {bad[0].action}: "

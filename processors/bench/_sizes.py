@@ -47,6 +47,12 @@ class BenchSize:
     streams_rate: int = 1_000
     """Deltas per second over all of them."""
     streams_seconds: float = 10.0
+    fleet_runs: int = 500
+    """Runs submitted to one worker in the fleet section ..."""
+    fleet_rate: int = 100
+    """... at this many per second (offered, open loop)."""
+    limiter_samples: int = 2_000
+    """Rate-limit takes timed beside raw Redis round trips."""
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 
@@ -59,7 +65,8 @@ SIZES: dict[str, BenchSize] = {
                       scale_events_per_run=2,
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
                       concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), streams_runs=10,
-                      streams_rate=200, streams_seconds=2.0),
+                      streams_rate=200, streams_seconds=2.0, fleet_runs=40, fleet_rate=40,
+                      limiter_samples=200),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,

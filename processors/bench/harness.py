@@ -21,6 +21,7 @@ from runlog.processors.bench._concurrency import bench_async_runs, bench_threade
 from runlog.processors.bench._conversation import bench_conversation
 from runlog.processors.bench._conversation import unavailable as conversation_unavailable
 from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
+from runlog.processors.bench._fleet import bench_fleet, bench_limiter
 from runlog.processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
 from runlog.processors.bench._resume import bench_resume, bench_resumer_group
 from runlog.processors.bench._sizes import SIZES, BenchSize
@@ -64,6 +65,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "conversation": ("conversation_kb_per_call", "conversation_mb_200", "conversation_growth_ratio"),
     "steps": ("steps_ratio", "steps_calls_per_s"),
     "streams": ("stream_p99_ms",),
+    "fleet": (),
 }
 """What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
 rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
@@ -72,7 +74,9 @@ is what a long agent conversation costs to record (log plus artifact bytes per m
 the ``pydantic-ai`` extra, and is left out of a run of every section without it); ``steps`` is
 orchestration throughput, durable calls per second of runs whose tools return at once, against the
 raw clients doing the I/O those calls need; ``streams`` is streamed model output, token produced to
-a subscriber per run."""
+a subscriber per run; ``fleet`` is submitted runs from a client's submit to their ``RUN_STARTED`` on
+a worker at a steady offered rate, and a model call's rate-limit round trip against a raw Redis one
+(figures, no target)."""
 
 
 def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
@@ -94,7 +98,7 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
            "projector": 4 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
            "lag": 3, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
-           "steps": 3 * len(size.steps_runs), "streams": 2}
+           "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4}
     return sum(per[s] for s in sections) + 1
 
 
@@ -324,6 +328,10 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
         if "streams" in sections:
             result["streams"] = bench_streams(env, runs=sz.streams_runs, rate=sz.streams_rate,
                                               seconds=sz.streams_seconds, tick=tick)
+        if "fleet" in sections:
+            result["fleet"] = bench_fleet(env, runs=sz.fleet_runs, rate=sz.fleet_rate, concurrency=8,
+                                          tick=tick)
+            result["limiter"] = bench_limiter(env, samples=sz.limiter_samples, tick=tick)
     finally:
         env.close()
         tick("cleaned up")

@@ -26,14 +26,16 @@ conflicts with the run its key names goes to the dead-letter topic with its reas
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 import redis
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from runlog.processors.dlq import headers as dead_letter_headers
@@ -41,7 +43,7 @@ from runlog.processors.fleet._client import SUBJECT, params_of
 from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
-from runlog.producers.internal import RunSession, SubjectKeys, run_id_for_key
+from runlog.producers.internal import SubjectKeys, run_id_for_key
 from runlog.schemas import (
     Codec,
     DecodeError,
@@ -116,9 +118,17 @@ class SubmissionIntake:
         self.consumer = Consumer(settings.member_config(
             self.group, {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000},
             instance_suffix=".intake"))
-        self.consumer.subscribe([self.topics.submissions], on_assign=self._on_assign)
+        self.consumer.subscribe([self.topics.submissions], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke)
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="runlog-run")
-        self.running: dict[str, Future[RunResult]] = {}
+        self.running: dict[str, Future[RunResult | None]] = {}
+        """Run id -> its thread (from its start to its end): the slots taken."""
+        self.started = 0
+        """Runs this intake started."""
+        self._offsets: dict[tuple[str, int], dict[int, bool]] = {}
+        """(topic, partition) -> offset -> settled, of the submissions taken and not yet committed."""
+        self._settled: queue.SimpleQueue[tuple[str, int, int]] = queue.SimpleQueue()
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         self._paused = False
         self._last_park_check = 0.0
@@ -128,7 +138,9 @@ class SubmissionIntake:
 
     def close(self, wait: bool = True) -> None:
         """Leave the group; with ``wait``, let the runs executing finish first."""
+        self._closing.set()
         try:
+            self._settle_offsets()
             self.consumer.close()
         finally:
             self.pool.shutdown(wait=wait, cancel_futures=not wait)
@@ -139,14 +151,18 @@ class SubmissionIntake:
     # -- the loop -----------------------------------------------------------------------------------
 
     def free(self) -> int:
-        """Room for more runs now."""
+        """Room for more runs now (a run holds its slot from its start to its end)."""
         self._reap()
         with self._lock:
             return self.concurrency - len(self.running)
 
     def poll_once(self, timeout: float = 1.0) -> Taken | None:
-        """Take at most one submission (none while ``concurrency`` runs execute: the partitions are
-        paused and the poll only serves the group)."""
+        """Take at most one submission: what can be decided at once (not mine, parked, dead letter) is
+        decided here; a start goes to a run thread (starts run side by side, up to ``concurrency``).
+        Offsets are committed in order once everything before them is settled (decided, or its run
+        started). While ``concurrency`` runs hold their slots the partitions are paused and the poll
+        only serves the group."""
+        self._settle_offsets()
         room = self.free() > 0
         self._pause(not room)
         if room and time.monotonic() - self._last_park_check >= PARK_CHECK_S:
@@ -164,35 +180,34 @@ class SubmissionIntake:
                     KafkaException(err)
             log.warning("submissions topic: %s", err)
             return None
-        taken = self._take(msg.value(), msg)
-        if taken is None:  # the start could not be made now (Redis or the broker away): again later
-            self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
-            time.sleep(0.5)
-            return None
-        self._commit(msg)
+        at = (str(msg.topic()), msg.partition(), msg.offset())
+        with self._lock:
+            self._offsets.setdefault(at[:2], {})[at[2]] = False
+        taken = self._take(msg.value(), at)
+        if taken.outcome != "starting":
+            self._settled.put(at)
+        self._settle_offsets()
         return taken
 
     def serve(self, *, stop: Callable[[], bool] | None = None) -> int:
         """Take submissions until ``stop()``; returns how many runs this intake started."""
-        started = 0
         while stop is None or not stop():
-            taken = self.poll_once(0.2)
-            if taken is not None and taken.outcome == "started":
-                started += 1
-        return started
+            self.poll_once(0.2)
+        self._settle_offsets()
+        return self.started
 
     # -- one submission -----------------------------------------------------------------------------
 
-    def _take(self, value: bytes, msg: Message | None) -> Taken | None:
+    def _take(self, value: bytes, at: tuple[str, int, int] | None) -> Taken:
         try:
             sub = self.codec.decode(value, RunSubmission)
         except DecodeError as err:
-            return self._dead_letter(value, msg, "", err.reason, err.detail)
+            return self._dead_letter(value, at, "", err.reason, err.detail)
         if sub.workflow not in self.app.registry:
             return self._done(Taken(sub.run_id, "not_mine", f"workflow {sub.workflow!r} is not registered"))
         named = run_id_for_key(sub.idempotency_key)
         if named != sub.run_id:
-            return self._dead_letter(value, msg, sub.run_id, "run_id_mismatch",
+            return self._dead_letter(value, at, sub.run_id, "run_id_mismatch",
                                      f"key {sub.idempotency_key!r} names {named}")
         wf_label = f"{sub.workflow}@{sub.version}" if sub.version is not None else None
         if wf_label is not None and wf_label not in self.serves:
@@ -200,26 +215,48 @@ class SubmissionIntake:
             return self._done(Taken(sub.run_id, "parked", f"waits for a member serving {wf_label}"))
         if crash_point("after:SUBMISSION:taken"):
             kill_self()
-        try:
-            wf = self.app.registry.get(sub.workflow, sub.version)
-            h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None, sub.idempotency_key,
-                                      attributes={k: v for k, v in sub.attributes.items() if k != SUBJECT},
-                                      subject=sub.attributes.get(SUBJECT))
-        except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
-            return self._dead_letter(value, msg, sub.run_id, type(err).__name__, str(err))
-        except (redis.RedisError, DeliveryError, RunlogError) as err:
-            log.warning("submission %s: not started now (%s); trying again", sub.run_id, err)
-            self.metrics.submissions.labels("retry").inc()
-            return None
-        if h.session is None:
-            return self._done(Taken(sub.run_id, "existing", "its key's run was started before"))
         with self._lock:
-            self.running[sub.run_id] = self.pool.submit(self._execute, h.session)
+            self.running[sub.run_id] = self.pool.submit(self._start_and_execute, sub, value, at, wf_label)
         self.metrics.running.set(len(self.running))
-        return self._done(Taken(sub.run_id, "started"))
+        return Taken(sub.run_id, "starting")
 
-    def _execute(self, session: RunSession) -> RunResult:
-        return self.runner.execute(session)
+    def _start_and_execute(self, sub: RunSubmission, value: bytes, at: tuple[str, int, int] | None,
+                           wf_label: str | None) -> RunResult | None:
+        """A run thread: start the submitted run (again while Redis or the broker is away, until the
+        intake stops), settle its offset, execute it."""
+        pause = 0.5
+        attrs = {k: v for k, v in sub.attributes.items() if k != SUBJECT}
+        try:
+            while True:
+                try:
+                    wf = self.app.registry.get(sub.workflow, sub.version)
+                    h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None,
+                                              sub.idempotency_key, attributes=attrs,
+                                              subject=sub.attributes.get(SUBJECT))
+                    break
+                except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
+                    self._dead_letter(value, at, sub.run_id, type(err).__name__, str(err))
+                    return None
+                except (redis.RedisError, DeliveryError, RunlogError) as err:
+                    self.metrics.submissions.labels("retry").inc()
+                    if self._closing.is_set():  # uncommitted: the partition's next owner takes it
+                        log.warning("submission %s: not started (%s); left to the group", sub.run_id, err)
+                        if at is None and wf_label is not None:
+                            self.parking.rpush(self._parked_key(wf_label), value)
+                        return None
+                    log.warning("submission %s: not started now (%s); trying again", sub.run_id, err)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 10.0)
+        finally:
+            if at is not None:
+                self._settled.put(at)
+        if h.session is None:
+            self._done(Taken(sub.run_id, "existing", "its key's run was started before"))
+            return None
+        with self._lock:
+            self.started += 1
+        self._done(Taken(sub.run_id, "started"))
+        return self.runner.execute(h.session)
 
     def _reap(self) -> None:
         with self._lock:
@@ -231,8 +268,9 @@ class SubmissionIntake:
             if err is not None:
                 log.warning("run %s: %s: %s (its log says what happened; a resume goes on from there)",
                             run_id, type(err).__name__, err)
-            if self.on_result is not None:
-                self.on_result(run_id, err if err is not None else fut.result())
+            result = fut.result() if err is None else None
+            if self.on_result is not None and (err is not None or result is not None):
+                self.on_result(run_id, err if err is not None else cast(RunResult, result))
         if done:
             self.metrics.running.set(len(self.running))
 
@@ -243,6 +281,31 @@ class SubmissionIntake:
         if self.on_taken is not None:
             self.on_taken(taken)
         return taken
+
+    def _settle_offsets(self) -> None:
+        """Commit, per partition, past every submission settled with nothing unsettled before it."""
+        while True:
+            try:
+                topic, part, off = self._settled.get_nowait()
+            except queue.Empty:
+                break
+            with self._lock:
+                offs = self._offsets.get((topic, part))
+                if offs is not None and off in offs:
+                    offs[off] = True
+        commits = []
+        with self._lock:
+            for (topic, part), offs in self._offsets.items():
+                upto = None
+                for off in sorted(offs):
+                    if not offs[off]:
+                        break
+                    upto = off
+                    del offs[off]
+                if upto is not None:
+                    commits.append(TopicPartition(topic, part, upto + 1))
+        if commits:
+            self._commit(commits)
 
     # -- parking, pausing, committing, dead letters -------------------------------------------------
 
@@ -257,15 +320,20 @@ class SubmissionIntake:
                 log.warning("parked submissions not read (%s)", err)
                 return None
             if value is not None:
-                taken = self._take(value, None)
-                if taken is None:  # not startable now: back where it was, for the next round
-                    self.parking.rpush(self._parked_key(wf_label), value)
-                return taken
+                return self._take(value, None)
         return None
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._paused and partitions:
             consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Settled offsets of the leaving partitions are committed while they are still ours; the
+        unsettled ones go to the next owner (their starts settle its claims: one run each)."""
+        self._settle_offsets()
+        with self._lock:
+            for tp in partitions:
+                self._offsets.pop((tp.topic, tp.partition), None)
 
     def _pause(self, pause: bool) -> None:
         if pause == self._paused:
@@ -275,18 +343,18 @@ class SubmissionIntake:
             (self.consumer.pause if pause else self.consumer.resume)(assignment)
         self._paused = pause
 
-    def _commit(self, msg: Message) -> None:
+    def _commit(self, offsets: list[TopicPartition]) -> None:
         try:
-            self.consumer.commit(message=msg, asynchronous=False)
+            self.consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
             if not commit_refused_by_rebalance(err):
                 raise
-            log.warning("submission %s[%s]@%s not committed, the group moved on: the partition's owner "
-                        "takes it again (its run starts once)", msg.topic(), msg.partition(), msg.offset())
+            log.warning("submissions %s not committed, the group moved on: the partitions' owners take "
+                        "them again (each run starts once)", [(tp.partition, tp.offset) for tp in offsets])
 
-    def _dead_letter(self, value: bytes, msg: Message | None, run_id: str, reason: str, detail: str) -> Taken:
-        topic = str(msg.topic()) if msg is not None else self.topics.submissions
-        part, off = (msg.partition(), msg.offset()) if msg is not None else (-1, -1)
+    def _dead_letter(self, value: bytes, at: tuple[str, int, int] | None, run_id: str, reason: str,
+                     detail: str) -> Taken:
+        topic, part, off = at if at is not None else (self.topics.submissions, -1, -1)
         log.warning("submission %s[%s]@%s dead-lettered: %s: %s", topic, part, off, reason, detail)
         self.producer.produce(self.topics.dlq, key=run_id.encode() if run_id else None, value=value,
                               headers=list(dead_letter_headers(reason, detail, topic, part, off)))
