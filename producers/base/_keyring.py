@@ -126,6 +126,31 @@ def _write_private(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
+def _create_private(path: Path, data: bytes) -> bool:
+    """Create ``path`` as 0600 with ``data`` unless it exists (atomic across processes: a hard link of
+    a complete temporary file, which fails when the name is taken); False when another process (or
+    an earlier call) made it first: its content stands."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
 def _check_private(path: Path) -> None:
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
@@ -150,11 +175,11 @@ class LocalKeyProvider(KeyProvider):
         try:
             return int(cur.read_text().strip())
         except FileNotFoundError:
-            with self._lock:
+            with self._lock:  # two processes making the keyring at once agree on one first KEK
                 if not cur.exists():
                     _private_dir(self.dir)
-                    _write_private(self._path(1), secrets.token_bytes(_KEY_BYTES))
-                    _write_private(cur, b"1")
+                    _create_private(self._path(1), secrets.token_bytes(_KEY_BYTES))
+                    _create_private(cur, b"1")
             return int(cur.read_text().strip())
         except ValueError as err:
             raise ConfigError(f"{cur}: not a KEK version number") from err
@@ -278,7 +303,9 @@ class SubjectKeys:
                 raw = secrets.token_bytes(_KEY_BYTES)
                 wrapped = self.provider.wrap(raw, key_id)
                 _private_dir(self._subjects)
-                _write_private(self._file(key_id), json.dumps({
+                # exclusively: a process making the same subject's key at the same moment either
+                # wins or reads this one (two keys for one subject would leave payloads unreadable)
+                _create_private(self._file(key_id), json.dumps({
                     "key_id": key_id, "kek_version": wrapped.kek_version,
                     "wrapped": base64.b64encode(wrapped.blob).decode("ascii"),
                     "created_at": int(time.time() * 1000)}, sort_keys=True).encode())

@@ -101,3 +101,28 @@ def test_sealed_text_fields_round_trip(tmp_path: Path) -> None:
     sealed = seal_text(keys.for_subject("cust-a"), "partial answer")
     assert "partial" not in sealed and open_text(keys, sealed) == "partial answer"
     assert open_text(keys, "clear text") == "clear text"
+
+
+def _make_key(root: str, go: object, out: object) -> None:
+    """A process that opens a fresh keyring and makes one subject's key when told to."""
+    go.wait()  # type: ignore[attr-defined]
+    out.put(SubjectKeys(root).for_subject("customer-1").hash_key.hex())  # type: ignore[attr-defined]
+
+
+def test_processes_making_one_subject_key_at_once_agree_on_one_key(tmp_path: Path) -> None:
+    """A worker and a resumer new to a subject at the same moment: without an exclusive create, the
+    last writer's key replaced the first's and the payloads sealed under it no longer opened."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for attempt in range(5):
+        root = str(tmp_path / f"keyring-{attempt}")
+        go, out = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_make_key, args=(root, go, out)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        keys = {out.get(timeout=30) for _ in procs}
+        for p in procs:
+            p.join(30)
+        assert len(keys) == 1, keys
+        assert SubjectKeys(root).for_subject("customer-1").hash_key.hex() in keys
