@@ -96,7 +96,9 @@ from runlog.processors.schedule import ScheduleBook, Ticker
 from runlog.producers.internal import ActiveRuns, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
 from runlog.schemas import (
+    AuthenticationFailed,
     Codec,
+    ConfigError,
     DecodeError,
     DeliveryError,
     LogUnavailable,
@@ -437,6 +439,8 @@ class ResumerService:
                         self.schedules.declare(declared)
                     self._declared = True
                 self.ticker.tick()
+            except (AuthenticationFailed, ConfigError):
+                raise  # credentials or settings refused: waiting for the next turn changes nothing
             except (redis.RedisError, RunlogError, KafkaException) as err:
                 log.warning("schedules not ticked (%s); the next turn asks again", err)
             retried = self.retries.run_due()

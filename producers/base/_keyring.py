@@ -164,7 +164,7 @@ class LocalKeyProvider(KeyProvider):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.dir = Path(root) / "kek"
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # rotate() asks current_version(), which may make the first KEK
         self._keks: dict[int, AESGCM] = {}
 
     def _path(self, version: int) -> Path:

@@ -152,7 +152,8 @@ def test_runlog_schemas_register_against_the_real_registry(registry_url: str) ->
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [d["subject"] for d in out] == ["runlog.RunEvent", "runlog.Checkpoint", "runlog.Effect",
-                                           "runlog.ResumeRequest", "runlog.StreamRecord"]
+                                           "runlog.ResumeRequest", "runlog.StreamRecord",
+                                           "runlog.RunSubmission"]
     assert {d["compatibility"] for d in out} == {"BACKWARD"}
     client = registry_client(Settings(schema_registry_url=registry_url))
     for d in out:
