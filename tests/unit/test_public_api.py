@@ -25,7 +25,7 @@ EXPORTS = {
         "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "Budget", "CallInfo",
         "CallPosition", "Cron", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
-        "LeaseLost", "LocalArtifactStore", "Price", "PriceTable", "RateLimit", "RateLimited", "ReconcileFn",
+        "LeaseLost", "LocalArtifactStore", "Price", "PriceTable", "Queue", "RateLimit", "RateLimited", "ReconcileFn",
         "ReplayPolicy",
         "ResumeBlocked", "RetryPolicy", "Schedule",
         "RetryableToolError", "Rule", "RunCancelled", "RunConflict", "RunFailed", "RunHandle", "RunResult",
