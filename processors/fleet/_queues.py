@@ -44,9 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runlog.producers import Queue
-from runlog.producers.define._queues import DEFAULT_TENANT
 
-__all__ = ["Dispatched", "QueueStats", "QueueWait", "RedisQueues", "queue_tag"]
+__all__ = ["DEFAULT_TENANT", "Dispatched", "QueueStats", "QueueWait", "RedisQueues", "all_queues",
+           "queue_tag", "waiting_runs", "where_waits"]
+
+DEFAULT_TENANT = "-"
+"""The tenant of a submission that names none."""
 
 STARTED_KEEP_MS = 86_400_000
 """How long a started run id stays in ``B:started`` (a redelivered submission within it is not queued)."""
@@ -394,6 +397,14 @@ def all_queues(client: Any, prefix: str) -> list[QueueStats]:
             key = _text(k)
             tags.add(key[len(head):key.rindex("}:")])
     return [stats_of(client, f"{head}{t}}}", t) for t in sorted(tags)]
+
+
+def waiting_runs(client: Any, prefix: str) -> list[str]:
+    """Every run waiting in (or being started from) a queue under ``prefix``, any App."""
+    out: list[str] = []
+    for st in all_queues(client, prefix):
+        out.extend(_text(r) for r in client.hkeys(f"{prefix}:queues:{{{st.tag}}}:info"))
+    return out
 
 
 def where_waits(client: Any, prefix: str, run_id: str) -> QueueWait | None:

@@ -9,10 +9,7 @@ from dataclasses import dataclass, field
 
 from runlog.schemas.errors import WorkflowDefinitionError
 
-__all__ = ["DEFAULT_TENANT", "Queue"]
-
-DEFAULT_TENANT = "-"
-"""The tenant of a submission that names none."""
+__all__ = ["Queue"]
 
 
 @dataclass(frozen=True)

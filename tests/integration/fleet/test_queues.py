@@ -142,7 +142,9 @@ def test_a_waiting_run_says_where_and_why(fleet_settings: Settings, members: lis
             "fair", "a", "tenant")
         capsys.readouterr()
         assert main(["queues", "--json"]) == 0
-        [doc] = json.loads(capsys.readouterr().out)
+        docs = {d["queue"]: d for d in json.loads(capsys.readouterr().out)}
+        assert sorted(docs) == ["default", "fair"]  # the App's and the default one, declared by its worker
+        doc = docs["fair"]
         assert (doc["queue"], doc["concurrency"], doc["per_tenant"], doc["pending"], doc["running"]) == (
             "fair", 4, 2, 2, 3)
         tenants = {t["tenant"]: t for t in doc["tenants"]}
@@ -154,7 +156,7 @@ def test_a_waiting_run_says_where_and_why(fleet_settings: Settings, members: lis
         assert "waiting in queue fair" in out and "tenant a's concurrency is taken" in out, out
         assert main(["runs", "--json"]) == 0
         listed = {d["run_id"]: d for d in json.loads(capsys.readouterr().out)}
-        assert listed[waiting[0]]["status"] == SUBMITTED and listed[waiting[0]]["queued"]["reason"] == "tenant"
+        assert (listed[waiting[0]]["status"], listed[waiting[0]]["queued"]["reason"]) == (SUBMITTED, "tenant")
         metrics = member.worker.service.metrics.registry
         assert metrics.get_sample_value("runlog_queue_running", {"queue": "fair", "tenant": "a"}) == 2
         assert metrics.get_sample_value("runlog_queue_pending", {"queue": "fair", "tenant": "a"}) == 2
