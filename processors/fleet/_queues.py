@@ -318,6 +318,7 @@ class RedisQueues:
         stale = [k for k in old if (k.decode() if isinstance(k, bytes) else k).startswith("w:")
                  and (k.decode() if isinstance(k, bytes) else k) not in mapping]
         pipe = self.client.pipeline(transaction=False)
+        pipe.sadd(tags_key(self.prefix), queue_tag(self.group, queue.name))
         if stale:
             pipe.hdel(key, *stale)
         pipe.hset(key, mapping=mapping)
@@ -332,7 +333,10 @@ class RedisQueues:
         added = bool(self._enqueue(keys=[self.base(queue)], args=[
             run_id, tenant or DEFAULT_TENANT, int(priority), max(0, int(submitted_at)), record]))
         if added:
-            self.client.set(self.index_key(run_id), queue_tag(self.group, queue), ex=7 * 86_400)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self.index_key(run_id), queue_tag(self.group, queue), ex=7 * 86_400)
+            pipe.sadd(tags_key(self.prefix), queue_tag(self.group, queue))
+            pipe.execute()
         return added
 
     def dispatch(self, queue: str) -> Dispatched | str:
@@ -369,7 +373,7 @@ class RedisQueues:
 
     def flush(self, queue: str) -> int:
         """Delete every key of ``queue`` (what a lost Redis looks like; ``runlog queues rebuild`` after)."""
-        keys = list(self.client.scan_iter(match=f"{_glob(self.base(queue))}:*", count=500))
+        keys = list(self.client.scan_iter(match=f"{_glob(self.base(queue))}:*", count=1000))
         if keys:
             self.client.delete(*keys)
         return len(keys)
@@ -388,15 +392,15 @@ def stats_of(client: Any, base: str, tag: str) -> QueueStats:
                       running, starts, weights, float(limits.get("default_weight", "1")))
 
 
+def tags_key(prefix: str) -> str:
+    """The set of every queue tag under ``prefix`` (written by ``declare`` and ``enqueue``)."""
+    return f"{prefix}:queues:tags"
+
+
 def all_queues(client: Any, prefix: str) -> list[QueueStats]:
-    """Every queue with keys under ``prefix`` (any App), by tag."""
-    tags: set[str] = set()
-    head = f"{prefix}:queues:{{"
-    for suffix in ("limits", "info", "starts"):
-        for k in client.scan_iter(match=f"{_glob(head)}*}}:{suffix}", count=500):
-            key = _text(k)
-            tags.add(key[len(head):key.rindex("}:")])
-    return [stats_of(client, f"{head}{t}}}", t) for t in sorted(tags)]
+    """Every queue declared or used under ``prefix`` (any App), by tag."""
+    tags = sorted(_text(t) for t in client.smembers(tags_key(prefix)))
+    return [stats_of(client, f"{prefix}:queues:{{{t}}}", t) for t in tags]
 
 
 def waiting_runs(client: Any, prefix: str) -> list[str]:
