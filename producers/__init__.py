@@ -23,6 +23,7 @@ from runlog.producers.define._budget import Budget
 from runlog.producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
 from runlog.producers.define._limits import RateLimit
 from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._queues import Queue
 from runlog.producers.define._schedule import Cron, Schedule
 from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
@@ -73,6 +74,7 @@ __all__ = [
     "LocalArtifactStore",
     "Price",
     "PriceTable",
+    "Queue",
     "RateLimit",
     "RateLimited",
     "ReconcileFn",

@@ -1,4 +1,5 @@
-"""``runlog submit`` (a run for the fleet) and ``runlog worker`` (a process of the fleet)."""
+"""``runlog submit`` (a run for the fleet), ``runlog worker`` (a process of the fleet) and ``runlog
+queues`` (what waits where, and rebuilding the queues from the log)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="serve Prometheus metrics on this port (0: a free one; default: none)")
     p.set_defaults(func=_worker)
 
+    p = sub.add_parser(
+        "queues", help="show the fleet's queues (pending and running per tenant, limits, shares) or "
+                       "rebuild them from the log",
+        description="show (default): every queue in Redis under the prefix: its App's group, the fleet-wide "
+                    "and per-tenant concurrency, and per tenant the runs pending and running, the starts "
+                    "so far, its weight and its share of the starts. rebuild --app M:A: queue again every "
+                    "submission of the App's workflows on the submissions topic whose run is not on the "
+                    "events topic (after Redis lost the queues; a worker does it by itself when it finds "
+                    "its queues' keys missing). Queuing is idempotent and a run starts once (its key).")
+    p.add_argument("action", nargs="?", choices=["show", "rebuild"], default="show",
+                   help="show (default) or rebuild")
+    p.add_argument("--app", default=None, help="module:attribute naming the runlog.App (rebuild)")
+    p.add_argument("--json", action="store_true", help="print JSON (show: an array, an object per queue)")
+    p.set_defaults(func=_queues)
+
 
 def _submit(args: argparse.Namespace) -> int:
     from runlog.processors.fleet import Client
@@ -71,6 +87,65 @@ def _submit(args: argparse.Namespace) -> int:
             return EXIT_FOUND
         print(json.dumps({"run_id": result.run_id, "completed": result.completed, "waiting": result.waiting,
                           "outputs": result.outputs}), flush=True)
+    return EXIT_OK
+
+
+def _queues(args: argparse.Namespace) -> int:
+    from runlog.processors.fleet._queues import all_queues
+    from runlog.schemas.internal import redis_client
+
+    settings = Settings.from_env()
+    if args.action == "rebuild":
+        return _rebuild(args, settings)
+    client = redis_client(settings)
+    try:
+        found = all_queues(client, settings.redis_prefix)
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps([q.to_dict() for q in found]))
+        return EXIT_OK
+    if not found:
+        print(f"runlog queues: no queue in Redis under prefix {settings.redis_prefix!r} (a worker declares "
+              "its App's queues when it starts)", file=sys.stderr)
+        return EXIT_OK
+    for q in found:
+        d = q.to_dict()
+        print(f"queue {d['queue']}  group {d['group']}  concurrency {d['concurrency'] or '-'}  per tenant "
+              f"{d['per_tenant'] or '-'}  pending {d['pending']}  running {d['running']}")
+        if d["tenants"]:
+            print(f"  {'tenant':<20} {'pending':>8} {'running':>8} {'starts':>8} {'weight':>7} {'share':>7}")
+        for t in d["tenants"]:
+            print(f"  {t['tenant']:<20} {t['pending']:>8} {t['running']:>8} {t['starts']:>8} "
+                  f"{t['weight']:>7g} {t['share']:>7.1%}")
+    return EXIT_OK
+
+
+def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    from runlog.processors.fleet._queues import RedisQueues
+    from runlog.processors.fleet._rebuild import rebuild_queues
+    from runlog.processors.resume import group_id, load_app
+    from runlog.schemas.internal import redis_client
+
+    if args.app is None:
+        print("runlog queues rebuild: --app module:attribute is required (whose queues)", file=sys.stderr)
+        return EXIT_USAGE
+    app = load_app(args.app)
+    client = redis_client(settings)
+    try:
+        queues = RedisQueues(client, settings.redis_prefix, group_id(settings, app))
+        report = rebuild_queues(settings, app, queues)
+    finally:
+        client.close()
+    doc = {"submissions": report.submissions, "started": report.started, "queued": report.queued,
+           "already": report.already}
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"runlog queues rebuild: {report.submissions} submissions of the App's workflows on the log, "
+              f"{report.started} of them started; queued again: "
+              + (", ".join(f"{q} {n}" for q, n in sorted(report.queued.items())) or "none")
+              + f"; {report.already} waiting or started already")
     return EXIT_OK
 
 

@@ -14,8 +14,9 @@ from runlog.processors.cli.resume import DEMO_APP as _DEMO_APP
 from runlog.processors.cli.resume import register as register_resume
 from runlog.schemas import ConfigError, Settings, now_ms
 
-_STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED"]
-"""``runlog.projections.RunStatus`` values (not imported here: the CLI imports drivers lazily)."""
+_STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED", "SUBMITTED"]
+"""``runlog.projections.RunStatus`` values (not imported here: the CLI imports drivers lazily), and
+``SUBMITTED``: a submitted run waiting in a queue (``runlog queues``)."""
 
 
 
@@ -116,13 +117,17 @@ def _runs(args: argparse.Namespace) -> int:
     if args.status:
         rows = [s for s in rows if s.status.value == args.status]
     docs = [run_summary(s) for s in rows]
+    known = {s.run_id for s in rows}
+    queued = {r: w for r, w in _queue_waits(settings, None).items() if r not in known} \
+        if args.status in (None, "SUBMITTED") else {}
     waits = _version_waits(settings, [d["run_id"] for d in docs if d["status"] in _OPEN])
     for d in docs:
         view = waits.get(d["run_id"])
         d["waiting_for_version"] = None if view is None else {"version": view.label,
                                                                "members": list(view.members)}
     if args.json:
-        print(json.dumps(docs))
+        print(json.dumps([*docs, *({"run_id": r, "status": "SUBMITTED", "workflow": None,
+                                    "queued": w.to_dict()} for r, w in sorted(queued.items()))]))
         return EXIT_OK
     cells: list[tuple[str, ...]] = [
         (str(d["run_id"]), f"{d['workflow']}@{d['workflow_version']}" if d["workflow"] else "-",
@@ -147,6 +152,10 @@ def _runs(args: argparse.Namespace) -> int:
         for e in d["open_effects"]:
             print(f"    open effect: {e['tool'] or '?'} {e['call_id'] or '?'} [{e['policy'] or '?'}] "
                   f"delivery key {e['delivery_key']}")
+    if queued:
+        print(f"submitted, not started ({len(queued)}):")
+        for r, w in sorted(queued.items()):
+            print(f"  {r}  {w.describe()}")
     return EXIT_OK
 
 
@@ -178,6 +187,21 @@ def _version_waits(settings: Settings, run_ids: list[str]) -> dict[str, Any]:
         return dict(VersionRoutes(client, settings.redis_prefix).waits(run_ids))
     finally:
         client.close()
+
+
+def _queue_waits(settings: Settings, run_ids: list[str] | None) -> dict[str, Any]:
+    """Submitted runs waiting in a queue (:mod:`runlog.processors.fleet._queues`) with where and why:
+    those of ``run_ids``, or (None) every one."""
+    from runlog.processors.fleet._queues import waiting_runs, where_waits
+    from runlog.schemas.internal import redis_client
+
+    client = redis_client(settings)
+    try:
+        ids = waiting_runs(client, settings.redis_prefix) if run_ids is None else run_ids
+        found = {r: where_waits(client, settings.redis_prefix, r) for r in ids}
+    finally:
+        client.close()
+    return {r: w for r, w in found.items() if w is not None}
 
 
 def _parse_at(at: str | None) -> tuple[int | None, int | None]:
@@ -220,6 +244,13 @@ def _show(args: argparse.Namespace) -> int:
     seq, at_ms = _parse_at(args.at)
     history = run_history(settings, args.run_id, upto_seq=seq, upto_time_ms=at_ms)
     if not history:
+        queued = _queue_waits(settings, [args.run_id]).get(args.run_id)
+        if queued is not None:  # submitted, not started: where it waits, and why
+            if args.json:
+                print(json.dumps({"state": None, "status": "SUBMITTED", "queued": queued.to_dict()}))
+            else:
+                print(f"run {args.run_id}  SUBMITTED  {queued.describe()}")
+            return EXIT_OK
         print(f"runlog show: no events for {args.run_id!r}", file=sys.stderr)
         return EXIT_FOUND
     state = history[-1].state

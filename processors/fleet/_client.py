@@ -23,6 +23,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from runlog.processors.fleet._queues import QueueWait, where_waits
 from runlog.processors.fleet._submit import SubmissionKeys, produce_submission
 from runlog.processors.inspect.log import runs_from_log
 from runlog.processors.operate import OperatorRefused, OperatorResult, cancel_run
@@ -64,11 +65,15 @@ class RunInfo:
     error: str | None = None
     labels: Mapping[str, str] | None = None
     """A submitted run's ``queue``, ``tenant`` and ``priority``."""
+    queued: QueueWait | None = None
+    """A :data:`SUBMITTED` run waiting in a queue: which, its tenant, and why (``global``: the
+    queue's fleet-wide concurrency is taken, ``tenant``: its tenant's is, ``turn``: other tenants'
+    shares, higher priorities or no free worker; ``dispatched``: a worker is starting it)."""
 
     @classmethod
-    def of(cls, run_id: str, state: RunState | None) -> RunInfo:
+    def of(cls, run_id: str, state: RunState | None, queued: QueueWait | None = None) -> RunInfo:
         if state is None:
-            return cls(run_id, SUBMITTED)
+            return cls(run_id, SUBMITTED, queued=queued)
         wf = state.workflow
         err = state.last_error
         return cls(run_id, state.status.value, wf.name if wf else None, wf.version if wf else None,
@@ -245,7 +250,10 @@ class Client:
         return self.outcomes.state(run_id)
 
     def status(self, run_id: str) -> RunInfo:
-        return RunInfo.of(run_id, self.state(run_id))
+        """Where the run stands; a submitted run no worker started yet says where it waits, and why."""
+        state = self.state(run_id)
+        return RunInfo.of(run_id, state, where_waits(self.redis, self.settings.redis_prefix, run_id)
+                          if state is None else None)
 
     def list(self, *, status: str | None = None, workflow: str | None = None, tenant: str | None = None,
              queue: str | None = None, limit: int = 100) -> list[RunInfo]:

@@ -1,45 +1,57 @@
-"""A worker's intake: take submitted runs from the submissions topic, start each exactly once, execute
-at most ``concurrency`` at a time.
+"""A worker's intake: take submitted runs from the submissions topic into the App's queues in Redis,
+and start the queued runs the queues hand this worker, each exactly once, at most ``concurrency`` at
+a time.
 
 The intake is a member of the consumer group ``<resumer group>.intake`` (the App's resumer group,
 :func:`runlog.processors.resume.group_id`, so one App's workers share the submissions as they share
 the resume requests; another App's workers see every submission too and leave those of workflows
-they do not register). For each submission:
+they do not register). For each submission on the topic:
 
 1. a workflow the App does not register: committed, counted ``not_mine``;
 2. a ``version`` the App does not serve: parked in Redis for a member that serves it
    (``P:submissions:waiting:<workflow>@<version>``, the record's bytes) and committed; members
-   serving that version take parked submissions as they have room;
-3. otherwise the run is started with the submission's idempotency key (``Runner.start_run``): the
-   key's claim, the lease and a confirmed ``RUN_STARTED``, so a submission delivered twice, or taken
-   by a worker that died before its ``RUN_STARTED`` and then by another, starts one run (the
-   second start settles the first one's claim from the log); the submission is committed once the
-   start returned, and the run executes on one of the intake's ``concurrency`` threads. A worker
-   that dies while executing leaves its runs to the resumer group (their leases expire; the sweep
-   requests their resumes).
+   serving that version queue parked submissions as they look for work;
+3. otherwise it is queued (:mod:`runlog.processors.fleet._queues`: its queue, its tenant, its
+   priority) and committed: from then on it waits in Redis, not on the log nor in a worker.
 
-While ``concurrency`` runs execute, the intake pauses its partitions: a submission waits on the log,
-not in a worker's memory. A submission that cannot be decoded, names a run other than its key's, or
+While it has a free slot the intake asks its queues for the next run (a Lua ``dispatch``: priority,
+the tenants' fair shares, the queue's and the tenant's concurrency across the fleet) and starts it
+with the submission's idempotency key (``Runner.start_run``: the key's claim, the lease and a
+confirmed ``RUN_STARTED``), so a submission queued twice, or dispatched to a worker that died before
+its ``RUN_STARTED`` and then to another, starts one run (the second start settles the first one's
+claim from the log). The run executes on one of the intake's ``concurrency`` threads and holds its
+queue slot until it returns; the worker refreshes the slot's expiry meanwhile, so a dead worker's
+slots come back (and its runs go to the resumer group: their leases expire, the sweep requests
+their resumes). A submission that cannot be decoded, names a run other than its key's, or
 conflicts with the run its key names goes to the dead-letter topic with its reason.
+
+Redis lost the queues? A worker that finds a declared queue's keys missing rebuilds the App's
+queues from the log (:func:`runlog.processors.fleet._rebuild.rebuild_queues`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-import queue
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
 
 import redis
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from runlog.processors.dlq import headers as dead_letter_headers
 from runlog.processors.fleet._client import SUBJECT, params_of
+from runlog.processors.fleet._queues import Dispatched, QueueStats, RedisQueues, all_queues
+from runlog.processors.fleet._rebuild import RebuildReport, rebuild_queues
 from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
@@ -62,19 +74,37 @@ __all__ = ["IntakeMetrics", "SubmissionIntake", "Taken"]
 log = logging.getLogger("runlog.worker")
 
 PARK_CHECK_S = 1.0
-"""How often a member with room looks for parked submissions of the versions it serves."""
+"""How often a member looks for parked submissions of the versions it serves (and queues them)."""
+
+SCAN_S = 2.0
+"""How often a member re-declares its App's queues, checks their keys are there (else rebuilds them
+from the log), finds the queues other members created and reads their gauges."""
+
+REBUILD_GAP_S = 30.0
+"""At most one rebuild per member in this many seconds (a Redis that keeps losing keys)."""
 
 
 class IntakeMetrics:
-    """``runlog_worker_*``: submissions by outcome, runs executing now."""
+    """``runlog_worker_*``: submissions by outcome, runs executing now; ``runlog_queue_*``: pending and
+    running per queue and tenant (as this worker last read them)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.submissions = Counter("runlog_worker_submissions", "Submissions taken, by outcome (started, "
-                                   "existing, not_mine, parked, dead_letter, retry)", ["outcome"],
+        self.submissions = Counter("runlog_worker_submissions", "Submissions taken, by outcome (queued, "
+                                   "duplicate, started, existing, not_mine, parked, dead_letter, retry)",
+                                   ["outcome"],
                                    registry=self.registry)
         self.running = Gauge("runlog_worker_running", "Submitted runs executing in this worker now",
                              registry=self.registry)
+        self.queue_pending = Gauge("runlog_queue_pending", "Submitted runs waiting in a queue, per tenant",
+                                   ["queue", "tenant"], registry=self.registry)
+        self.queue_running = Gauge("runlog_queue_running", "Runs of a queue executing across the fleet, "
+                                   "per tenant", ["queue", "tenant"], registry=self.registry)
+
+    def queue(self, stats: QueueStats) -> None:
+        for tenant in set(stats.pending) | set(stats.running) | set(stats.starts):
+            self.queue_pending.labels(stats.name, tenant).set(stats.pending.get(tenant, 0))
+            self.queue_running.labels(stats.name, tenant).set(stats.running.get(tenant, 0))
 
 
 @dataclass(frozen=True)
@@ -83,9 +113,14 @@ class Taken:
 
     run_id: str
     outcome: str
-    """``started`` (this worker started and executes it), ``existing`` (its key's run was started
-    before), ``not_mine``, ``parked``, ``dead_letter``."""
+    """``queued`` (into its queue), ``duplicate`` (pending, running or started already), ``started``
+    (this worker started and executes it), ``existing``
+    (its key's run was started before), ``not_mine``, ``parked``, ``dead_letter``, ``retry`` (not
+    started now: queued again)."""
     detail: str = ""
+    tenant: str | None = None
+    at: float = 0.0
+    """``time.monotonic()`` when it happened."""
 
 
 class SubmissionIntake:
@@ -109,6 +144,7 @@ class SubmissionIntake:
         self.concurrency = concurrency
         self.topics = Topics.of(settings)
         self.codec = Codec.from_settings(settings)
+        self.app_group = group
         self.group = f"{group}.intake"
         self.runner = runner or Runner.from_settings(settings, source=app.source, prices=app.prices)
         self.metrics = metrics if metrics is not None else IntakeMetrics()
@@ -118,32 +154,37 @@ class SubmissionIntake:
         self.consumer = Consumer(settings.member_config(
             self.group, {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000},
             instance_suffix=".intake"))
-        self.consumer.subscribe([self.topics.submissions], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke)
+        self.consumer.subscribe([self.topics.submissions])
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="runlog-run")
-        self.running: dict[str, Future[RunResult | None]] = {}
-        """Run id -> its thread (from its start to its end): the slots taken."""
-        self.started = 0
-        """Runs this intake started."""
-        self._offsets: dict[tuple[str, int], dict[int, bool]] = {}
-        """(topic, partition) -> offset -> settled, of the submissions taken and not yet committed."""
-        self._settled: queue.SimpleQueue[tuple[str, int, int]] = queue.SimpleQueue()
-        self._closing = threading.Event()
+        self.running: dict[str, tuple[str, Future[RunResult | None]]] = {}
+        """run id -> (its queue, its execution)."""
         self._lock = threading.Lock()
-        self._paused = False
         self._last_park_check = 0.0
+        self._last_refresh = 0.0
+        self._last_scan = 0.0
+        self._last_rebuild = 0.0
+        self.started = 0
         self.serves = {f"{n}@{v}" for n, v in app.registry.served()}
         self.parking = redis_client(settings)
+        self.queues = RedisQueues(self.parking, settings.redis_prefix, group, ttl_ms=settings.lease_ttl_ms,
+                                  owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+        self.declares = list(dict.fromkeys([*(q.name for q in app.queues), "default"]))
+        """The queues this intake declares (their limits in Redis; keys missing: a rebuild)."""
+        self.known = list(self.declares)
+        """The queues this intake dispatches from, in turn: the App's, ``default``, those it has seen."""
+        self._turn = 0
         self.keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        self.rebuilds: list[RebuildReport] = []
 
     def close(self, wait: bool = True) -> None:
-        """Leave the group; with ``wait``, let the runs executing finish first."""
-        self._closing.set()
+        """Leave the group; with ``wait``, let the runs executing finish first (and free their slots)."""
         try:
-            self._settle_offsets()
             self.consumer.close()
         finally:
             self.pool.shutdown(wait=wait, cancel_futures=not wait)
+            if wait:
+                with contextlib.suppress(redis.RedisError):
+                    self._reap()
             self.producer.flush(10)
             self.runner.close()
             self.parking.close()
@@ -151,116 +192,181 @@ class SubmissionIntake:
     # -- the loop -----------------------------------------------------------------------------------
 
     def free(self) -> int:
-        """Room for more runs now (a run holds its slot from its start to its end)."""
+        """Room for more runs now."""
         self._reap()
         with self._lock:
             return self.concurrency - len(self.running)
 
     def poll_once(self, timeout: float = 1.0) -> Taken | None:
-        """Take at most one submission: what can be decided at once (not mine, parked, dead letter) is
-        decided here; a start goes to a run thread (starts run side by side, up to ``concurrency``).
-        Offsets are committed in order once everything before them is settled (decided, or its run
-        started). While ``concurrency`` runs hold their slots the partitions are paused and the poll
-        only serves the group."""
-        self._settle_offsets()
-        room = self.free() > 0
-        self._pause(not room)
-        if room and time.monotonic() - self._last_park_check >= PARK_CHECK_S:
-            self._last_park_check = time.monotonic()
-            parked = self._take_parked()
-            if parked is not None:
-                return parked
-        msg = self.consumer.poll(timeout)
+        """Start at most one queued run (when this worker has room) and take at most one submission
+        from the topic into its queue; returns what was done last (None: nothing)."""
+        try:
+            self._maintain()
+        except redis.RedisError as lost:
+            log.warning("queues not maintained now (%s)", lost)
+        dispatched = self._dispatch_one() if self.free() > 0 else None
+        msg = self.consumer.poll(0 if dispatched is not None else timeout)
         if msg is None:
-            return None
+            return dispatched
         err = msg.error()
         if err is not None:
             if err.fatal() or err.code() == KafkaError._FATAL:
                 raise RunlogError(f"the submissions topic's consumer stopped for good: {err.str()}") from \
                     KafkaException(err)
             log.warning("submissions topic: %s", err)
-            return None
-        at = (str(msg.topic()), msg.partition(), msg.offset())
-        with self._lock:
-            self._offsets.setdefault(at[:2], {})[at[2]] = False
-        taken = self._take(msg.value(), at)
-        if taken.outcome != "starting":
-            self._settled.put(at)
-        self._settle_offsets()
+            return dispatched
+        taken = self._take(msg.value(), msg)
+        if taken is None:  # not queued now (Redis away): again later
+            self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+            time.sleep(0.5)
+            return dispatched
+        self._commit(msg)
         return taken
 
     def serve(self, *, stop: Callable[[], bool] | None = None) -> int:
-        """Take submissions until ``stop()``; returns how many runs this intake started."""
+        """Take and start submissions until ``stop()``; returns how many runs this intake started."""
         while stop is None or not stop():
             self.poll_once(0.2)
-        self._settle_offsets()
         return self.started
+
+    # -- queues: keeping them, dispatching from them --------------------------------------------------
+
+    def _maintain(self) -> None:
+        now = time.monotonic()
+        if now - self._last_scan >= SCAN_S or not self._last_scan:
+            self._last_scan = now
+            declared = [self.app.queue(name) for name in self.declares]
+            missing = [q.name for q in declared if not self.queues.declared(q.name)]
+            if missing and (not self.rebuilds or now - self._last_rebuild >= REBUILD_GAP_S):
+                self._last_rebuild = now
+                report = rebuild_queues(self.settings, self.app, self.queues)
+                self.rebuilds.append(report)
+                log.warning("queues %s had no keys in Redis: rebuilt from the log (%s)", missing, report)
+            for q in declared:
+                self.queues.declare(q)
+            for st in all_queues(self.parking, self.settings.redis_prefix):
+                if st.group == self.app_group:
+                    if st.name not in self.known:
+                        self.known.append(st.name)
+                    self.metrics.queue(st)
+        if now - self._last_refresh >= self.settings.lease_ttl_ms / 3000:
+            self._last_refresh = now
+            with self._lock:
+                held: dict[str, list[str]] = {}
+                for run_id, (queue, _) in self.running.items():
+                    held.setdefault(queue, []).append(run_id)
+            for queue, ids in held.items():
+                kept = self.queues.refresh(queue, ids)
+                if kept < len(ids):
+                    log.warning("queue %s: %d of this worker's slots expired before it refreshed them",
+                                queue, len(ids) - kept)
+        if now - self._last_park_check >= PARK_CHECK_S:
+            self._last_park_check = now
+            self._queue_parked()
+
+    def _dispatch_one(self) -> Taken | None:
+        for i in range(len(self.known)):
+            queue = self.known[(self._turn + i) % len(self.known)]
+            try:
+                got = self.queues.dispatch(queue)
+            except redis.RedisError as err:
+                log.warning("queue %s: no dispatch now (%s)", queue, err)
+                return None
+            if isinstance(got, Dispatched):
+                self._turn = (self._turn + i + 1) % len(self.known)
+                return self._start(got)
+        return None
 
     # -- one submission -----------------------------------------------------------------------------
 
-    def _take(self, value: bytes, at: tuple[str, int, int] | None) -> Taken:
+    def _take(self, value: bytes, msg: Message | None) -> Taken | None:
+        """Queue a submission from the topic (or a parked one)."""
         try:
             sub = self.codec.decode(value, RunSubmission)
         except DecodeError as err:
-            return self._dead_letter(value, at, "", err.reason, err.detail)
+            return self._dead_letter(value, msg, "", err.reason, err.detail)
         if sub.workflow not in self.app.registry:
             return self._done(Taken(sub.run_id, "not_mine", f"workflow {sub.workflow!r} is not registered"))
         named = run_id_for_key(sub.idempotency_key)
         if named != sub.run_id:
-            return self._dead_letter(value, at, sub.run_id, "run_id_mismatch",
+            return self._dead_letter(value, msg, sub.run_id, "run_id_mismatch",
                                      f"key {sub.idempotency_key!r} names {named}")
         wf_label = f"{sub.workflow}@{sub.version}" if sub.version is not None else None
         if wf_label is not None and wf_label not in self.serves:
             self.parking.lpush(self._parked_key(wf_label), value)
-            return self._done(Taken(sub.run_id, "parked", f"waits for a member serving {wf_label}"))
+            return self._done(Taken(sub.run_id, "parked", f"waits for a member serving {wf_label}",
+                                    sub.tenant))
+        try:
+            added = self.queues.enqueue(sub.queue, sub.run_id, sub.tenant, sub.priority, sub.submitted_at,
+                                        value)
+        except redis.RedisError as err:
+            log.warning("submission %s: not queued now (%s); trying again", sub.run_id, err)
+            self.metrics.submissions.labels("retry").inc()
+            return None
+        if sub.queue not in self.known:
+            self.known.append(sub.queue)
+        return self._done(Taken(sub.run_id, "queued" if added else "duplicate",
+                                f"queue {sub.queue}" if added else "queued or started before", sub.tenant))
+
+    def _start(self, d: Dispatched) -> Taken:
+        """Hand a run its queue gave this worker to a run thread, which starts it (the module
+        docstring) and executes it: starts go side by side, up to ``concurrency``."""
+        try:
+            sub = self.codec.decode(d.record, RunSubmission)
+        except DecodeError as err:
+            self.queues.release(d.queue, d.run_id)
+            return self._dead_letter(d.record, None, d.run_id, err.reason, err.detail)
+        wf_label = f"{sub.workflow}@{sub.version}" if sub.version is not None else None
+        if sub.workflow not in self.app.registry or (wf_label is not None and wf_label not in self.serves):
+            self.parking.lpush(self._parked_key(wf_label or sub.workflow), d.record)
+            self.queues.release(d.queue, d.run_id, mode="drop")
+            return self._done(Taken(sub.run_id, "parked", f"waits for a member serving {wf_label}", d.tenant))
         if crash_point("after:SUBMISSION:taken"):
             kill_self()
         with self._lock:
-            self.running[sub.run_id] = self.pool.submit(self._start_and_execute, sub, value, at, wf_label)
-        self.metrics.running.set(len(self.running))
-        return Taken(sub.run_id, "starting")
+            self.running[sub.run_id] = (d.queue, self.pool.submit(self._start_and_execute, d, sub))
+            self.metrics.running.set(len(self.running))
+        return Taken(sub.run_id, "starting", f"queue {d.queue}", d.tenant)
 
-    def _start_and_execute(self, sub: RunSubmission, value: bytes, at: tuple[str, int, int] | None,
-                           wf_label: str | None) -> RunResult | None:
-        """A run thread: start the submitted run (again while Redis or the broker is away, until the
-        intake stops), settle its offset, execute it."""
-        pause = 0.5
-        attrs = {k: v for k, v in sub.attributes.items() if k != SUBJECT}
+    def _start_and_execute(self, d: Dispatched, sub: RunSubmission) -> RunResult | None:
+        """A run thread: the keyed start, then the run; the queue slot is released when it returns
+        (put back at its place when the start could not be made now)."""
+        release = "done"
         try:
-            while True:
-                try:
-                    wf = self.app.registry.get(sub.workflow, sub.version)
-                    h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None,
-                                              sub.idempotency_key, attributes=attrs,
-                                              subject=sub.attributes.get(SUBJECT))
-                    break
-                except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
-                    self._dead_letter(value, at, sub.run_id, type(err).__name__, str(err))
-                    return None
-                except (redis.RedisError, DeliveryError, RunlogError) as err:
-                    self.metrics.submissions.labels("retry").inc()
-                    if self._closing.is_set():  # uncommitted: the partition's next owner takes it
-                        log.warning("submission %s: not started (%s); left to the group", sub.run_id, err)
-                        if at is None and wf_label is not None:
-                            self.parking.rpush(self._parked_key(wf_label), value)
-                        return None
-                    log.warning("submission %s: not started now (%s); trying again", sub.run_id, err)
-                    time.sleep(pause)
-                    pause = min(pause * 2, 10.0)
+            try:
+                wf = self.app.registry.get(sub.workflow, sub.version)
+                attrs = {k: v for k, v in sub.attributes.items() if k != SUBJECT}
+                h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None,
+                                          sub.idempotency_key, attributes=attrs,
+                                          subject=sub.attributes.get(SUBJECT))
+            except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
+                self._dead_letter(d.record, None, sub.run_id, type(err).__name__, str(err))
+                return None
+            except (redis.RedisError, DeliveryError, RunlogError) as err:
+                log.warning("submission %s: not started now (%s); queued again", sub.run_id, err)
+                release = "again"
+                self._done(Taken(sub.run_id, "retry", str(err), d.tenant))
+                return None
+            if h.session is None:
+                self._done(Taken(sub.run_id, "existing", "its key's run was started before", d.tenant))
+                return None
+            with self._lock:
+                self.started += 1
+            self._done(Taken(sub.run_id, "started", f"queue {d.queue}", d.tenant))
+            return self.runner.execute(h.session)
         finally:
-            if at is not None:
-                self._settled.put(at)
-        if h.session is None:
-            self._done(Taken(sub.run_id, "existing", "its key's run was started before"))
-            return None
-        with self._lock:
-            self.started += 1
-        self._done(Taken(sub.run_id, "started"))
-        return self.runner.execute(h.session)
+            try:
+                if release == "again":
+                    self.queues.release(d.queue, d.run_id, mode="again")
+                else:
+                    self.queues.release(d.queue, d.run_id)
+            except redis.RedisError as lost:  # its slot expires instead (and the run waits again)
+                log.warning("run %s: its slot in queue %s not freed now (%s); it expires", d.run_id, d.queue,
+                            lost)
 
     def _reap(self) -> None:
         with self._lock:
-            done = [(r, f) for r, f in self.running.items() if f.done()]
+            done = [(r, f) for r, (_, f) in self.running.items() if f.done()]
             for run_id, _ in done:
                 del self.running[run_id]
         for run_id, fut in done:
@@ -275,6 +381,7 @@ class SubmissionIntake:
             self.metrics.running.set(len(self.running))
 
     def _done(self, taken: Taken) -> Taken:
+        taken = dataclasses.replace(taken, at=time.monotonic())
         self.metrics.submissions.labels(taken.outcome).inc()
         if taken.outcome not in ("not_mine",):
             log.info("submission %s: %s %s", taken.run_id, taken.outcome, taken.detail)
@@ -282,79 +389,33 @@ class SubmissionIntake:
             self.on_taken(taken)
         return taken
 
-    def _settle_offsets(self) -> None:
-        """Commit, per partition, past every submission settled with nothing unsettled before it."""
-        while True:
-            try:
-                topic, part, off = self._settled.get_nowait()
-            except queue.Empty:
-                break
-            with self._lock:
-                offs = self._offsets.get((topic, part))
-                if offs is not None and off in offs:
-                    offs[off] = True
-        commits = []
-        with self._lock:
-            for (topic, part), offs in self._offsets.items():
-                upto = None
-                for off in sorted(offs):
-                    if not offs[off]:
-                        break
-                    upto = off
-                    del offs[off]
-                if upto is not None:
-                    commits.append(TopicPartition(topic, part, upto + 1))
-        if commits:
-            self._commit(commits)
-
-    # -- parking, pausing, committing, dead letters -------------------------------------------------
+    # -- parking, committing, dead letters -------------------------------------------------
 
     def _parked_key(self, wf_label: str) -> str:
         return f"{self.settings.redis_prefix}:submissions:waiting:{wf_label}"
 
-    def _take_parked(self) -> Taken | None:
+    def _queue_parked(self) -> None:
         for wf_label in sorted(self.serves):
             try:
                 value = self.parking.rpop(self._parked_key(wf_label))
             except redis.RedisError as err:
                 log.warning("parked submissions not read (%s)", err)
-                return None
-            if value is not None:
-                return self._take(value, None)
-        return None
+                return
+            if value is not None and self._take(value, None) is None:  # not queued now: back, next round
+                self.parking.rpush(self._parked_key(wf_label), value)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._paused and partitions:
-            consumer.pause(partitions)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Settled offsets of the leaving partitions are committed while they are still ours; the
-        unsettled ones go to the next owner (their starts settle its claims: one run each)."""
-        self._settle_offsets()
-        with self._lock:
-            for tp in partitions:
-                self._offsets.pop((tp.topic, tp.partition), None)
-
-    def _pause(self, pause: bool) -> None:
-        if pause == self._paused:
-            return
-        assignment = self.consumer.assignment()
-        if assignment:
-            (self.consumer.pause if pause else self.consumer.resume)(assignment)
-        self._paused = pause
-
-    def _commit(self, offsets: list[TopicPartition]) -> None:
+    def _commit(self, msg: Message) -> None:
         try:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            self.consumer.commit(message=msg, asynchronous=False)
         except KafkaException as err:
             if not commit_refused_by_rebalance(err):
                 raise
-            log.warning("submissions %s not committed, the group moved on: the partitions' owners take "
-                        "them again (each run starts once)", [(tp.partition, tp.offset) for tp in offsets])
+            log.warning("submission %s[%s]@%s not committed, the group moved on: the partition's owner "
+                        "takes it again (its run starts once)", msg.topic(), msg.partition(), msg.offset())
 
-    def _dead_letter(self, value: bytes, at: tuple[str, int, int] | None, run_id: str, reason: str,
-                     detail: str) -> Taken:
-        topic, part, off = at if at is not None else (self.topics.submissions, -1, -1)
+    def _dead_letter(self, value: bytes, msg: Message | None, run_id: str, reason: str, detail: str) -> Taken:
+        topic = str(msg.topic()) if msg is not None else self.topics.submissions
+        part, off = (msg.partition(), msg.offset()) if msg is not None else (-1, -1)
         log.warning("submission %s[%s]@%s dead-lettered: %s: %s", topic, part, off, reason, detail)
         self.producer.produce(self.topics.dlq, key=run_id.encode() if run_id else None, value=value,
                               headers=list(dead_letter_headers(reason, detail, topic, part, off)))

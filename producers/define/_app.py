@@ -8,6 +8,7 @@ from typing import Any
 
 from runlog.producers.define._inputs import InputSource
 from runlog.producers.define._prices import Price, PriceTable
+from runlog.producers.define._queues import Queue
 from runlog.producers.define._schedule import Schedule, parse_every
 from runlog.producers.define._tools import Tool
 from runlog.producers.define._workflow import Workflow, WorkflowRegistry
@@ -35,15 +36,30 @@ class App:
     prices: PriceTable = field(default_factory=PriceTable)
     schedules: list[Schedule] = field(default_factory=list, compare=False)
     """The schedules the App declares (:meth:`schedule`); its resumer members record them on the log."""
+    queues: tuple[Queue, ...] = ()
+    """The queues its workers take submitted runs from (:class:`~runlog.producers.Queue`: the fleet's
+    concurrency, per tenant, the tenants' weights); a queue a submission names that is not declared
+    here has no cap but the workers' own ``--concurrency`` and weighs every tenant 1."""
 
     def __post_init__(self) -> None:
+        from runlog.schemas.errors import ConfigError
+
         object.__setattr__(self, "prices", PriceTable.of(self.prices))
+        object.__setattr__(self, "queues", tuple(self.queues))
+        names = [q.name for q in self.queues]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"a queue is declared twice: {sorted(n for n in names if names.count(n) > 1)}")
+
+    def queue(self, name: str) -> Queue:
+        """The declared queue ``name``, or an undeclared one with no caps."""
+        return next((q for q in self.queues if q.name == name), None) or Queue(name)
 
     @classmethod
     def of(cls, workflows: Iterable[Workflow], tools: Iterable[Tool], source: InputSource, *,
-           name: str | None = None, prices: Mapping[str, Price] | None = None) -> App:
+           name: str | None = None, prices: Mapping[str, Price] | None = None,
+           queues: Iterable[Queue] = ()) -> App:
         return cls(WorkflowRegistry(workflows), {t.name: t for t in tools}, source, name,
-                   PriceTable.of(prices))
+                   PriceTable.of(prices), queues=tuple(queues))
 
     def schedule(self, name: str, *, workflow: str, params: Mapping[str, Any] | None = None,
                  cron: str | None = None, every: str | float | None = None,

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from runlog.processors.resume import App
-from runlog.producers import CallInfo, DictInputSource, ReplayPolicy, Workflow, rule, tool
+from runlog.producers import CallInfo, DictInputSource, Queue, ReplayPolicy, Workflow, rule, tool
 
 
 class Overlap:
@@ -55,3 +55,57 @@ def workflow(version: str = "1") -> Workflow:
 
 app = App.of([workflow("1")], [square], DictInputSource({}), name="fleet-tests")
 app_v12 = App.of([workflow("1"), workflow("2")], [square], DictInputSource({}), name="fleet-tests")
+
+
+class Gauge:
+    """Calls running at once, overall and per tenant, and the most seen of each."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.total = 0
+        self.most_total = 0
+
+    def reset(self) -> None:
+        with self.lock:
+            self.now, self.most, self.total, self.most_total = {}, {}, 0, 0
+
+    def enter(self, tenant: str) -> None:
+        with self.lock:
+            self.now[tenant] = self.now.get(tenant, 0) + 1
+            self.most[tenant] = max(self.most.get(tenant, 0), self.now[tenant])
+            self.total += 1
+            self.most_total = max(self.most_total, self.total)
+
+    def leave(self, tenant: str) -> None:
+        with self.lock:
+            self.now[tenant] -= 1
+            self.total -= 1
+
+
+GAUGE = Gauge()
+
+
+@tool("hold", policy=ReplayPolicy.IDEMPOTENT)
+def hold(call: CallInfo, tenant: str, hold_s: float) -> Any:
+    GAUGE.enter(tenant)
+    try:
+        time.sleep(hold_s)
+    finally:
+        GAUGE.leave(tenant)
+    return {"tenant": tenant}
+
+
+def fair_workflow() -> Workflow:
+    wf = Workflow("fair", "1")
+
+    @wf.stage("hold")
+    def only(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return dict(ctx.call(hold, tenant=str(ctx.params["tenant"]), hold_s=float(ctx.params["hold_s"])))
+
+    return wf
+
+
+FAIR = Queue("fair", concurrency=4, per_tenant=2, weights={"c": 2})
+app_fair = App.of([fair_workflow()], [hold], DictInputSource({}), name="fleet-fair", queues=[FAIR])

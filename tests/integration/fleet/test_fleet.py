@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,43 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from runlog.processors.fleet import SUBMITTED, Client, Taken, Worker
+from runlog.processors.fleet import SUBMITTED, Client
 from runlog.processors.inspect.log import run_history
-from runlog.processors.resume import ResumeOutcome
-from runlog.producers import RunResult
 from runlog.schemas import EventType, RunConflict, Settings
 from tests.integration.fleet import _app
+from tests.integration.fleet._members import _Member
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-class _Member:
-    """A Worker serving on a thread of its own until it stops."""
-
-    def __init__(self, settings: Settings, app: object, concurrency: int) -> None:
-        self.taken: list[Taken] = []
-        self.resumed: list[ResumeOutcome] = []
-        self.results: dict[str, RunResult | BaseException] = {}
-        self.worker = Worker(settings, app, concurrency=concurrency,  # type: ignore[arg-type]
-                             on_taken=self.taken.append, on_outcome=self.resumed.append,
-                             on_result=lambda r, x: self.results.__setitem__(r, x))
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        try:
-            self.worker.serve(stop=self.stop.is_set)
-        except BaseException as err:  # noqa: BLE001 - the test reports it
-            self.errors.append(err)
-
-    def leave(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        self.worker.close()
 
 
 @pytest.fixture
