@@ -35,9 +35,9 @@ from runlog.producers.log._runlog import KafkaRunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter, send_resume_request
 from runlog.producers.run._active import ActiveRuns
-from runlog.producers.run._outcome import RunOutcomes
 from runlog.producers.run._children import CHILD, child_key, children_ended
 from runlog.producers.run._core import waking_parent
+from runlog.producers.run._outcome import RunOutcomes
 from runlog.producers.run._runs import InMemoryRunKeys, RunKeys, run_id_for_key
 
 __all__ = [
@@ -54,10 +54,10 @@ __all__ = [
     "InMemoryArtifactStore",
     "InMemoryEffectLedger",
     "InMemoryEventLog",
-    "InMemoryRunKeys",
     "InMemoryLease",
     "InMemoryLeaseManager",
     "InMemoryLeaseTable",
+    "InMemoryRunKeys",
     "KafkaRunLog",
     "KeyProvider",
     "LeaseHeld",

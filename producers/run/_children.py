@@ -137,7 +137,8 @@ def starting_child(core: _ContextCore, children: ChildRuns | None, workflow: Wor
     if key is not None and (not isinstance(key, str) or not key):
         raise WorkflowDefinitionError(f"start_child(key=...) must be a non-empty string, got {key!r}")
     if not isinstance(params, Mapping):
-        raise WorkflowDefinitionError(f"start_child() params must be a JSON object, got {type(params).__name__}")
+        raise WorkflowDefinitionError(f"start_child() params must be a JSON object, "
+                                      f"got {type(params).__name__}")
     index = core.positions.claim()
     s = core.session
     call_id = f"{core.stage}/{CHILD}/{index}"

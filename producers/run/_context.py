@@ -253,14 +253,16 @@ class StageContext(_ContextCore):
 
     sleep_until.__doc__ = _SLEEP_UNTIL_DOC
 
-    def start_child(self, workflow: Workflow, params: Mapping[str, Any], *, key: str | None = None) -> ChildRun:
+    def start_child(self, workflow: Workflow, params: Mapping[str, Any], *,
+                    key: str | None = None) -> ChildRun:
         index, call_id, run_id = self._run(starting_child(self, self.children, workflow, params, key))
         return ChildRun(self, index, call_id, run_id)
 
     start_child.__doc__ = _START_CHILD_DOC
 
     def gather(self, *handles: ChildRun, return_exceptions: bool = False) -> list[Any]:
-        return self._run(gathering(self, self.children, _positions(self, handles, ChildRun), return_exceptions))
+        positions = _positions(self, handles, ChildRun)
+        return self._run(gathering(self, self.children, positions, return_exceptions))
 
     gather.__doc__ = _GATHER_DOC
 
