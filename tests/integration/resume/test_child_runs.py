@@ -121,7 +121,8 @@ def test_fan_out_and_gather_with_the_parent_and_a_child_killed(topics: Settings,
         assert {c["status"] for c in doc["children"]} == {"COMPLETED"}
         child_doc = json.loads(subprocess.run(
             [sys.executable, "-m", "runlog", "show", ids[0], "--json"],
-            env=worker_env(settings, "http://127.0.0.1:9"), capture_output=True, text=True, timeout=60).stdout)
+            env=worker_env(settings, "http://127.0.0.1:9"), capture_output=True, text=True,
+            timeout=60).stdout)
         assert child_doc["parent"] == {"run_id": run_id, "call_id": "fan/runlog.child/0"}
     finally:
         for proc in (parent, member0):
