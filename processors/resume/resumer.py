@@ -53,6 +53,7 @@ from runlog.processors.resume.plan import (
 from runlog.processors.resume.ports import KafkaRunEvents, RunEventReader
 from runlog.producers import App, ArtifactStore, Runner, Workflow
 from runlog.producers.internal import (
+    CHILD,
     BudgetGuard,
     LeaseHeld,
     RunWriter,
@@ -263,7 +264,8 @@ class Resumer:
         A resume that acts is a span ``runlog.resume`` continuing the run's trace (the context its
         ``RUN_STARTED`` recorded), linked to ``request`` (the resume request's context) and the caller's."""
         plan, state = self.plan(run_id)
-        woken = children_ended(self.runner.outcomes, state)  # a parent whose children have all ended
+        w = state.waiting  # a parent waiting for children, all of which have ended: resumed, not left waiting
+        woken = w is not None and w.signal == CHILD and children_ended(self.runner.outcomes, state)
         early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms(),
                                      seen_epoch=seen_epoch, woken=woken)
         if early is not None:
