@@ -149,7 +149,9 @@ class ResumerMetrics:
         self.sweeps = Counter("runlog_resumer_sweeps_total", "Sweeps for runs whose worker died.", registry=r)
         self.sweep_requested = Counter("runlog_resumer_sweep_requested_total",
                                        "Resume requests the sweep and the timers appended, by reason "
-                                       "(lease_expired, wait_timed_out, timer_due).", ["reason"], registry=r)
+                                       "(lease_expired, wait_timed_out, timer_due, children_ended).",
+                                       ["reason"],
+                                       registry=r)
         self.dead_letters = Counter("runlog_resumer_dead_letters_total",
                                     "Resume requests sent to the dead-letter topic, by reason.", ["reason"],
                                     registry=r)
@@ -169,7 +171,7 @@ class ResumerMetrics:
             registry=r)
         for outcome in RESUME_OUTCOMES:
             self.resumes.labels(outcome)
-        for reason in ("lease_expired", "wait_timed_out", "timer_due"):
+        for reason in ("lease_expired", "wait_timed_out", "timer_due", "children_ended"):
             self.sweep_requested.labels(reason)
 
 

@@ -30,6 +30,7 @@ Every refusal raises :class:`OperatorRefused` before anything is appended.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -366,10 +367,30 @@ def cancel_run(settings: Settings, run_id: str, *, by: str, reason: str) -> Oper
                 session.close(release=True)
             if runner.active is not None:
                 runner.active.cancel(run_id)
+            if state.parent_run_id is not None and state.parent_call:  # a child: its waiting parent learns it
+                with contextlib.suppress(RunlogError):
+                    runner.writer.request_resume(state.parent_run_id, f"child {run_id} cancelled")
+            cancelled = _cancel_children(settings, state, by=who, reason=why)
+            more = f"; {len(cancelled)} child run(s) cancelled with it" if cancelled else ""
             return OperatorResult(run_id, "cancel", session.epoch, res.event.seq,
-                                  f"run {run_id} cancelled by {who} (was {state.status.value})",
+                                  f"run {run_id} cancelled by {who} (was {state.status.value}){more}",
                                   RunStatus.CANCELLED.value)
     raise OperatorRefused(f"run {run_id} kept moving while cancelling (tried {ATTEMPTS} times); try again")
+
+
+def _cancel_children(settings: Settings, state: RunState, *, by: str, reason: str) -> list[str]:
+    """The policy for a cancelled parent: every child run it started (``ctx.start_child``) that has not
+    ended is cancelled too, and theirs in turn; nobody waits for them. Their ids."""
+    done: list[str] = []
+    for child in state.children:
+        try:
+            if _load(settings, child).status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING):
+                continue  # it ended (a failed or blocked child keeps its own outcome)
+            cancel_run(settings, child, by=by, reason=f"its parent {state.run_id} was cancelled: {reason}")
+        except OperatorRefused:
+            continue  # ended already (completed, cancelled), or not on the log
+        done.append(child)
+    return done
 
 
 def retry_run(settings: Settings, app: App, run_id: str, *, by: str, force: bool = False,

@@ -28,7 +28,13 @@ from runlog.producers.define._schedule import Cron, Schedule
 from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
 from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
 from runlog.producers.run._arunner import AsyncRunner
-from runlog.producers.run._context import AsyncStageContext, CallPosition, StageContext
+from runlog.producers.run._context import (
+    AsyncChildRun,
+    AsyncStageContext,
+    CallPosition,
+    ChildRun,
+    StageContext,
+)
 from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner import Runner
 from runlog.schemas import ReplayPolicy, Usage
@@ -56,11 +62,13 @@ __all__ = [
     "App",
     "ArtifactError",
     "ArtifactStore",
+    "AsyncChildRun",
     "AsyncRunner",
     "AsyncStageContext",
     "Budget",
     "CallInfo",
     "CallPosition",
+    "ChildRun",
     "Cron",
     "DeliveryError",
     "DeliveryFn",

@@ -36,10 +36,13 @@ from runlog.producers.log._runlog import KafkaRunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.log._writer import RunWriter, send_resume_request
 from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._children import CHILD, child_key, children_ended
+from runlog.producers.run._core import waking_parent
 from runlog.producers.run._outcome import RunOutcomes
-from runlog.producers.run._runs import RunKeys, run_id_for_key
+from runlog.producers.run._runs import InMemoryRunKeys, RunKeys, run_id_for_key
 
 __all__ = [
+    "CHILD",
     "EXECUTE",
     "NO_TRACE",
     "WAIT",
@@ -56,6 +59,7 @@ __all__ = [
     "InMemoryLeaseManager",
     "InMemoryLeaseTable",
     "InMemoryLimiter",
+    "InMemoryRunKeys",
     "KafkaRunLog",
     "KeyProvider",
     "LeaseHeld",
@@ -78,6 +82,8 @@ __all__ = [
     "SubjectKeys",
     "Tracer",
     "canonical_json",
+    "child_key",
+    "children_ended",
     "context_of",
     "key_id_of",
     "label",
@@ -93,4 +99,5 @@ __all__ = [
     "sha256_hex",
     "store_from_settings",
     "unregister",
+    "waking_parent",
 ]

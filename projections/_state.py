@@ -123,6 +123,9 @@ class WaitInfo:
     signal: str
     deadline_ms: int = 0
     """When the wait times out (epoch ms; 0: never)."""
+    children: tuple[str, ...] = ()
+    """A wait for child runs (signal ``runlog.child``): the children it waits for; the run is woken
+    once every one of them has ended (``RUN_WAITING`` attribute ``runlog.children``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,12 @@ class RunState:
     subject: str | None = None
     """The subject whose data key encrypts the run's payloads (``RUN_STARTED`` attribute
     ``runlog.subject``); None: the default subject, or encryption off."""
+    children: tuple[str, ...] = ()
+    """The child runs this run started (``ctx.start_child``), in the order of their calls' ``TOOL_CALLED``
+    (attribute ``runlog.child_run_id``); kept when their stages are checkpointed."""
+    parent_call: str | None = None
+    """For a child run: the call of its parent (:attr:`parent_run_id`) that started it (``RUN_STARTED``
+    attribute ``runlog.parent_call``); None for a run that is no child (a branch has a parent too)."""
 
     @property
     def workflow_version(self) -> str:

@@ -43,7 +43,15 @@ from runlog.projections._state import (
 )
 from runlog.projections._usage import INHERITED_ATTRIBUTE, inherited_from
 from runlog.schemas import Checkpoint, EffectStatus, EventType, RunEvent, event_hash
-from runlog.schemas.internal import SUBJECT_ATTRIBUTE, TRACEPARENT, TRACESTATE
+from runlog.schemas.internal import (
+    CHILD_RUN_ATTRIBUTE,
+    CHILD_TOOL,
+    CHILDREN_ATTRIBUTE,
+    PARENT_CALL_ATTRIBUTE,
+    SUBJECT_ATTRIBUTE,
+    TRACEPARENT,
+    TRACESTATE,
+)
 
 __all__ = [
     "CHECKPOINT_WINDOW",
@@ -153,11 +161,20 @@ def fold(
         if t is EventType.STAGE_STARTED:
             return evolve_state(state, **accepted, stage=event.stage, status=RunStatus.RUNNING), _ACCEPTED
         if t is EventType.TOOL_CALLED and event.call_id is not None:
+            if event.tool == CHILD_TOOL:
+                return evolve_state(state, **accepted, calls=_called(state, event),
+                                    children=_child_of(state, event)), _ACCEPTED
             return evolve_state(state, **accepted, calls=_called(state, event)), _ACCEPTED
         if t is EventType.TOOL_RESULT and event.call_id is not None:
             s = _update_call(state, event, CallStatus.RESULT, event.payload_ref, accepted)
             return _spent(s, event) if event.usage is not None else (s, _ACCEPTED)
     return _apply(evolve_state(state, **accepted), event, position)
+
+
+def _child_of(s: RunState, e: RunEvent) -> tuple[str, ...]:
+    """The children of ``s`` with the one a child call's ``TOOL_CALLED`` names (once)."""
+    child = e.attributes.get(CHILD_RUN_ATTRIBUTE)
+    return s.children if not child or child in s.children else (*s.children, child)
 
 
 def _called(s: RunState, e: RunEvent) -> dict[str, CallRecord]:
@@ -205,6 +222,7 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
             usage_budget=budget_of(e) or s.usage_budget,
             labels=labels_of(e.attributes) or s.labels,
             subject=e.attributes.get(SUBJECT_ATTRIBUTE) or s.subject,
+            parent_call=e.attributes.get(PARENT_CALL_ATTRIBUTE) or s.parent_call,
         )
         return s, _ACCEPTED
     if t is EventType.RUN_UPGRADED and e.workflow is not None:
@@ -244,7 +262,9 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return evolve_state(s, status=RunStatus.BLOCKED, last_error=e.error), _ACCEPTED
     if t is EventType.RUN_WAITING and e.call_id is not None:
         deadline = e.attributes.get("deadline_ms", "0")
-        wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0)
+        children = tuple(c for c in e.attributes.get(CHILDREN_ATTRIBUTE, "").split(",") if c)
+        wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0,
+                        children)
         return evolve_state(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
     if t is EventType.SIGNAL_RECEIVED and e.attributes.get("signal") == BUDGET_SIGNAL:
         return raised(s, e), _ACCEPTED  # new caps, not a call's result

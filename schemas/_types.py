@@ -75,6 +75,23 @@ STAGES_ATTRIBUTE = "runlog.stages"
 a JSON object, stage name -> 16 hex digits (``runlog.producers.Stage.fingerprint``)."""
 
 
+CHILD_TOOL = "runlog.child"
+"""The tool name of a child run's position in its parent's stage (``ctx.start_child``): its
+``TOOL_CALLED`` carries the child's run key as ``idempotency_key`` and the child's run id in the
+attribute :data:`CHILD_RUN_ATTRIBUTE`; its recorded result is the child's outcome."""
+
+CHILD_RUN_ATTRIBUTE = "runlog.child_run_id"
+"""The attribute of a child call's ``TOOL_CALLED`` naming the child run."""
+
+PARENT_CALL_ATTRIBUTE = "runlog.parent_call"
+"""The attribute of a child run's ``RUN_STARTED`` naming the call of its parent (``parent_run_id``)
+that started it (``<stage>/runlog.child/<index>``)."""
+
+CHILDREN_ATTRIBUTE = "runlog.children"
+"""The attribute of a ``RUN_WAITING`` for children (signal :data:`CHILD_TOOL`): the child run ids the
+parent waits for, comma-separated; the parent is woken once all of them have ended."""
+
+
 class ReplayPolicy(StrEnum):
     """What resume may do with a tool call that has no recorded result."""
 

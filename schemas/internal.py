@@ -21,7 +21,14 @@ from runlog.schemas._tracecontext import (
     from_headers,
     parse,
 )
-from runlog.schemas._types import STAGES_ATTRIBUTE, SUBJECT_ATTRIBUTE
+from runlog.schemas._types import (
+    CHILD_RUN_ATTRIBUTE,
+    CHILD_TOOL,
+    CHILDREN_ATTRIBUTE,
+    PARENT_CALL_ATTRIBUTE,
+    STAGES_ATTRIBUTE,
+    SUBJECT_ATTRIBUTE,
+)
 
 if TYPE_CHECKING:
     from runlog.schemas._client_config import quiet_unreachable_lines
@@ -68,8 +75,12 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
+    "CHILDREN_ATTRIBUTE",
+    "CHILD_RUN_ATTRIBUTE",
+    "CHILD_TOOL",
     "HASH_VERSION",
     "INDEX_SHARDS",
+    "PARENT_CALL_ATTRIBUTE",
     "RETRIABLE_METADATA_ERRORS",
     "STAGES_ATTRIBUTE",
     "SUBJECT_ATTRIBUTE",

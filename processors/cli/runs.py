@@ -237,6 +237,8 @@ def _show(args: argparse.Namespace) -> int:
         run_summary,
         usage_lines,
     )
+    from runlog.processors.inspect.children import child_tree
+    from runlog.processors.operate import load_run
     from runlog.producers.internal import store_from_settings
     from runlog.projections.internal import effect_to_dict
 
@@ -260,11 +262,17 @@ def _show(args: argparse.Namespace) -> int:
     store = store_from_settings(settings, inline=False) if args.payloads else None
     waits = _version_waits(settings, [state.run_id] if state.status.value in _OPEN else [])
     wait_view = waits.get(state.run_id)
+    tree = child_tree(state, lambda run_id: load_run(settings, run_id)) if state.children else None
+    parent = None if not (state.parent_run_id and state.parent_call) else \
+        {"run_id": state.parent_run_id, "call_id": state.parent_call}
     if args.json:
         call_docs = [c.to_dict() for c in calls]
         doc: dict[str, Any] = {
             "state": _state_dict(state), "reason": summary["reason"], "waiting": summary["waiting"],
-            "calls": call_docs, "effects": [effect_to_dict(e) for e in effects], "usage": summary["usage"],
+            "calls": call_docs, "effects": [effect_to_dict(e) for e in effects],
+            "usage": {**summary["usage"],
+                      "with_children": (tree.with_children if tree else state.total_usage).to_dict()},
+            "parent": parent, "children": [c.to_dict() for c in tree.children] if tree else [],
             "waiting_for_version": None if wait_view is None else {"version": wait_view.label,
                                                                    "members": list(wait_view.members)},
             "events": [{"seq": h.event.seq, "epoch": h.event.epoch, "type": h.event.type.value,
@@ -286,10 +294,19 @@ def _show(args: argparse.Namespace) -> int:
         print(f"reason: {summary['reason']}")
     if wait_view is not None:
         print(wait_view.describe())
-    if state.parent_run_id:
+    if parent is not None:
+        print(f"child of {parent['run_id']} ({parent['call_id']})")
+    elif state.parent_run_id:
         print(f"branched from {state.parent_run_id} at seq {state.forked_from_seq}")
     for line in usage_lines(state):
         print(line)
+    if tree is not None:
+        spent = tree.with_children
+        if spent.calls:
+            print(f"usage with children: {spent.describe()}")
+        print(f"children: {len(tree.children)}")
+        for line in tree.lines():
+            print(line)
     print(render_timeline(history))
     for cp in [h.outcome.checkpoint for h in history if h.outcome.checkpoint is not None]:
         print(f"checkpoint {cp.checkpoint_id} stage={cp.stage} next={cp.next_stage} "

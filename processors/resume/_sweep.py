@@ -19,16 +19,19 @@ import redis
 
 from runlog.processors.metrics import ResumerMetrics
 from runlog.processors.resume._versions import VersionRoutes
-from runlog.producers.internal import ActiveRuns
+from runlog.producers.internal import CHILD, ActiveRuns
 from runlog.projections import RedisStore, RunStatus
 from runlog.projections.internal import READY
 
-__all__ = ["ENDED", "SweepReport", "Sweeper"]
+__all__ = ["CHILD_ENDED", "ENDED", "SweepReport", "Sweeper"]
 
 log = logging.getLogger("runlog.resumer")
 
 ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 """Statuses a run the log has ended holds: the sweep remembers such a run and reads it no more."""
+
+CHILD_ENDED = frozenset({*ENDED, RunStatus.BLOCKED})
+"""Statuses of a child run its waiting parent is woken for (a blocked child blocks the parent)."""
 
 REMEMBERED_MAX = 100_000
 """Ended runs the sweep remembers at most (beyond: forgotten, read on the log again when listed)."""
@@ -147,6 +150,12 @@ class Sweeper:
             self.request(run_id, "lease expired")
             self.metrics.sweep_requested.labels("lease_expired").inc()
             report.requested.append(run_id)
+        for run_id in self.parents_to_wake():  # a child's request to wake its parent may have been lost
+            if run_id in cancelled or self.redis.exists(self.lease_key(run_id)):
+                continue
+            self.request(run_id, "children ended")
+            self.metrics.sweep_requested.labels("children_ended").inc()
+            report.requested.append(run_id)
         mine = set(self.workflows())
         for run_id, workflow in self.active.due():  # waits whose deadline passed: their policy decides
             if workflow not in mine or not self.active.claim_due(run_id):  # another member took it
@@ -156,6 +165,26 @@ class Sweeper:
             report.requested.append(run_id)
         return report
 
+
+    def parents_to_wake(self) -> list[str]:
+        """Runs of this App waiting for child runs (``ctx.start_child``) all of which the projection shows
+        ended: their wake-up (each child's end asks for it) may have been lost to a crash. Nothing while
+        the projection is not whole; a child the projection is behind on is found at a later sweep."""
+        marker = self.projection.marker()
+        if marker is None or marker.state != READY:
+            return []
+        mine = set(self.workflows())
+        parents = {}
+        for run_id, st in self.projection.load_states(self.projection.runs(RunStatus.WAITING)).items():
+            w, wf = st.waiting, st.workflow
+            if st.status is RunStatus.WAITING and w is not None and w.signal == CHILD and w.children \
+                    and wf is not None and wf.name in mine:
+                parents[run_id] = w.children
+        if not parents:
+            return []
+        kids = self.projection.load_states({c for cs in parents.values() for c in cs})
+        return [run_id for run_id, cs in parents.items()
+                if all(c in kids and kids[c].status in CHILD_ENDED for c in cs)]
 
     def running_on_log(self, run_id: str) -> bool:
         """Whether the log has the run ``RUNNING``, for a run only the projection's index lists: the

@@ -337,14 +337,15 @@ def _cancelled(state: RunState) -> str:
 
 
 def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: bool,
-                         now: int, seen_epoch: int | None = None) -> Early | None:
+                         now: int, seen_epoch: int | None = None, woken: bool = False) -> Early | None:
     """The outcome of a resume decided from the run alone (None: take the lease and go on).
 
     ``not_mine`` (the App registers no workflow of the run's name), ``nothing_to_do`` (complete),
     ``cancelled``, ``blocked`` (a blocked run without ``retry`` waits for a person: ``runlog
     resolve``, ``runlog retry`` once the cause is fixed, or a branch moves it, a plain resume does
     not; dry runs still plan it), ``failed`` (a failed run without
-    ``retry``), ``waiting`` (for a signal whose deadline, if any, is after ``now``),
+    ``retry``), ``waiting`` (for a signal whose deadline, if any, is after ``now``; not when ``woken``: a run
+    waiting for child runs all of which have ended, ``runlog.producers.internal.children_ended``),
     ``not_served`` (the App registers the run's workflow, but not at the version the run is pinned
     to: a member serving that version continues it, :mod:`runlog.processors.resume._versions`; never a
     block), ``superseded`` (the run's epoch is later than ``seen_epoch``, the one the request saw:
@@ -369,7 +370,8 @@ def outcome_before_lease(state: RunState, app: App, *, dry_run: bool, retry: boo
         return Early("failed", f"the run failed ({err.kind if err else 'unknown error'}); a person "
                      "retries it: runlog retry RUN", deactivate=True)
     w = state.waiting
-    if state.status is RunStatus.WAITING and w is not None and (w.deadline_ms <= 0 or now < w.deadline_ms):
+    if state.status is RunStatus.WAITING and w is not None and (w.deadline_ms <= 0 or now < w.deadline_ms) \
+            and not woken:
         return Early("waiting", f"waits for signal {w.signal!r} ({w.call_id}); nothing to do before it")
     if wf is not None and not app.registry.serves(wf.name, wf.version):
         served = ", ".join(f"{wf.name}@{v}" for v in app.registry.versions(wf.name))

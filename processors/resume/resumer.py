@@ -31,6 +31,7 @@ decided by pure functions of those facts (:mod:`runlog.processors.resume.plan`);
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from collections.abc import Mapping
@@ -51,7 +52,15 @@ from runlog.processors.resume.plan import (
 )
 from runlog.processors.resume.ports import KafkaRunEvents, RunEventReader
 from runlog.producers import App, ArtifactStore, Runner, Workflow
-from runlog.producers.internal import BudgetGuard, LeaseHeld, RunWriter, sealing, store_from_settings
+from runlog.producers.internal import (
+    CHILD,
+    BudgetGuard,
+    LeaseHeld,
+    RunWriter,
+    children_ended,
+    sealing,
+    store_from_settings,
+)
 from runlog.projections import RunState
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import (
@@ -67,6 +76,9 @@ from runlog.schemas import (
 from runlog.schemas.errors import (
     LeaseLost,
     ResumeBlocked,
+    RunCancelled,
+    RunFailed,
+    RunlogError,
     ToolError,
     VerificationFailed,
     WorkflowDefinitionError,
@@ -252,8 +264,10 @@ class Resumer:
         A resume that acts is a span ``runlog.resume`` continuing the run's trace (the context its
         ``RUN_STARTED`` recorded), linked to ``request`` (the resume request's context) and the caller's."""
         plan, state = self.plan(run_id)
+        w = state.waiting  # a parent waiting for children, all of which have ended: resumed, not left waiting
+        woken = w is not None and w.signal == CHILD and children_ended(self.runner.outcomes, state)
         early = outcome_before_lease(state, self.app, dry_run=dry_run, retry=retry, now=now_ms(),
-                                     seen_epoch=seen_epoch)
+                                     seen_epoch=seen_epoch, woken=woken)
         if early is not None:
             w = state.waiting
             if early.result == "waiting" and not dry_run and w is not None and state.workflow is not None:
@@ -289,6 +303,8 @@ class Resumer:
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
         session.subject = state.subject  # its payloads are sealed for the subject it started with
+        if state.parent_run_id is not None and state.parent_call:  # a child: its end wakes its parent
+            session.parent = (state.parent_run_id, state.parent_call)
         confirmed, _ = self.reader.tail(run_id, state.partition, state.offset + 1, state)
         early = outcome_after_lease(confirmed, session.epoch, session.last_seq)
         if early is not None:
@@ -338,7 +354,8 @@ class Resumer:
                                          deadlines=deadlines)
         except ResumeBlocked as err:  # a call diverged, or an effect is in doubt in another run
             return ResumeOutcome(run_id, "blocked", plan, session.epoch, err.reason)
-        except (VerificationFailed, ToolError) as err:
+        except (VerificationFailed, ToolError, RunFailed, RunCancelled) as err:  # FAILED is on the log
+            # RunFailed / RunCancelled: a child's outcome (ctx.start_child) the stage did not catch
             return ResumeOutcome(run_id, "failed", plan, session.epoch, str(err))
         except LeaseLost as err:
             return ResumeOutcome(run_id, "contended", plan, session.epoch, str(err))
@@ -360,6 +377,10 @@ class Resumer:
         session.append(EventType.RUN_BLOCKED, confirm=True,
                        error=ErrorInfo("ResumeBlocked", reason, False))
         self.runner.mark_inactive(session.run_id)
+        if session.parent is not None:  # a child: its parent learns it is blocked (else the sweep tells it)
+            with contextlib.suppress(RunlogError):
+                self.runner.writer.request_resume(session.parent[0],
+                                                  f"child {session.run_id} blocked ({session.parent[1]})")
 
     def _reconcile(self, session: Any, state: RunState, plan: ResumePlan) -> dict[str, Mapping[str, Any]]:
         """Step 6: ask external systems about open intents; record what they already hold."""

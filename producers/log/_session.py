@@ -116,6 +116,9 @@ class RunSession:
         self.subject: str | None = None
         """The subject whose data key seals the run's payloads (``RUN_STARTED`` attribute
         ``runlog.subject``): the runners write through ``store.for_subject(session.subject)``."""
+        self.parent: tuple[str, str] | None = None
+        """For a child run (``ctx.start_child``): its parent's run id and the parent's call that
+        started it; the run's end asks for the parent's resume (the parent waits for it)."""
         self.trace: TraceContext | None = current()
         """The W3C trace context its events carry (``traceparent`` headers): the run span's once the
         runner opened one, else the one current where the session was made (a resume's, an

@@ -35,7 +35,7 @@ from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._core import _EXECUTE_DOC
 from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner_parts import RunnerParts
-from runlog.producers.run._runs import RunKeys
+from runlog.producers.run._runs import RunKeys, RunKeyStore
 from runlog.producers.run._start import _START_DOC, deactivating
 from runlog.schemas import ArtifactRef
 from runlog.schemas.internal import aredis_client, redis_client
@@ -60,7 +60,7 @@ class AsyncRunner(RunnerParts):
     """
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
-                 source: InputSource | None = None, run_keys: RunKeys | None = None,
+                 source: InputSource | None = None, run_keys: RunKeyStore | None = None,
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,

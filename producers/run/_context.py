@@ -15,10 +15,13 @@ from runlog.producers.base._protocol import INLINE, Mode, Steps, adrive, drive
 from runlog.producers.calls._call_steps import _ContextCore
 from runlog.producers.calls._calls import NOW, RANDOM, UUID
 from runlog.producers.define._tools import Tool
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.run._children import ChildRuns, gathering, starting_child
+from runlog.producers.run._results import RunResult
 from runlog.schemas import ArtifactRef
 from runlog.schemas.errors import WorkflowDefinitionError
 
-__all__ = ["AsyncStageContext", "CallPosition", "StageContext"]
+__all__ = ["AsyncChildRun", "AsyncStageContext", "CallPosition", "ChildRun", "StageContext"]
 
 T = TypeVar("T")
 
@@ -83,8 +86,103 @@ def _until_request(when: object) -> dict[str, Any]:
     return {"until_ms": round(when * 1000)}
 
 
+_START_CHILD_DOC = """Start a child run of ``workflow`` with ``params``: a run of its own (its own log,
+        lease, resume, branch and audit), linked both ways on the log, executed by the App's resumer
+        group (this process need not stay alive). Returns its handle at once; the stage awaits it
+        with ``handle.result()`` (or :meth:`gather` for several).
+
+        Starting is exactly once: the child's run key is derived from this run's id and the call's
+        position in the stage (plus ``key`` when given), so a re-run of the stage after a crash finds
+        the child it started instead of starting another. The call is recorded at its position like
+        any call (tool ``runlog.child``): a re-run must start the same workflow with the same params
+        there, or the run diverges. The child's payloads are sealed for this run's subject.
+
+        Args:
+            workflow: the child's workflow (an App's resumers must register it).
+            params: the child's parameters (a JSON object).
+            key: an extra part of the child's run key (e.g. the item a fan-out handles).
+
+        Raises:
+            WorkflowDefinitionError: not a Workflow, params not a mapping, an empty key, or a runner
+                without a run key store.
+        """
+
+_GATHER_DOC = """Wait for every child in ``handles`` and return their outcomes in order (a
+        :class:`RunResult` each: ``result.outputs[stage]``).
+
+        While any of them goes on, ``RUN_WAITING`` (signal ``runlog.child``) is appended and the run is
+        let go (no lease, no thread): it is resumed once all of them have ended, and the stage runs
+        again from its start (the children it started are found, not started again). The outcome of
+        each child is recorded the first time it is seen ended, so a later re-run reads it back.
+
+        Raises:
+            RunFailed, RunCancelled: the first child (in ``handles``' order) that failed or was
+                cancelled, once all have ended (unless ``return_exceptions``: then in the list).
+            ResumeBlocked: a child is blocked; the stage (and so this run) blocks too, naming it.
+        """
+
+
+class ChildRun:
+    """A child run started by a ``def`` stage (:meth:`StageContext.start_child`)."""
+
+    __slots__ = ("_ctx", "call_id", "index", "run_id")
+
+    def __init__(self, ctx: StageContext, index: int, call_id: str, run_id: str) -> None:
+        self._ctx = ctx
+        self.index = index
+        self.call_id = call_id
+        """The call that started it in the parent's stage (``<stage>/runlog.child/<index>``)."""
+        self.run_id = run_id
+        """The child's run id."""
+
+    def result(self) -> RunResult:
+        """The child's outcome: its :class:`RunResult` once completed (the run waits meanwhile, holding
+        nothing). Raises as :meth:`StageContext.gather` does."""
+        out: RunResult = self._ctx.gather(self)[0]
+        return out
+
+    def __repr__(self) -> str:
+        return f"ChildRun({self.run_id!r}, {self.call_id!r})"
+
+
+class AsyncChildRun:
+    """A child run started by an ``async def`` stage: ``await handle`` (or ``await handle.result()``)."""
+
+    __slots__ = ("_ctx", "call_id", "index", "run_id")
+
+    def __init__(self, ctx: AsyncStageContext, index: int, call_id: str, run_id: str) -> None:
+        self._ctx = ctx
+        self.index = index
+        self.call_id = call_id
+        """The call that started it in the parent's stage (``<stage>/runlog.child/<index>``)."""
+        self.run_id = run_id
+        """The child's run id."""
+
+    async def result(self) -> RunResult:
+        """The child's outcome (see :meth:`ChildRun.result`)."""
+        out: RunResult = (await self._ctx.gather(self))[0]
+        return out
+
+    def __await__(self) -> Any:
+        return self.result().__await__()
+
+    def __repr__(self) -> str:
+        return f"AsyncChildRun({self.run_id!r}, {self.call_id!r})"
+
+
+def _positions(ctx: _ContextCore, handles: tuple[Any, ...],
+               kind: type[ChildRun] | type[AsyncChildRun]) -> list[tuple[int, str, str]]:
+    for h in handles:
+        if not isinstance(h, kind) or h._ctx is not ctx:
+            raise WorkflowDefinitionError(f"gather() takes handles from this stage's start_child, got {h!r}")
+    return [(h.index, h.call_id, h.run_id) for h in handles]
+
+
 class StageContext(_ContextCore):
     """What a ``def`` stage function gets as ``ctx``; safe to use from several threads."""
+
+    children: ChildRuns | None = None
+    """Starts child runs (the runner's part; None: this runner cannot)."""
 
     def _run(self, steps: Steps[T]) -> T:
         return drive(steps, self._mode)
@@ -155,6 +253,19 @@ class StageContext(_ContextCore):
 
     sleep_until.__doc__ = _SLEEP_UNTIL_DOC
 
+    def start_child(self, workflow: Workflow, params: Mapping[str, Any], *,
+                    key: str | None = None) -> ChildRun:
+        index, call_id, run_id = self._run(starting_child(self, self.children, workflow, params, key))
+        return ChildRun(self, index, call_id, run_id)
+
+    start_child.__doc__ = _START_CHILD_DOC
+
+    def gather(self, *handles: ChildRun, return_exceptions: bool = False) -> list[Any]:
+        positions = _positions(self, handles, ChildRun)
+        return self._run(gathering(self, self.children, positions, return_exceptions))
+
+    gather.__doc__ = _GATHER_DOC
+
     def submit(self, tool: Tool, /, **args: Any) -> Future[Any]:
         """Start a tool call in the background; its call index is taken now (submission order)."""
         index = self.positions.claim()
@@ -220,6 +331,9 @@ class AsyncStageContext(_ContextCore):
     its call index taken at submission) or ``await ctx.parallel((tool, args), ...)``; a ``def``
     tool runs on an executor, an ``async def`` tool on the loop.
     """
+
+    children: ChildRuns | None = None
+    """Starts child runs (the runner's part; None: this runner cannot)."""
 
     def _default_mode(self) -> Mode:
         return INLINE
@@ -302,6 +416,19 @@ class AsyncStageContext(_ContextCore):
         await self._run(self._sleep_steps(_until_request(when)))
 
     sleep_until.__doc__ = _SLEEP_UNTIL_DOC
+
+    async def start_child(self, workflow: Workflow, params: Mapping[str, Any], *,
+                          key: str | None = None) -> AsyncChildRun:
+        index, call_id, run_id = await self._run(starting_child(self, self.children, workflow, params, key))
+        return AsyncChildRun(self, index, call_id, run_id)
+
+    start_child.__doc__ = _START_CHILD_DOC
+
+    async def gather(self, *handles: AsyncChildRun, return_exceptions: bool = False) -> list[Any]:
+        return await self._run(gathering(self, self.children, _positions(self, handles, AsyncChildRun),
+                                         return_exceptions))
+
+    gather.__doc__ = _GATHER_DOC
 
     def submit(self, tool: Tool, /, **args: Any) -> asyncio.Task[Any]:
         """Start a tool call as a task on the running loop; its call index is taken now."""

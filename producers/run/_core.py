@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,7 @@ from runlog.producers.define._prices import PriceTable
 from runlog.producers.define._workflow import Stage, evaluate_rules
 from runlog.producers.log._session import AppendResult, RunSession
 from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._children import ChildRuns
 from runlog.producers.run._context import AsyncStageContext, StageContext
 from runlog.producers.run._results import RunResult
 from runlog.producers.run._start import deactivating
@@ -57,6 +59,8 @@ __all__ = ["STAGE_OUTPUT_MEDIA_TYPE", "StageExecution"]
 
 STAGE_OUTPUT_MEDIA_TYPE = "application/vnd.runlog.stage-output+json"
 
+log = logging.getLogger("runlog.runner")
+
 
 class StageExecution:
     """Executing a run's stages as steps (a runner's part): the stage contexts it builds get the
@@ -70,12 +74,15 @@ class StageExecution:
         tracer: spans per run, stage and call.
         prices: the price table of the model calls stages make.
         limiter: counts the calls of tools with a rate limit (None: not counted).
+        children: starts child runs and reads their ends (``ctx.start_child``).
     """
 
     def __init__(self, store: ArtifactStore, *, ledger: EffectLedger | None, max_parallel: int,
                  active: ActiveRuns | None, tracer: Tracer, prices: PriceTable,
-                 limiter: Limiter | None = None) -> None:
+                 limiter: Limiter | None = None, children: ChildRuns | None = None) -> None:
         self.store = store
+        self.children = children
+        """Starts the child runs stages ask for (``ctx.start_child``); None: they cannot."""
         self.ledger = ledger
         self.max_parallel = max_parallel
         self.active = active
@@ -115,6 +122,7 @@ class StageExecution:
             yield from session.closing(release=release)
             if complete:
                 yield from deactivating(self.active, session.run_id)
+                yield from waking_parent(session, "completed")
             outcome = "completed" if complete else "stopped"
         except LeaseLost as err:
             session.closed = True  # not ours any more: nothing to flush or release
@@ -136,6 +144,7 @@ class StageExecution:
                                              error=ErrorInfo(type(err).__name__, err.reason, False))
                 yield from session.closing(release=release)
                 yield from deactivating(self.active, session.run_id)
+                yield from waking_parent(session, "blocked")
             raise
         except DeliveryError as err:
             error = err
@@ -147,6 +156,7 @@ class StageExecution:
             with contextlib.suppress(RunlogError):
                 yield from session.closing(release=release)
                 yield from deactivating(self.active, session.run_id)
+                yield from waking_parent(session, "failed")
             raise
         except BaseException as err:
             error = err
@@ -192,6 +202,7 @@ class StageExecution:
                    max_parallel=self.max_parallel, ledger=self.ledger, deadlines=deadlines,
                    mode=async_mode if is_async else sync_mode, tracer=self.tracer, span=span,
                    prices=self.prices, limiter=self.limiter)
+        ctx.children = self.children
         yield from s.crashing(f"inside:STAGE:{stage.name}")
         try:
             inputs = s.inputs.load(stage.inputs)
@@ -230,6 +241,23 @@ class StageExecution:
                                payload_ref=out_ref, artifact_refs=refs)
         yield from s.flushing()
         return out
+
+
+def waking_parent(session: RunSession, outcome: str) -> Steps[None]:
+    """A child run ended (``outcome``): ask for its parent's resume, the parent waits for it. A request
+    lost (this process dies first, the topic refuses it) is made up for by the resumers' sweep, which
+    looks for runs whose awaited children have all ended."""
+    if session.parent is None:
+        return
+    parent, call_id = session.parent
+    yield from session.crashing(f"before:WAKE:{call_id}")
+    w = session.writer
+    try:
+        yield from io(w.request_resume, w.arequest_resume, parent,
+                      f"child {session.run_id} {outcome} ({call_id})")
+    except RunlogError as err:
+        log.warning("child %s: its parent %s not asked to resume (%s); the sweep will", session.run_id,
+                    parent, err)
 
 
 def _run_sync_stage(fn: Any, ctx: StageContext, inputs: Any) -> Any:

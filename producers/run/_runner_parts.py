@@ -16,10 +16,11 @@ from runlog.producers.log._lease import LeaseManager
 from runlog.producers.log._log import EventLog
 from runlog.producers.log._runlog import RunLog
 from runlog.producers.run._active import ActiveRuns
+from runlog.producers.run._children import ChildRuns
 from runlog.producers.run._core import StageExecution
 from runlog.producers.run._outcome import RunOutcomes
 from runlog.producers.run._results import RunHandle
-from runlog.producers.run._runs import RunKeys
+from runlog.producers.run._runs import RunKeyStore
 from runlog.producers.run._start import RunStarts
 
 __all__ = ["RunnerParts"]
@@ -30,17 +31,19 @@ class RunnerParts:
     their stages); the services they use read as the runner's attributes."""
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, *,
-                 source: InputSource | None = None, run_keys: RunKeys | None = None,
+                 source: InputSource | None = None, run_keys: RunKeyStore | None = None,
                  max_parallel: int = 8, ledger: EffectLedger | None = None,
                  run_log: RunLog | None = None, lease_wait_s: float = 60.0,
                  active: ActiveRuns | None = None, tracer: Tracer = NO_TRACE,
                  prices: PriceTable | None = None, limiter: Limiter | None = None) -> None:
         self.starts = RunStarts(writer, leases, store, source or DictInputSource({}), run_keys=run_keys,
                                 run_log=run_log, lease_wait_s=lease_wait_s, active=active, tracer=tracer)
-        self.stages = StageExecution(store, ledger=ledger, max_parallel=max_parallel, active=active,
-                                     tracer=tracer, prices=PriceTable.of(prices), limiter=limiter)
         self.outcomes = RunOutcomes(run_log, store)
         """Where the handles this runner gives out wait for their runs' outcomes."""
+        children = ChildRuns(self.starts, self.outcomes) if run_keys is not None else None
+        self.stages = StageExecution(store, ledger=ledger, max_parallel=max_parallel, active=active,
+                                     tracer=tracer, prices=PriceTable.of(prices), limiter=limiter,
+                                     children=children)
 
     def handing_out(self, handle: RunHandle) -> RunHandle:
         """``handle`` able to wait for its run's outcome (:meth:`RunHandle.result`)."""
@@ -70,7 +73,7 @@ class RunnerParts:
         return self.starts.source
 
     @property
-    def run_keys(self) -> RunKeys | None:
+    def run_keys(self) -> RunKeyStore | None:
         return self.starts.run_keys
 
     @property

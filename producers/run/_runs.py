@@ -27,8 +27,9 @@ client they await the same round trips on it, without one they are the sync call
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio
@@ -38,7 +39,7 @@ from runlog.producers.calls._keys import canonical_json, lp_sha256
 from runlog.projections.internal import READY, marker_key, parse_marker, state_key
 from runlog.schemas.errors import RunConflict
 
-__all__ = ["Claim", "RunKeys", "run_id_for_key"]
+__all__ = ["Claim", "InMemoryRunKeys", "RunKeyStore", "RunKeys", "run_id_for_key"]
 
 PENDING, STARTED = "pending", "started"
 
@@ -156,3 +157,64 @@ class RunKeys:
     def unclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
         """Drop a ``pending`` claim whose run certainly never appended anything (compare-and-delete)."""
         self._unclaim(keys=[self.key(idempotency_key)], args=[self._value(run_id, params_hash, workflow)])
+
+
+class RunKeyStore(Protocol):
+    """What a keyed start needs of the run key store (:class:`RunKeys` in Redis, :class:`InMemoryRunKeys`)."""
+
+    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim: ...
+
+    async def aclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim: ...
+
+    def mark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None: ...
+
+    async def amark_started(self, idempotency_key: str, run_id: str, params_hash: str,
+                            workflow: str) -> None: ...
+
+    def known(self, run_id: str) -> bool | None: ...
+
+    async def aknown(self, run_id: str) -> bool | None: ...
+
+
+class InMemoryRunKeys:
+    """:class:`RunKeys` in a dict (tests, one process): the same claims and refusals. ``known`` answers
+    None (no projection to ask), so a fresh claim is checked on the log, as with a Redis that lost
+    its projection."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
+        """:meth:`RunKeys.claim`."""
+        with self._lock:
+            found = self._claims.get(idempotency_key)
+            if found is None:
+                self._claims[idempotency_key] = {"run_id": run_id, "params_hash": params_hash,
+                                                 "workflow": workflow, "state": PENDING}
+                return Claim(run_id, True, False)
+        if found["workflow"] != workflow:
+            raise RunConflict(idempotency_key, found["run_id"],
+                              f"it was started for workflow {found['workflow']}, not {workflow}")
+        if found["params_hash"] != params_hash:
+            raise RunConflict(idempotency_key, found["run_id"],
+                              f"it was started with params sha256 {found['params_hash']}, these hash to "
+                              f"{params_hash}; use a new key for new parameters")
+        return Claim(found["run_id"], False, found["state"] != PENDING)
+
+    async def aclaim(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> Claim:
+        return self.claim(idempotency_key, run_id, params_hash, workflow)
+
+    def mark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
+        with self._lock:
+            self._claims[idempotency_key] = {"run_id": run_id, "params_hash": params_hash,
+                                             "workflow": workflow, "state": STARTED}
+
+    async def amark_started(self, idempotency_key: str, run_id: str, params_hash: str, workflow: str) -> None:
+        self.mark_started(idempotency_key, run_id, params_hash, workflow)
+
+    def known(self, run_id: str) -> bool | None:
+        return None
+
+    async def aknown(self, run_id: str) -> bool | None:
+        return None

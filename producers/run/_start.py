@@ -43,14 +43,14 @@ from runlog.producers.log._runlog import RunLog
 from runlog.producers.log._session import RunSession
 from runlog.producers.run._active import ActiveRuns
 from runlog.producers.run._results import RunHandle
-from runlog.producers.run._runs import Claim, RunKeys, run_id_for_key
+from runlog.producers.run._runs import Claim, RunKeyStore, run_id_for_key
 from runlog.projections.internal import BUDGET_ATTRIBUTE
 from runlog.schemas import EventType, event_hash
 from runlog.schemas.errors import (
     RunlogError,
     WorkflowDefinitionError,
 )
-from runlog.schemas.internal import STAGES_ATTRIBUTE, SUBJECT_ATTRIBUTE
+from runlog.schemas.internal import PARENT_CALL_ATTRIBUTE, STAGES_ATTRIBUTE, SUBJECT_ATTRIBUTE
 
 __all__ = ["RunHandle", "RunStarts", "activating", "deactivating"]
 
@@ -71,7 +71,7 @@ class RunStarts:
     """
 
     def __init__(self, writer: EventLog, leases: LeaseManager, store: ArtifactStore, source: InputSource, *,
-                 run_keys: RunKeys | None, run_log: RunLog | None, lease_wait_s: float,
+                 run_keys: RunKeyStore | None, run_log: RunLog | None, lease_wait_s: float,
                  active: ActiveRuns | None, tracer: Tracer) -> None:
         self.writer = writer
         self.leases = leases
@@ -152,6 +152,9 @@ class RunStarts:
         session = RunSession(self.writer, lease, run_id=run_id, next_seq=1, workflow=workflow,
                              inputs=pinned, params=json.loads(params_bytes))
         session.subject = attrs.get(SUBJECT_ATTRIBUTE)
+        parent_call = attrs.get(PARENT_CALL_ATTRIBUTE)
+        if parent_run_id is not None and parent_call:
+            session.parent = (parent_run_id, parent_call)
         store = self.store.for_subject(session.subject)
         chosen = budget or workflow.budget
         caps = chosen.caps() if chosen is not None else None

@@ -28,6 +28,7 @@ from runlog.producers.internal import (
     InMemoryLeaseManager,
     InMemoryLeaseTable,
     InMemoryLimiter,
+    InMemoryRunKeys,
     register,
     sealing,
     unregister,
@@ -142,6 +143,9 @@ class InMemoryWorld:
         self._lock = threading.Lock()
         self._executed: list[tuple[str, str, str]] = []  # (run id, tool, call id), in order
         self._workflows: dict[tuple[str, str], Workflow] = {}  # what the runs here ran, for their resume
+        self.run_keys = InMemoryRunKeys()
+        """The run keys (Redis): keyed starts, child runs (``ctx.start_child``) among them."""
+        self._served = 0  # resume requests of the log handled by serve()
 
     # -- the parts
 
@@ -150,7 +154,7 @@ class InMemoryWorld:
         ``holder`` plays one worker process."""
         source = self.app.source if self.app is not None else DictInputSource({})
         return Runner(self.log, InMemoryLeaseManager(self.leases, holder=holder), self.artifacts,
-                      source=source, ledger=self.ledger, run_log=self.log,
+                      source=source, ledger=self.ledger, run_log=self.log, run_keys=self.run_keys,
                       prices=self.app.prices if self.app is not None else None, limiter=self.limiter)
 
     def events(self, run_id: str) -> list[RunEvent]:
@@ -255,6 +259,24 @@ class InMemoryWorld:
             outcome = self._counted(run_id, lambda: resumer.resume(run_id))
         self.project()
         return outcome
+
+    def serve(self, *, tools: Iterable[Tool] = (), limit: int = 10_000) -> list[ResumeOutcome]:
+        """Handle every resume request on the log not handled yet, and those they lead to, as the App's
+        ``runlog resumer`` group would (one request after another, in the order they were made): the
+        child runs a stage started (``ctx.start_child``), and the parents their ends wake. Returns the
+        outcomes, in order.
+
+        Raises:
+            RuntimeError: more than ``limit`` requests (runs that keep asking for each other).
+        """
+        outcomes: list[ResumeOutcome] = []
+        while self._served < len(self.log.resume_requests):
+            if len(outcomes) >= limit:
+                raise RuntimeError(f"serve(): more than {limit} resume requests")
+            request = self.log.resume_requests[self._served]
+            self._served += 1
+            outcomes.append(self.resume(request.run_id, tools=tools))
+        return outcomes
 
     def crash_and_resume(self, workflow: Workflow, params: Mapping[str, Any], *, at: str,
                          tools: Iterable[Tool] = (), inputs: Mapping[str, str] | None = None) -> CrashResult:

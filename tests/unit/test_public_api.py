@@ -22,8 +22,8 @@ def test_all_names_exist(name: str) -> None:
 # The exact public surface of each package: adding or removing a name is a decision, made here.
 EXPORTS = {
     "runlog.producers": [
-        "App", "ArtifactError", "ArtifactStore", "AsyncRunner", "AsyncStageContext", "Budget", "CallInfo",
-        "CallPosition", "Cron", "DeliveryError", "DeliveryFn",
+        "App", "ArtifactError", "ArtifactStore", "AsyncChildRun", "AsyncRunner", "AsyncStageContext",
+        "Budget", "CallInfo", "CallPosition", "ChildRun", "Cron", "DeliveryError", "DeliveryFn",
         "DictInputSource", "Diverged", "EffectInDoubt", "InputNotFound", "InputSource", "JsonDirInputSource",
         "LeaseLost", "LocalArtifactStore", "Price", "PriceTable", "Queue", "RateLimit", "RateLimited",
         "ReconcileFn",

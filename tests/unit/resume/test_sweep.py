@@ -7,8 +7,10 @@ from typing import Any
 
 from runlog.processors.metrics import ResumerMetrics
 from runlog.processors.resume._sweep import Sweeper
-from runlog.projections import RunStatus
+from runlog.projections import RunState, RunStatus
 from runlog.projections._marker import READY, REBUILDING, Marker
+from runlog.projections._state import WaitInfo
+from runlog.schemas import WorkflowSpec
 
 
 class _Pipe:
@@ -45,13 +47,18 @@ class _Projection:
     def __init__(self) -> None:
         self.state = READY
         self.running: list[str] = []
+        self.states: dict[str, RunState] = {}
 
     def marker(self) -> Marker | None:
         return Marker("g1", self.state)
 
     def runs(self, status: RunStatus | None = None) -> list[str]:
-        assert status is RunStatus.RUNNING
-        return list(self.running)
+        assert status in (RunStatus.RUNNING, RunStatus.WAITING)
+        return list(self.running) if status is RunStatus.RUNNING else \
+            [r for r, st in self.states.items() if st.status is RunStatus.WAITING]
+
+    def load_states(self, run_ids: Iterable[str]) -> dict[str, RunState]:
+        return {r: self.states[r] for r in run_ids if r in self.states}
 
     def state_key(self, run_id: str) -> str:
         return f"state:{run_id}"
@@ -141,6 +148,27 @@ def test_waits_past_their_deadline_are_handed_to_their_policy_once() -> None:
     w.active.waits_due = [("late", "orders"), ("foreign", "billing")]
     assert w.sweeper.sweep().requested == ["late"]
     assert w.requested == [("late", "wait timed out")] and w.active.unwaited == ["late"]
+
+
+def test_a_parent_whose_children_all_ended_is_requested_once_they_have() -> None:
+    """A child's request to wake its parent was lost: the sweep finds the waiting parent whose awaited
+    children the projection shows ended (a blocked one counts), and leaves one still waiting alone."""
+    w = _World()
+    wf = WorkflowSpec("orders", "1", ())
+    wait = WaitInfo("fan/runlog.child/0", "runlog.child", 0, ("c1", "c2"))
+    w.projection.states = {
+        "parent": RunState("parent", status=RunStatus.WAITING, workflow=wf, waiting=wait),
+        "other": RunState("other", status=RunStatus.WAITING, workflow=wf,
+                          waiting=WaitInfo("fan/runlog.child/0", "runlog.child", 0, ("c1", "c3"))),
+        "signal": RunState("signal", status=RunStatus.WAITING, workflow=wf,
+                           waiting=WaitInfo("s/runlog.wait/0", "x")),
+        "c1": RunState("c1", status=RunStatus.COMPLETED), "c2": RunState("c2", status=RunStatus.BLOCKED),
+        "c3": RunState("c3", status=RunStatus.RUNNING)}
+    assert w.sweeper.parents_to_wake() == ["parent"]
+    assert w.sweeper.sweep().requested == ["parent"]
+    assert w.requested == [("parent", "children ended")]
+    w.projection.state = REBUILDING  # indexes moving: nothing is read from them
+    assert w.sweeper.parents_to_wake() == []
 
 
 def test_one_member_of_the_group_sweeps_per_interval() -> None:

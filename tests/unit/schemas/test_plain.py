@@ -207,7 +207,7 @@ RICH_JSON = (
     '"checkpoint":{"artifacts":[' + A + '],"checkpoint_id":"cp1","created_at":106,"inputs":{"brief":"v2"},'
     '"last_seq":7,"next_stage":"publish","offset":30,"partition":3,"run_id":"run-1","stage":"draft",'
     '"verified_by":[["r1",true,"ok"]],"workflow_version":"1"},'
-    '"checkpoints":[["cp1","draft",7,3,30,"h7"]],'
+    '"checkpoints":[["cp1","draft",7,3,30,"h7"]],"children":[],'
     '"closed_effects":[{"call_id":null,"delivery_key":"dk","external_id":"x","opened_at":null,'
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":7,"stage":null,"status":"DONE",'
     '"target":"cms","tool":null,"updated_at":105}],'
@@ -218,14 +218,14 @@ RICH_JSON = (
     '"open_effects":[{"call_id":"c2","delivery_key":"dk2","external_id":null,"opened_at":108,'
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":8,"stage":null,"status":"INTENT",'
     '"target":"cms","tool":null,"updated_at":110}],'
-    '"params_ref":' + A + ',"parent_run_id":"run-0","partition":3,"recent":[[9,"d9"]],'
+    '"params_ref":' + A + ',"parent_call":null,"parent_run_id":"run-0","partition":3,"recent":[[9,"d9"]],'
     '"recent_rejected":[[12,2,"TOOL_CALLED","gap",41]],"rejected":{"gap":1},"run_id":"run-1","stage":"draft",'
     '"stage_fingerprints":{"draft":"0123456789abcdef","publish":"fedcba9876543210"},'
     '"stage_outputs":{"draft":' + A + '},"stage_usage":{"draft":[2,30,4,10,0,70,1]},"started_at":100,'
     '"status":"WAITING","subject":null,'
     '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
     '"updated_at":120,"usage":[2,30,4,10,0,70,1],"usage_budget":[1000,5000000,800,null,"wait"],"v":1,'
-    '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500],'
+    '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500,[]],'
     '"workflow":{"name":"wf","stages":[["draft",["brief"],["r1"],true],["publish",[],[],true]],"version":"1"}}'
 )
 
@@ -237,10 +237,11 @@ def test_the_state_json_layout_is_pinned() -> None:
 
 def test_a_state_written_before_later_fields_reads_with_their_defaults() -> None:
     old = json.loads(RICH_JSON)
-    for later in ("params_ref", "last_hash", "waiting", "labels", "subject"):
+    for later in ("params_ref", "last_hash", "waiting", "labels", "subject", "children", "parent_call"):
         del old[later]
     old["checkpoints"] = [c[:5] for c in old["checkpoints"]]  # before the anchor's hash
     del old["open_effects"][0]["opened_at"]
     s = state_from_json(json.dumps(old))
     assert (s.params_ref, s.last_hash, s.waiting, s.labels) == (None, None, None, {})
+    assert (s.children, s.parent_call) == ((), None)
     assert s.checkpoints[0].last_hash is None and s.open_effects["dk2"].opened_at is None
