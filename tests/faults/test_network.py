@@ -11,7 +11,8 @@ broker advertised still goes through its proxy. The harness reads the log and Re
 Faults: latency with jitter and a bandwidth limit on every connection for a whole run; connections
 reset in the middle of Redis writes (``limit_data``: a connection is closed after a few hundred bytes,
 inside a command or pipeline); a half-open Redis connection (``timeout``: nothing comes back, nothing
-is closed) for longer than the lease; and each process partitioned from Redis only or from Kafka only
+is closed) for longer than the lease, and a Kafka connection that carries nothing for 5 s and is then
+closed; and each process partitioned from Redis only or from Kafka only
 for longer than its lease (3 s) and session timeout (projector 6 s, resumer 10 s), at the effect
 boundaries: the worker between the publish's acknowledged intent and its call, the resumer between
 taking the run over and reconciling the publish. After each: the run completed, the world holds one
@@ -400,6 +401,11 @@ def cells() -> list[Cell]:
     out.append(Cell("redis half-open to the worker (requests arrive, no reply) past its lease, "
                     f"at {inside_publish}", add, rm, hold_s=hold_lease, worker_at=inside_publish,
                     cut_off=frozenset({"worker"})))
+    # nothing flows either way for 5 s, then Toxiproxy closes the connection: the producer's requests
+    # in flight (the publish's result and what follows) are retried on a new connection
+    add, rm = _toxic(["kafka-worker"], "timeout", ("upstream", "downstream"), timeout=5000)
+    out.append(Cell(f"kafka half-open to the worker for 5 s, then closed, at {inside_publish}", add, rm,
+                    hold_s=6.0, worker_at=inside_publish, cut_off=frozenset({"worker"})))
     cut, heal = _partition(["redis-worker"])
     out.append(Cell(f"worker partitioned from redis past its lease, at {inside_publish}", cut, heal,
                     hold_s=hold_lease, worker_at=inside_publish, cut_off=frozenset({"worker"})))
