@@ -127,6 +127,8 @@ class Cell:
     crash_at: str | None = None
     cut_off: frozenset[str] = frozenset()
     """The roles the fault cuts off: they may stop (a clear exit), never hang."""
+    projector_batch: bool = False
+    """The fault must hit the projector while it writes a batch (its log says it retried one)."""
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -262,6 +264,7 @@ class Matrix:
         proxy = self.net.proxy
         healer: threading.Timer | None = None
         worker: subprocess.Popen[str] | None = None
+        plog_at = self.plog.stat().st_size if self.plog.exists() else 0
         injected: dict[str, float] = {}
 
         def inject_then_heal_later(point: str = "") -> None:
@@ -323,6 +326,12 @@ class Matrix:
                         healer.join(60)
                 entry.detail["resumes"] = resumes
             self._check(entry, cell, world, rc)
+            with open(self.plog, "rb") as f:
+                f.seek(plog_at)
+                retried = f.read().decode(errors="replace").count("Redis unreachable, retrying the batch")
+            entry.detail["projector_batch_retries"] = retried
+            if cell.projector_batch:
+                entry.checks["projector_batch_hit"] = retried > 0
         finally:
             if worker is not None and worker.poll() is None:
                 worker.kill()
@@ -414,7 +423,7 @@ def cells() -> list[Cell]:
                     hold_s=hold_lease, worker_at=inside_publish, cut_off=frozenset({"worker"})))
     cut, heal = _partition(["redis-projector"])
     out.append(Cell("projector partitioned from redis past the lease, mid-run (at after:VERIFIED:research)",
-                    cut, heal, hold_s=hold_lease, worker_at="after:VERIFIED:research"))
+                    cut, heal, hold_s=hold_lease, worker_at="after:VERIFIED:research", projector_batch=True))
     cut, heal = _partition(["kafka-projector"])
     out.append(Cell("projector partitioned from kafka past its session timeout, mid-run "
                     "(at after:VERIFIED:research)", cut, heal, hold_s=PROJECTOR_SESSION_MS / 1000 + 3,
