@@ -31,6 +31,16 @@ if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || [ -z "${REDIS_URL:-}" ]; then
     services_pid=$!
 fi
 
+# Toxiproxy for the network fault tests (tests/faults/test_network.py): built from its Go module into
+# .runlog/bin/ on the first run (about a minute, beside the virtualenv), found there afterwards.
+toxiproxy_log=""
+toxiproxy_pid=""
+if [ "$PROFILE" = test ]; then
+    toxiproxy_log="$(mktemp)"
+    "$ROOT/deploy/local/toxiproxy" build >/dev/null 2>"$toxiproxy_log" &
+    toxiproxy_pid=$!
+fi
+
 # The stamp names the pyproject.toml it was installed from and the extras; a test virtualenv
 # (extras [test,docs]) is a superset of the demo's.
 digest="$(sha256sum pyproject.toml | cut -d' ' -f1)"
@@ -71,6 +81,13 @@ apt_tools() { # command:package ...
         || say "could not install ${missing[*]}: their tests skip, or fail under CI=true"
 }
 [ "$PROFILE" != test ] || apt_tools chromium:chromium node:nodejs npm:npm openssl:openssl
+
+if [ -n "$toxiproxy_pid" ]; then
+    # a failed build stops nothing else: the network fault tests fail under CI=true with its reason
+    wait "$toxiproxy_pid" || say "deploy/local/toxiproxy build failed: the network fault tests will fail"
+    cat "$toxiproxy_log" >&2
+    rm -f "$toxiproxy_log"
+fi
 
 if [ -n "$services_pid" ]; then
     # the export lines are captured first: a failing deploy/local/up (a port taken, say) stops here

@@ -23,6 +23,10 @@ else ``run`` (``before:RUN_COMPLETED:run``). A point armed without its subject
 
 :func:`on_crash` replaces the SIGKILL with an action that raises: :mod:`runlog.testing` crashes a
 workflow in-process that way and resumes it in the same test.
+
+:func:`on_reach` makes the armed point a pause instead of a crash: the first time the point is
+reached the action runs (the network fault tests cut a connection there, or let the test do it)
+and the run goes on, as if no point were armed. The point is then disarmed.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 
-__all__ = ["ENV", "arm", "arm_from_env", "armed", "crash_point", "event_subject", "kill_self", "on_crash"]
+__all__ = ["ENV", "arm", "arm_from_env", "armed", "crash_point", "event_subject", "kill_self", "on_crash",
+           "on_reach"]
 
 ENV = "RUNLOG_CRASH_AT"
 """The environment variable a worker's entry point arms from."""
@@ -39,6 +44,7 @@ ENV = "RUNLOG_CRASH_AT"
 _armed: str | None = None
 _reached: str | None = None
 _action: Callable[[str], object] | None = None
+_reach: Callable[[str], object] | None = None
 
 
 def arm(point: str | None) -> None:
@@ -64,11 +70,16 @@ def event_subject(stage: str | None, call_id: str | None) -> str:
 
 
 def crash_point(point: str) -> bool:
-    """Whether ``point`` is the armed crash point (or, armed without a subject, one of its subjects)."""
-    global _reached
+    """Whether ``point`` is the armed crash point (or, armed without a subject, one of its subjects).
+    With an :func:`on_reach` action: runs it once, disarms, and answers False (no crash)."""
+    global _reached, _armed
     if _armed is None or not (_armed == point or point.startswith(_armed + ":")):
         return False
     _reached = point
+    if _reach is not None:
+        _armed = None  # once: the run goes on past the point
+        _reach(point)
+        return False
     return True
 
 
@@ -78,6 +89,14 @@ def on_crash(action: Callable[[str], object] | None) -> None:
     usual). None: SIGKILL again."""
     global _action
     _action = action
+
+
+def on_reach(action: Callable[[str], object] | None) -> None:
+    """At the armed point, call ``action(point)`` (the point reached, subject included) once and go on
+    instead of crashing: a fault injected at an effect boundary (a network partition, say) while the
+    run continues into it. None: the armed point crashes again."""
+    global _reach
+    _reach = action
 
 
 def kill_self() -> None:

@@ -10,7 +10,7 @@ from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import WAIT, RecordedCall
 from runlog.producers.calls._keys import canonical_json, lp_sha256, sha256_hex
-from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry
+from runlog.producers.calls._ledger import EffectLedger, InMemoryEffectLedger, LedgerEntry, LedgerUnavailable
 from runlog.producers.calls._limiter import InMemoryLimiter, Limiter, RedisLimiter
 from runlog.producers.calls._replay_hook import EXECUTE, NotReplayed, register, unregister
 from runlog.producers.calls._sealed import (
@@ -64,6 +64,7 @@ __all__ = [
     "KeyProvider",
     "LeaseHeld",
     "LedgerEntry",
+    "LedgerUnavailable",
     "Limiter",
     "LocalKeyProvider",
     "LoggedEvent",

@@ -120,6 +120,8 @@ scheduler below under ``--dist loadgroup`` (pytest 9 ignores the ``xdist_group``
 SERIAL: dict[str, str] = {
     "tests/faults/test_infrastructure.py": "private Redis and broker on fixed ports, restarted by the tests",
     "tests/faults/test_cluster.py": "a three-broker cluster on fixed ports, 1,000 runs on 48 threads",
+    "tests/faults/test_network.py": "partitions timed against leases and session timeouts, a private broker "
+    "and Toxiproxy: another test's load would stretch what they time",
     "tests/integration/resume/test_resumer_process_claims.py": "a static member must rejoin within the "
     "10 s session timeout, which a loaded machine's process start-up can miss",
 }

@@ -182,6 +182,8 @@ class Projector:
         run states before its next batch (another member may have moved those runs meanwhile)."""
         self.done: dict[int, int] = {}
         """Per partition, the last offset applied (read by :meth:`lag`, on the loop)."""
+        self.replay_check_failing = False
+        """:meth:`replay_done`'s last check failed (Redis unreachable): warned once per outage."""
 
     # rebalances (on the loop)
 
@@ -345,4 +347,14 @@ class Projector:
         self.metrics.set_lag(lags)  # revoked partitions drop out
 
     async def replay_done(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.worker, self.namespace.check_replay)
+        # A timer: Redis unreachable here (a partition, a failover) is tried again on its next tick. It
+        # must not end the member: an exception out of a Faust timer crashes the whole app, while the
+        # batches wait such an outage out for the failover window (:meth:`process`).
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.worker, self.namespace.check_replay)
+        except ProjectionStoreError as err:
+            if not self.replay_check_failing:
+                log.warning("checking the namespace's replay failed, trying again each second: %s", err)
+            self.replay_check_failing = True
+        else:
+            self.replay_check_failing = False

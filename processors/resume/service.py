@@ -93,7 +93,7 @@ from runlog.processors.resume._versions import PICKUP_S, Advertiser, VersionPick
 from runlog.processors.resume.request import request_resume
 from runlog.processors.resume.resumer import NOT_ACTED, App, ResumeOutcome, Resumer, UnknownRun
 from runlog.processors.schedule import ScheduleBook, Ticker
-from runlog.producers.internal import ActiveRuns, lease_key
+from runlog.producers.internal import ActiveRuns, LedgerUnavailable, lease_key
 from runlog.projections import ProjectionStoreError, RedisStore, RunStatus
 from runlog.schemas import (
     AuthenticationFailed,
@@ -332,11 +332,13 @@ class ResumerService:
                 log.warning("retry of %s: %s", run_id, err)
             self.active.remove(run_id)
             return None
-        except (redis.RedisError, ProjectionStoreError, LogUnavailable, DeliveryError) as err:
+        except (redis.RedisError, ProjectionStoreError, LedgerUnavailable, LogUnavailable,
+                DeliveryError) as err:
             # Redis or the brokers unreachable past the client's window (a failover, a broker
-            # restarting, this process resumed after a long pause): the request is handled (its
-            # offset committed) and the run retried later, as a contended one is; whatever the
-            # attempt appended is in the log and the retry resumes from it
+            # restarting, this process resumed after a long pause, a partition; the effects ledger
+            # unreachable while reconciling an effect): the request is handled (its offset committed)
+            # and the run retried later, as a contended one is; whatever the attempt appended is in
+            # the log and the retry resumes from it
             self._count("error", t0)
             log.warning("resume %s: %s failed (%s); retrying later", run_id,
                         "Kafka" if isinstance(err, (LogUnavailable, DeliveryError)) else "Redis", err)

@@ -461,3 +461,38 @@ def test_records_the_consumer_skipped_are_read_from_the_log_and_applied_first(
     assert not second.rejected and again.applied == 0 and again.outcomes["duplicate"] == 3
     assert store.load_state("r0") == once_state(log, "r0")
     assert a.checkpoints.sent == [(c.run_id.encode(), CODEC.encode(c)) for c in once.checkpoints]
+
+
+def test_redis_unreachable_at_the_replay_check_is_tried_again_and_does_not_end_the_member(
+    shutdown: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The replay check runs on a one-second Faust timer, and an exception out of a timer crashes the
+    whole app: the network fault matrix's projector partitioned from Redis died there
+    (``ProjectionStoreError: reading the namespace marker failed``) although its batches wait such an
+    outage out."""
+    from runlog.projections.redis_store import ProjectionStoreError
+
+    class Unreachable(Namespace):
+        failing = True
+
+        def check_replay(self) -> None:
+            self.calls.append("check_replay")
+            if self.failing:
+                raise ProjectionStoreError("reading the namespace marker failed: Connection refused")
+
+    log = the_log()
+    ns = Unreachable(Store(), log)
+    m = member(Group(log), ns.store, ns)
+    shutdown(m)
+
+    async def ticks() -> None:
+        await m.projector.replay_done()
+        await m.projector.replay_done()  # still down: warned once
+        ns.failing = False
+        await m.projector.replay_done()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(ticks())
+    assert ns.calls.count("check_replay") == 3
+    assert sum("checking the namespace's replay failed" in r.getMessage() for r in caplog.records) == 1
+    assert m.projector.replay_check_failing is False

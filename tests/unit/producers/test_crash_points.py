@@ -14,6 +14,7 @@ def _disarmed() -> Iterator[None]:
     yield
     crash.arm(None)
     crash.on_crash(None)
+    crash.on_reach(None)
 
 
 def test_a_point_with_its_subject_matches_only_itself() -> None:
@@ -48,3 +49,15 @@ def test_the_action_gets_the_point_reached_and_replaces_the_kill() -> None:
     assert crash.crash_point("inside:TOOL:write/compose/0")
     with pytest.raises(Died, match="inside:TOOL:write/compose/0"):
         crash.kill_self()
+
+
+def test_a_reach_action_runs_once_at_the_point_and_the_run_goes_on() -> None:
+    seen: list[str] = []
+    crash.on_reach(seen.append)
+    crash.arm("after:EFFECT_INTENT")
+    assert not crash.crash_point("after:EFFECT_RESULT:publish/post/0")
+    assert not crash.crash_point("after:EFFECT_INTENT:publish/post/0")  # reached: no crash
+    assert seen == ["after:EFFECT_INTENT:publish/post/0"]
+    assert crash.armed() is None
+    assert not crash.crash_point("after:EFFECT_INTENT:publish/post/1")  # disarmed: once
+    assert seen == ["after:EFFECT_INTENT:publish/post/0"]

@@ -232,3 +232,19 @@ def test_not_mine_is_counted_not_reported() -> None:
     out = svc._resume("run-1", None)
     assert out is not None and out.result == "not_mine"
     assert (svc.not_mine, seen, svc.outcomes, active.removed) == (1, [], [], [])
+
+
+def test_an_unreachable_effects_ledger_fails_the_attempt_and_is_retried_not_raised() -> None:
+    """The network fault matrix's resumer partitioned from Redis at ``before:EFFECT_RECONCILED``: the
+    ledger's ``LedgerUnavailable`` left the service's loop and ended the resumer process."""
+    from runlog.producers.internal import LedgerUnavailable
+
+    svc, _fake, scripted, _active = _service(["completed"])
+
+    def unreachable(run_id: str, *, seen_epoch: int | None = None, request: object = None) -> ResumeOutcome:
+        scripted.calls += 1
+        raise LedgerUnavailable("effects ledger: reading abc... failed: Connection refused")
+
+    scripted.resume = unreachable  # type: ignore[method-assign]
+    assert svc._resume("run-1", None) is None
+    assert scripted.calls == 1 and svc.next_retry_in() is not None  # retried later, like a Redis error
