@@ -34,9 +34,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from runlog.processors._tracing import Tracing
 from runlog.processors.resume.facts import FactsReader, UnknownRun
@@ -56,12 +59,13 @@ from runlog.producers.internal import (
     CHILD,
     BudgetGuard,
     LeaseHeld,
+    LedgerUnavailable,
     RunWriter,
     children_ended,
     sealing,
     store_from_settings,
 )
-from runlog.projections import RunState
+from runlog.projections import ProjectionStoreError, RunState
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import (
     ArtifactRef,
@@ -74,7 +78,10 @@ from runlog.schemas import (
     now_ms,
 )
 from runlog.schemas.errors import (
+    ArtifactError,
+    DeliveryError,
     LeaseLost,
+    LogUnavailable,
     ResumeBlocked,
     RunCancelled,
     RunFailed,
@@ -87,6 +94,8 @@ from runlog.schemas.internal import TraceContext, current, parse
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+log = logging.getLogger("runlog.resumer")
 
 __all__ = [
     "App",
@@ -359,6 +368,13 @@ class Resumer:
             return ResumeOutcome(run_id, "failed", plan, session.epoch, str(err))
         except LeaseLost as err:
             return ResumeOutcome(run_id, "contended", plan, session.epoch, str(err))
+        except (redis.RedisError, LogUnavailable, DeliveryError, LedgerUnavailable, ProjectionStoreError,
+                ArtifactError):
+            raise  # the services, not the run: the resumer service retries the resume later
+        except Exception as err:  # noqa: BLE001 - the stage's own error (a bug in it): FAILED is on the log
+            log.warning("resume %s: the stage raised %s: %s (recorded as FAILED)", run_id,
+                        type(err).__name__, err)
+            return ResumeOutcome(run_id, "failed", plan, session.epoch, f"{type(err).__name__}: {err}")
         finally:
             session.close(release=True)
         if result.waiting is not None:

@@ -202,3 +202,25 @@ def test_with_encryption_on_no_payload_is_readable_in_the_events_and_all_of_them
     keyring = tmp_path / "keyring"
     assert keyring.stat().st_mode & 0o777 == 0o700
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in keyring.rglob("*") if p.is_file())
+
+
+def test_a_stage_that_raises_a_plain_error_on_resume_fails_the_run_not_the_resumer() -> None:
+    """A bug in a stage (a KeyError here) is the run's failure, recorded as FAILED: the resume's
+    outcome says so, and nothing escapes to end the resumer member that was serving it."""
+    from runlog.producers import Workflow
+    from runlog.testing import InMemoryWorld
+
+    wf = Workflow("buggy", "1")
+
+    @wf.stage("first")
+    def first(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+    @wf.stage("second")
+    def second(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"x": ctx.output_of("first")["missing"]}  # KeyError
+
+    world = InMemoryWorld()
+    res = world.crash_and_resume(wf, {}, at="before:STAGE_STARTED:second")
+    assert res.outcome.result == "failed" and "KeyError" in res.outcome.detail
+    assert res.types()[-1] is EventType.FAILED
