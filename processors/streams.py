@@ -15,6 +15,7 @@ topic, partition and offset: produced at least once, readers deduplicate by them
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -24,13 +25,17 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from runlog.processors.dlq import headers
+from runlog.producers.internal import SubjectKeys, open_text
 from runlog.schemas import Codec, StreamKind, StreamRecord
-from runlog.schemas.errors import ConfigError, DecodeError, LogUnavailable
+from runlog.schemas.errors import ConfigError, DecodeError, LogUnavailable, SubjectErased
 from runlog.schemas.internal import served
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics, partition_for
 
-__all__ = ["StreamEntry", "StreamReader", "superseded"]
+__all__ = ["ERASED", "StreamEntry", "StreamReader", "superseded"]
+
+ERASED = "[erased]"
+"""What a sealed text or data of an erased subject reads as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,8 @@ class StreamReader:
         self.run_id = next(iter(wanted))
         self._from = {r.encode("utf-8"): o for r, o in wanted.items()}
         self._codec = codec or Codec.from_settings(settings)
+        self._keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        """Opens sealed text and data (``RUNLOG_ENCRYPTION``); without it they read as sealed."""
         self._dead_letters = dead_letters
         self._consumer = Consumer(settings.consumer_config(
             f"runlog-tail-{uuid.uuid4().hex[:12]}", **{"enable.auto.commit": False,
@@ -148,12 +155,25 @@ class StreamReader:
                 continue
             run = key.decode("utf-8") if key is not None else ""
             try:
-                record = self._codec.decode(msg.value() or b"", StreamRecord)
+                record = self._opened(self._codec.decode(msg.value() or b"", StreamRecord))
                 out.append(StreamEntry(offset, record, None, run))
             except DecodeError as bad:
                 self._dead_letter(msg, bad)
                 out.append(StreamEntry(offset, None, bad, run))
         return out
+
+    def _opened(self, record: StreamRecord) -> StreamRecord:
+        """``record`` with its sealed text and data opened (an erased subject's read as
+        ``[erased]``: the stream is gone with the key)."""
+        if self._keys is None:
+            return record
+        try:
+            return dataclasses.replace(
+                record, text=None if record.text is None else open_text(self._keys, record.text),
+                data=None if record.data is None else open_text(self._keys, record.data))
+        except SubjectErased:
+            return dataclasses.replace(record, text=None if record.text is None else ERASED,
+                                       data=None if record.data is None else ERASED)
 
     def _dead_letter(self, msg: Any, err: DecodeError) -> None:
         if self._dead_letters is None:

@@ -20,6 +20,11 @@ counted in :attr:`StreamWriter.dropped` / :attr:`StreamWriter.failed` (and in
 ``runlog_writer_stream_records_total{outcome}`` once :meth:`StreamWriter.count_in` names a registry's
 writer metrics) and logged, never the run's result (the recorded call and its ``FINAL`` record hold
 the whole response).
+
+With ``RUNLOG_ENCRYPTION`` on, a record's ``text`` and ``data`` are sealed under the run's subject's
+data key (``rlenc1:`` + the envelope in base64, :func:`runlog.producers.calls._sealed.seal_text`):
+what streams is a prompt's answer too. Readers with the keyring open them
+(:class:`runlog.processors.streams.StreamReader`); an erased subject's stream reads nowhere.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from runlog.producers.base._keyring import DataKey, SubjectKeys
+from runlog.producers.calls._sealed import seal_text
 from runlog.schemas import Codec, StreamKind, StreamRecord, now_ms
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
@@ -58,9 +65,15 @@ class StreamWriter:
         """A writer with its own producer: ``acks=1``, not idempotent, ``linger.ms=2``."""
         conf = settings.producer_config(**{"enable.idempotence": False, "acks": 1, "linger.ms": 2,
                                            "message.timeout.ms": 30_000})
-        return cls(Producer(conf), Codec.from_settings(settings), Topics.of(settings).streams)
+        keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        return cls(Producer(conf), Codec.from_settings(settings), Topics.of(settings).streams, keys=keys,
+                   default_subject=settings.default_subject)
 
-    def __init__(self, producer: Producer, codec: Codec, topic: str) -> None:
+    def __init__(self, producer: Producer, codec: Codec, topic: str, *, keys: SubjectKeys | None = None,
+                 default_subject: str = "default") -> None:
+        self.keys = keys
+        """Seals each record's text and data when set (``RUNLOG_ENCRYPTION``)."""
+        self.default_subject = default_subject
         self._producer = producer
         self._codec = codec
         self.topic = topic
@@ -84,10 +97,12 @@ class StreamWriter:
             self._metrics.stream.labels(outcome).inc()
 
     def begin(self, *, run_id: str, stage: str, call_id: str, epoch: int, attempt: int,
-              supersedes: bool) -> StreamAttempt:
+              supersedes: bool, subject: str | None = None) -> StreamAttempt:
         """Start an attempt of a streaming call: ``SUPERSEDED`` first when ``supersedes`` (an
-        earlier attempt of ``call_id`` may have streamed), then ``BEGIN``."""
-        a = StreamAttempt(self, run_id, stage, call_id, epoch, attempt)
+        earlier attempt of ``call_id`` may have streamed), then ``BEGIN``. ``subject``: the run's
+        (its records are sealed under that subject's key when encryption is on)."""
+        key = self.keys.for_subject(subject or self.default_subject) if self.keys is not None else None
+        a = StreamAttempt(self, run_id, stage, call_id, epoch, attempt, key)
         if supersedes:
             a.write(StreamKind.SUPERSEDED)
         a.write(StreamKind.BEGIN)
@@ -128,14 +143,18 @@ class StreamAttempt:
     """One attempt of one streaming call: its records, numbered from 0 (``index``)."""
 
     def __init__(self, writer: StreamWriter, run_id: str, stage: str, call_id: str, epoch: int,
-                 attempt: int) -> None:
+                 attempt: int, data_key: DataKey | None = None) -> None:
         self._writer = writer
         self._key = (run_id, stage, call_id, epoch, attempt)
         self._index = 0
+        self._data_key = data_key
 
     def write(self, kind: StreamKind, *, part: int | None = None, text: str | None = None,
               data: str | None = None) -> None:
         run_id, stage, call_id, epoch, attempt = self._key
+        if self._data_key is not None:  # sealed: the stream is the answer, in pieces
+            text = None if text is None else seal_text(self._data_key, text)
+            data = None if data is None else seal_text(self._data_key, data)
         self._writer.write(StreamRecord(run_id, stage, call_id, epoch, now_ms(), kind, attempt=attempt,
                                         index=self._index, part=part, text=text, data=data,
                                         produced_ns=time.time_ns()))

@@ -53,7 +53,8 @@ class StreamedTools:
         :attr:`on`)."""
         attempt = writer.begin(run_id=call.run_id, stage=call.stage, call_id=call.call_id,
                                epoch=call.epoch, attempt=call.attempt,
-                               supersedes=call.attempt > 1 or was_called(stage, call.index))
+                               supersedes=call.attempt > 1 or was_called(stage, call.index),
+                               subject=subject_of(stage))
         part = ToolCallPart(tool_name=name, args=args, tool_call_id=tool_call_id or "")
         event = FunctionToolCallEvent(part=part)
         attempt.event(_json(to_jsonable_python(event)))
@@ -81,6 +82,13 @@ def was_called(stage: AsyncStageContext, index: int) -> bool:
     return recorded is not None and getattr(recorded, "result", None) is None
 
 
+def subject_of(stage: AsyncStageContext) -> str | None:
+    """The run's subject (its records are sealed under its key when encryption is on)."""
+    session = getattr(stage, "session", None)
+    subject = getattr(session, "subject", None)
+    return subject if isinstance(subject, str) else None
+
+
 def stream_event(attempt: StreamAttempt, event: Any) -> None:
     """One model stream event as a stream record: text as ``DELTA``, anything else as ``EVENT``."""
     if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
@@ -103,7 +111,8 @@ def streamed_request(wrapped: Model, writer: Callable[[], StreamWriter], stage: 
     async def fn(call: CallInfo) -> ModelResponse:
         attempt = writer().begin(run_id=call.run_id, stage=call.stage, call_id=call.call_id,
                                  epoch=call.epoch, attempt=call.attempt,
-                                 supersedes=call.attempt > 1 or was_called(stage, call.index))
+                                 supersedes=call.attempt > 1 or was_called(stage, call.index),
+                                 subject=subject_of(stage))
         async with wrapped.request_stream(messages, model_settings, parameters, run_context) as streamed:
             async for event in streamed:
                 stream_event(attempt, event)
