@@ -76,9 +76,11 @@ class ScheduleBook:
         self._own = client is None
         self.redis = client if client is not None else redis_client(settings)
         p = settings.redis_prefix
-        self.key = f"{p}:schedules"
-        self.synced_key = f"{p}:schedules:synced"
-        self.last_key = f"{p}:schedules:last"
+        # one hash tag: the rebuild replaces the hash and sets its marker in one transaction, which a
+        # Redis Cluster allows only for keys of one slot
+        self.key = f"{p}:{{schedules}}"
+        self.synced_key = f"{p}:{{schedules}}:synced"
+        self.last_key = f"{p}:{{schedules}}:last"
         self._producer: Producer | None = None
         self._forward = self.redis.register_script(_MAX_FORWARD)
 

@@ -230,10 +230,13 @@ def test_a_parallel_step_crashed_anywhere_resumes_with_every_effect_done_once(
         f"fanout/{MODEL_TOOL}/0", f"fanout/{QUOTE_TOOL}/1", f"fanout/{RESERVE_TOOL}/2",
         f"fanout/{NOTICE_TOOL}/3", f"fanout/{MODEL_TOOL}/4",
         f"stamp/{STAMP_TOOL}/0", f"stamp/{STAMP_TOOL}/1"])
-    # the reference's tools finished quote, reserve, notice; stamp 2 before stamp 1
+    # the reference's tools were given delays to finish quote, reserve, notice, then stamp 2 before
+    # stamp 1; on a loaded machine a 250 ms margin may not hold, and the crash points below are read
+    # from whatever order the reference's log has, so only the set is required here
     finished = [e.call_id for e in ref if e.type is T.TOOL_RESULT and e.tool != MODEL_TOOL]
-    assert finished == [f"fanout/{QUOTE_TOOL}/1", f"fanout/{RESERVE_TOOL}/2", f"fanout/{NOTICE_TOOL}/3",
-                        f"stamp/{STAMP_TOOL}/1", f"stamp/{STAMP_TOOL}/0"]
+    assert sorted(finished) == sorted([f"fanout/{QUOTE_TOOL}/1", f"fanout/{RESERVE_TOOL}/2",
+                                       f"fanout/{NOTICE_TOOL}/3", f"stamp/{STAMP_TOOL}/1",
+                                       f"stamp/{STAMP_TOOL}/0"])
     ref_world = ParallelWorld(tmp_path / "reference" / "world")
     assert ref_world.model_turns() == [0, 1] and set(ref_world.executions().values()) == {1}
     turns = {e.call_id or "": n for n, e in enumerate(e for e in called if e.tool == MODEL_TOOL)}

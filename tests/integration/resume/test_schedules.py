@@ -135,7 +135,8 @@ def test_the_book_is_rebuilt_from_the_log_and_bad_input_is_refused(topics: Setti
     assert _cli(topics, "schedule", "pause", "nightly").returncode == 0
     r = redis.Redis.from_url(topics.redis_url)
     try:
-        r.delete(f"{topics.redis_prefix}:schedules", f"{topics.redis_prefix}:schedules:synced")  # lost
+        lost = f"{topics.redis_prefix}:{{schedules}}"
+        r.delete(lost, f"{lost}:synced")  # Redis lost the schedules
         with ScheduleBook(topics, r) as book:
             [s] = book.list()
         assert (s.name, s.cron, s.paused) == ("nightly", "0 2 * * *", True)
