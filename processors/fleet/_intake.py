@@ -42,7 +42,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import cast
 
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -55,7 +54,7 @@ from runlog.processors.fleet._rebuild import RebuildReport, rebuild_queues
 from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
-from runlog.producers.internal import SubjectKeys, run_id_for_key
+from runlog.producers.internal import RunSession, SubjectKeys, run_id_for_key
 from runlog.schemas import (
     Codec,
     DecodeError,
@@ -156,7 +155,7 @@ class SubmissionIntake:
             instance_suffix=".intake"))
         self.consumer.subscribe([self.topics.submissions])
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="runlog-run")
-        self.running: dict[str, tuple[str, Future[RunResult | None]]] = {}
+        self.running: dict[str, tuple[str, Future[RunResult]]] = {}
         """run id -> (its queue, its execution)."""
         self._lock = threading.Lock()
         self._last_park_check = 0.0
@@ -309,8 +308,7 @@ class SubmissionIntake:
                                 f"queue {sub.queue}" if added else "queued or started before", sub.tenant))
 
     def _start(self, d: Dispatched) -> Taken:
-        """Hand a run its queue gave this worker to a run thread, which starts it (the module
-        docstring) and executes it: starts go side by side, up to ``concurrency``."""
+        """Start a run its queue handed this worker (the module docstring)."""
         try:
             sub = self.codec.decode(d.record, RunSubmission)
         except DecodeError as err:
@@ -323,60 +321,48 @@ class SubmissionIntake:
             return self._done(Taken(sub.run_id, "parked", f"waits for a member serving {wf_label}", d.tenant))
         if crash_point("after:SUBMISSION:taken"):
             kill_self()
-        with self._lock:
-            self.running[sub.run_id] = (d.queue, self.pool.submit(self._start_and_execute, d, sub))
-            self.metrics.running.set(len(self.running))
-        return Taken(sub.run_id, "starting", f"queue {d.queue}", d.tenant)
-
-    def _start_and_execute(self, d: Dispatched, sub: RunSubmission) -> RunResult | None:
-        """A run thread: the keyed start, then the run; the queue slot is released when it returns
-        (put back at its place when the start could not be made now)."""
-        release = "done"
         try:
-            try:
-                wf = self.app.registry.get(sub.workflow, sub.version)
-                attrs = {k: v for k, v in sub.attributes.items() if k != SUBJECT}
-                h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None,
-                                          sub.idempotency_key, attributes=attrs,
-                                          subject=sub.attributes.get(SUBJECT))
-            except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
-                self._dead_letter(d.record, None, sub.run_id, type(err).__name__, str(err))
-                return None
-            except (redis.RedisError, DeliveryError, RunlogError) as err:
-                log.warning("submission %s: not started now (%s); queued again", sub.run_id, err)
-                release = "again"
-                self._done(Taken(sub.run_id, "retry", str(err), d.tenant))
-                return None
-            if h.session is None:
-                self._done(Taken(sub.run_id, "existing", "its key's run was started before", d.tenant))
-                return None
-            with self._lock:
-                self.started += 1
-            self._done(Taken(sub.run_id, "started", f"queue {d.queue}", d.tenant))
-            return self.runner.execute(h.session)
-        finally:
-            try:
-                if release == "again":
-                    self.queues.release(d.queue, d.run_id, mode="again")
-                else:
-                    self.queues.release(d.queue, d.run_id)
-            except redis.RedisError as lost:  # its slot expires instead (and the run waits again)
-                log.warning("run %s: its slot in queue %s not freed now (%s); it expires", d.run_id, d.queue,
-                            lost)
+            wf = self.app.registry.get(sub.workflow, sub.version)
+            h = self.runner.start_run(wf, params_of(sub, self.keys), sub.inputs or None, sub.idempotency_key,
+                                      attributes={k: v for k, v in sub.attributes.items() if k != SUBJECT},
+                                      subject=sub.attributes.get(SUBJECT))
+        except (RunConflict, InputNotFound, WorkflowDefinitionError) as err:
+            self.queues.release(d.queue, d.run_id)
+            return self._dead_letter(d.record, None, sub.run_id, type(err).__name__, str(err))
+        except (redis.RedisError, DeliveryError, RunlogError) as err:
+            log.warning("submission %s: not started now (%s); queued again", sub.run_id, err)
+            with contextlib.suppress(redis.RedisError):  # else its slot expires and it waits again
+                self.queues.release(d.queue, d.run_id, mode="again")
+            return self._done(Taken(sub.run_id, "retry", str(err), d.tenant))
+        if h.session is None:
+            self.queues.release(d.queue, d.run_id)
+            return self._done(Taken(sub.run_id, "existing", "its key's run was started before", d.tenant))
+        with self._lock:
+            self.running[sub.run_id] = (d.queue, self.pool.submit(self._execute, h.session))
+            self.started += 1
+            self.metrics.running.set(len(self.running))
+        return self._done(Taken(sub.run_id, "started", f"queue {d.queue}", d.tenant))
+
+    def _execute(self, session: RunSession) -> RunResult:
+        return self.runner.execute(session)
 
     def _reap(self) -> None:
         with self._lock:
-            done = [(r, f) for r, (_, f) in self.running.items() if f.done()]
-            for run_id, _ in done:
+            done = [(r, q, f) for r, (q, f) in self.running.items() if f.done()]
+            for run_id, _, _ in done:
                 del self.running[run_id]
-        for run_id, fut in done:
+        for run_id, queue, fut in done:
+            try:
+                self.queues.release(queue, run_id)
+            except redis.RedisError as lost:  # its slot expires instead
+                log.warning("run %s: its slot in queue %s not freed now (%s); it expires", run_id, queue,
+                            lost)
             err = fut.exception()
             if err is not None:
                 log.warning("run %s: %s: %s (its log says what happened; a resume goes on from there)",
                             run_id, type(err).__name__, err)
-            result = fut.result() if err is None else None
-            if self.on_result is not None and (err is not None or result is not None):
-                self.on_result(run_id, err if err is not None else cast(RunResult, result))
+            if self.on_result is not None:
+                self.on_result(run_id, err if err is not None else fut.result())
         if done:
             self.metrics.running.set(len(self.running))
 
