@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +23,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 
-
-@pytest.fixture
-def fleet_settings(topics: Settings) -> Settings:
-    return topics.with_(resumer_group=f"t-fleet-{uuid.uuid4().hex[:8]}", sweep_interval_ms=1000)
-
-
-@pytest.fixture
-def members(fleet_settings: Settings) -> Iterator[list[_Member]]:
-    out: list[_Member] = []
-    yield out
-    for m in out:
-        if m.thread.is_alive() or not m.stop.is_set():
-            m.leave()
 
 
 def _started(settings: Settings, run_id: str) -> int:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,19 +23,6 @@ pytestmark = pytest.mark.integration
 
 WEIGHTS = {"a": 1, "b": 1, "c": 2}
 
-
-@pytest.fixture
-def fleet_settings(topics: Settings) -> Settings:
-    return topics.with_(resumer_group=f"t-queues-{uuid.uuid4().hex[:8]}", sweep_interval_ms=1000)
-
-
-@pytest.fixture
-def members(fleet_settings: Settings) -> Iterator[list[_Member]]:
-    out: list[_Member] = []
-    yield out
-    for m in out:
-        if m.thread.is_alive() or not m.stop.is_set():
-            m.leave()
 
 
 def _starts_on_log(settings: Settings) -> Counter[str]:
