@@ -125,8 +125,7 @@ SERIAL: dict[str, str] = {
     "tests/integration/resume/test_resumer_process_claims.py": "a static member must rejoin within the "
     "10 s session timeout, which a loaded machine's process start-up can miss",
     "tests/integration/fleet/test_queues.py": "queue slots refreshed on a timer shorter than the 3 s lease, "
-    "and the queues flushed and rebuilt mid-flight: under another test's load a run was lost once in a "
-    "few runs (a race not found yet; alone it passes)",
+    "and the fleet's shares measured while two workers dispatch: another test's load stretches both",
 }
 """Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix -> why."""
 

@@ -25,8 +25,11 @@ slots come back (and its runs go to the resumer group: their leases expire, the 
 their resumes). A submission that cannot be decoded, names a run other than its key's, or
 conflicts with the run its key names goes to the dead-letter topic with its reason.
 
-Redis lost the queues? A worker that finds a declared queue's keys missing rebuilds the App's
-queues from the log (:func:`runlog.processors.fleet._rebuild.rebuild_queues`).
+Redis lost the queues? A worker that finds a declared queue's ``built`` marker missing rebuilds the
+App's queues from the log (:func:`runlog.processors.fleet._rebuild.rebuild_queues`), which sets it.
+Every worker declares the queues' limits again on each look, and only a rebuild sets the marker, so
+a worker that may not rebuild yet (``REBUILD_GAP_S`` since its last one) leaves the loss visible to
+the others, and rebuilds itself once the gap has passed.
 """
 
 from __future__ import annotations
@@ -235,12 +238,15 @@ class SubmissionIntake:
         if now - self._last_scan >= SCAN_S or not self._last_scan:
             self._last_scan = now
             declared = [self.app.queue(name) for name in self.declares]
-            missing = [q.name for q in declared if not self.queues.declared(q.name)]
+            missing = [q.name for q in declared if not self.queues.built(q.name)]
             if missing and (not self.rebuilds or now - self._last_rebuild >= REBUILD_GAP_S):
                 self._last_rebuild = now
                 report = rebuild_queues(self.settings, self.app, self.queues)
                 self.rebuilds.append(report)
                 log.warning("queues %s had no keys in Redis: rebuilt from the log (%s)", missing, report)
+            elif missing:
+                log.info("queues %s had no keys in Redis: another member rebuilds them, or this one in "
+                         "%.0f s", missing, REBUILD_GAP_S - (now - self._last_rebuild))
             for q in declared:
                 self.queues.declare(q)
             for st in all_queues(self.parking, self.settings.redis_prefix):

@@ -18,7 +18,10 @@ from that base, in the same slot. Keys under the base ``B``:
 * ``B:running`` (sorted set): running run id -> expiry (ms, Redis's clock); ``B:rt`` (hash): running
   runs per tenant; ``B:starts`` (hash): starts per tenant (the shares ``runlog queues`` shows);
 * ``B:started`` (sorted set): run ids started in the last day (a submission delivered again is not
-  queued again).
+  queued again);
+* ``B:built``: set by a rebuild from the log when it starts (:meth:`RedisQueues.mark_built`). Only a
+  rebuild writes it, so its absence means the queue's pending runs may be gone (a Redis that lost
+  its data, a flush) even after a worker has declared the queue's limits again.
 
 **Fairness** (start-time fair queuing over starts): each start advances its tenant's virtual time
 by ``1 / weight``; a dispatch takes the highest priority waiting at the head of any tenant that has
@@ -326,6 +329,17 @@ class RedisQueues:
 
     def declared(self, queue: str) -> bool:
         return bool(self.client.exists(f"{self.base(queue)}:limits"))
+
+    def built(self, queue: str) -> bool:
+        """Whether ``queue``'s keys have been rebuilt from the log since Redis last lost them (the
+        ``B:built`` marker; declaring the limits does not set it, so a worker that declares again
+        after a loss does not hide the loss from the others)."""
+        return bool(self.client.exists(f"{self.base(queue)}:built"))
+
+    def mark_built(self, queue: str) -> None:
+        """Note that a rebuild of ``queue`` from the log is under way (set before it reads: a loss
+        while it reads deletes the marker again, and the next look rebuilds once more)."""
+        self.client.set(f"{self.base(queue)}:built", "1")
 
     def enqueue(self, queue: str, run_id: str, tenant: str | None, priority: int, submitted_at: int,
                 record: bytes) -> bool:

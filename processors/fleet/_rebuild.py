@@ -2,7 +2,8 @@
 is not on the events topic (``runlog queues rebuild``, and a worker that finds its queues' keys
 missing at start or while it serves).
 
-Reads both topics up to their high watermarks when the rebuild starts. Queuing is idempotent (a run
+Marks the App's queues built first (``B:built``: what a worker checks to tell a lost Redis from a
+kept one), then reads both topics up to their high watermarks. Queuing is idempotent (a run
 pending, running, or started within a day is not queued again), and a run queued while its start
 is under way starts once all the same: the start is the keyed start, and a second dispatch of a
 started run finds it ``existing``. A submission dead-lettered before is queued again and
@@ -41,6 +42,7 @@ def rebuild_queues(settings: Settings, app: App, queues: RedisQueues) -> Rebuild
 
     for name in dict.fromkeys([*(q.name for q in app.queues), "default"]):
         queues.declare(app.queue(name))
+        queues.mark_built(name)
     topics = Topics.of(settings)
     codec = Codec.from_settings(settings)
     subs: dict[str, tuple[RunSubmission, bytes]] = {}
