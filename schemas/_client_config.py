@@ -30,6 +30,15 @@ def _close_time_noise(text: str) -> bool:
         "Broker handle destroyed" in text or "in state DOWN)" in text)
 
 
+_TRANSIENT = ("Coordinator load in progress", "Not coordinator", "Coordinator not available")
+"""A broker that has just started answers these while it loads its coordinators; librdkafka says
+``retrying`` and succeeds a moment later, so the line reports no failure."""
+
+
+def _transient_line(text: str) -> bool:
+    return "retrying" in text and any(marker in text for marker in _TRANSIENT)
+
+
 _UNREACHABLE = ("Connection refused", "Broker transport failure", "brokers are down", "Failed to resolve",
                 "Name or service not known", "Connection timed out", "Timed out")
 _quiet = {"unreachable": False}
@@ -47,7 +56,7 @@ def _unreachable_line(text: str) -> bool:
 
 
 class _KafkaNoise(logging.Filter):
-    """Demotes :func:`_close_time_noise` lines to DEBUG (dropped unless DEBUG is on for the logger),
+    """Demotes :func:`_close_time_noise` and :func:`_transient_line` lines to DEBUG (dropped unless DEBUG is on for the logger),
     and the lines of an authentication failure once it is reported as
     :class:`~runlog.schemas.errors.AuthenticationFailed`
     (:func:`~runlog.schemas._kafka_auth.auth_failure_line`:
@@ -57,7 +66,8 @@ class _KafkaNoise(logging.Filter):
         from runlog.schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then
 
         text = record.getMessage() if record.levelno > logging.DEBUG else ""
-        if text and (_close_time_noise(text) or auth_failure_line(text) or _unreachable_line(text)):
+        if text and (_close_time_noise(text) or auth_failure_line(text) or _unreachable_line(text)
+                     or _transient_line(text)):
             if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
                 return False
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"

@@ -159,6 +159,16 @@ def test_close_time_noise_is_visible_at_debug(caplog: pytest.LogCaptureFixture) 
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
 
 
+def test_a_fresh_brokers_coordinator_retries_are_debug_and_a_refused_pid_is_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="librdkafka")
+    _log("[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:25092/1: Broker: "
+         "Coordinator load in progress: retrying")
+    _log("[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:25092/1: Broker: "
+         "Cluster authorization failed")
+    assert [r.levelname for r in caplog.records] == ["DEBUG", "ERROR"]
+
+
 # -- rebuild's default target -----------------------------------------------------------------------
 
 
