@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 from runlog.schemas.settings import Settings
-from tests.conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository root (not imported from ``tests.conftest``: a worker process has no use for pytest,
+and importing it costs each of the fault suite's hundreds of worker processes a second of start-up)."""
 
 __all__ = ["finish", "spawn_worker"]
 
