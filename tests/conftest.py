@@ -206,7 +206,8 @@ def services() -> Iterator[Services]:
                          must_answer={found.redis_url, found.kafka_bootstrap_servers})
         if left:
             pytest.fail(f"{len(left)} of the {len(_HANDED_OUT)} namespaces this session handed out "
-                        "were not removed at teardown:\n" + "\n".join(str(x) for x in left[:20]),
+                        f"were not removed at teardown (first: {left[0]}):\n"
+                        + "\n".join(str(x) for x in left[:20]),
                         pytrace=False)
 
 
