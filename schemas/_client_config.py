@@ -56,7 +56,8 @@ def _unreachable_line(text: str) -> bool:
 
 
 class _KafkaNoise(logging.Filter):
-    """Demotes :func:`_close_time_noise` and :func:`_transient_line` lines to DEBUG (dropped unless DEBUG is on for the logger),
+    """Demotes :func:`_close_time_noise` and :func:`_transient_line` lines to DEBUG (dropped unless
+    DEBUG is on for the logger),
     and the lines of an authentication failure once it is reported as
     :class:`~runlog.schemas.errors.AuthenticationFailed`
     (:func:`~runlog.schemas._kafka_auth.auth_failure_line`:

@@ -41,6 +41,7 @@ from runlog.producers.log._lease import lease_key
 from runlog.projections import OutcomeKind, RunStatus, dump_namespace, rebuild
 from runlog.schemas import RunlogError, Settings
 from runlog.schemas._redis import redis_client
+from tests import _fork as fork
 from tests.faults.machinery.points import Boundary, boundaries, expected_prefix
 from tests.faults.machinery.report import PointEntry
 
@@ -209,17 +210,21 @@ class CrashMatrix:
         env = worker_env(self.settings, RUNLOG_DEMO_WORLD_URL=url)
         if crash_at:
             env["RUNLOG_CRASH_AT"] = crash_at
-        cmd = [sys.executable, "-m", "runlog.processors.demo.worker", "--sdk", self.sdk,
-               "--workflow", self.workflow, "--params", self.params]
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              check=False)
+        args = ["--sdk", self.sdk, "--workflow", self.workflow, "--params", self.params]
+        proc = fork.start("runlog.processors.demo.worker", args, env, ROOT)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(proc.stdout + proc.stderr)
-        run_id = next((line.split("=", 1)[1] for line in proc.stdout.splitlines()
+        log.write_text(out + err)
+        run_id = next((line.split("=", 1)[1] for line in out.splitlines()
                        if line.startswith("run_id=")), None)
         if run_id is None:
             new = sorted(self._epoch_runs() - before)
             run_id = new[0] if len(new) == 1 else None
+        assert proc.returncode is not None
         return run_id, proc.returncode
 
     def wait_lease_gone(self, run_id: str, timeout_s: float | None = None) -> float:

@@ -28,7 +28,6 @@ import asyncio
 import hashlib
 import json
 import random
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -48,7 +47,7 @@ from runlog.producers import (
 )
 from runlog.producers.crash import arm_from_env
 from runlog.schemas import ReplayPolicy, Settings
-from tests.integration.resume._workers import spawn_worker
+from tests.integration.resume._workers import Worker, spawn_worker
 
 ACCOUNT = "acct-orders"
 PRICING = {"v1": {"cents": 1200}, "v2": {"cents": 990}}
@@ -140,7 +139,7 @@ def _orders(version: str, quote: Tool, reserve: Tool, charge: Tool, email: Tool,
 
 
 def spawn(settings: Settings, world_url: str, *, key: str | None, order: str = "o-1", mode: str = "ctx",
-          crash_at: str | None = None, sdk: str = "sync") -> subprocess.Popen[str]:
+          crash_at: str | None = None, sdk: str = "sync") -> Worker:
     """A worker process running one orders run (crashing at ``crash_at`` when given)."""
     args = ["--order", order, "--mode", mode, "--sdk", sdk] + ([] if key is None else ["--key", key])
     return spawn_worker("tests.integration.resume._orders", args, settings, crash_at=crash_at,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,7 +54,7 @@ from runlog.producers import (
 from runlog.producers.crash import arm_from_env
 from runlog.producers.pydantic_ai import RunlogAgent, current_call
 from runlog.schemas import ReplayPolicy, Settings
-from tests.integration.resume._workers import spawn_worker
+from tests.integration.resume._workers import Worker, spawn_worker
 
 ACCOUNT = "acct-parallel"
 MODEL_TOOL = "pydantic_ai.model.par"
@@ -188,7 +187,7 @@ def parallel_app(root: Path, delays: Sequence[float] = (0.0,) * 5, stamps: tuple
 
 
 def spawn(settings: Settings, root: Path, *, order: str, delays: Sequence[float], sdk: str = "sync",
-          crash_at: str | None = None) -> subprocess.Popen[str]:
+          crash_at: str | None = None) -> Worker:
     """A worker process running one parallel-shop run (crashing at ``crash_at`` when given)."""
     return spawn_worker("tests.integration.resume._parallel_agent",
                         ["--dir", str(root), "--order", order, "--sdk", sdk,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from runlog.processors.resume import App
 from runlog.producers import AsyncRunner, CallInfo, Price, Runner
 from runlog.producers.crash import arm_from_env
 from runlog.schemas import Settings
-from tests.integration.resume._workers import spawn_worker
+from tests.integration.resume._workers import Worker, spawn_worker
 
 ACCOUNT = "acct-agent"
 INSTRUCTIONS = "Look prices up, then save the order."
@@ -137,7 +136,7 @@ class Shop:
     (other ``instructions``: another version of the code, whose model requests diverge)."""
 
     def spawn(self, settings: Settings, root: Path, *, order: str = "o-1", sdk: str = "sync",
-              crash_at: str | None = None) -> subprocess.Popen[str]:
+              crash_at: str | None = None) -> Worker:
         """A worker process running one run (crashing at ``crash_at`` when given)."""
         return spawn_worker(self.module, ["--dir", str(root), "--order", order, "--sdk", sdk], settings,
                             crash_at=crash_at)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from runlog.producers.crash import kill_self
 from runlog.producers.pydantic_ai import RunlogAgent
 from runlog.producers.streams import default_stream_writer
 from runlog.schemas import Settings
-from tests.integration.resume._workers import spawn_worker
+from tests.integration.resume._workers import Worker, spawn_worker
 
 MODEL_TOOL = "pydantic_ai.model.talk"
 CHUNKS = [f"token{i} " for i in range(12)]
@@ -64,7 +63,7 @@ def talk_app(root: Path, kill_after: int | None = None) -> App:
     return App.of([wf], durable.tools(), DictInputSource({}), name="agent-talk")
 
 
-def spawn(settings: Settings, root: Path, *, kill_after: int | None = None) -> subprocess.Popen[str]:
+def spawn(settings: Settings, root: Path, *, kill_after: int | None = None) -> Worker:
     args = ["--dir", str(root)] + ([] if kill_after is None else ["--kill-after", str(kill_after)])
     return spawn_worker("tests.integration.resume._streaming_agent", args, settings)
 

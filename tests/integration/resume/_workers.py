@@ -5,31 +5,33 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from runlog.schemas.settings import Settings
+from tests._fork import ForkedWorker, start
+
+Worker = ForkedWorker | subprocess.Popen[str]
 
 ROOT = Path(__file__).resolve().parents[3]
 """The repository root (not imported from ``tests.conftest``: a worker process has no use for pytest,
 and importing it costs each of the fault suite's hundreds of worker processes a second of start-up)."""
 
-__all__ = ["finish", "spawn_worker"]
+__all__ = ["Worker", "finish", "spawn_worker"]
 
 
 def spawn_worker(module: str, args: list[str], settings: Settings, *, crash_at: str | None = None,
-                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+                 env: dict[str, str] | None = None) -> Worker:
     """``python -m module args`` from the repository root, with ``settings`` (and ``env``) in its
-    environment and ``RUNLOG_CRASH_AT`` set to ``crash_at`` (removed when None)."""
+    environment and ``RUNLOG_CRASH_AT`` set to ``crash_at`` (removed when None); forked from the
+    test process's fork server (:mod:`tests._fork`)."""
     full = {**os.environ, **settings.to_env(), **(env or {})}
     full.pop("RUNLOG_CRASH_AT", None)
     if crash_at:
         full["RUNLOG_CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, "-m", module, *args], env=full, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(module, args, full, ROOT)
 
 
-def finish(proc: subprocess.Popen[str], log: Path, timeout_s: float = 120) -> tuple[int, str]:
+def finish(proc: Worker, log: Path, timeout_s: float = 120) -> tuple[int, str]:
     """Wait for a worker (killed after ``timeout_s``); its exit code and stdout, all output in ``log``."""
     try:
         out, err = proc.communicate(timeout=timeout_s)
