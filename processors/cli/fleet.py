@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any
 
+from runlog.processors.cli._args import json_object
 from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
 from runlog.schemas import Settings
 
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "the run's id; with --wait, wait for its outcome and print it. The same --key with the "
                     "same workflow and params is the same run; with others, a conflict (exit 1).")
     p.add_argument("workflow", help="the workflow's name (registered by the workers' App)")
-    p.add_argument("--params", default="{}", metavar="JSON", help="the run's parameters, a JSON object")
+    p.add_argument("--params", default="{}", metavar="JSON",
+                   help="the run's parameters, a JSON object")
     p.add_argument("--key", default=None, help="the run's idempotency key (default: a new one)")
     p.add_argument("--version", default=None, help="the workflow version to start (default: the newest "
                    "the worker that takes it serves)")
@@ -64,14 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _submit(args: argparse.Namespace) -> int:
     from runlog.processors.fleet import Client
 
-    try:
-        params = json.loads(args.params)
-    except json.JSONDecodeError as err:
-        print(f"runlog submit: --params is not JSON: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if not isinstance(params, dict):
-        print("runlog submit: --params must be a JSON object", file=sys.stderr)
-        return EXIT_USAGE
+    params = json_object(args.params)
     with Client(Settings.from_env(), name="runlog submit") as client:
         run = client.submit(args.workflow, params, key=args.key, version=args.version, queue=args.queue,
                             priority=args.priority, tenant=args.tenant)

@@ -8,7 +8,8 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_USAGE
+from runlog.processors.cli._args import json_object
+from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK
 from runlog.schemas import Settings
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                       "e.g. '0 2 * * *'")
     clock.add_argument("--every", help="a fixed period: 2s, 5m, 1h, 1d (ticks at whole multiples of it)")
     a.add_argument("--workflow", required=True, help="the workflow each tick starts a run of")
-    a.add_argument("--params", default="{}", help="the runs' parameters, a JSON object (default: {})")
+    a.add_argument("--params", default="{}", metavar="JSON",
+                   help="the runs' parameters, a JSON object (default: {})")
     a.add_argument("--catch-up", choices=["one", "all", "none"], default="one",
                    help="ticks missed while no member ran: start the latest (one), each (all) or none "
                         "(default: %(default)s)")
@@ -61,14 +63,7 @@ def _add(args: argparse.Namespace) -> int:
     from runlog.producers import Schedule
     from runlog.producers.internal import parse_every
 
-    try:
-        params = json.loads(args.params)
-    except json.JSONDecodeError as err:
-        print(f"runlog schedule add: --params is not JSON: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if not isinstance(params, dict):
-        print("runlog schedule add: --params must be a JSON object", file=sys.stderr)
-        return EXIT_USAGE
+    params = json_object(args.params)
     every = None if args.every is None else parse_every(args.every)  # ConfigError: exit 2
     sched = Schedule(args.name, args.workflow, params, cron=args.cron, every=every, catch_up=args.catch_up)
     with ScheduleBook(Settings.from_env()) as book:

@@ -98,6 +98,8 @@ BAD_VALUES = [
     ["resume", "run-nope", "--dry-run", "--app", "../nowhere/app:app"],
     ["upgrade", "run-nope", "--to", "2", "--app", "./nowhere:app", "--by", "x", "--reason", "y"],
     ["replay", "run-nope", "--app", "x:y", "--set", "oops"], ["branch", "run-nope", "--input", "facts"],
+    ["submit", "wf", "--params", "[1]"], ["submit", "wf", "--params", "{bad"],
+    ["schedule", "add", "nightly", "--workflow", "wf", "--every", "10s", "--params", "nope"],
 ]
 
 
