@@ -127,8 +127,10 @@ def children_ended(outcomes: RunOutcomes, state: RunState) -> bool:
 
 
 def starting_child(core: _ContextCore, children: ChildRuns | None, workflow: Workflow,
-                   params: Mapping[str, Any], key: str | None) -> Steps[tuple[int, str, str]]:
-    """The steps of ``ctx.start_child``: ``(index, call id, child run id)``."""
+                   params: Mapping[str, Any], key: str | None,
+                   index: int | None = None) -> Steps[tuple[int, str, str]]:
+    """The steps of ``ctx.start_child``: ``(index, call id, child run id)``; at the stage's next call
+    position, or at ``index`` (a position taken ahead, :meth:`CallPosition.start_child`)."""
     if children is None:
         raise WorkflowDefinitionError("this runner cannot start child runs (no run key store): use a "
                                       "Runner.from_settings runner, a resumer or InMemoryWorld")
@@ -139,7 +141,8 @@ def starting_child(core: _ContextCore, children: ChildRuns | None, workflow: Wor
     if not isinstance(params, Mapping):
         raise WorkflowDefinitionError(f"start_child() params must be a JSON object, "
                                       f"got {type(params).__name__}")
-    index = core.positions.claim()
+    if index is None:
+        index = core.positions.claim()
     s = core.session
     call_id = f"{core.stage}/{CHILD}/{index}"
     run_key = child_key(s.run_id, call_id, key)
