@@ -46,7 +46,9 @@ from runlog.producers.run._outcome import ENDED, RunOutcomes
 from runlog.producers.run._results import RunResult
 from runlog.producers.run._runs import run_id_for_key
 from runlog.producers.run._start import RunStarts
+from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.projections import RunState, RunStatus
+from runlog.projections.internal import CHILD_USAGE_ATTRIBUTE, SOFT_ATTRIBUTE
 from runlog.schemas import EventType, ReplayPolicy
 from runlog.schemas.errors import ResumeBlocked, RunCancelled, RunFailed, RunlogError, WorkflowDefinitionError
 from runlog.schemas.internal import CHILD_RUN_ATTRIBUTE, CHILD_TOOL, CHILDREN_ATTRIBUTE, PARENT_CALL_ATTRIBUTE
@@ -225,7 +227,14 @@ def gathering(core: _ContextCore, children: ChildRuns | None, handles: Sequence[
         ref = yield from core.stored.put(canonical_json(doc))
         common: dict[str, Any] = {"stage": core.stage, "tool": CHILD, "call_id": call_id,
                                   "replay_policy": ReplayPolicy.IDEMPOTENT}
+        spent = state.total_usage  # the child's own and its children's: reaches the parent once, here
         attrs = {CHILD_RUN_ATTRIBUTE: child_id, "status": state.status.value}
+        if spent.calls:
+            attrs[CHILD_USAGE_ATTRIBUTE] = spent.to_json()
+            guard: BudgetGuard | None = getattr(s, "budget", None)  # the parent's budget counts it
+            warning = guard.add_totals(spent) if guard is not None else None
+            if warning is not None:
+                attrs[SOFT_ATTRIBUTE] = warning
         if call_id in core._deadlines:  # the call the run waited at: the wait's end
             yield from s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
                                    attributes={"signal": CHILD, **attrs}, **common)
