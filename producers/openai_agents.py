@@ -220,8 +220,8 @@ class RunlogAgent(DurableAgent, ChildAgent):
             elif isinstance(h, Handoff) and h.agent_name in self._subs:
                 found.append(self._subs[h.agent_name].agent)
         if self.agent_tools == "child":
-            found += [t._agent_instance for t in self.agent.tools
-                      if isinstance(t, FunctionTool) and t._is_agent_tool and isinstance(t._agent_instance, Agent)]
+            found += [t._agent_instance for t in self.agent.tools if isinstance(t, FunctionTool)
+                      and t._is_agent_tool and isinstance(t._agent_instance, Agent)]
         return found
 
     def child_agents(self) -> list[RunlogAgent]:
@@ -248,7 +248,8 @@ class RunlogAgent(DurableAgent, ChildAgent):
         return list(out.values())
 
     async def _as_child(self, ctx: AsyncStageContext, params: Mapping[str, Any]) -> dict[str, Any]:
-        result = await self.run(ctx, params["input"], max_turns=int(params.get("max_turns", DEFAULT_MAX_TURNS)))
+        turns = int(params.get("max_turns", DEFAULT_MAX_TURNS))
+        result = await self.run(ctx, params["input"], max_turns=turns)
         return child_output(result.final_output)
 
     def _resolved_model(self, config: RunConfig) -> tuple[Model, str]:
@@ -268,8 +269,9 @@ class RunlogAgent(DurableAgent, ChildAgent):
         for h in a.handoffs:
             if isinstance(h, Handoff) and h._agent_ref is None and h.agent_name not in self._subs:
                 raise WorkflowDefinitionError(
-                    f"RunlogAgent {self.name!r}: the handoff to {h.agent_name!r} was not made with handoff(agent); "
-                    f"name its durable agent: RunlogAgent(..., handoffs={{{h.agent_name!r}: RunlogAgent(...)}})")
+                    f"RunlogAgent {self.name!r}: the handoff to {h.agent_name!r} was not made with "
+                    "handoff(agent); name its durable agent: "
+                    f"RunlogAgent(..., handoffs={{{h.agent_name!r}: RunlogAgent(...)}})")
         for t in a.tools:
             if isinstance(t, _HOSTED_TOOLS):
                 continue
@@ -356,7 +358,8 @@ class RunlogAgent(DurableAgent, ChildAgent):
                                  config)
         durable_agent = self.agent.clone(model=durable_model,
                                          tools=[self._durable_tool(t, run) for t in self.agent.tools],
-                                         handoffs=[self._durable_handoff(h, run) for h in self.agent.handoffs])
+                                         handoffs=[self._durable_handoff(h, run)
+                                                   for h in self.agent.handoffs])
         durable_agent.model_settings = settings  # set after: Agent() resets a model's default settings
         if config.model is not None:  # the run config's model wins over the agent's
             config = dataclasses.replace(config, model=durable_model)

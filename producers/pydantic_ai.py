@@ -250,7 +250,8 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
                         tool: ToolsetTool[AgentDepsT]) -> Any:
         sub = self.durable.delegates.get(name)
         if sub is not None:  # a delegating tool: unrecorded, its sub-agent run is the child run
-            token = _DELEGATING.set(_Delegation(sub, self.stage, self.positions.take((ctx.tool_call_id, name))))
+            position = self.positions.take((ctx.tool_call_id, name))
+            token = _DELEGATING.set(_Delegation(sub, self.stage, position))
             try:
                 return await self.wrapped.call_tool(name, tool_args, ctx, tool)
             finally:

@@ -39,7 +39,8 @@ def child_workflow_name(integration: str, name: str) -> str:
 
 
 def agent_workflow(integration: str, name: str,
-                   run: Callable[[AsyncStageContext, Mapping[str, Any]], Awaitable[dict[str, Any]]]) -> Workflow:
+                   run: Callable[[AsyncStageContext, Mapping[str, Any]], Awaitable[dict[str, Any]]],
+                   ) -> Workflow:
     """The child workflow of agent ``name``: its stage :data:`AGENT_STAGE` returns ``run(ctx, params)``."""
     wf = Workflow(child_workflow_name(integration, name), version="1")
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 from agents import Agent, AgentOutputSchemaBase, FunctionTool, ModelResponse, TResponseInputItem
 from agents.usage import Usage as AgentsUsage
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import ResponseOutputMessage, ResponseOutputRefusal, ResponseOutputText
 from pydantic_core import to_jsonable_python
 
 from runlog.producers.calls._keys import canonical_json
@@ -63,11 +63,14 @@ async def handed_off_response(run: Run, input: str | list[TResponseInputItem],
     items = jsonable(lambda: to_jsonable_python(input, by_alias=True), "the handed-off conversation")
     out = await run.guard(run_child(run.stage, None, sub.workflow, {"input": items}))
     text = str(out.get("text", ""))
-    if output_schema is not None and not output_schema.is_plain_text() and getattr(output_schema, "_is_wrapped",
-                                                                                   False):
+    wrapped = output_schema is not None and not output_schema.is_plain_text() \
+        and getattr(output_schema, "_is_wrapped", False)
+    if wrapped:
         text = json.dumps({_WRAPPED_KEY: out.get("output")})
+    content: list[ResponseOutputText | ResponseOutputRefusal] = [
+        ResponseOutputText(type="output_text", text=text, annotations=[])]
     message = ResponseOutputMessage(id="runlog-child", type="message", role="assistant", status="completed",
-                                    content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+                                    content=content)
     return ModelResponse(output=[message], usage=AgentsUsage(), response_id=None)
 
 
@@ -89,7 +92,8 @@ def run_agent_tool(t: FunctionTool, sub: RunlogAgent, run: Run) -> FunctionTool:
 
     async def invoke(tool_ctx: ToolContext[Any], arguments: str) -> Any:
         position = run.position((tool_ctx.tool_call_id, t.name))
-        out = await run.guard(run_child(run.stage, position, sub.workflow, {"input": agent_tool_input(arguments)}))
+        params = {"input": agent_tool_input(arguments)}
+        out = await run.guard(run_child(run.stage, position, sub.workflow, params))
         return str(out.get("text", ""))
 
     return dataclasses.replace(t, on_invoke_tool=invoke)

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runlog.producers.base._protocol import Steps, io
+from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import RunWaits, _sources_fn
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.define._tools import Tool
@@ -46,7 +47,6 @@ from runlog.producers.run._outcome import ENDED, RunOutcomes
 from runlog.producers.run._results import RunResult
 from runlog.producers.run._runs import run_id_for_key
 from runlog.producers.run._start import RunStarts
-from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.projections import RunState, RunStatus
 from runlog.projections.internal import CHILD_USAGE_ATTRIBUTE, SOFT_ATTRIBUTE
 from runlog.schemas import EventType, ReplayPolicy

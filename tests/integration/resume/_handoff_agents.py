@@ -33,7 +33,8 @@ INTEGRATIONS = ("openai_agents", "pydantic_ai")
 WORKFLOW = {"openai_agents": "ho-oa", "pydantic_ai": "ho-pa"}
 LOOKUP_TOOL = {"openai_agents": "openai_agents.tool.researcher.lookup",
                "pydantic_ai": "pydantic_ai.tool.researcher.lookup"}
-CHILD_WORKFLOW = {"openai_agents": "openai_agents.agent.researcher", "pydantic_ai": "pydantic_ai.agent.researcher"}
+CHILD_WORKFLOW = {"openai_agents": "openai_agents.agent.researcher",
+                  "pydantic_ai": "pydantic_ai.agent.researcher"}
 LOOKUP_DONE = {i: f"after:TOOL_RESULT:agent/{LOOKUP_TOOL[i]}/1" for i in INTEGRATIONS}
 """Inside the sub-agent: its first model call and its lookup recorded, its answer not asked yet."""
 PARENT_ASKS = {"openai_agents": ["triage:handoff"], "pydantic_ai": ["boss:research", "boss:answer"]}
@@ -101,7 +102,8 @@ def openai_agents_app(root: Path) -> App:
                 world.note("model.log", "triage:handoff")
                 return ModelResponse(output=[function_call("transfer_to_researcher", "{}", call_id="call-h")],
                                      usage=usage, response_id="r-triage")
-            outputs = {get(i, "call_id"): get(i, "output") for i in items if get(i, "type") == "function_call_output"}
+            outputs = {get(i, "call_id"): get(i, "output") for i in items
+                       if get(i, "type") == "function_call_output"}
             if "call-lookup" not in outputs:
                 world.note("model.log", "researcher:lookup")
                 sku = str(next(get(i, "content") for i in items if get(i, "role") == "user")).split()[-1]
@@ -126,7 +128,8 @@ def openai_agents_app(root: Path) -> App:
     triage = Agent(name="triage", instructions="Hand price questions to the researcher.",
                    model=Scripted("triage"), handoffs=[researcher])
     durable = RunlogAgent(triage, model_name="scripted", run_config=config,
-                          handoffs={"researcher": RunlogAgent(researcher, model_name="scripted", run_config=config)})
+                          handoffs={"researcher": RunlogAgent(researcher, model_name="scripted",
+                                                              run_config=config)})
     wf = Workflow("ho-oa", version="1")
 
     @wf.stage("ask")

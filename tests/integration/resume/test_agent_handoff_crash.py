@@ -68,7 +68,8 @@ def test_a_sub_agent_crashed_inside_its_child_run_resumes_without_asking_a_model
         first = runner.execute(handle.session)
     parent_id = handle.run_id
     assert first.waiting == "runlog.child", first  # handed off: the parent waits, holding nothing
-    [started] = [e for e in _accepted(settings, parent_id) if e.type is T.TOOL_CALLED and e.tool == "runlog.child"]
+    [started] = [e for e in _accepted(settings, parent_id)
+                 if e.type is T.TOOL_CALLED and e.tool == "runlog.child"]
     child_id = started.attributes["runlog.child_run_id"]
     child_start = _accepted(settings, child_id)[0]
     assert child_start.type is T.RUN_STARTED and child_start.parent_run_id == parent_id
@@ -80,7 +81,8 @@ def test_a_sub_agent_crashed_inside_its_child_run_resumes_without_asking_a_model
                                   crash_at=LOOKUP_DONE[integration]), tmp_path / "child-resumer.log")
     assert rc == -9, (rc, out, (tmp_path / "child-resumer.log").read_text()[-2000:])
     at_kill = _accepted(settings, child_id)
-    assert at_kill[-1].type is T.TOOL_RESULT and at_kill[-1].call_id == LOOKUP_DONE[integration].split(":", 2)[2]
+    assert at_kill[-1].type is T.TOOL_RESULT
+    assert at_kill[-1].call_id == LOOKUP_DONE[integration].split(":", 2)[2]
     assert world.asked() == [*PARENT_ASKS[integration][:1], CHILD_ASKS[0]] and world.lookups() == 1
 
     wait_lease_gone(settings, child_id, settings.lease_ttl_ms / 1000 * 6)

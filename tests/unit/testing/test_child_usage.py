@@ -80,7 +80,8 @@ def test_a_childs_spend_is_recorded_once_on_its_parents_log_and_counted_apart_fr
     assert doc["own"]["calls"] == 2 and doc["children"]["calls"] == 2 and doc["total"]["calls"] == 4
     lines = usage_lines(state)
     assert "    own: 200 in / 20 out over 2 calls, 2 without a price" in lines
-    assert "    children (1 ended, recorded with their outcomes): 200 in / 20 out over 2 calls, 2 without a price" in lines
+    assert ("    children (1 ended, recorded with their outcomes): 200 in / 20 out over 2 calls, "
+            "2 without a price") in lines
     tree = child_tree(state, world.state)
     assert tree.with_children == state.total_usage
 
@@ -91,7 +92,8 @@ def test_a_budget_on_the_parent_counts_its_childrens_spend() -> None:
     assert first.waiting == "runlog.child"
     world.serve()  # the child spends 220: with it the parent is at 330, past its cap
     state = world.state(first.run_id)
-    assert state is not None and state.status is RunStatus.FAILED, state.status
+    assert state is not None
+    assert state.status is RunStatus.FAILED, state.status
     assert state.last_error is not None and state.last_error.kind == "BudgetExceeded"
     assert [e.call_id for e in world.events(first.run_id) if e.type is EventType.TOOL_CALLED
             and e.tool == "model"] == ["lead/model/0"]  # "sum" was not asked
