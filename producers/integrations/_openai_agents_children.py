@@ -14,25 +14,40 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic_core
 from agents import Agent, AgentOutputSchemaBase, FunctionTool, ModelResponse, TResponseInputItem
+from agents.models.interface import Model
 from agents.usage import Usage as AgentsUsage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputRefusal, ResponseOutputText
 from pydantic_core import to_jsonable_python
 
 from runlog.producers.calls._keys import canonical_json
-from runlog.producers.integrations._children import run_child
+from runlog.producers.integrations._children import ChildAgent, run_child
 from runlog.producers.integrations._openai_agents_json import jsonable
 
 if TYPE_CHECKING:
     from agents.tool_context import ToolContext
 
-    from runlog.producers.integrations._openai_agents_run import Run
-    from runlog.producers.openai_agents import RunlogAgent
+    from runlog.producers import AsyncStageContext, CallPosition
 
-__all__ = ["agent_tool_input", "child_output", "handed_off", "handed_off_response", "run_agent_tool"]
+__all__ = ["RunParts", "agent_tool_input", "child_output", "handed_off", "handed_off_response",
+           "run_agent_tool"]
+
+
+class RunParts(Protocol):
+    """What these steps use of a durable run (``_openai_agents_run.Run``, which imports this module)."""
+
+    stage: AsyncStageContext
+    model: Model | None
+    handed_to: ChildAgent | None
+
+    def position(self, tool_call: tuple[str, str]) -> CallPosition | None: ...
+
+    def guard(self, call: Awaitable[Any]) -> Awaitable[Any]: ...
+
 
 _WRAPPED_KEY = "response"
 """The key the SDK wraps an output type that is no object in (``AgentOutputSchema``)."""
@@ -46,7 +61,7 @@ def child_output(final_output: Any) -> dict[str, Any]:
     return {"output": data, "text": text}
 
 
-def handed_off(target: Agent[Any], sub: RunlogAgent, run: Run) -> Agent[Any]:
+def handed_off(target: Agent[Any], sub: ChildAgent, run: RunParts) -> Agent[Any]:
     """The stand-in for ``target`` after a handoff: the run's next model request starts ``sub``'s
     child run instead (:func:`handed_off_response`)."""
     run.handed_to = sub
@@ -55,7 +70,7 @@ def handed_off(target: Agent[Any], sub: RunlogAgent, run: Run) -> Agent[Any]:
     return stand_in
 
 
-async def handed_off_response(run: Run, input: str | list[TResponseInputItem],
+async def handed_off_response(run: RunParts, input: str | list[TResponseInputItem],
                               output_schema: AgentOutputSchemaBase | None) -> ModelResponse:
     """The handed-off agent's answer: its child run's final output, as one assistant message."""
     sub = run.handed_to
@@ -85,7 +100,7 @@ def agent_tool_input(arguments: str) -> str:
     return canonical_json(args).decode()
 
 
-def run_agent_tool(t: FunctionTool, sub: RunlogAgent, run: Run) -> FunctionTool:
+def run_agent_tool(t: FunctionTool, sub: ChildAgent, run: RunParts) -> FunctionTool:
     """``Agent.as_tool``'s function tool ``t`` whose calls run ``sub`` as a child run (at the tool
     call's reserved position) and answer with its final output as text."""
     import dataclasses

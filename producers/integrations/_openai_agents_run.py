@@ -25,6 +25,7 @@ from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from runlog.producers.define._tools import CallInfo, Tool
+from runlog.producers.integrations._children import ChildAgent
 from runlog.producers.integrations._core import CurrentCall, Positions, model_call
 from runlog.producers.integrations._openai_agents_children import handed_off_response
 from runlog.producers.integrations._openai_agents_json import (
@@ -37,7 +38,6 @@ from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
     from runlog.producers import AsyncStageContext, CallPosition
-    from runlog.producers.openai_agents import RunlogAgent
 
 __all__ = ["Run", "RunlogModel", "calling", "current_call"]
 
@@ -59,7 +59,7 @@ class Run:
         self.error: BaseException | None = None
         self.model: Model | None = None
         """The run's durable model (a handed-off agent's stand-in is given it too)."""
-        self.handed_to: RunlogAgent | None = None
+        self.handed_to: ChildAgent | None = None
         """The sub-agent the run handed off to: the next model request runs it as a child run."""
         self._pending: set[asyncio.Future[Any]] = set()
         self._positions = Positions(stage)
