@@ -84,6 +84,24 @@ recorded response once it is recorded, the same on a first run and a replay, as 
 durable integrations. A recorded request is read back and not streamed again; an attempt that
 follows one that died mid-stream (or a retry) starts with a ``SUPERSEDED`` record for the call.
 
+Delegation as child runs (``delegates=``): in Pydantic AI an agent delegates to another from a tool
+(``await researcher.run(...)`` inside the tool function). Name such a tool in
+``RunlogAgent(agent, delegates={"research": durable_researcher})`` and call
+``await durable_researcher.delegate(prompt)`` in it instead: the sub-agent then runs as a child run of
+the stage's run (:meth:`~runlog.producers.AsyncStageContext.start_child`, workflow
+``pydantic_ai.agent.<name>``, whose one stage runs ``durable_researcher.run(ctx, prompt)`` and records
+its output), at the tool call's position; the parent's run waits for it holding no lease and no
+thread, and the tool gets the child's output (validated to the sub-agent's output type) when the
+stage runs again after the child's end. A crash inside the sub-agent resumes the sub-agent from its
+own log; the parent's recorded model requests are read back, never asked again. The delegating
+tool's own call is not recorded (the child is): its code runs again on each re-run of the stage, so
+keep it deterministic, as stage code is. Opt-in per tool, since the tool's code is yours (what it
+asks, what it does with the answer); a tool not named there that runs an agent keeps running it
+inside its recorded call. Register the sub-agents' workflows in the App
+(``App.of([wf, *durable.workflows()], durable.tools(), ...)``). The child gets only the prompt
+(no ``deps``), and its usage is its own, rolled up to the parent's totals when its outcome is
+recorded (pass no ``usage=ctx.usage``: the SDK's usage of the parent run does not include it).
+
 Anything that is not JSON data (arguments, results, settings, tool metadata) raises
 :class:`~runlog.schemas.errors.WorkflowDefinitionError` naming it.
 """
@@ -102,8 +120,10 @@ import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic
 
+from pydantic import PydanticSchemaGenerationError, TypeAdapter
 from pydantic_ai import (
     ApprovalRequired,
     CallDeferred,
@@ -134,6 +154,8 @@ from pydantic_core import to_jsonable_python
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.calls._replay_hook import model_override
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
+from runlog.producers.define._workflow import Workflow
+from runlog.producers.integrations._children import ChildAgent, agent_workflow, run_child, workflows_of
 from runlog.producers.integrations._core import DurableAgent, Positions, model_call
 from runlog.producers.integrations._pydantic_ai_call import (
     CALL,
@@ -161,7 +183,7 @@ from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 from runlog.schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from runlog.producers import AsyncStageContext
+    from runlog.producers import AsyncStageContext, CallPosition
 
 __all__ = ["RunlogAgent", "current_call", "dump_messages", "load_messages"]
 
@@ -226,6 +248,14 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
                         tool: ToolsetTool[AgentDepsT]) -> Any:
+        sub = self.durable.delegates.get(name)
+        if sub is not None:  # a delegating tool: unrecorded, its sub-agent run is the child run
+            position = self.positions.take((ctx.tool_call_id, name))
+            token = _DELEGATING.set(_Delegation(sub, self.stage, position))
+            try:
+                return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            finally:
+                _DELEGATING.reset(token)
         spec = self.durable.tool_for(name)
         args = jsonable(lambda: to_jsonable_python(tool_args), f"the arguments of tool {name!r}")
         wrapped = self.wrapped
@@ -257,10 +287,23 @@ class _RunlogToolset(WrapperToolset[AgentDepsT]):
         return decode_result(json.loads(canonical_json(recorded)))
 
 
+@dataclasses.dataclass
+class _Delegation:
+    """The delegating tool call under way: the sub-agent it may run, the stage, its call position."""
+
+    sub: RunlogAgent[Any, Any]
+    stage: AsyncStageContext
+    position: CallPosition | None
+    used: bool = False
+
+
+_DELEGATING: ContextVar[_Delegation | None] = ContextVar("runlog_pydantic_ai_delegation", default=None)
+
+
 # -- the durable agent -----------------------------------------------------------------------------
 
 
-class RunlogAgent(DurableAgent, Generic[AgentDepsT, OutputDataT]):
+class RunlogAgent(DurableAgent, ChildAgent, Generic[AgentDepsT, OutputDataT]):
     """A Pydantic AI agent whose runs inside async Runlog stages are recorded call by call.
 
     Args:
@@ -276,16 +319,20 @@ class RunlogAgent(DurableAgent, Generic[AgentDepsT, OutputDataT]):
         tools_policy: replay policy of every other agent tool, ``SAFE`` (default) or ``IDEMPOTENT``.
         stream: where streamed output is written (default:
         :func:`runlog.producers.streams.default_stream_writer`).
+        delegates: agent tool name -> the durable sub-agent that tool delegates to with
+            :meth:`delegate`, run as a child run (see "Delegation as child runs").
 
     Raises:
-        WorkflowDefinitionError: no name, a name with '/', or a policy that needs a declaration.
+        WorkflowDefinitionError: no name, a name with '/', a policy that needs a declaration, a
+            delegate that is no RunlogAgent.
     """
 
     def __init__(self, agent: AbstractAgent[AgentDepsT, OutputDataT], *, name: str | None = None,
                  model: Model | KnownModelName | str | None = None,
                  model_policy: ReplayPolicy = ReplayPolicy.SAFE, model_retry: RetryPolicy | None = None,
                  tools: Mapping[str, Tool] | None = None,
-                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE, stream: StreamWriter | None = None) -> None:
+                 tools_policy: ReplayPolicy = ReplayPolicy.SAFE, stream: StreamWriter | None = None,
+                 delegates: Mapping[str, RunlogAgent[Any, Any]] | None = None) -> None:
         self.agent = agent
         self._stream = stream
         super().__init__("pydantic_ai", name or agent.name or "",
@@ -293,6 +340,74 @@ class RunlogAgent(DurableAgent, Generic[AgentDepsT, OutputDataT]):
                          model_policy=model_policy, model_retry=model_retry,
                          model_args_by_ref=("messages", "parameters"), tools=tools, tools_policy=tools_policy)
         self._model = model
+        self.delegates: dict[str, RunlogAgent[Any, Any]] = dict(delegates or {})
+        """Agent tool name -> the sub-agent it delegates to as a child run."""
+        for tool_name, sub in self.delegates.items():
+            if not isinstance(sub, RunlogAgent):
+                raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: delegates[{tool_name!r}] must be "
+                                              f"a RunlogAgent, got {type(sub).__name__}")
+        self._workflow: Workflow | None = None
+
+    # -- delegation as child runs ---------------------------------------------------------------------
+
+    @property
+    def workflow(self) -> Workflow:
+        """The workflow of this agent's runs as a child run (``pydantic_ai.agent.<name>``)."""
+        if self._workflow is None:
+            self._workflow = agent_workflow("pydantic_ai", self.name, self._as_child)
+        return self._workflow
+
+    def child_agents(self) -> list[RunlogAgent[Any, Any]]:
+        """The durable agents this agent's tools delegate to."""
+        return list(self.delegates.values())
+
+    def workflows(self) -> list[Workflow]:
+        """The child workflows of this agent's delegates (and theirs), for ``App.of``."""
+        return workflows_of(self)
+
+    def tools(self) -> list[Tool]:
+        """The Runlog tools declared for this agent and its delegates (see ``DurableAgent.tools``)."""
+        out: dict[str, Tool] = {t.name: t for t in super().tools()}
+        for wf_agent in self._all_delegates():
+            for t in DurableAgent.tools(wf_agent):
+                out.setdefault(t.name, t)
+        return list(out.values())
+
+    def _all_delegates(self) -> list[RunlogAgent[Any, Any]]:
+        out: list[RunlogAgent[Any, Any]] = []
+        todo, seen = list(self.delegates.values()), {id(self)}
+        while todo:
+            a = todo.pop(0)
+            if id(a) not in seen:
+                seen.add(id(a))
+                out.append(a)
+                todo += a.delegates.values()
+        return out
+
+    async def _as_child(self, ctx: AsyncStageContext, params: Mapping[str, Any]) -> dict[str, Any]:
+        result = await self.run(ctx, params["prompt"])
+        return {"output": jsonable(lambda: to_jsonable_python(result.output), "the sub-agent's output")}
+
+    async def delegate(self, prompt: str) -> Any:
+        """Run this agent on ``prompt`` as a child run of the stage's run, from a tool of a durable
+        agent that names it in ``delegates=``, and return its output (see "Delegation as child
+        runs"). Once per tool call.
+
+        Raises:
+            WorkflowDefinitionError: not inside such a tool call, the tool delegates to another
+                agent, or a second delegation in one tool call.
+            RunFailed, RunCancelled, ResumeBlocked: the child ended so.
+        """
+        d = _DELEGATING.get()
+        if d is None or d.sub is not self:
+            raise WorkflowDefinitionError(
+                f"RunlogAgent {self.name!r}: delegate() runs inside a tool that a durable agent names in "
+                f"RunlogAgent(..., delegates={{'<tool>': <this agent>}})")
+        if d.used:
+            raise WorkflowDefinitionError(f"RunlogAgent {self.name!r}: one delegate() per tool call")
+        d.used = True
+        out = await run_child(d.stage, d.position, self.workflow, {"prompt": prompt})
+        return _typed(self.agent, out.get("output"))
 
     def _wrapped_model(self, run_id: str) -> Model:
         model = model_override(run_id) or (self._model if self._model is not None else self.agent.model)
@@ -364,3 +479,15 @@ class RunlogAgent(DurableAgent, Generic[AgentDepsT, OutputDataT]):
         writer = self._stream or default_stream_writer(settings if isinstance(settings, Settings) else None)
         writer.count_in(getattr(run_writer, "metrics", None))  # runlog_writer_stream_records_total
         return writer
+
+
+def _typed(agent: AbstractAgent[Any, Any], data: Any) -> Any:
+    """A child's recorded output as the sub-agent's output type (the JSON as it is when the type is
+    not one pydantic can validate to)."""
+    output_type = getattr(agent, "output_type", None)
+    if output_type is None or output_type is str:
+        return data
+    try:
+        return TypeAdapter(output_type).validate_python(data)
+    except (TypeError, PydanticSchemaGenerationError):  # an output function or spec: JSON as recorded
+        return data

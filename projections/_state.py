@@ -211,6 +211,10 @@ class RunState:
     model_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
     """Model name -> what this run's own calls of that model spent."""
     inherited_usage: UsageTotals | None = None
+    children_usage: Mapping[str, UsageTotals] = field(default_factory=dict)
+    """Child run id -> what that child spent in all (its own children's included), recorded on this
+    run's log with the child's outcome (attribute ``runlog.usage.child``): counted in
+    :attr:`total_usage` (and so against this run's budget) once, from then on."""
     usage_budget: BudgetCaps | None = None
     """The run's budget (``RUN_STARTED`` attribute ``runlog.budget``, raised by ``runlog budget``:
     :mod:`runlog.projections._budget`); None: no cap."""
@@ -254,8 +258,22 @@ class RunState:
 
     @property
     def total_usage(self) -> UsageTotals:
-        """What the run spent in all: its own calls and, for a branch, its parent's at the fork."""
-        return self.usage.plus(self.inherited_usage)
+        """What the run spent in all: its own calls, for a branch its parent's at the fork, and the
+        spend of the child runs whose outcomes it has recorded (:attr:`children_usage`)."""
+        total = self.usage.plus(self.inherited_usage)
+        for spent in self.children_usage.values():
+            total = total.plus(spent)
+        return total
+
+    @property
+    def children_total(self) -> UsageTotals | None:
+        """What the children whose outcomes this run recorded spent (None: none recorded)."""
+        if not self.children_usage:
+            return None
+        total = NO_USAGE
+        for spent in self.children_usage.values():
+            total = total.plus(spent)
+        return total
 
     @property
     def rejected_total(self) -> int:

@@ -8,6 +8,9 @@ totals, its stage's and its model's, so the totals are a function of the accepte
   reused call adds nothing; a call made again (it had no recorded result) is new spend;
 * a duplicate or a redelivered record is not accepted twice, and a rebuild of the projection
   from the log folds the same events to the same totals;
+* a child run's spend reaches its parent once, with its outcome (attribute ``runlog.usage.child``
+  of the event recording it): the parent keeps it apart (:attr:`RunState.children_usage`) and counts
+  it in its totals and against its budget from then on;
 * a branch is a new run: its ``RUN_BRANCHED`` carries its parent's totals at the fork (attribute
   ``runlog.usage.inherited``, written by ``runlog branch``), kept apart from what the branch
   spends itself (:attr:`RunState.inherited_usage`, :attr:`RunState.usage`).
@@ -21,10 +24,16 @@ from typing import Any
 
 from runlog.schemas import Usage
 
-__all__ = ["INHERITED_ATTRIBUTE", "NO_USAGE", "UsageTotals", "inherited_from"]
+__all__ = ["CHILD_USAGE_ATTRIBUTE", "INHERITED_ATTRIBUTE", "NO_USAGE", "UsageTotals", "inherited_from",
+           "totals_from"]
 
 INHERITED_ATTRIBUTE = "runlog.usage.inherited"
 """The ``RUN_BRANCHED`` attribute holding the parent's totals at the fork (:meth:`UsageTotals.to_json`)."""
+CHILD_USAGE_ATTRIBUTE = "runlog.usage.child"
+"""The attribute of the event recording a child run's outcome on its parent's log (``TOOL_RESULT`` or
+``SIGNAL_RECEIVED`` of the ``runlog.child`` call) holding what the child spent in all, its own
+children's included (:meth:`UsageTotals.to_json`): recorded once, with the outcome, so a resume, a
+replay or a rebuild of the parent never counts it twice."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,12 @@ NO_USAGE = UsageTotals()
 def inherited_from(attributes: Any) -> UsageTotals | None:
     """The totals a ``RUN_BRANCHED`` event's attributes carry (None without them or when malformed:
     the fold never fails on an event)."""
-    raw = attributes.get(INHERITED_ATTRIBUTE) if hasattr(attributes, "get") else None
+    return totals_from(attributes, INHERITED_ATTRIBUTE)
+
+
+def totals_from(attributes: Any, name: str) -> UsageTotals | None:
+    """The totals attribute ``name`` of an event carries (None without it or when malformed)."""
+    raw = attributes.get(name) if hasattr(attributes, "get") else None
     if not raw:
         return None
     try:

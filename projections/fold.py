@@ -41,7 +41,7 @@ from runlog.projections._state import (
     WaitInfo,
     evolve_state,
 )
-from runlog.projections._usage import INHERITED_ATTRIBUTE, inherited_from
+from runlog.projections._usage import CHILD_USAGE_ATTRIBUTE, INHERITED_ATTRIBUTE, inherited_from, totals_from
 from runlog.schemas import Checkpoint, EffectStatus, EventType, RunEvent, event_hash
 from runlog.schemas.internal import (
     CHILD_RUN_ATTRIBUTE,
@@ -167,8 +167,20 @@ def fold(
             return evolve_state(state, **accepted, calls=_called(state, event)), _ACCEPTED
         if t is EventType.TOOL_RESULT and event.call_id is not None:
             s = _update_call(state, event, CallStatus.RESULT, event.payload_ref, accepted)
+            if event.tool == CHILD_TOOL:
+                s = _child_spent(s, event)
             return _spent(s, event) if event.usage is not None else (s, _ACCEPTED)
     return _apply(evolve_state(state, **accepted), event, position)
+
+
+def _child_spent(s: RunState, e: RunEvent) -> RunState:
+    """``s`` with the spend of the child whose outcome ``e`` records (attribute ``runlog.usage.child``),
+    once per child."""
+    child = e.attributes.get(CHILD_RUN_ATTRIBUTE)
+    spent = totals_from(e.attributes, CHILD_USAGE_ATTRIBUTE)
+    if not child or spent is None or child in s.children_usage:
+        return s
+    return evolve_state(s, children_usage={**s.children_usage, child: spent})
 
 
 def _child_of(s: RunState, e: RunEvent) -> tuple[str, ...]:
@@ -237,6 +249,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
         return evolve_state(s, calls=_called(s, e)), _ACCEPTED
     if t is EventType.TOOL_RESULT and e.call_id is not None:
         s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+        if e.tool == CHILD_TOOL:
+            s = _child_spent(s, e)
         return _spent(s, e) if e.usage is not None else (s, _ACCEPTED)
     if t is EventType.EFFECT_INTENT and e.delivery_key is not None:
         return _effect(s, e, EffectStatus.INTENT)
@@ -271,6 +285,8 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
     if t is EventType.SIGNAL_RECEIVED and e.call_id is not None and e.payload_ref is not None:
         # the signal's data is the wait's recorded result; the run goes on when a resumer takes it
         s = _update_call(s, e, CallStatus.RESULT, e.payload_ref)
+        if e.tool == CHILD_TOOL:
+            s = _child_spent(s, e)
         status = RunStatus.RUNNING if s.status is RunStatus.WAITING else s.status
         return evolve_state(s, waiting=None, status=status), _ACCEPTED
     if t is EventType.RUN_COMPLETED:

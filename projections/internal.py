@@ -16,7 +16,7 @@ from runlog.projections._budget import (
 )
 from runlog.projections._marker import READY, marker_key, parse_marker, state_key
 from runlog.projections._state import effect_to_dict
-from runlog.projections._usage import INHERITED_ATTRIBUTE, NO_USAGE, UsageTotals
+from runlog.projections._usage import CHILD_USAGE_ATTRIBUTE, INHERITED_ATTRIBUTE, NO_USAGE, UsageTotals
 from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 __all__ = [
     "BUDGET_ATTRIBUTE",
     "BUDGET_SIGNAL",
+    "CHILD_USAGE_ATTRIBUTE",
     "INHERITED_ATTRIBUTE",
     "NO_USAGE",
     "ON_EXCEEDED",

@@ -16,6 +16,8 @@ from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS, SESSIO
 from runlog.processors.console._guard import COOKIE
 from runlog.processors.console._reads import RunFollower, list_runs, read_health, timeline_items
 from runlog.processors.inspect import usage_doc
+from runlog.processors.inspect.children import ChildNode, child_tree
+from runlog.processors.operate import load_run
 from runlog.processors.resume._drains import OPEN, version_table
 from runlog.processors.resume._versions import VersionRoutes
 from runlog.projections import RunState, RunStatus
@@ -135,6 +137,7 @@ def _run_context(console: Console, follower: RunFollower, projected: RunState | 
         "actions_key": _actions_key(state, console.app is not None),
         "events": follower.events,
         "version_wait": "",
+        "family": None,
     }
 
 
@@ -170,7 +173,14 @@ async def run_page(request: web.Request) -> web.Response:
         waits = await console.call(lambda: VersionRoutes(store.client, store.prefix).waits([follower.run_id]))
         if follower.run_id in waits:  # a live update after this (the run went on) drops the line
             ctx["version_wait"] = waits[follower.run_id].describe()
+    if state is not None and (state.children or (state.parent_run_id and state.parent_call)):
+        ctx["family"] = await console.call(_family, console, state)
     return console.page(request, "run.html.j2", **ctx)
+
+
+def _family(console: Console, state: RunState) -> ChildNode:
+    """The tree of child runs under ``state`` (each child's state: the projection, else the log)."""
+    return child_tree(state, lambda run_id: load_run(console.settings, run_id))
 
 
 def _update(console: Console, request: web.Request, follower: RunFollower) -> dict[str, Any]:

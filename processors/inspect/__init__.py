@@ -66,12 +66,15 @@ def reason_of(state: RunState) -> str | None:
 
 
 def usage_doc(state: RunState) -> dict[str, Any]:
-    """What the run's model calls spent: ``total`` (its own and, for a branch, what its parent had
-    spent at the fork), ``own``, ``inherited`` (None for a run that is no branch), and its own by
-    stage and by model (:class:`runlog.projections._usage.UsageTotals` as dicts)."""
+    """What the run's model calls spent: ``total`` (its own, for a branch what its parent had
+    spent at the fork, and what its ended children spent), ``own``, ``inherited`` (None for a run that
+    is no branch), ``children`` (what the children whose outcomes it recorded spent; None: none), and
+    its own by stage and by model (:class:`runlog.projections._usage.UsageTotals` as dicts)."""
     inherited = state.inherited_usage
+    children = state.children_total
     return {"total": state.total_usage.to_dict(), "own": state.usage.to_dict(),
             "inherited": None if inherited is None else inherited.to_dict(),
+            "children": None if children is None else children.to_dict(),
             "stages": {k: v.to_dict() for k, v in sorted(state.stage_usage.items())},
             "models": {k: v.to_dict() for k, v in sorted(state.model_usage.items())}}
 
@@ -86,6 +89,11 @@ def usage_lines(state: RunState) -> list[str]:
         lines.append(f"    inherited from {state.parent_run_id} at seq {state.forked_from_seq}: "
                      f"{state.inherited_usage.describe()}")
         lines.append(f"    this branch: {state.usage.describe()}")
+    children = state.children_total
+    if children is not None:
+        lines.append(f"    own: {state.usage.describe()}")
+        lines.append(f"    children ({len(state.children_usage)} ended, recorded with their outcomes): "
+                     f"{children.describe()}")
     lines += [f"    stage {k}: {v.describe()}" for k, v in sorted(state.stage_usage.items())]
     lines += [f"    model {k}: {v.describe()}" for k, v in sorted(state.model_usage.items())]
     return lines

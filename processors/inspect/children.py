@@ -1,10 +1,13 @@
 """A run's family for operators: its parent (a child run's ``parent_run_id`` and call) and the tree of child
 runs it started (``ctx.start_child``), with what the tree spent.
 
-Usage rolls up by reading: a run's ``usage.with_children`` is its own total plus each child's
-``with_children``, as the children's states tell now (a child still running adds what it has spent so
-far). Nothing is written: each run's log keeps only its own calls' usage, so a resume, a branch or a
-replay never counts a child's spend twice. Budgets do not roll up (a child's budget is its own).
+Usage rolls up twice over. On the log: when a parent records a child's outcome, the event carries
+what the child spent in all (``runlog.usage.child``), so the parent's own state counts it
+(:attr:`~runlog.projections.RunState.children_usage`, in its ``total_usage`` and against its budget),
+once. By reading, for the children still under way: a run's ``with_children`` is its
+``total_usage`` plus, for each child whose outcome it has not recorded yet, that child's
+``with_children`` as its state tells now (what it has spent so far); a child already recorded is not
+added again.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ class ChildNode:
     def with_children(self) -> UsageTotals:
         """What this run and every run under it spent (see the module docstring)."""
         total = self.state.total_usage if self.state is not None else UsageTotals()
+        recorded = self.state.children_usage if self.state is not None else {}
         for c in self.children:
-            total = total.plus(c.with_children)
+            if c.run_id not in recorded:  # recorded ones are in total_usage already
+                total = total.plus(c.with_children)
         return total
 
     def to_dict(self) -> dict[str, Any]:

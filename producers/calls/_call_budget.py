@@ -35,6 +35,12 @@ class BudgetGuard:
         with self._lock:
             return self.caps.exceeded(self.spent)
 
+    def add_totals(self, totals: UsageTotals) -> str | None:
+        """Count what a child run spent (recorded with its outcome); the soft cap it reached, or None."""
+        with self._lock:
+            before, self.spent = self.spent, self.spent.plus(totals)
+            return self.caps.soft_crossed(before, self.spent)
+
     def add(self, usage: Usage) -> str | None:
         """Count one call's spend; the soft cap it reached (first time), or None."""
         with self._lock:

@@ -14,6 +14,9 @@ Runlog calls, whatever the agent framework.
   order when it arrives (recorded or new), so the order the calls run or finish in never changes a
   call id.
 
+Sub-agents run as child runs (a handoff, a delegation) through :mod:`._children`: the workflow a
+durable agent runs in as a child, and the step that starts it and reads its output.
+
 An integration keeps what is its framework's own: where the model and the tools are hooked in, what
 a request, a response and a tool result are as JSON, and the checks of what its framework can do
 that a recorded run cannot.

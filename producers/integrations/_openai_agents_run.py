@@ -25,7 +25,9 @@ from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from runlog.producers.define._tools import CallInfo, Tool
+from runlog.producers.integrations._children import ChildAgent
 from runlog.producers.integrations._core import CurrentCall, Positions, model_call
+from runlog.producers.integrations._openai_agents_children import handed_off_response
 from runlog.producers.integrations._openai_agents_json import (
     decode_response,
     encode_response,
@@ -35,7 +37,7 @@ from runlog.producers.integrations._openai_agents_json import (
 from runlog.schemas.errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from runlog.producers import AsyncStageContext
+    from runlog.producers import AsyncStageContext, CallPosition
 
 __all__ = ["Run", "RunlogModel", "calling", "current_call"]
 
@@ -55,6 +57,10 @@ class Run:
     def __init__(self, stage: AsyncStageContext) -> None:
         self.stage = stage
         self.error: BaseException | None = None
+        self.model: Model | None = None
+        """The run's durable model (a handed-off agent's stand-in is given it too)."""
+        self.handed_to: ChildAgent | None = None
+        """The sub-agent the run handed off to: the next model request runs it as a child run."""
         self._pending: set[asyncio.Future[Any]] = set()
         self._positions = Positions(stage)
 
@@ -62,6 +68,10 @@ class Run:
         """The positions of ``calls`` (the function tool calls of one response, in its order); the
         previous response's unused ones stay empty (a call the SDK did not make)."""
         self._positions.reserve([(c.call_id, c.name) for c in calls])
+
+    def position(self, tool_call: tuple[str, str]) -> CallPosition | None:
+        """The position reserved for the function tool call ``(call id, tool name)`` (None: none)."""
+        return self._positions.take(tool_call)
 
     def call(self, tool: Tool, tool_call: tuple[str, str], args: Mapping[str, Any]) -> Awaitable[Any]:
         """The recorded call of ``tool`` for the function tool call ``(call id, tool name)`` at its
@@ -111,6 +121,8 @@ class RunlogModel(Model):
             return await self.wrapped.get_response(
                 system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
                 previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt)
+        if self._run.handed_to is not None:  # a handoff's stand-in: the sub-agent runs as a child run
+            return await handed_off_response(self._run, input, output_schema)
         if model_settings.retry is not None:
             raise WorkflowDefinitionError(
                 f"agent {self._name!r}: ModelSettings.retry (the SDK's own model retries) is not "

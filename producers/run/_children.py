@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runlog.producers.base._protocol import Steps, io
+from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import RunWaits, _sources_fn
 from runlog.producers.calls._keys import canonical_json
 from runlog.producers.define._tools import Tool
@@ -47,6 +48,7 @@ from runlog.producers.run._results import RunResult
 from runlog.producers.run._runs import run_id_for_key
 from runlog.producers.run._start import RunStarts
 from runlog.projections import RunState, RunStatus
+from runlog.projections.internal import CHILD_USAGE_ATTRIBUTE, SOFT_ATTRIBUTE
 from runlog.schemas import EventType, ReplayPolicy
 from runlog.schemas.errors import ResumeBlocked, RunCancelled, RunFailed, RunlogError, WorkflowDefinitionError
 from runlog.schemas.internal import CHILD_RUN_ATTRIBUTE, CHILD_TOOL, CHILDREN_ATTRIBUTE, PARENT_CALL_ATTRIBUTE
@@ -127,8 +129,10 @@ def children_ended(outcomes: RunOutcomes, state: RunState) -> bool:
 
 
 def starting_child(core: _ContextCore, children: ChildRuns | None, workflow: Workflow,
-                   params: Mapping[str, Any], key: str | None) -> Steps[tuple[int, str, str]]:
-    """The steps of ``ctx.start_child``: ``(index, call id, child run id)``."""
+                   params: Mapping[str, Any], key: str | None,
+                   index: int | None = None) -> Steps[tuple[int, str, str]]:
+    """The steps of ``ctx.start_child``: ``(index, call id, child run id)``; at the stage's next call
+    position, or at ``index`` (a position taken ahead, :meth:`CallPosition.start_child`)."""
     if children is None:
         raise WorkflowDefinitionError("this runner cannot start child runs (no run key store): use a "
                                       "Runner.from_settings runner, a resumer or InMemoryWorld")
@@ -139,7 +143,8 @@ def starting_child(core: _ContextCore, children: ChildRuns | None, workflow: Wor
     if not isinstance(params, Mapping):
         raise WorkflowDefinitionError(f"start_child() params must be a JSON object, "
                                       f"got {type(params).__name__}")
-    index = core.positions.claim()
+    if index is None:
+        index = core.positions.claim()
     s = core.session
     call_id = f"{core.stage}/{CHILD}/{index}"
     run_key = child_key(s.run_id, call_id, key)
@@ -222,7 +227,14 @@ def gathering(core: _ContextCore, children: ChildRuns | None, handles: Sequence[
         ref = yield from core.stored.put(canonical_json(doc))
         common: dict[str, Any] = {"stage": core.stage, "tool": CHILD, "call_id": call_id,
                                   "replay_policy": ReplayPolicy.IDEMPOTENT}
+        spent = state.total_usage  # the child's own and its children's: reaches the parent once, here
         attrs = {CHILD_RUN_ATTRIBUTE: child_id, "status": state.status.value}
+        if spent.calls:
+            attrs[CHILD_USAGE_ATTRIBUTE] = spent.to_json()
+            guard: BudgetGuard | None = getattr(s, "budget", None)  # the parent's budget counts it
+            warning = guard.add_totals(spent) if guard is not None else None
+            if warning is not None:
+                attrs[SOFT_ATTRIBUTE] = warning
         if call_id in core._deadlines:  # the call the run waited at: the wait's end
             yield from s.appending(EventType.SIGNAL_RECEIVED, payload_ref=ref,
                                    attributes={"signal": CHILD, **attrs}, **common)

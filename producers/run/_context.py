@@ -320,6 +320,23 @@ class CallPosition:
         self._used = True
         return self._ctx._call_at(self.index, tool, args)
 
+    async def start_child(self, workflow: Workflow, params: Mapping[str, Any], *,
+                          key: str | None = None) -> AsyncChildRun:
+        """Start a child run at this position (:meth:`AsyncStageContext.start_child`): ``await
+        position.start_child(workflow, params)`` gives its handle.
+
+        Raises:
+            WorkflowDefinitionError: the position was used already (or as ``start_child`` does).
+        """
+        if self._used:
+            raise WorkflowDefinitionError(f"call position {self.index} of stage {self._ctx.stage!r} "
+                                          "was used already: reserve one position per call")
+        self._used = True
+        ctx = self._ctx
+        index, call_id, run_id = await ctx._run(starting_child(ctx, ctx.children, workflow, params, key,
+                                                               self.index))
+        return AsyncChildRun(ctx, index, call_id, run_id)
+
     def __repr__(self) -> str:
         return f"CallPosition({self._ctx.stage!r}, {self.index})"
 

@@ -11,6 +11,10 @@ most twice (the one in flight is asked again); the same for the SAFE lookup; the
 unique by delivery key) happened exactly once and was entered exactly once; the run's token totals
 are the reference run's plus, at most, the one call in flight at the kill. Workers alternate
 between the sync ``Runner`` and the ``AsyncRunner``.
+
+A sub-agent run as a child run (an OpenAI Agents SDK handoff, a Pydantic AI delegation) crashed
+inside is the companion suite ``test_agent_handoff_crash.py``, parametrized over the same two
+integrations (kept apart: it is fast, this one is slow).
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ import pytest
 from agents import (
     Agent,
     ComputerTool,
+    Handoff,
     ModelSettings,
     RunConfig,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrailData,
     WebSearchTool,
     function_tool,
-    handoff,
     tool_input_guardrail,
 )
 from agents.testing import assistant_message, function_call
@@ -173,7 +173,8 @@ def test_what_is_not_json_data_is_refused_with_a_clear_error(world: World) -> No
 def test_what_the_sdk_runs_outside_the_log_is_refused(world: World) -> None:
     model = ScriptModel(lambda turn, input: [assistant_message("x")])
     refused = {
-        "handoffs are not supported": Agent(name="h", model=model, handoffs=[handoff(Agent(name="b"))]),
+        r"handoff to 'b' was not made with handoff\(agent\)": Agent(name="h", model=model, handoffs=[
+            Handoff("to_b", "b", {}, _to_b, "b")]),
         "is a ComputerTool, which runs locally": Agent(name="c", model=model,
                                                        tools=[ComputerTool(computer=object())]),  # type: ignore[arg-type]
         "needs approval": Agent(name="n", model=model, tools=[function_tool(_approve, needs_approval=True)]),
@@ -192,6 +193,10 @@ def test_what_the_sdk_runs_outside_the_log_is_refused(world: World) -> None:
 
         with pytest.raises(WorkflowDefinitionError, match=why):
             world.runner.run(wf, {})
+
+
+async def _to_b(ctx: Any, input_json: str) -> Agent[Any]:
+    return Agent(name="b")
 
 
 def _approve(x: int) -> int:

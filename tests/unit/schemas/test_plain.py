@@ -197,6 +197,8 @@ RICH = RunState(
     inherited_usage=UsageTotals(1, 5, 1, 0, 0, 9, 0),
     usage_budget=BudgetCaps(1000, 5_000_000, 800, None, "wait"),
     labels={"queue": "default", "tenant": "acme"},
+    children=("run-c",),
+    children_usage={"run-c": UsageTotals(2, 40, 6, 0, 0, 90, 0)},
 )
 
 A = '["file:///a","' + "ab" * 32 + '",12,"application/json"]'
@@ -207,7 +209,8 @@ RICH_JSON = (
     '"checkpoint":{"artifacts":[' + A + '],"checkpoint_id":"cp1","created_at":106,"inputs":{"brief":"v2"},'
     '"last_seq":7,"next_stage":"publish","offset":30,"partition":3,"run_id":"run-1","stage":"draft",'
     '"verified_by":[["r1",true,"ok"]],"workflow_version":"1"},'
-    '"checkpoints":[["cp1","draft",7,3,30,"h7"]],"children":[],'
+    '"checkpoints":[["cp1","draft",7,3,30,"h7"]],"children":["run-c"],'
+    '"children_usage":{"run-c":[2,40,6,0,0,90,0]},'
     '"closed_effects":[{"call_id":null,"delivery_key":"dk","external_id":"x","opened_at":null,'
     '"replay_policy":null,"request_hash":null,"run_id":"run-1","seq":7,"stage":null,"status":"DONE",'
     '"target":"cms","tool":null,"updated_at":105}],'
@@ -237,11 +240,12 @@ def test_the_state_json_layout_is_pinned() -> None:
 
 def test_a_state_written_before_later_fields_reads_with_their_defaults() -> None:
     old = json.loads(RICH_JSON)
-    for later in ("params_ref", "last_hash", "waiting", "labels", "subject", "children", "parent_call"):
+    for later in ("params_ref", "last_hash", "waiting", "labels", "subject", "children", "parent_call",
+                  "children_usage"):
         del old[later]
     old["checkpoints"] = [c[:5] for c in old["checkpoints"]]  # before the anchor's hash
     del old["open_effects"][0]["opened_at"]
     s = state_from_json(json.dumps(old))
     assert (s.params_ref, s.last_hash, s.waiting, s.labels) == (None, None, None, {})
-    assert (s.children, s.parent_call) == ((), None)
+    assert (s.children, s.parent_call, s.children_usage) == ((), None, {})
     assert s.checkpoints[0].last_hash is None and s.open_effects["dk2"].opened_at is None
