@@ -38,6 +38,7 @@ from runlog.producers.internal import (
     run_id_for_key,
     seal_text,
     store_from_settings,
+    subject_keys,
 )
 from runlog.projections import RedisStore, RunState
 from runlog.projections.internal import READY
@@ -220,7 +221,7 @@ class Client:
                   **({SUBJECT: subject} if subject is not None else {})}
         text = params_bytes.decode("utf-8")
         if self.settings.encryption:  # no parameter in clear on the submissions topic either
-            keys = SubjectKeys(self.settings.keyring)
+            keys = subject_keys(self.settings)
             data_key = keys.for_subject(subject or self.settings.default_subject)
             text = seal_text(data_key, text)
         produce_submission(self.producer, self.codec, self.topic, RunSubmission(

@@ -386,3 +386,4 @@ class SubjectKeys:
         if not self._subjects.exists():
             return set()
         return {int(json.loads(p.read_text())["kek_version"]) for p in self._subjects.glob("*.json")}
+
