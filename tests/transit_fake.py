@@ -57,10 +57,10 @@ class FakeTransit:
                 code, doc = fake.route(method, self.path[len(prefix):], body)
                 self._reply(code, doc)
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 self._handle("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._handle("POST")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -106,7 +106,8 @@ class FakeTransit:
             if parts[0] == "encrypt":
                 v = k["latest"]
                 nonce = secrets.token_bytes(12)
-                ct = nonce + self._aead(k, v, context).encrypt(nonce, base64.b64decode(body["plaintext"]), None)
+                plain = base64.b64decode(body["plaintext"])
+                ct = nonce + self._aead(k, v, context).encrypt(nonce, plain, None)
                 return 200, {"data": {"ciphertext": f"vault:v{v}:{base64.b64encode(ct).decode()}",
                                       "key_version": v}}
             _, ver, blob = str(body.get("ciphertext", "")).split(":", 2)

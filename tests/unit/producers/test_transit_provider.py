@@ -56,7 +56,8 @@ def test_rotate_rewraps_and_retire_refuses_old_versions(transit: FakeTransit, tm
     fresh = SubjectKeys(tmp_path / "kr", p)  # no cached key: unwraps under v2
     assert SealedArtifactStore(store.base, fresh, "cust-1").get(ref) == b'{"card":"4242"}'
     with pytest.raises(PayloadKeyError, match="disallowed"):
-        p.unwrap(WrappedKey(1, p.wrap(b"x" * 32, "cc" * 16).blob.replace(b"vault:v2:", b"vault:v1:")), "cc" * 16)
+        old = p.wrap(b"x" * 32, "cc" * 16).blob.replace(b"vault:v2:", b"vault:v1:")
+        p.unwrap(WrappedKey(1, old), "cc" * 16)
     with pytest.raises(ConfigError, match="current one"):
         p.retire(5)
     fresh.erase("cust-1", by="dpo", reason="request")
@@ -78,7 +79,8 @@ def test_an_unreachable_engine_is_a_payload_key_error() -> None:
         p.current_version()
 
 
-def test_settings_choose_the_transit_provider_and_mask_its_token(transit: FakeTransit, tmp_path: Path) -> None:
+def test_settings_choose_the_transit_provider_and_mask_its_token(transit: FakeTransit,
+                                                                tmp_path: Path) -> None:
     s = Settings.from_env({"RUNLOG_ENCRYPTION": "true", "RUNLOG_KEYRING": str(tmp_path / "kr"),
                            "RUNLOG_KEY_PROVIDER": "transit", "RUNLOG_TRANSIT_ADDR": transit.addr,
                            "RUNLOG_TRANSIT_TOKEN": TOKEN})
