@@ -337,6 +337,18 @@ class SubjectKeys:
         self._cache[key_id] = (key, inode)
         return key
 
+    def export(self, subject: str) -> bytes:
+        """``subject``'s raw 32-byte data key, for an outside consumer that opens the subject's envelopes
+        itself (docs: reference/contract, "The payload envelope"). Hand it over as a secret.
+
+        Raises:
+            SubjectErased: the subject was erased. PayloadKeyError: it has no data key here.
+        """
+        key_id = key_id_of(subject)
+        self.by_id(key_id)  # erased / missing / not unwrapping: the typed errors
+        doc = json.loads(self._file(key_id).read_text())
+        return self.provider.unwrap(WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"])), key_id)
+
     def erase(self, subject: str, *, by: str, reason: str) -> bool:
         """Destroy ``subject``'s data key (the wrapped file and the cached copy) and leave a tombstone.
         Returns False when it was already erased."""
