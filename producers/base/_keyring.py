@@ -7,7 +7,8 @@ Two interfaces, one adapter each here:
   ``<keyring>/kek/v<N>.key``. A KMS adapter implements the same four methods: HashiCorp Vault's or
   OpenBao's transit engine maps them onto ``transit/encrypt/<key>``, ``transit/decrypt/<key>``,
   ``transit/keys/<key>/rotate`` and ``transit/keys/<key>/config`` (``min_decryption_version``), the
-  ciphertext it returns (``vault:v<N>:...``) being the wrapped key. No such adapter ships yet.
+  ciphertext it returns (``vault:v<N>:...``) being the wrapped key:
+  :class:`~runlog.producers.base._transit.TransitKeyProvider`.
 - :class:`SubjectKeys` keeps each subject's *wrapped* data key in ``<keyring>/subjects/<key id>.json``
   and the unwrapped key in memory (a cache, checked against the file on every use so an erase made by
   another process takes effect at the next payload), creates a subject's key on first use, and erases one
