@@ -348,7 +348,8 @@ class SubjectKeys:
         key_id = key_id_of(subject)
         self.by_id(key_id)  # erased / missing / not unwrapping: the typed errors
         doc = json.loads(self._file(key_id).read_text())
-        return self.provider.unwrap(WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"])), key_id)
+        wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
+        return self.provider.unwrap(wrapped, key_id)
 
     def erase(self, subject: str, *, by: str, reason: str) -> bool:
         """Destroy ``subject``'s data key (the wrapped file and the cached copy) and leave a tombstone.
