@@ -33,7 +33,8 @@ def _append(log: InMemoryEventLog, subject: str | None, *, seal: bool = True) ->
     s.subject, s.seal_texts = subject, seal
     s.append(EventType.FAILED, stage="pay", error=ErrorInfo("ValueError", "card 4242 of alice declined"))
     doubt = ErrorInfo("EffectInDoubt", "delivery key " + "a" * 64 + " in doubt")
-    s.append(EventType.RUN_BLOCKED, error=doubt, attributes={"reason": "alice asked", "by": "ops", "signal": "budget"})
+    s.append(EventType.RUN_BLOCKED, error=doubt,
+             attributes={"reason": "alice asked", "by": "ops", "signal": "budget"})
     return log.events(run)
 
 
