@@ -75,3 +75,20 @@ def test_a_sealer_without_the_key_leaves_the_sealed_text(tmp_path: Path) -> None
     elsewhere = TextSealer(subject_keys(log.settings.with_(keyring=str(tmp_path / "other"))), "default")
     assert elsewhere.open(sealed) == sealed
     assert TextSealer(subject_keys(log.settings), "default").open(sealed) == "hello"
+
+
+def test_runlog_show_opens_sealed_texts_with_the_keyring_and_masks_them_without(tmp_path: Path) -> None:
+    from runlog.processors.inspect import redact_text, render_timeline
+    from runlog.processors.inspect.log import LoggedEvent
+    from runlog.projections import fold
+
+    log = _log(tmp_path)
+    history, state = [], None
+    for i, e in enumerate(_append(log, "cust-alice")):
+        state, outcome = fold(state, e)
+        history.append(LoggedEvent(i, e, outcome, state))
+    masked = render_timeline(history)
+    assert "[sealed]" in masked and "rlenc1:" not in masked and "4242" not in masked
+    opened = render_timeline(history, store_from_settings(log.settings).open_text)
+    assert "card 4242 of alice declined" in opened and "reason=alice asked" in opened
+    assert redact_text("why: rlenc1:AAEC+/== and more") == "why: [sealed] and more"
