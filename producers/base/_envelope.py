@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import hmac
 from collections.abc import Mapping
 from typing import Any
@@ -61,7 +60,7 @@ def is_sealed(data: bytes) -> bool:
 def seal(key: DataKey, data: bytes) -> bytes:
     """``data``'s envelope under ``key`` (see the module docstring)."""
     head = MAGIC + bytes.fromhex(key.key_id)
-    nonce = hmac.new(key.nonce_key, data, hashlib.sha256).digest()[:12]
+    nonce = hmac.digest(key.nonce_key, data, "sha256")[:12]  # one-shot: a fraction of hmac.new's cost
     return head + nonce + key.aead.encrypt(nonce, data, head)
 
 

@@ -78,7 +78,7 @@ class SealedArtifactStore(ArtifactStore):
         return self.keys.for_subject(self.subject)
 
     def digest(self, data: bytes) -> str:
-        return hmac.new(self._key().hash_key, data, hashlib.sha256).hexdigest()
+        return hmac.digest(self._key().hash_key, data, "sha256").hex()
 
     def content_id(self, data: bytes) -> str:
         return hashlib.sha256(seal(self._key(), data)).hexdigest()
