@@ -59,9 +59,9 @@ def is_sealed(data: bytes) -> bool:
 
 def seal(key: DataKey, data: bytes) -> bytes:
     """``data``'s envelope under ``key`` (see the module docstring)."""
-    head = MAGIC + bytes.fromhex(key.key_id)
+    head = key.head or MAGIC + bytes.fromhex(key.key_id)
     nonce = hmac.digest(key.nonce_key, data, "sha256")[:12]  # one-shot: a fraction of hmac.new's cost
-    return head + nonce + key.aead.encrypt(nonce, data, head)
+    return b"".join((head, nonce, key.aead.encrypt(nonce, data, head)))
 
 
 def open_sealed(keys: SubjectKeys, envelope: bytes) -> bytes:

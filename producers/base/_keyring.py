@@ -288,13 +288,16 @@ class DataKey:
     aead: AESGCM
     nonce_key: bytes
     hash_key: bytes
+    head: bytes = b""
+    """An envelope's first 21 bytes under this key (magic + key id), made once."""
 
     @classmethod
     def of(cls, key_id: str, raw: bytes) -> DataKey:
         def derive(label: bytes) -> bytes:
             return hmac.new(raw, b"runlog.v1." + label, hashlib.sha256).digest()
 
-        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"))
+        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"),
+                   b"\x00RLE\x01" + bytes.fromhex(key_id))
 
 
 class SubjectKeys:
