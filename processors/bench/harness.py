@@ -104,7 +104,7 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
            "projector": 4 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
            "lag": 3, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
            "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4,
-           "encryption": 4 * max(size.rounds, 5)}
+           "encryption": 4 * size.encryption_rounds}
     return sum(per[s] for s in sections) + 1
 
 
@@ -343,7 +343,7 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["limiter"] = bench_limiter(env, samples=sz.limiter_samples, tick=tick)
         if "encryption" in sections:
             result["encryption"] = bench_encryption(env, events=sz.append_events, runs=sz.append_runs,
-                                                    rounds=max(sz.rounds, 5), steps_runs=sz.steps_runs[0],
+                                                    rounds=sz.encryption_rounds, steps_runs=sz.steps_runs[0],
                                                     tick=tick)
     finally:
         env.close()
