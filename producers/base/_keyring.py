@@ -11,7 +11,8 @@ Two interfaces, one adapter each here:
   :class:`~runlog.producers.base._transit.TransitKeyProvider`.
 - :class:`SubjectKeys` keeps each subject's *wrapped* data key in ``<keyring>/subjects/<key id>.json``
   and the unwrapped key in memory (a cache, checked against the file whenever the keyring's erase
-  generation moved, so an erase made by another process takes effect at the next payload), creates a subject's key on first use, and erases one
+  generation moved, so an erase made by another process takes effect at the next payload), creates a
+  subject's key on first use, and erases one
   (:meth:`SubjectKeys.erase`: the wrapped key is deleted, a tombstone ``<keyring>/erased/<key id>.json``
   records who, why and when; a payload of that subject then raises
   :class:`~runlog.schemas.errors.SubjectErased` wherever it is read).
