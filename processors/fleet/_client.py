@@ -17,7 +17,7 @@ import asyncio
 import builtins
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,14 +72,16 @@ class RunInfo:
     shares, higher priorities or no free worker; ``dispatched``: a worker is starting it)."""
 
     @classmethod
-    def of(cls, run_id: str, state: RunState | None, queued: QueueWait | None = None) -> RunInfo:
+    def of(cls, run_id: str, state: RunState | None, queued: QueueWait | None = None,
+           opener: Callable[[str], str] = str) -> RunInfo:
+        """``opener`` opens a sealed error message (``ArtifactStore.open_text``)."""
         if state is None:
             return cls(run_id, SUBMITTED, queued=queued)
         wf = state.workflow
         err = state.last_error
         return cls(run_id, state.status.value, wf.name if wf else None, wf.version if wf else None,
                    state.stage, state.waiting.signal if state.waiting else None,
-                   f"{err.kind}: {err.message}" if err else None, dict(state.labels))
+                   f"{err.kind}: {opener(err.message)}" if err else None, dict(state.labels))
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,7 @@ class Client:
         """Where the run stands; a submitted run no worker started yet says where it waits, and why."""
         state = self.state(run_id)
         return RunInfo.of(run_id, state, where_waits(self.redis, self.settings.redis_prefix, run_id)
-                          if state is None else None)
+                          if state is None else None, self.artifacts.open_text)
 
     def list(self, *, status: str | None = None, workflow: str | None = None, tenant: str | None = None,
              queue: str | None = None, limit: int = 100) -> list[RunInfo]:
@@ -268,7 +270,7 @@ class Client:
             states = dict(self.store.load_states(ids)) if ids else {}
         else:
             states = dict(runs_from_log(self.settings))
-        out = [RunInfo.of(i, s) for i, s in states.items() if s is not None]
+        out = [RunInfo.of(i, s, opener=self.artifacts.open_text) for i, s in states.items() if s is not None]
         out = [r for r in out
                if (status is None or r.status == status) and (workflow is None or r.workflow == workflow)
                and (tenant is None or (r.labels or {}).get("tenant") == tenant)
