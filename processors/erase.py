@@ -32,7 +32,7 @@ from runlog.processors.operate import (
     _why,
     take_lease,
 )
-from runlog.producers.internal import SubjectKeys, key_id_of
+from runlog.producers.internal import key_id_of, subject_keys
 from runlog.projections import RunStatus
 from runlog.projections.log_reader import read_topic
 from runlog.schemas import Codec, ErrorInfo, EventType, RunEvent, Settings
@@ -94,7 +94,10 @@ def _block(settings: Settings, run_id: str, who: str, why: str) -> bool:
             state = _load(settings, run_id)
             if state.status in _DONE:
                 return False
-            taken = take_lease(settings, runner, state, by=who, action="erase", reason=why, force=True)
+            # the erase's own record stays readable (who, why): the subject's key is gone, and the
+            # erasure must still be accountable
+            taken = take_lease(settings, runner, state, by=who, action="erase", reason=why, force=True,
+                               seal_texts=False)
             if taken is None:
                 continue
             session, _ = taken
@@ -146,7 +149,7 @@ def erase_subject(settings: Settings, subject: str, *, by: str, reason: str) -> 
         raise OperatorRefused("payload encryption is off (RUNLOG_ENCRYPTION): there is no data key to "
                               "destroy, and payloads are in clear")
     key_id = key_id_of(subject)
-    destroyed = SubjectKeys(settings.keyring).erase(subject, by=who, reason=why)
+    destroyed = subject_keys(settings).erase(subject, by=who, reason=why)
     runs = runs_of_subject(settings, subject)
     blocked = [run_id for run_id in runs if _block(settings, run_id, who, why)]
     deleted = _sweep(Path(settings.artifact_root), key_id)

@@ -153,7 +153,7 @@ def _runner(settings: Settings) -> Iterator[Runner]:
 
 
 def take_lease(settings: Settings, runner: Runner, state: RunState, *, by: str, action: str, reason: str,
-          force: bool) -> tuple[RunSession, RunState] | None:
+          force: bool, seal_texts: bool = True) -> tuple[RunSession, RunState] | None:
     """The run's lease at a new epoch with a confirmed ``LEASE_ACQUIRED`` the fold accepted (and
     the state with it), or None when the run moved since ``state`` (the event was not accepted)."""
     wf = state.workflow
@@ -162,7 +162,8 @@ def take_lease(settings: Settings, runner: Runner, state: RunState, *, by: str, 
                                    workflow=placeholder, input_versions=state.input_versions,
                                    source=runner.source, params={}, epoch=state.epoch, force=force,
                                    last_hash=state.last_hash,
-                                   attributes={"operator": by, "action": action, "reason": reason})
+                                   attributes={"operator": by, "action": action, "reason": reason},
+                                   subject=state.subject, seal_texts=seal_texts)
     partition = state.partition if state.partition >= 0 else KafkaRunLog(settings).partition_of(state.run_id)
     confirmed, _ = read_run_tail(settings, state.run_id, partition, state.offset + 1, state)
     if confirmed is None or confirmed.epoch != session.epoch or confirmed.last_seq != session.last_seq:

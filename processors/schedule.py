@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -34,8 +35,15 @@ import redis
 from confluent_kafka import Producer
 
 from runlog.producers import Runner, Schedule
+from runlog.producers.internal import ERASED_TEXT, text_sealer
 from runlog.schemas import Settings
-from runlog.schemas.errors import ConfigError, RunConflict, RunlogError, WorkflowDefinitionError
+from runlog.schemas.errors import (
+    ConfigError,
+    PayloadKeyError,
+    RunConflict,
+    RunlogError,
+    WorkflowDefinitionError,
+)
 from runlog.schemas.internal import redis_client
 from runlog.schemas.topics import Topics
 
@@ -83,6 +91,30 @@ class ScheduleBook:
         self.last_key = f"{p}:{{schedules}}:last"
         self._producer: Producer | None = None
         self._forward = self.redis.register_script(_MAX_FORWARD)
+        self._texts = text_sealer(settings)
+        """With encryption on, a schedule's params are sealed (under the default subject) on the topic
+        and in Redis: ``params`` empty, ``params_sealed`` the sealed JSON."""
+
+    def _encode(self, schedule: Schedule) -> str:
+        raw = schedule.to_json()
+        if self._texts is None or not schedule.params:
+            return raw
+        doc = json.loads(raw)
+        doc["params_sealed"] = self._texts.seal(None, json.dumps(doc.pop("params"), sort_keys=True))
+        doc["params"] = {}
+        return json.dumps(doc, sort_keys=True)
+
+    def _decode(self, raw: str | bytes) -> Schedule:
+        doc = json.loads(raw)
+        sealed = doc.pop("params_sealed", None)
+        if sealed is None:
+            return self._decode(raw)
+        opened = self._texts.open(sealed) if self._texts is not None else sealed
+        if opened in (sealed, ERASED_TEXT):
+            raise PayloadKeyError("?", f"schedule {doc.get('name')!r}: its params are sealed and this "
+                                       "process has not their key (RUNLOG_ENCRYPTION and RUNLOG_KEYRING)")
+        doc["params"] = json.loads(opened)
+        return Schedule.from_json(json.dumps(doc))
 
     def close(self) -> None:
         if self._producer is not None:
@@ -143,7 +175,7 @@ class ScheduleBook:
         """Every schedule, by name."""
         self._synced()
         raw = self.redis.hgetall(self.key)
-        return sorted((Schedule.from_json(v) for v in raw.values()), key=lambda s: s.name)
+        return sorted((self._decode(v) for v in raw.values()), key=lambda s: s.name)
 
     def get(self, name: str) -> Schedule:
         """The schedule ``name``.
@@ -155,7 +187,7 @@ class ScheduleBook:
         raw = self.redis.hget(self.key, name)
         if raw is None:
             raise ScheduleNotFound(f"no schedule named {name!r}")
-        return Schedule.from_json(raw)
+        return self._decode(raw)
 
     def put(self, schedule: Schedule) -> Schedule:
         """Record ``schedule`` on the log (acknowledged), then in Redis. A schedule without a
@@ -163,8 +195,9 @@ class ScheduleBook:
         if not schedule.created_at_ms:
             schedule = dataclasses.replace(schedule, created_at_ms=_now_ms())
         self._synced()
-        self._produce(schedule.name, schedule.to_json().encode())
-        self.redis.hset(self.key, schedule.name, schedule.to_json())
+        value = self._encode(schedule)
+        self._produce(schedule.name, value.encode())
+        self.redis.hset(self.key, schedule.name, value)
         return schedule
 
     def set_paused(self, name: str, paused: bool) -> Schedule:

@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from runlog.processors.dlq import headers
-from runlog.producers.internal import SubjectKeys, open_text
+from runlog.producers.internal import open_text, subject_keys
 from runlog.schemas import Codec, StreamKind, StreamRecord
 from runlog.schemas.errors import ConfigError, DecodeError, LogUnavailable, SubjectErased
 from runlog.schemas.internal import served
@@ -86,7 +86,7 @@ class StreamReader:
         self.run_id = next(iter(wanted))
         self._from = {r.encode("utf-8"): o for r, o in wanted.items()}
         self._codec = codec or Codec.from_settings(settings)
-        self._keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        self._keys = subject_keys(settings) if settings.encryption else None
         """Opens sealed text and data (``RUNLOG_ENCRYPTION``); without it they read as sealed."""
         self._dead_letters = dead_letters
         self._consumer = Consumer(settings.consumer_config(

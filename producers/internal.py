@@ -4,8 +4,17 @@ The writer, sessions, leases, the effects ledger, trace hooks and key helpers, a
 them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
 """
 
-from runlog.producers.base._keyring import KeyProvider, LocalKeyProvider, SubjectKeys, key_id_of
+from runlog.producers.base._envelope import ERASED_TEXT, TextSealer, text_sealer
+from runlog.producers.base._key_source import key_provider, subject_keys
+from runlog.producers.base._keyring import (
+    KeyProvider,
+    LocalKeyProvider,
+    SubjectKeys,
+    WrappedKey,
+    key_id_of,
+)
 from runlog.producers.base._trace import NO_TRACE, AttrValue, NoSpan, Span, Tracer, context_of
+from runlog.producers.base._transit import TransitKeyProvider
 from runlog.producers.calls._artifacts import InMemoryArtifactStore, label
 from runlog.producers.calls._call_budget import BudgetGuard
 from runlog.producers.calls._calls import WAIT, RecordedCall
@@ -43,6 +52,7 @@ from runlog.producers.run._runs import InMemoryRunKeys, RunKeys, run_id_for_key
 
 __all__ = [
     "CHILD",
+    "ERASED_TEXT",
     "EXECUTE",
     "NO_TRACE",
     "WAIT",
@@ -81,12 +91,16 @@ __all__ = [
     "SealedArtifactStore",
     "Span",
     "SubjectKeys",
+    "TextSealer",
     "Tracer",
+    "TransitKeyProvider",
+    "WrappedKey",
     "canonical_json",
     "child_key",
     "children_ended",
     "context_of",
     "key_id_of",
+    "key_provider",
     "label",
     "lease_key",
     "lp_sha256",
@@ -99,6 +113,8 @@ __all__ = [
     "send_resume_request",
     "sha256_hex",
     "store_from_settings",
+    "subject_keys",
+    "text_sealer",
     "unregister",
     "waking_parent",
 ]

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from runlog.producers.base._key_source import subject_keys
 from runlog.producers.base._keyring import DataKey, SubjectKeys
 from runlog.producers.calls._sealed import seal_text
 from runlog.schemas import Codec, StreamKind, StreamRecord, now_ms
@@ -65,7 +66,7 @@ class StreamWriter:
         """A writer with its own producer: ``acks=1``, not idempotent, ``linger.ms=2``."""
         conf = settings.producer_config(**{"enable.idempotence": False, "acks": 1, "linger.ms": 2,
                                            "message.timeout.ms": 30_000})
-        keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        keys = subject_keys(settings) if settings.encryption else None
         return cls(Producer(conf), Codec.from_settings(settings), Topics.of(settings).streams, keys=keys,
                    default_subject=settings.default_subject)
 

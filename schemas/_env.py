@@ -93,6 +93,12 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " payloads needs the same keyring"),
     ("RUNLOG_DEFAULT_SUBJECT", "default", "the subject of runs started without one (its data key seals"
      " their payloads)"),
+    ("RUNLOG_KEY_PROVIDER", "local", "who holds the key-encryption keys: `local` (files in the keyring) or"
+     " `transit` (HashiCorp Vault's or OpenBao's transit engine wraps the data keys)"),
+    ("RUNLOG_TRANSIT_ADDR", "", "`transit`: the server's address, e.g. `https://vault.internal:8200`"),
+    ("RUNLOG_TRANSIT_MOUNT", "transit", "`transit`: the path the transit engine is mounted at"),
+    ("RUNLOG_TRANSIT_KEY", "runlog", "`transit`: the transit key that wraps the data keys"),
+    ("RUNLOG_TRANSIT_TOKEN", "", "`transit`: the token sent as `X-Vault-Token` (a secret: never logged)"),
 )
 
 _SR_OWN = ("RUNLOG_SCHEMA_REGISTRY_URL", "RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER")
@@ -189,7 +195,19 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         encryption=_bool(e, "RUNLOG_ENCRYPTION", False),
         keyring=e.get("RUNLOG_KEYRING") or ".runlog/keyring",
         default_subject=(e.get("RUNLOG_DEFAULT_SUBJECT") or "default").strip() or "default",
+        key_provider=_key_provider(e.get("RUNLOG_KEY_PROVIDER") or "local"),
+        transit_addr=(e.get("RUNLOG_TRANSIT_ADDR") or "").strip() or None,
+        transit_mount=(e.get("RUNLOG_TRANSIT_MOUNT") or "transit").strip("/ ") or "transit",
+        transit_key=(e.get("RUNLOG_TRANSIT_KEY") or "runlog").strip() or "runlog",
+        transit_token=e.get("RUNLOG_TRANSIT_TOKEN") or None,
     )
+
+
+def _key_provider(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("local", "transit"):
+        raise ConfigError(f"RUNLOG_KEY_PROVIDER must be local or transit, got {raw!r}")
+    return value
 
 
 def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
@@ -223,6 +241,9 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_ENCRYPTION": "true" if f["encryption"] else "false",
         "RUNLOG_KEYRING": f["keyring"],
         "RUNLOG_DEFAULT_SUBJECT": f["default_subject"],
+        "RUNLOG_KEY_PROVIDER": f["key_provider"],
+        "RUNLOG_TRANSIT_MOUNT": f["transit_mount"],
+        "RUNLOG_TRANSIT_KEY": f["transit_key"],
     }
     optional = {
         "RUNLOG_SCHEMA_REGISTRY_URL": f["schema_registry_url"],
@@ -235,6 +256,8 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_REDIS_SSL_KEYFILE": f["redis_ssl_keyfile"],
         "RUNLOG_REDIS_SSL_KEY_PASSWORD": f["redis_ssl_key_password"],
         "RUNLOG_CONSOLE_TOKEN": f["console_token"],
+        "RUNLOG_TRANSIT_ADDR": f["transit_addr"],
+        "RUNLOG_TRANSIT_TOKEN": f["transit_token"],
         "RUNLOG_GROUP_INSTANCE_ID": f["group_instance_id"],
         "RUNLOG_SCHEMA_VERSION": None if f["schema_version"] is None else str(f["schema_version"]),
     }

@@ -25,6 +25,7 @@ from runlog.schemas.errors import ConfigError
 
 __all__ = ["ENV_VARS", "KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "Settings", "redact_urls"]
 
+_SECRET_FIELDS = ("redis_password", "redis_ssl_key_password", "console_token", "transit_token")
 _SECRET_HINTS = ("password", "secret", "token", "key", "credential", "oauthbearer.config")
 _SR_SECRET_HINTS = (*_SECRET_HINTS, "user.info")
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -119,6 +120,18 @@ class Settings(ClientConfig):
     """The local keyring directory: key-encryption keys and the subjects' wrapped data keys."""
     default_subject: str = "default"
     """The subject of runs started without one."""
+    key_provider: str = "local"
+    """Who holds the key-encryption keys: ``local`` (files in :attr:`keyring`) or ``transit`` (HashiCorp
+    Vault's or OpenBao's transit engine at :attr:`transit_addr`; the wrapped data keys stay in the
+    keyring)."""
+    transit_addr: str | None = None
+    """``transit``: the server's address (``http(s)://host:8200``)."""
+    transit_mount: str = "transit"
+    """``transit``: the path the transit engine is mounted at."""
+    transit_key: str = "runlog"
+    """``transit``: the name of the transit key that wraps the data keys."""
+    transit_token: str | None = None
+    """``transit``: the token sent as ``X-Vault-Token``; a secret, never logged."""
 
     @property
     def inline_payload_bytes(self) -> int:
@@ -244,7 +257,7 @@ class Settings(ClientConfig):
                 v = _redact_url(v)
             elif f.name == "schema_registry_url" and v:
                 v = redact_urls(v)
-            elif f.name in ("redis_password", "redis_ssl_key_password", "console_token") and v:
+            elif f.name in _SECRET_FIELDS and v:
                 v = "***"
             elif f.name == "kafka_extra":
                 v = {k: ("***" if any(h in k for h in _SECRET_HINTS) else val) for k, val in v.items()}

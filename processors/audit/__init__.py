@@ -98,7 +98,7 @@ from runlog.processors.audit.report import (
     load_anchors,
 )
 from runlog.producers import LocalArtifactStore
-from runlog.producers.internal import SubjectKeys, key_id_of
+from runlog.producers.internal import key_id_of, subject_keys
 from runlog.projections import ProjectionStore, RedisStore
 from runlog.projections.log_reader import LogReader, progress_bar
 from runlog.schemas import Codec, Settings, Topics, partition_for
@@ -201,7 +201,7 @@ def erased_runs(settings: Settings, report: AuditReport) -> list[str]:
     their chains and metadata still verify. Empty with encryption off or no keyring."""
     if not settings.encryption or not Path(settings.keyring).exists():
         return []
-    keys = SubjectKeys(settings.keyring)
+    keys = subject_keys(settings)
     return [run_id for run_id, run in report.runs.items()
             if run.state is not None and run.state.subject is not None
             and keys.is_erased(key_id_of(run.state.subject))]

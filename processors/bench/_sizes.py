@@ -53,6 +53,8 @@ class BenchSize:
     """... at this many per second (offered, open loop)."""
     limiter_samples: int = 2_000
     """Rate-limit takes timed beside raw Redis round trips."""
+    encryption_rounds: int = 5
+    """Alternating rounds per side of the encryption section (wall-clock drift on a shared machine)."""
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 
@@ -66,7 +68,7 @@ SIZES: dict[str, BenchSize] = {
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
                       concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), streams_runs=10,
                       streams_rate=200, streams_seconds=2.0, fleet_runs=40, fleet_rate=40,
-                      limiter_samples=200),
+                      limiter_samples=200, encryption_rounds=1),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,

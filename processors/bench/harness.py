@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from runlog.processors.bench._concurrency import bench_async_runs, bench_threaded_runs
 from runlog.processors.bench._conversation import bench_conversation
 from runlog.processors.bench._conversation import unavailable as conversation_unavailable
+from runlog.processors.bench._encryption import bench_encryption
 from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
 from runlog.processors.bench._fleet import bench_fleet, bench_limiter
 from runlog.processors.bench._read import bench_lag, bench_projector, bench_rebuild, run_group
@@ -52,6 +53,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "steps_ratio": (">=", 0.5),
     "steps_calls_per_s": (">=", 2000.0),
     "stream_p99_ms": ("<=", 50.0),
+    "encryption_append_ratio": (">=", 0.85),
+    "encryption_steps_ratio": (">=", 0.85),
 }
 
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -66,6 +69,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "steps": ("steps_ratio", "steps_calls_per_s"),
     "streams": ("stream_p99_ms",),
     "fleet": (),
+    "encryption": ("encryption_append_ratio", "encryption_steps_ratio"),
 }
 """What ``runlog bench --only`` can pick, with the targets each one reports. ``projector`` includes
 rebuild and the projector group (they read its projected topic); ``concurrency`` is many concurrent
@@ -74,9 +78,10 @@ is what a long agent conversation costs to record (log plus artifact bytes per m
 the ``pydantic-ai`` extra, and is left out of a run of every section without it); ``steps`` is
 orchestration throughput, durable calls per second of runs whose tools return at once, against the
 raw clients doing the I/O those calls need; ``streams`` is streamed model output, token produced to
-a subscriber per run; ``fleet`` is submitted runs from a client's submit to their ``RUN_STARTED`` on
-a worker at a steady offered rate, and a model call's rate-limit round trip against a raw Redis one
-(figures, no target)."""
+a subscriber per run; ``encryption`` is append throughput and durable calls per second with payload
+encryption on against off (at most 15% cost); ``fleet`` is submitted runs from a client's submit to
+their ``RUN_STARTED`` on a worker at a steady offered rate, and a model call's rate-limit round trip
+against a raw Redis one (figures, no target)."""
 
 
 def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
@@ -98,7 +103,8 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
            "projector": 4 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
            "lag": 3, "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
-           "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4}
+           "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4,
+           "encryption": 4 * size.encryption_rounds}
     return sum(per[s] for s in sections) + 1
 
 
@@ -241,6 +247,9 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
             f[name] = result["steps"][name]
     if "streams" in result:
         f["stream_p99_ms"] = result["streams"]["stream_p99_ms"]
+    if "encryption" in result:
+        f["encryption_append_ratio"] = result["encryption"]["append_on_over_off"]
+        f["encryption_steps_ratio"] = result["encryption"]["steps_on_over_off"]
     return f
 
 
@@ -332,6 +341,10 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["fleet"] = bench_fleet(env, runs=sz.fleet_runs, rate=sz.fleet_rate, concurrency=8,
                                           tick=tick)
             result["limiter"] = bench_limiter(env, samples=sz.limiter_samples, tick=tick)
+        if "encryption" in sections:
+            result["encryption"] = bench_encryption(env, events=sz.append_events, runs=sz.append_runs,
+                                                    rounds=sz.encryption_rounds, steps_runs=sz.steps_runs[0],
+                                                    tick=tick)
     finally:
         env.close()
         tick("cleaned up")

@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--only", metavar="SECTION[,SECTION...]", default=None,
                    help="run only these sections (append, intent, scale, projector, lag, resume, "
-                        "concurrency, conversation, steps, streams); targets are reported for them alone")
+                        "concurrency, conversation, steps, streams, fleet, encryption); targets are reported "
+                        "for them alone")
     p.add_argument("--async-runs", type=int, default=None, metavar="N",
                    help="concurrent runs on the AsyncRunner in the concurrency section (default: the size's)")
     p.add_argument("--threaded-runs", type=int, default=None, metavar="M",

@@ -58,9 +58,9 @@ def _erase(args: argparse.Namespace) -> int:
 
 
 def _rotate(args: argparse.Namespace) -> int:
-    from runlog.producers.internal import SubjectKeys
+    from runlog.producers.internal import subject_keys
 
-    keys = SubjectKeys(Settings.from_env().keyring)
+    keys = subject_keys(Settings.from_env())
     version = keys.provider.rotate()
     count = keys.rewrap()
     doc = {"kek_version": version, "rewrapped": count}
@@ -70,9 +70,9 @@ def _rotate(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    from runlog.producers.internal import SubjectKeys
+    from runlog.producers.internal import subject_keys
 
-    keys = SubjectKeys(Settings.from_env().keyring)
+    keys = subject_keys(Settings.from_env())
     used = keys.kek_versions_in_use()
     below = min(used | {keys.provider.current_version()})
     gone = keys.provider.retire(below)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -19,6 +20,15 @@ _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", 
 ``SUBMITTED``: a submitted run waiting in a queue (``runlog queues``)."""
 
 
+
+def _opener(settings: Settings) -> Callable[[str], str]:
+    """Opens the sealed error messages and reasons of runs with the keyring (encryption on); as they are
+    otherwise (then shown ``[sealed]``)."""
+    if not settings.encryption:
+        return str
+    from runlog.producers.internal import store_from_settings
+
+    return store_from_settings(settings, inline=False).open_text
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects, "
@@ -116,7 +126,8 @@ def _runs(args: argparse.Namespace) -> int:
         rows = sorted(runs_from_log(settings).values(), key=lambda s: (s.updated_at, s.run_id))
     if args.status:
         rows = [s for s in rows if s.status.value == args.status]
-    docs = [run_summary(s) for s in rows]
+    opener = _opener(settings)
+    docs = [run_summary(s, opener) for s in rows]
     known = {s.run_id for s in rows}
     queued = {r: w for r, w in _queue_waits(settings, None).items() if r not in known} \
         if args.status in (None, "SUBMITTED") else {}
@@ -256,7 +267,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"runlog show: no events for {args.run_id!r}", file=sys.stderr)
         return EXIT_FOUND
     state = history[-1].state
-    summary = run_summary(state)
+    opener = _opener(settings)
+    summary = run_summary(state, opener)
     calls = call_views(history)
     effects = [*state.open_intents, *sorted(state.closed_effects.values(), key=lambda e: e.seq)]
     store = store_from_settings(settings, inline=False) if args.payloads else None
@@ -307,7 +319,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"children: {len(tree.children)}")
         for line in tree.lines():
             print(line)
-    print(render_timeline(history))
+    print(render_timeline(history, opener))
     for cp in [h.outcome.checkpoint for h in history if h.outcome.checkpoint is not None]:
         print(f"checkpoint {cp.checkpoint_id} stage={cp.stage} next={cp.next_stage} "
               f"offset={cp.partition}:{cp.offset}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from runlog.processors.inspect import redact_text
 from runlog.processors.resume._versions import VersionRoutes
 from runlog.projections import RedisStore, RunState, RunStatus
 
@@ -52,7 +53,8 @@ class RunRow:
     @classmethod
     def of(cls, s: RunState) -> RunRow:
         err = s.last_error
-        reason = f"{err.kind}: {err.message}" if err is not None and s.status in (
+        # a sealed message shows [sealed]: the console does not open payloads' texts
+        reason = redact_text(f"{err.kind}: {err.message}") if err is not None and s.status in (
             RunStatus.BLOCKED, RunStatus.FAILED, RunStatus.CANCELLED) else ""
         return cls(
             run_id=s.run_id, status=s.status.value,

@@ -17,7 +17,7 @@ import asyncio
 import builtins
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from runlog.producers.internal import (
     run_id_for_key,
     seal_text,
     store_from_settings,
+    subject_keys,
 )
 from runlog.projections import RedisStore, RunState
 from runlog.projections.internal import READY
@@ -71,14 +72,16 @@ class RunInfo:
     shares, higher priorities or no free worker; ``dispatched``: a worker is starting it)."""
 
     @classmethod
-    def of(cls, run_id: str, state: RunState | None, queued: QueueWait | None = None) -> RunInfo:
+    def of(cls, run_id: str, state: RunState | None, queued: QueueWait | None = None,
+           opener: Callable[[str], str] = str) -> RunInfo:
+        """``opener`` opens a sealed error message (``ArtifactStore.open_text``)."""
         if state is None:
             return cls(run_id, SUBMITTED, queued=queued)
         wf = state.workflow
         err = state.last_error
         return cls(run_id, state.status.value, wf.name if wf else None, wf.version if wf else None,
                    state.stage, state.waiting.signal if state.waiting else None,
-                   f"{err.kind}: {err.message}" if err else None, dict(state.labels))
+                   f"{err.kind}: {opener(err.message)}" if err else None, dict(state.labels))
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ class Client:
                   **({SUBJECT: subject} if subject is not None else {})}
         text = params_bytes.decode("utf-8")
         if self.settings.encryption:  # no parameter in clear on the submissions topic either
-            keys = SubjectKeys(self.settings.keyring)
+            keys = subject_keys(self.settings)
             data_key = keys.for_subject(subject or self.settings.default_subject)
             text = seal_text(data_key, text)
         produce_submission(self.producer, self.codec, self.topic, RunSubmission(
@@ -253,7 +256,7 @@ class Client:
         """Where the run stands; a submitted run no worker started yet says where it waits, and why."""
         state = self.state(run_id)
         return RunInfo.of(run_id, state, where_waits(self.redis, self.settings.redis_prefix, run_id)
-                          if state is None else None)
+                          if state is None else None, self.artifacts.open_text)
 
     def list(self, *, status: str | None = None, workflow: str | None = None, tenant: str | None = None,
              queue: str | None = None, limit: int = 100) -> list[RunInfo]:
@@ -267,7 +270,7 @@ class Client:
             states = dict(self.store.load_states(ids)) if ids else {}
         else:
             states = dict(runs_from_log(self.settings))
-        out = [RunInfo.of(i, s) for i, s in states.items() if s is not None]
+        out = [RunInfo.of(i, s, opener=self.artifacts.open_text) for i, s in states.items() if s is not None]
         out = [r for r in out
                if (status is None or r.status == status) and (workflow is None or r.workflow == workflow)
                and (tenant is None or (r.labels or {}).get("tenant") == tenant)

@@ -57,7 +57,7 @@ from runlog.processors.fleet._rebuild import RebuildReport, rebuild_queues
 from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
-from runlog.producers.internal import RunSession, SubjectKeys, run_id_for_key
+from runlog.producers.internal import RunSession, run_id_for_key, subject_keys
 from runlog.schemas import (
     Codec,
     DecodeError,
@@ -175,7 +175,7 @@ class SubmissionIntake:
         self.known = list(self.declares)
         """The queues this intake dispatches from, in turn: the App's, ``default``, those it has seen."""
         self._turn = 0
-        self.keys = SubjectKeys(settings.keyring) if settings.encryption else None
+        self.keys = subject_keys(settings) if settings.encryption else None
         self.rebuilds: list[RebuildReport] = []
 
     def close(self, wait: bool = True) -> None:

@@ -11,6 +11,7 @@ name stays importable from here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,9 +49,14 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
-def reason_of(state: RunState) -> str | None:
+def _as_is(text: str) -> str:
+    return text
+
+
+def reason_of(state: RunState, opener: Callable[[str], str] = _as_is) -> str | None:
     """Why the run is not moving: the ``RUN_BLOCKED`` (or ``FAILED``) message, or the awaited
-    signal of a waiting run; None for a run that is running or done."""
+    signal of a waiting run; None for a run that is running or done. ``opener`` opens a sealed message
+    (``ArtifactStore.open_text`` of a store with the keyring); one left sealed shows ``[sealed]``."""
     if state.status is RunStatus.WAITING:
         w = state.waiting
         if w is None:
@@ -61,7 +67,7 @@ def reason_of(state: RunState) -> str | None:
         until = f" until {_iso(w.deadline_ms)}" if w.deadline_ms else ""
         return f"waiting for signal {w.signal!r}{until}"
     if state.status in (RunStatus.BLOCKED, RunStatus.FAILED, RunStatus.CANCELLED):
-        return None if state.last_error is None else redact_text(state.last_error.message)
+        return None if state.last_error is None else redact_text(opener(state.last_error.message))
     return None
 
 
@@ -99,9 +105,9 @@ def usage_lines(state: RunState) -> list[str]:
     return lines
 
 
-def run_summary(state: RunState) -> dict[str, Any]:
+def run_summary(state: RunState, opener: Callable[[str], str] = _as_is) -> dict[str, Any]:
     """A run as ``runlog runs`` lists it: workflow, status, where it is, why it stopped, what it
-    waits for, and its open effects with full delivery keys."""
+    waits for, and its open effects with full delivery keys (``opener``: see :func:`reason_of`)."""
     w = state.waiting
     return {
         "run_id": state.run_id,
@@ -113,7 +119,7 @@ def run_summary(state: RunState) -> dict[str, Any]:
         "last_seq": state.last_seq,
         "epoch": state.epoch,
         "updated_at": state.updated_at,
-        "reason": reason_of(state),
+        "reason": reason_of(state, opener),
         "waiting": None if w is None else {"signal": w.signal, "call_id": w.call_id,
                                            "deadline_ms": w.deadline_ms},
         "open_effects": [{"tool": e.tool, "call_id": e.call_id, "delivery_key": e.delivery_key,
@@ -140,9 +146,10 @@ _MARK = {
 _DK_TYPES = (EventType.EFFECT_INTENT, EventType.EFFECT_RECONCILED, EventType.EFFECT_RESOLVED)
 
 
-def render_timeline(history: list[LoggedEvent]) -> str:
+def render_timeline(history: list[LoggedEvent], opener: Callable[[str], str] = _as_is) -> str:
     """A run's events as lines: seq, epoch, mark, type, stage and what matters about each
-    (delivery keys in full: operators copy them into ``runlog resolve``)."""
+    (delivery keys in full: operators copy them into ``runlog resolve``; ``opener``: see
+    :func:`reason_of`)."""
     lines = []
     for le in history:
         e = le.event
@@ -157,14 +164,14 @@ def render_timeline(history: list[LoggedEvent]) -> str:
             bits.append(f"dk={e.delivery_key}")
         for k in ("source", "signal", "by", "reason"):
             if e.attributes.get(k):
-                bits.append(f"{k}={redact_text(e.attributes[k])}")
+                bits.append(f"{k}={redact_text(opener(e.attributes[k]))}")
         if e.type is EventType.RUN_UPGRADED:
             bits += [describe_upgrade(e.attributes), f"by={redact_text(e.attributes.get('operator', '?'))}"]
         if e.type is EventType.VERIFIED:
             bits.append(f"{len(e.artifact_refs)} artifacts, rules: "
                         + ", ".join(r.rule for r in e.verification))
         if e.error is not None:
-            bits.append(redact_text(f"{e.error.kind}: {e.error.message}"))
+            bits.append(redact_text(f"{e.error.kind}: {opener(e.error.message)}"))
         if le.outcome.kind is not OutcomeKind.ACCEPTED:
             bits.append(f"[{le.outcome.kind.value}: {le.outcome.reason}]")
         stage = e.stage or ""

@@ -43,8 +43,14 @@ MAX_LINES = 40
 REDACTED = "[redacted]"
 
 
+_SEALED_TEXT = re.compile(r"rlenc1:[A-Za-z0-9+/=]+")
+"""A sealed text field (:mod:`runlog.producers.base._envelope`) left unopened: shown as ``[sealed]``."""
+
+
 def redact_text(text: str) -> str:
-    """``text`` with whatever looks like a credential replaced by ``[redacted]``."""
+    """``text`` with whatever looks like a credential replaced by ``[redacted]``, and a sealed text that
+    was not opened (no keyring here) by ``[sealed]``."""
+    text = _SEALED_TEXT.sub("[sealed]", text)
     for pattern, repl in _SECRET_TEXT:
         text = pattern.sub(repl, text)
     return text

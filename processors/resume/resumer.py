@@ -308,7 +308,8 @@ class Resumer:
             session = self.runner.take_over(run_id, last_seq=state.last_seq, workflow=workflow,
                                             input_versions=state.input_versions, params=self._params(state),
                                             epoch=state.epoch, force=force,
-                                            last_hash=state.last_hash, attributes=attributes)
+                                            last_hash=state.last_hash, attributes=attributes,
+                                            subject=state.subject)
         except LeaseHeld as err:
             return ResumeOutcome(run_id, "contended", plan, state.epoch, str(err))
         session.subject = state.subject  # its payloads are sealed for the subject it started with

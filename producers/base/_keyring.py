@@ -7,10 +7,12 @@ Two interfaces, one adapter each here:
   ``<keyring>/kek/v<N>.key``. A KMS adapter implements the same four methods: HashiCorp Vault's or
   OpenBao's transit engine maps them onto ``transit/encrypt/<key>``, ``transit/decrypt/<key>``,
   ``transit/keys/<key>/rotate`` and ``transit/keys/<key>/config`` (``min_decryption_version``), the
-  ciphertext it returns (``vault:v<N>:...``) being the wrapped key. No such adapter ships yet.
+  ciphertext it returns (``vault:v<N>:...``) being the wrapped key:
+  :class:`~runlog.producers.base._transit.TransitKeyProvider`.
 - :class:`SubjectKeys` keeps each subject's *wrapped* data key in ``<keyring>/subjects/<key id>.json``
-  and the unwrapped key in memory (a cache, checked against the file on every use so an erase made by
-  another process takes effect at the next payload), creates a subject's key on first use, and erases one
+  and the unwrapped key in memory (a cache, checked against the file whenever the keyring's erase
+  generation moved, so an erase made by another process takes effect at the next payload), creates a
+  subject's key on first use, and erases one
   (:meth:`SubjectKeys.erase`: the wrapped key is deleted, a tombstone ``<keyring>/erased/<key id>.json``
   records who, why and when; a payload of that subject then raises
   :class:`~runlog.schemas.errors.SubjectErased` wherever it is read).
@@ -25,9 +27,11 @@ from __future__ import annotations
 import abc
 import base64
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
+import mmap
 import os
 import secrets
 import tempfile
@@ -233,6 +237,48 @@ class LocalKeyProvider(KeyProvider):
         return gone
 
 
+class _Generation:
+    """A counter every process of a keyring shares through a memory-mapped file (``<keyring>/generation``,
+    8 bytes, 0600): an erase bumps it, and a cached data key is used without any file system call while
+    the counter is where it was when the key was last checked against its file. So an erase made by
+    another process still takes effect at the next payload, for the price of a memory read per payload
+    instead of a ``stat``. (A keyring on a network file system may not share the mapping: keep it local.)"""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._map: mmap.mmap | None = None
+        self._lock = threading.Lock()
+
+    def _mapped(self) -> mmap.mmap:
+        m = self._map
+        if m is None:
+            with self._lock:
+                if self._map is None:
+                    _private_dir(self.path.parent)
+                    _create_private(self.path, bytes(8))
+                    _check_private(self.path)
+                    fd = os.open(self.path, os.O_RDWR)
+                    try:
+                        self._map = mmap.mmap(fd, 8)
+                    finally:
+                        os.close(fd)
+                m = self._map
+        return m
+
+    def value(self) -> int:
+        return int.from_bytes(self._mapped()[:8], "little")
+
+    def bump(self) -> None:
+        m = self._mapped()
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two erasers at once: both increments count
+            m[:8] = (int.from_bytes(m[:8], "little") + 1).to_bytes(8, "little")
+            m.flush()
+        finally:
+            os.close(fd)
+
+
 @dataclass(frozen=True)
 class DataKey:
     """One subject's data key and the keys derived from it (HMAC-SHA256 of the data key with a label):
@@ -243,13 +289,16 @@ class DataKey:
     aead: AESGCM
     nonce_key: bytes
     hash_key: bytes
+    head: bytes = b""
+    """An envelope's first 21 bytes under this key (magic + key id), made once."""
 
     @classmethod
     def of(cls, key_id: str, raw: bytes) -> DataKey:
         def derive(label: bytes) -> bytes:
             return hmac.new(raw, b"runlog.v1." + label, hashlib.sha256).digest()
 
-        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"))
+        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"),
+                   b"\x00RLE\x01" + bytes.fromhex(key_id))
 
 
 class SubjectKeys:
@@ -268,7 +317,10 @@ class SubjectKeys:
         self._subjects = self.root / "subjects"
         self._erased = self.root / "erased"
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[DataKey, int]] = {}  # key id -> (key, file inode)
+        self._cache: dict[str, tuple[DataKey, int, int]] = {}  # key id -> (key, file inode, generation)
+        self._ids: dict[str, str] = {}  # subject -> key id (a sha256 saved per payload)
+        self._paths: dict[str, str] = {}  # key id -> its file's path as a str (os.stat without pathlib)
+        self._generation = _Generation(self.root / "generation")
 
     def _file(self, key_id: str) -> Path:
         return self._subjects / f"{key_id}.json"
@@ -290,7 +342,9 @@ class SubjectKeys:
         Raises:
             SubjectErased: the subject was erased; nothing more is written for it.
         """
-        key_id = key_id_of(subject)
+        key_id = self._ids.get(subject)
+        if key_id is None:
+            key_id = self._ids[subject] = key_id_of(subject)
         try:
             return self.by_id(key_id)
         except PayloadKeyError as err:
@@ -318,24 +372,43 @@ class SubjectKeys:
             SubjectErased: its subject was erased.
             PayloadKeyError: no such key in this keyring, or it does not unwrap.
         """
-        path = self._file(key_id)
+        gen = self._generation.value()
+        cached = self._cache.get(key_id)
+        if cached is not None and cached[2] == gen:
+            return cached[0]  # no erase anywhere since this key was checked: no file system call
+        where = self._paths.get(key_id)
+        if where is None:
+            where = self._paths[key_id] = str(self._file(key_id))
         try:
-            inode = path.stat().st_ino  # every use: an erase elsewhere takes effect at the next payload
+            inode = os.stat(where).st_ino
         except FileNotFoundError:
             self._cache.pop(key_id, None)
             if self.is_erased(key_id):
                 raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
                                             "destroyed") from None
             raise PayloadKeyError(key_id, f"no data key {key_id} in the keyring {self.root}") from None
-        cached = self._cache.get(key_id)
         if cached is not None and cached[1] == inode:
+            self._cache[key_id] = (cached[0], inode, gen)
             return cached[0]
-        doc = json.loads(path.read_text())
+        doc = json.loads(Path(where).read_text())
         wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
         raw = self.provider.unwrap(wrapped, key_id)
         key = DataKey.of(key_id, raw)
-        self._cache[key_id] = (key, inode)
+        self._cache[key_id] = (key, inode, gen)
         return key
+
+    def export(self, subject: str) -> bytes:
+        """``subject``'s raw 32-byte data key, for an outside consumer that opens the subject's envelopes
+        itself (docs: reference/contract, "The payload envelope"). Hand it over as a secret.
+
+        Raises:
+            SubjectErased: the subject was erased. PayloadKeyError: it has no data key here.
+        """
+        key_id = key_id_of(subject)
+        self.by_id(key_id)  # erased / missing / not unwrapping: the typed errors
+        doc = json.loads(self._file(key_id).read_text())
+        wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
+        return self.provider.unwrap(wrapped, key_id)
 
     def erase(self, subject: str, *, by: str, reason: str) -> bool:
         """Destroy ``subject``'s data key (the wrapped file and the cached copy) and leave a tombstone.
@@ -358,6 +431,7 @@ class SubjectKeys:
                     os.fsync(f.fileno())
                 path.unlink()
             self._cache.pop(key_id, None)
+            self._generation.bump()  # every process's cached keys are checked again at their next use
         return not was
 
     def rewrap(self) -> int:
@@ -386,3 +460,4 @@ class SubjectKeys:
         if not self._subjects.exists():
             return set()
         return {int(json.loads(p.read_text())["kek_version"]) for p in self._subjects.glob("*.json")}
+

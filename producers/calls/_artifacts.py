@@ -98,6 +98,11 @@ class ArtifactStore(abc.ABC):
         subject (:class:`~runlog.producers.calls._sealed.SealedArtifactStore`)."""
         return self
 
+    def open_text(self, text: str) -> str:
+        """A free-text event field (an error message, an operator's reason) as a person reads it: as it is
+        here; opened with the keyring where payloads are encrypted (``[erased]`` for an erased subject)."""
+        return text
+
     def digest(self, data: bytes) -> str:
         """The content hash written beside a payload (a call's request hash, a run's parameters hash):
         sha256 here, keyed by the subject's hash key where payloads are encrypted."""

@@ -29,8 +29,18 @@ import base64
 import hashlib
 import hmac
 
-from cryptography.exceptions import InvalidTag
-
+from runlog.producers.base._envelope import (
+    MAGIC,
+    OVERHEAD,
+    TEXT_PREFIX,
+    TextSealer,
+    is_sealed,
+    open_sealed,
+    open_text,
+    seal,
+    seal_text,
+)
+from runlog.producers.base._key_source import subject_keys
 from runlog.producers.base._keyring import DataKey, SubjectKeys
 from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore, inline_ref, is_inline
 from runlog.schemas import ArtifactRef, Settings
@@ -38,54 +48,6 @@ from runlog.schemas.errors import PayloadKeyError
 
 __all__ = ["MAGIC", "OVERHEAD", "TEXT_PREFIX", "SealedArtifactStore", "is_sealed", "open_sealed", "open_text",
            "seal", "seal_text", "sealing", "store_from_settings"]
-
-MAGIC = b"\x00RLE\x01"
-_HEAD = len(MAGIC) + 16
-OVERHEAD = _HEAD + 12 + 16
-"""Bytes an envelope adds to its payload."""
-TEXT_PREFIX = "rlenc1:"
-"""How a sealed string field (a stream record's ``text`` / ``data``) starts: then base64 of the envelope."""
-
-
-def is_sealed(data: bytes) -> bool:
-    return data[:len(MAGIC)] == MAGIC
-
-
-def seal(key: DataKey, data: bytes) -> bytes:
-    """``data``'s envelope under ``key`` (see the module docstring)."""
-    head = MAGIC + bytes.fromhex(key.key_id)
-    nonce = hmac.new(key.nonce_key, data, hashlib.sha256).digest()[:12]
-    return head + nonce + key.aead.encrypt(nonce, data, head)
-
-
-def open_sealed(keys: SubjectKeys, envelope: bytes) -> bytes:
-    """The payload an envelope holds.
-
-    Raises:
-        SubjectErased: its subject was erased.
-        PayloadKeyError: its key is not in this keyring, or the envelope does not authenticate.
-    """
-    if len(envelope) < OVERHEAD or not is_sealed(envelope):
-        raise PayloadKeyError("?", "not a Runlog envelope")
-    head = envelope[:_HEAD]
-    key_id = head[len(MAGIC):].hex()
-    key = keys.by_id(key_id)
-    try:
-        return key.aead.decrypt(envelope[_HEAD:_HEAD + 12], envelope[_HEAD + 12:], head)
-    except InvalidTag:
-        raise PayloadKeyError(key_id, "the envelope does not authenticate under its data key") from None
-
-
-def seal_text(key: DataKey, text: str) -> str:
-    """A string field sealed: ``rlenc1:`` + base64 of the envelope of its UTF-8 bytes."""
-    return TEXT_PREFIX + base64.b64encode(seal(key, text.encode("utf-8"))).decode("ascii")
-
-
-def open_text(keys: SubjectKeys, text: str) -> str:
-    """A string field opened (one that is not sealed comes back as it is)."""
-    if not text.startswith(TEXT_PREFIX):
-        return text
-    return open_sealed(keys, base64.b64decode(text[len(TEXT_PREFIX):])).decode("utf-8")
 
 
 class SealedArtifactStore(ArtifactStore):
@@ -109,11 +71,14 @@ class SealedArtifactStore(ArtifactStore):
             return self
         return SealedArtifactStore(self.base, self.keys, subject)
 
+    def open_text(self, text: str) -> str:
+        return TextSealer(self.keys, self.subject).open(text)
+
     def _key(self) -> DataKey:
         return self.keys.for_subject(self.subject)
 
     def digest(self, data: bytes) -> str:
-        return hmac.new(self._key().hash_key, data, hashlib.sha256).hexdigest()
+        return hmac.digest(self._key().hash_key, data, "sha256").hex()
 
     def content_id(self, data: bytes) -> str:
         return hashlib.sha256(seal(self._key(), data)).hexdigest()
@@ -166,7 +131,7 @@ def sealing(base: ArtifactStore, settings: Settings) -> ArtifactStore:
     is sealed already is returned as it is)."""
     if not settings.encryption or isinstance(base, SealedArtifactStore):
         return base
-    return SealedArtifactStore(base, SubjectKeys(settings.keyring), settings.default_subject)
+    return SealedArtifactStore(base, subject_keys(settings), settings.default_subject)
 
 
 def store_from_settings(settings: Settings, *, inline: bool = True) -> ArtifactStore:

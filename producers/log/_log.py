@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
 
+from runlog.producers.base._envelope import TextSealer, text_sealer
 from runlog.schemas import RunEvent
 from runlog.schemas.errors import DeliveryError
 from runlog.schemas.internal import TraceContext
@@ -39,6 +41,13 @@ class EventLog(abc.ABC):
     """Recorded in ``RUN_STARTED`` / ``LEASE_ACQUIRED`` attributes."""
     delivery_timeout_s: float
     """How long a record may take before its delivery is reported failed."""
+
+    @functools.cached_property
+    def texts(self) -> TextSealer | None:
+        """Seals the free text of the events its sessions append (error messages, operator reasons) under
+        the run's subject's key when ``RUNLOG_ENCRYPTION`` is on (:mod:`runlog.producers.base._envelope`);
+        None when it is off."""
+        return text_sealer(self.settings)
 
     @abc.abstractmethod
     def produce(self, event: RunEvent, on_delivery: DeliveryCallback,

@@ -115,7 +115,11 @@ class RunSession:
         self.closed = False
         self.subject: str | None = None
         """The subject whose data key seals the run's payloads (``RUN_STARTED`` attribute
-        ``runlog.subject``): the runners write through ``store.for_subject(session.subject)``."""
+        ``runlog.subject``): the runners write through ``store.for_subject(session.subject)``, and the
+        free text of its events (error messages, operator reasons) is sealed for it."""
+        self.seal_texts = True
+        """Seal the free text of its events when the writer seals (``EventLog.texts``); off only for the
+        erase's own record (its subject's key is gone; who erased and why stay readable)."""
         self.parent: tuple[str, str] | None = None
         """For a child run (``ctx.start_child``): its parent's run id and the parent's call that
         started it; the run's end asks for the parent's resume (the parent waits for it)."""
@@ -133,7 +137,8 @@ class RunSession:
     def take_over(cls, writer: EventLog, leases: LeaseManager, run_id: str, *, last_seq: int,
                   workflow: Workflow, input_versions: Mapping[str, str], source: InputSource,
                   params: Mapping[str, Any], epoch: int = 0, force: bool = False,
-                  attributes: Mapping[str, str] | None = None, last_hash: str | None = None) -> RunSession:
+                  attributes: Mapping[str, str] | None = None, last_hash: str | None = None,
+                  subject: str | None = None, seal_texts: bool = True) -> RunSession:
         """Take an existing run's lease at a new epoch and append a confirmed ``LEASE_ACQUIRED``.
 
         Args:
@@ -144,6 +149,9 @@ class RunSession:
                 ``LeaseLost`` at its next heartbeat, and its later events are fenced).
             last_hash: ``RunState.last_hash`` from the fold: ``LEASE_ACQUIRED`` carries it as
                 ``prev_hash``, continuing the run's hash chain.
+            subject: the run's subject (``RunState.subject``): its key seals the free text of the
+                session's events, ``LEASE_ACQUIRED``'s operator reason the first.
+            seal_texts: see :attr:`seal_texts`.
 
         Raises:
             LeaseHeld: another writer holds the lease and ``force`` is false.
@@ -151,17 +159,21 @@ class RunSession:
         lease = leases.acquire(run_id, force=force, epoch=epoch)
         return drive(cls.taking_over(writer, lease, run_id, last_seq=last_seq, workflow=workflow,
                                      inputs=PinnedInputs(source, input_versions), params=params,
-                                     attributes=attributes, last_hash=last_hash))
+                                     attributes=attributes, last_hash=last_hash, subject=subject,
+                                     seal_texts=seal_texts))
 
     @classmethod
     def taking_over(cls, writer: EventLog, lease: Lease, run_id: str, *, last_seq: int, workflow: Workflow,
                     inputs: PinnedInputs, params: Mapping[str, Any],
                     attributes: Mapping[str, str] | None = None,
-                    last_hash: str | None = None) -> Steps[RunSession]:
+                    last_hash: str | None = None, subject: str | None = None,
+                    seal_texts: bool = True) -> Steps[RunSession]:
         """The session of a run whose ``lease`` was just taken at a new epoch, once its confirmed
         ``LEASE_ACQUIRED`` is appended (protocol steps, :mod:`runlog.producers.base._protocol`)."""
         s = cls(writer, lease, run_id=run_id, next_seq=last_seq + 1, workflow=workflow, inputs=inputs,
                 params=params, last_hash=last_hash)
+        s.subject = subject
+        s.seal_texts = seal_texts
         attrs = {"writer": writer.writer_id, "holder": lease.holder, **(attributes or {})}
         yield from s.appending(EventType.LEASE_ACQUIRED, confirm=True, attributes=attrs)
         return s
@@ -214,6 +226,9 @@ class RunSession:
     def _produce(self, type: EventType, fields: dict[str, Any],
                  confirm: bool) -> tuple[_Ack | None, RunEvent, str, bool]:
         ack = _Ack() if confirm else None
+        texts = self.writer.texts
+        if texts is not None and self.seal_texts and ("error" in fields or "attributes" in fields):
+            fields = texts.seal_fields(self.subject, fields)
         with self._lock:
             self.check()
             event = new_event(run_id=self.run_id, seq=self.next_seq, epoch=self.epoch, type=type,

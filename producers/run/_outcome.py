@@ -97,13 +97,14 @@ class RunOutcomes:
             RunFailed: the run failed. ResumeBlocked: it is blocked. RunCancelled: it was cancelled.
         """
         error = state.last_error
+        message = self.artifacts.open_text(error.message) if error else ""  # sealed with encryption on
         if state.status is RunStatus.FAILED:
-            raise RunFailed(state.run_id, error.kind if error else "unknown", error.message if error else "",
+            raise RunFailed(state.run_id, error.kind if error else "unknown", message,
                             error.retryable if error else False)
         if state.status is RunStatus.BLOCKED:
-            raise ResumeBlocked(state.run_id, error.message if error else "blocked")
+            raise ResumeBlocked(state.run_id, message if error else "blocked")
         if state.status is RunStatus.CANCELLED:
-            raise RunCancelled(state.run_id, error.message if error else "cancelled")
+            raise RunCancelled(state.run_id, message if error else "cancelled")
         outputs: dict[str, dict[str, Any]] = {
             stage: json.loads(self.artifacts.get(ref)) for stage, ref in state.stage_outputs.items()}
         return RunResult(state.run_id, state.epoch, state.last_seq, outputs,

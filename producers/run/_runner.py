@@ -163,12 +163,12 @@ class Runner(RunnerParts):
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
                   input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int = 0,
                   force: bool = False, last_hash: str | None = None,
-                  attributes: Mapping[str, str] | None = None) -> RunSession:
+                  attributes: Mapping[str, str] | None = None, subject: str | None = None) -> RunSession:
         """:meth:`RunSession.take_over` with this runner's writer, leases and input source."""
         return drive(self.starts.take_over(run_id, last_seq=last_seq, workflow=workflow,
                                            input_versions=input_versions, params=params,
                                            epoch=epoch, force=force, last_hash=last_hash,
-                                           attributes=attributes))
+                                           attributes=attributes, subject=subject))
 
     def execute(self, session: RunSession, *, from_stage: str | None = None,
                 stage_outputs: Mapping[str, Mapping[str, Any] | ArtifactRef] | None = None,

@@ -239,7 +239,7 @@ class RunStarts:
     def take_over(self, run_id: str, *, last_seq: int, workflow: Workflow,
                   input_versions: Mapping[str, str], params: Mapping[str, Any], epoch: int,
                   force: bool, last_hash: str | None,
-                  attributes: Mapping[str, str] | None) -> Steps[RunSession]:
+                  attributes: Mapping[str, str] | None, subject: str | None = None) -> Steps[RunSession]:
         """The steps of :meth:`Runner.take_over`: the lease at an epoch above ``epoch`` (the run's, as the
         log records it), then the session with its confirmed ``LEASE_ACQUIRED``."""
         yield from activating(self.active, run_id, workflow.name)
@@ -247,7 +247,7 @@ class RunStarts:
         return (yield from RunSession.taking_over(
             self.writer, lease, run_id, last_seq=last_seq, workflow=workflow,
             inputs=PinnedInputs(self.source, input_versions), params=params, attributes=attributes,
-            last_hash=last_hash))
+            last_hash=last_hash, subject=subject))
 
 
 def activating(active: ActiveRuns | None, run_id: str, workflow: str) -> Steps[None]:

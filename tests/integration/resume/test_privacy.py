@@ -20,11 +20,13 @@ from confluent_kafka.admin import AdminClient
 from runlog.processors.audit import AuditOptions, audit
 from runlog.processors.demo.run import run_demo
 from runlog.processors.erase import erase_subject
+from runlog.processors.operate import cancel_run
 from runlog.processors.resume import Resumer
-from runlog.producers import DictInputSource, Runner
+from runlog.processors.schedule import ScheduleBook
+from runlog.producers import DictInputSource, Runner, Schedule, Tool, Workflow, tool
 from runlog.producers.internal import store_from_settings
 from runlog.projections import RunStatus
-from runlog.schemas import EventType, Settings
+from runlog.schemas import EventType, RunFailed, Settings
 from runlog.schemas.errors import SubjectErased
 from tests.integration.resume._toy import Abandon, Toy, toy
 from tests.integration.resume.conftest import accepted, log_of
@@ -204,3 +206,79 @@ def test_erase_refuses_without_encryption_and_without_who_or_why(topics: Setting
         erase_subject(sealed, "cust-x", by=" ", reason="why")
     with pytest.raises(OperatorRefused, match="--subject"):
         erase_subject(sealed, " ", by="me", reason="why")
+
+
+def _failing(name: str) -> tuple[Workflow, Tool]:
+    """A one-stage workflow whose tool raises an error carrying the run's parameter ``q``."""
+    wf = Workflow(name, "1")
+
+    @tool(f"{name}_charge")
+    def charge(call: Any, q: str) -> dict[str, Any]:
+        raise ValueError(f"card of {q} declined")
+
+    @wf.stage("pay")
+    def pay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return dict(ctx.call(charge, q=ctx.params["q"]))
+
+    return wf, charge
+
+
+def _plant(settings: Settings, t: Toy, tag: str, subject: str | None) -> dict[str, str]:
+    """A failing tool whose message, an operator's cancel reason and a schedule's params each carry a
+    string of their own (``tag`` + a random part); the strings by path."""
+    strings = {k: f"{tag}-{k}-{uuid.uuid4().hex}" for k in ("error", "reason", "schedule")}
+    wf, _ = _failing(f"{t.name}fail")
+    with Runner.from_settings(settings, source=DictInputSource({})) as runner, \
+            pytest.raises((ValueError, RunFailed)):
+        runner.run(wf, {"q": strings["error"]}, subject=subject)
+    crashed = _crash_for(settings, t, subject or settings.default_subject, f"{tag}-q")
+    assert cancel_run(settings, crashed, by="ops@example.test",
+                      reason=f"customer {strings['reason']} asked").status == "CANCELLED"
+    with ScheduleBook(settings) as book:
+        book.put(Schedule(name=f"nightly-{tag}", workflow=t.workflow.name, params={"c": strings["schedule"]},
+                          every=3600))
+    return strings
+
+
+def _errors_and_reasons(settings: Settings) -> list[str]:
+    """Every error message and reason attribute on the events topic of the test's prefix, as written."""
+    from runlog.projections.log_reader import read_topic
+    from runlog.schemas import Codec, RunEvent
+
+    codec = Codec.from_settings(settings)
+    found: list[str] = []
+    for batch in read_topic(settings):
+        for msg in batch:
+            ev = codec.decode(msg.value(), RunEvent)
+            if ev.error is not None:
+                found.append(ev.error.message)
+            found += [v for k, v in ev.attributes.items() if k in ("reason", "why")]
+    return found
+
+
+@pytest.mark.slow  # two crashed runs, two failing runs, two cancels, two schedules and a whole dump (~25 s)
+def test_error_messages_operator_reasons_and_schedule_params_are_sealed(
+        topics: Settings, redis_client: redis.Redis, tmp_path: Path) -> None:
+    sealed = topics.with_(encryption=True, keyring=str(tmp_path / "keyring"))
+    clear = _plant(topics, toy("ctl"), "ctl", None)  # a control in clear: the dump does see these paths
+    secret = _plant(sealed, toy("shop"), "sec", "cust-carol")
+
+    dump = dump_everything(topics, redis_client)
+    for path, s in clear.items():
+        assert s.encode() in dump, f"control {path} not in the dump: the dump misses that path"
+    for path, s in secret.items():
+        assert s.encode() not in dump, f"the {path} string is readable"
+
+    # still readable with the keyring: the run's error, the operator's reason, the schedule's params
+    store = store_from_settings(sealed)
+    texts = [store.open_text(t) for t in _errors_and_reasons(sealed)]
+    assert any(secret["error"] in t for t in texts)
+    assert any(secret["reason"] in t for t in texts)
+    redis_client.delete(f"{sealed.redis_prefix}:{{schedules}}", f"{sealed.redis_prefix}:{{schedules}}:synced")
+    with ScheduleBook(sealed) as book:  # rebuilt from the topic, opened with the keyring
+        assert book.get("nightly-sec").params == {"c": secret["schedule"]}
+    # once the subject is erased, its texts read [erased] (its runs had ended: nothing to block)
+    erase_subject(sealed, "cust-carol", by="dpo@example.test", reason="deletion request 7")
+    texts = [store.open_text(t) for t in _errors_and_reasons(sealed)]
+    assert not any(secret["error"] in t or secret["reason"] in t for t in texts)
+    assert "[erased]" in texts
