@@ -62,6 +62,9 @@ class Finding:
     detail: str
     seq: int | None = None
     offset: int | None = None
+    partition: int | None = field(default=None, compare=False)
+    """The partition the run (or the undecodable record) is on: the order of a report's findings
+    is by partition, then offset, however the partitions' records interleaved as they were read."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "kind": self.kind, "detail": self.detail, "seq": self.seq,

@@ -28,7 +28,7 @@ from runlog.schemas.errors import RunlogError
 from runlog.schemas.settings import Settings
 from runlog.schemas.topics import Topics
 
-__all__ = ["bench_lag", "bench_projector", "bench_rebuild", "populate"]
+__all__ = ["bench_lag", "bench_projector", "bench_rebuild", "measure_capacity", "populate"]
 
 Tick = Callable[[str], None]
 
@@ -222,6 +222,17 @@ def bench_projector(env: BenchEnv, *, events: int, runs: int, rounds: int, marks
              "projector_of_faust_batches": ratio(a, median(fetches)),
              "runlog_rounds": [o["events_per_s"] for o in ours], "raw_rounds": theirs, "events": events,
              "runs": runs, "peak_rss_kib_at_events": ours[0]["peak_rss_kib_at"]}, settings, ids)
+
+
+def measure_capacity(env: BenchEnv, *, events: int, runs: int, tick: Tick) -> dict[str, Any]:
+    """The projector's capacity: events/s one ``runlog project`` sustains draining a backlog of
+    ``events`` (what the projector section measures as ``runlog_events_per_s``, one round)."""
+    settings = env.settings("cap")
+    ids = populate(env, settings, events=events, runs=runs, tag="c")
+    tick("capacity: topic written")
+    res = run_group(env, settings, ids, events, consumers=1, name="cap")
+    tick("capacity: projected")
+    return {"events_per_s": res["events_per_s"], "source": "lag section", "events": events}
 
 
 def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: float,
