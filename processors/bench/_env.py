@@ -192,15 +192,16 @@ class BenchEnv:
             raise RunlogError(f"bench: writing {len(events)} events failed: {failed[:1]}")
 
     def start_projector(self, settings: Settings, app_id: str, *, batch_size: int | None = None,
-                        within: float | None = None) -> BaseProcess:
+                        within: float | None = None, **options: Any) -> BaseProcess:
         """Start ``runlog project`` (:func:`runlog.processors.projector.run_projector`) in a child process.
 
-        ``batch_size`` and ``within`` default to ``runlog project``'s own defaults.
+        ``batch_size``, ``within`` and the other ``options`` (fields of
+        :class:`~runlog.processors.projector.ProjectorOptions`) default to ``runlog project``'s own.
         """
         d = ProjectorOptions()
         o = ProjectorOptions(app_id=f"bench-{self.tag}-{app_id}",
                              batch_size=d.batch_size if batch_size is None else batch_size,
-                             within=d.within if within is None else within)
+                             within=d.within if within is None else within, **options)
         return self.start_child(_projector_main, (settings, o, self.workdir))
 
     def start_child(self, target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:

@@ -236,14 +236,15 @@ def measure_capacity(env: BenchEnv, *, events: int, runs: int, tick: Tick) -> di
 
 
 def bench_lag(env: BenchEnv, *, rate: int, seconds: float, runs: int, within: float,
-              tick: Tick, name: str | None = None) -> dict[str, Any]:
+              tick: Tick, name: str | None = None, projector: dict[str, Any] | None = None) -> dict[str, Any]:
     """Broker ack to visible in Redis, at a steady offered load, with the real projector running.
 
     ``name``: the point's own namespace (topics, Redis prefix, projector group; default from
-    ``within``): two points must not share one, or the second's runs would continue the first's."""
+    ``within``): two points must not share one, or the second's runs would continue the first's.
+    ``projector``: more :class:`~runlog.processors.projector.ProjectorOptions` of the projector."""
     name = name or f"lag{int(within * 1000)}"
     settings = env.settings(name)
-    kid = env.start_projector(settings, name, within=within)
+    kid = env.start_projector(settings, name, within=within, **(projector or {}))
     ids = [f"run-l-{r:04d}" for r in range(runs)]
     writer = RunWriter(settings)
     acks: dict[tuple[str, int], float] = {}

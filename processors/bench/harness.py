@@ -21,6 +21,7 @@ from runlog.processors.bench._concurrency import bench_async_runs, bench_threade
 from runlog.processors.bench._conversation import bench_conversation
 from runlog.processors.bench._conversation import unavailable as conversation_unavailable
 from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
+from runlog.processors.bench._events import ratio
 from runlog.processors.bench._fleet import bench_fleet, bench_limiter
 from runlog.processors.bench._read import (
     bench_lag,
@@ -29,6 +30,7 @@ from runlog.processors.bench._read import (
     measure_capacity,
     run_group,
 )
+from runlog.processors.bench._replays import bench_replays
 from runlog.processors.bench._resume import bench_resume, bench_resumer_group
 from runlog.processors.bench._sizes import SIZES, BenchSize
 from runlog.processors.bench._speed import speed_index
@@ -109,7 +111,7 @@ def targets_met(figures: dict[str, float], names: tuple[str, ...] | None = None)
 def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> int:
     """How many progress ticks a run of this size makes."""
     per = {"append": 2 * size.rounds, "intent": size.rounds, "scale": 1,
-           "projector": 4 * size.projector_rounds + 3 + size.rounds + max(len(size.group_sizes) - 1, 0),
+           "projector": 4 * size.projector_rounds + 3 + size.rounds + 4 + max(len(size.group_sizes) - 1, 0),
            "lag": 4 + (0 if "projector" in sections else 2),
            "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
            "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4}
@@ -334,6 +336,11 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
                                                           members=sz.resumer_members, tick=tick)
         if "projector" in sections:
             result["rebuild"] = bench_rebuild(env, proj_settings, rounds=sz.rounds, tick=tick)
+            result["replays"] = bench_replays(env, proj_settings, workers=(1, 2), tick=tick)
+            raw = result["rebuild"]["raw_events_per_s"]
+            for p in result["replays"]["rebuild"]:  # the same raw consume + decode baseline, per core
+                p["ratio"] = ratio(p["events_per_s"], raw)
+                p["ratio_per_core"] = ratio(p["events_per_s"] / p["workers"], raw)
             group = [{"consumers": 1, "events_per_s": proj["runlog_events_per_s"]}]
             for k in sz.group_sizes:
                 if k == 1:
@@ -369,6 +376,10 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
     figures = _figures(result)
     figures["speed_index"] = speed["index"]
     names = tuple(n for s in sections for n in SECTIONS[s])
+    if "replays" in result:  # events/s by worker count (figures without a target)
+        for kind in ("audit", "rebuild"):
+            out_k = {str(p["workers"]): p["events_per_s"] for p in result["replays"][kind]}
+            result[f"{kind}_events_per_s"] = out_k
     out: dict[str, Any] = {**figures, **result, "targets": targets_met(figures, names),
                            "seconds": time.monotonic() - started}
     if plot and "resume" in result:
