@@ -23,6 +23,7 @@ from runlog.processors.bench._conversation import unavailable as conversation_un
 from runlog.processors.bench._env import BenchEnv, kafka_replication, replication_mismatch
 from runlog.processors.bench._events import ratio
 from runlog.processors.bench._fleet import bench_fleet, bench_limiter
+from runlog.processors.bench._openloop import SHARES, bench_open_loop
 from runlog.processors.bench._read import (
     bench_lag,
     bench_projector,
@@ -63,6 +64,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "conversation_growth_ratio": ("<=", 1.1),
     "steps_ratio": (">=", 0.7),
     "steps_calls_per_s": (">=", 2000.0),
+    "steps_open_p99_over_idle_at_70_ms": ("<=", 10.0),
     "stream_p99_ms": ("<=", 50.0),
 }
 
@@ -75,7 +77,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "resume": ("resume_tail_ratio",),
     "concurrency": ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed"),
     "conversation": ("conversation_kb_per_call", "conversation_mb_200", "conversation_growth_ratio"),
-    "steps": ("steps_ratio", "steps_calls_per_s"),
+    "steps": ("steps_ratio", "steps_calls_per_s", "steps_open_p99_over_idle_at_70_ms"),
     "streams": ("stream_p99_ms",),
     "fleet": (),
 }
@@ -114,7 +116,7 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
            "projector": 4 * size.projector_rounds + 3 + size.rounds + 4 + max(len(size.group_sizes) - 1, 0),
            "lag": 4 + (0 if "projector" in sections else 2),
            "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
-           "steps": 3 * len(size.steps_runs), "streams": 2, "fleet": 4}
+           "steps": 3 * len(size.steps_runs) + 2 + len(SHARES), "streams": 2, "fleet": 4}
     return sum(per[s] for s in sections) + 1
 
 
@@ -257,8 +259,9 @@ def _figures(result: dict[str, Any]) -> dict[str, float]:
         for name in SECTIONS["conversation"]:
             f[name] = result["conversation"][name]
     if "steps" in result:
-        for name in SECTIONS["steps"]:
+        for name in ("steps_ratio", "steps_calls_per_s"):
             f[name] = result["steps"][name]
+        f["steps_open_p99_over_idle_at_70_ms"] = result["steps_open_loop"]["p99_over_idle_at_70_ms"]
     if "streams" in result:
         f["stream_p99_ms"] = result["streams"]["stream_p99_ms"]
     return f
@@ -360,6 +363,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["conversation"] = bench_conversation(env, calls=sz.conversation_calls, tick=tick)
         if "steps" in sections:
             result["steps"] = bench_steps(env, runs=sz.steps_runs, tick=tick)
+            result["steps_open_loop"] = bench_open_loop(env, runs=max(sz.steps_runs),
+                                                        seconds=sz.open_loop_seconds, tick=tick)
         if "streams" in sections:
             result["streams"] = bench_streams(env, runs=sz.streams_runs, rate=sz.streams_rate,
                                               seconds=sz.streams_seconds, tick=tick)
