@@ -68,6 +68,8 @@ class RebuildReport:
     dead_letters: int = 0
     seconds: float = 0.0
     high_watermarks: dict[int, int] = field(default_factory=dict)
+    worker_seconds: list[float] = field(default_factory=list)
+    """A parallel replay's workers: how long each took to replay its partitions (its start not included)."""
 
 
 def default_target(settings: Settings, *, swap: bool = False) -> str:
@@ -159,12 +161,15 @@ def _replay_part(settings: Settings, partitions: list[int], arg: tuple[str, dict
                  progress: Callable[[int, int], None]) -> RebuildReport:
     """One worker of :func:`replay_parallel`: its partitions' ranges into the target namespace."""
     prefix, ranges = arg
+    t0 = time.monotonic()
     client = redis_client(settings)
     try:
         store = RedisStore(client, prefix, wait_replicas=settings.redis_wait_replicas,
                            wait_ms=settings.redis_wait_ms)
         with LogReader(settings) as reader:
-            return _replay(reader, store, settings, {p: ranges[p] for p in partitions}, progress)
+            report = _replay(reader, store, settings, {p: ranges[p] for p in partitions}, progress)
+        report.seconds = time.monotonic() - t0
+        return report
     finally:
         client.close()
 
@@ -172,7 +177,8 @@ def _replay_part(settings: Settings, partitions: list[int], arg: tuple[str, dict
 def merge_rebuild_reports(prefix: str, parts: list[RebuildReport],
                           ranges: Mapping[int, tuple[int, int]]) -> RebuildReport:
     """The workers' reports as one (counts summed, every partition's high watermark)."""
-    out = RebuildReport(prefix, high_watermarks={p: end for p, (_, end) in sorted(ranges.items())})
+    out = RebuildReport(prefix, high_watermarks={p: end for p, (_, end) in sorted(ranges.items())},
+                        worker_seconds=[p.seconds for p in parts])
     for part in parts:
         out.records += part.records
         out.applied += part.applied

@@ -211,13 +211,14 @@ def _audit_part(settings: Settings, partitions: list[int],
                 progress: Callable[[int, int], None]) -> AuditPartial:
     """One worker of :func:`audit_parallel`: its partitions' ranges fed to an auditor of its own."""
     options, plan = arg
+    t0 = time.monotonic()
     mine = {p: plan[p] for p in partitions}
     auditor = Auditor(Topics.of(settings).events, options, codec=Codec.from_settings(settings))
     auditor.report.ranges.update(mine)
     with LogReader(settings, name="runlog-audit") as reader:
         for m in reader.records(mine, progress=progress):
             auditor.feed(m.partition(), m.offset(), m.key(), m.value())
-    return auditor.partial()
+    return auditor.partial(time.monotonic() - t0)
 
 
 def audit_parallel(settings: Settings, options: AuditOptions, *, workers: int, progress: TextIO | None = None,

@@ -35,6 +35,8 @@ class AuditPartial:
     report: AuditReport
     results: dict[str, list[tuple[str, int]]]
     """Accepted ``EFFECT_RESULT`` events by delivery key: (run id, seq), in log order per run."""
+    seconds: float = 0.0
+    """How long the worker took to read and feed its records (its process's start not included)."""
 
 _WHY = {
     "stale_epoch": "fenced: written at an epoch below the run's current one (a writer whose lease "
@@ -144,10 +146,10 @@ class Auditor:
                       "was written)")
         self._find(run, "hash_chain", detail, k, offset)
 
-    def partial(self) -> AuditPartial:
+    def partial(self, seconds: float = 0.0) -> AuditPartial:
         """What this auditor found from the records it was fed, before :meth:`finish`: the part a
-        worker of a parallel audit sends back (:meth:`merged`)."""
-        return AuditPartial(self.report, self._results)
+        worker of a parallel audit sends back (:meth:`merged`), with the ``seconds`` it took."""
+        return AuditPartial(self.report, self._results, seconds)
 
     @classmethod
     def merged(cls, topic: str, parts: Sequence[AuditPartial], options: AuditOptions | None = None, *,
@@ -157,6 +159,7 @@ class Auditor:
         auditor fed every record would have, in the same order."""
         a = cls(topic, options, codec=codec, anchors=anchors)
         rep = a.report
+        rep.worker_seconds = [p.seconds for p in parts]
         for part in parts:
             r = part.report
             rep.records += r.records

@@ -220,6 +220,8 @@ class AuditReport:
     """Delivery keys with an ``EFFECT_RESULT`` in more than one run (not findings)."""
     seconds: float = 0.0
     anchors_checked: bool = False
+    worker_seconds: list[float] = field(default_factory=list)
+    """A parallel audit's workers: how long each read and fed its partitions (not in the report's JSON)."""
     erased: list[str] = field(default_factory=list)
     """Runs whose subject was erased: payloads destroyed on purpose, not a finding (chains verified)."""
 

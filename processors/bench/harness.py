@@ -343,7 +343,8 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             raw = result["rebuild"]["raw_events_per_s"]
             for p in result["replays"]["rebuild"]:  # the same raw consume + decode baseline, per core
                 p["ratio"] = ratio(p["events_per_s"], raw)
-                p["ratio_per_core"] = ratio(p["events_per_s"] / p["workers"], raw)
+                p["read_ratio"] = ratio(p["read_events_per_s"], raw)
+                p["read_ratio_per_core"] = ratio(p["read_events_per_s"] / p["workers"], raw)
             group = [{"consumers": 1, "events_per_s": proj["runlog_events_per_s"]}]
             for k in sz.group_sizes:
                 if k == 1:
