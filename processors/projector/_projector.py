@@ -331,13 +331,25 @@ class Projector:
         self.loop = asyncio.get_running_loop()
         await self.loop.run_in_executor(self.worker, self.rebuild_if_lost_at_start)
 
+    def inline_ok(self, recs: list[RawRecord]) -> bool:
+        # Nothing to ask Kafka first: no rebalance since the last batch, and the guard knows where
+        # each partition of the batch stands with no gap before it (else it would read the group's
+        # commits or the log: broker round trips, which the worker makes, not the loop).
+        if self.rebalanced.is_set():
+            return False
+        nxt = self.guard.next_offsets()
+        first: dict[int, int] = {}
+        for r in recs:
+            first.setdefault(r.partition, r.offset)
+        return all(p in nxt and off <= nxt[p] for p, off in first.items())
+
     async def run_batch(self, recs: list[RawRecord]) -> tuple[BatchResult, list[RawRecord]]:
         # A small batch (light load) is applied on the loop: handing it to the worker thread and
         # back costs two thread wake-ups and two GIL hand-offs, which on a busy host were most of
         # the lag of a record at low load (docs/performance.md, "The latency floor"). A big one, or
         # one the loop cannot finish alone, goes to the worker, so the loop stays free under load.
         assert self.loop is not None
-        if len(recs) <= self.inline_records:
+        if len(recs) <= self.inline_records and self.inline_ok(recs):
             try:
                 out = self.guarded(recs, inline=True)
                 self.inline_batches += 1

@@ -67,11 +67,13 @@ def test_small_batches_without_outputs_are_applied_on_the_loop(shutdown: Callabl
     m = inline_member(group, store)
     shutdown(m)
     applied_on = threads_of(store)
-    run(m, [log[:1], log[1:2]])  # RUN_STARTED, then the first STAGE_STARTED: nothing to publish
-    assert applied_on == ["MainThread", "MainThread"]
+    # RUN_STARTED, the first STAGE_STARTED, a TOOL_CALLED: nothing to publish. The first batch after the
+    # assignment goes to the worker (the guard asks the group's commits: a broker round trip)
+    run(m, [log[:1], log[1:2], log[2:3]])
+    assert applied_on[0].startswith("project") and applied_on[1:] == ["MainThread", "MainThread"]
     assert (m.projector.inline_batches, m.projector.inline_refused) == (2, 0)
-    assert m.consumer.acked == [(0, 0), (0, 1)]
-    assert store.inner.load_state("r0") == expected(log[:2]).load_state("r0")
+    assert m.consumer.acked == [(0, 0), (0, 1), (0, 2)]
+    assert store.inner.load_state("r0") == expected(log[:3]).load_state("r0")
 
 
 def test_a_batch_that_publishes_goes_to_the_worker_and_publishes_once(
@@ -81,7 +83,7 @@ def test_a_batch_that_publishes_goes_to_the_worker_and_publishes_once(
     m = inline_member(group, store)
     shutdown(m)
     applied_on = threads_of(store)
-    run(m, [log])  # holds VERIFIED events: checkpoints to publish before the apply
+    run(m, [log[:1], log[1:]])  # the second holds VERIFIED events: checkpoints to publish before the apply
     assert m.projector.inline_refused == 1 and m.projector.inline_batches == 0
     assert applied_on and all(t.startswith("project") for t in applied_on)
     cps = [CODEC.decode(v, Checkpoint) for _k, v in m.checkpoints.sent if v is not None]
@@ -95,8 +97,9 @@ def test_a_batch_above_the_limit_goes_to_the_worker(shutdown: Callable[[Member],
     m = inline_member(group, store, n=1)
     shutdown(m)
     applied_on = threads_of(store)
-    run(m, [log[:2]])
-    assert m.projector.inline_batches == 0 and applied_on[0].startswith("project")
+    run(m, [log[:1], log[1:3]])
+    assert m.projector.inline_batches == 0 and len(applied_on) == 2
+    assert all(t.startswith("project") for t in applied_on)
 
 
 def test_a_lost_namespace_met_on_the_loop_is_recovered_by_the_worker(
@@ -105,9 +108,11 @@ def test_a_lost_namespace_met_on_the_loop_is_recovered_by_the_worker(
     group, store = Group(log), Store()
     m = inline_member(group, store)
     shutdown(m)
-    # the loop meets the first and hands the batch on; the worker meets the second and recovers
-    store.failures += [ProjectionLost("the namespace is gone"), ProjectionLost("still gone")]
-    run(m, [log[:2]])
+    # after the first batch (on the worker: the first after the assignment), the namespace is lost:
+    # the loop meets the first refusal and hands the batch on; the worker meets the second and recovers
+    store.after_apply = lambda: store.failures.extend([ProjectionLost("the namespace is gone"),
+                                                       ProjectionLost("still gone")])
+    run(m, [log[:1], log[1:2]])
     assert m.projector.inline_refused == 1
     assert "recover" in m.projector.namespace.calls  # type: ignore[attr-defined]
     assert store.inner.load_state("r0") == expected(log).load_state("r0")  # the recovery replays the log
