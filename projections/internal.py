@@ -21,6 +21,7 @@ from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
     from runlog.projections._namespaces import delete_namespace
+    from runlog.projections._parallel import WorkerFailed, run_partitioned, split_partitions
     from runlog.projections._replicas import ReplicasBehind, ReplicaWaits
 
 _LAZY = {
@@ -28,6 +29,8 @@ _LAZY = {
                     "runlog.projections._replicas"),
     **dict.fromkeys(("delete_namespace",),
                     "runlog.projections._namespaces"),
+    **dict.fromkeys(("WorkerFailed", "run_partitioned", "split_partitions"),
+                    "runlog.projections._parallel"),
 }
 """The names whose module imports a driver, by module."""
 
@@ -47,9 +50,12 @@ __all__ = [
     "ReplicaWaits",
     "ReplicasBehind",
     "UsageTotals",
+    "WorkerFailed",
     "delete_namespace",
     "effect_to_dict",
     "marker_key",
     "parse_marker",
+    "run_partitioned",
+    "split_partitions",
     "state_key",
 ]

@@ -48,10 +48,12 @@ __all__ = [
     "diff_namespaces",
     "dump_namespace",
     "is_projection_key",
+    "merge_rebuild_reports",
     "prefixes_overlap",
     "read_run_tail",
     "rebuild",
     "replay_into",
+    "replay_parallel",
     "run_events",
     "swap_namespaces",
 ]
@@ -66,6 +68,8 @@ class RebuildReport:
     dead_letters: int = 0
     seconds: float = 0.0
     high_watermarks: dict[int, int] = field(default_factory=dict)
+    worker_seconds: list[float] = field(default_factory=list)
+    """A parallel replay's workers: how long each took to replay its partitions (its start not included)."""
 
 
 def default_target(settings: Settings, *, swap: bool = False) -> str:
@@ -88,9 +92,14 @@ def rebuild(
     *,
     progress: TextIO | None = sys.stderr,
     client: redis.Redis | None = None,
+    workers: int = 1,
 ) -> RebuildReport:
     """Replay the whole events topic into a fresh namespace ``target_prefix`` (cleared first;
     default :func:`default_target`, inside the live prefix).
+
+    ``workers`` above 1 splits the topic by partition across that many processes
+    (:mod:`runlog.projections._parallel`), each writing its partitions' runs into the target; the
+    report sums theirs, and the namespace holds what one process would have written.
 
     Raises :class:`NamespaceOverlap` when the target is the live prefix or holds it (clearing
     ``tenant`` would delete ``tenant:live``); a target inside the live prefix (``live:rebuild``) is
@@ -102,6 +111,8 @@ def rebuild(
         raise NamespaceOverlap(live, target_prefix, "rebuild")
     r = client or redis_client(settings)
     delete_namespace(r, target_prefix)
+    if workers > 1:
+        return replay_parallel(settings, target_prefix, workers=workers, progress=progress)
     store = RedisStore(r, target_prefix, wait_replicas=settings.redis_wait_replicas,
                        wait_ms=settings.redis_wait_ms)
     return replay_into(settings, store, progress=progress)
@@ -120,21 +131,77 @@ def replay_into(
     batch (e.g. to extend a lock). ``from_offsets`` (partition -> offset) starts those partitions
     there instead of at their beginning: a catch-up of a namespace that holds everything before
     (e.g. a previous replay's ``high_watermarks``)."""
-    proj = BatchProjector(store, Codec.from_settings(settings), cache_size=1 << 30)
-    report = RebuildReport(store.prefix)
     started = time.monotonic()
     with LogReader(settings) as reader, progress_bar(progress, "rebuild") as tick:
         ranges = reader.topic_ranges(from_offsets)
-        report.high_watermarks = {p: end for p, (_, end) in ranges.items()}
-        for msgs in reader.batches(ranges, progress=tick):
-            recs = [RawRecord(reader.topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
-            res = proj.process(recs)
-            report.records += len(recs)
-            report.applied += res.applied
-            report.rejected += sum(res.rejected.values())
-            report.dead_letters += len(res.dead_letters)
-            if on_batch is not None:
-                on_batch()
+        report = _replay(reader, store, settings, ranges, tick, on_batch)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _replay(reader: LogReader, store: RedisStore, settings: Settings, ranges: Mapping[int, tuple[int, int]],
+            tick: Callable[[int, int], None] | None,
+            on_batch: Callable[[], None] | None = None) -> RebuildReport:
+    proj = BatchProjector(store, Codec.from_settings(settings), cache_size=1 << 30)
+    report = RebuildReport(store.prefix)
+    report.high_watermarks = {p: end for p, (_, end) in ranges.items()}
+    for msgs in reader.batches(dict(ranges), progress=tick):
+        recs = [RawRecord(reader.topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
+        res = proj.process(recs)
+        report.records += len(recs)
+        report.applied += res.applied
+        report.rejected += sum(res.rejected.values())
+        report.dead_letters += len(res.dead_letters)
+        if on_batch is not None:
+            on_batch()
+    return report
+
+
+def _replay_part(settings: Settings, partitions: list[int], arg: tuple[str, dict[int, tuple[int, int]]],
+                 progress: Callable[[int, int], None]) -> RebuildReport:
+    """One worker of :func:`replay_parallel`: its partitions' ranges into the target namespace."""
+    prefix, ranges = arg
+    t0 = time.monotonic()
+    client = redis_client(settings)
+    try:
+        store = RedisStore(client, prefix, wait_replicas=settings.redis_wait_replicas,
+                           wait_ms=settings.redis_wait_ms)
+        with LogReader(settings) as reader:
+            report = _replay(reader, store, settings, {p: ranges[p] for p in partitions}, progress)
+        report.seconds = time.monotonic() - t0
+        return report
+    finally:
+        client.close()
+
+
+def merge_rebuild_reports(prefix: str, parts: list[RebuildReport],
+                          ranges: Mapping[int, tuple[int, int]]) -> RebuildReport:
+    """The workers' reports as one (counts summed, every partition's high watermark)."""
+    out = RebuildReport(prefix, high_watermarks={p: end for p, (_, end) in sorted(ranges.items())},
+                        worker_seconds=[p.seconds for p in parts])
+    for part in parts:
+        out.records += part.records
+        out.applied += part.applied
+        out.rejected += part.rejected
+        out.dead_letters += part.dead_letters
+    return out
+
+
+def replay_parallel(settings: Settings, target_prefix: str, *, workers: int,
+                    progress: TextIO | None = None) -> RebuildReport:
+    """:func:`replay_into` a namespace ``target_prefix`` (not cleared) by ``workers`` processes, each
+    replaying a share of the partitions (:func:`runlog.projections._parallel.split_partitions`) up
+    to the high watermarks taken here first."""
+    from runlog.projections._parallel import run_partitioned, split_partitions
+
+    started = time.monotonic()
+    with LogReader(settings) as reader:
+        ranges = reader.topic_ranges()
+    busy = [p for p, (lo, hi) in ranges.items() if hi > lo]
+    groups = split_partitions(busy, workers)
+    with progress_bar(progress, f"rebuild ({len(groups)} workers)") as tick:
+        parts = run_partitioned(_replay_part, settings, groups, (target_prefix, ranges), progress=tick)
+    report = merge_rebuild_reports(target_prefix, parts, ranges)
     report.seconds = time.monotonic() - started
     return report
 

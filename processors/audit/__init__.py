@@ -82,11 +82,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from runlog.processors.audit.checks import Auditor
+from runlog.processors.audit.checks import Auditor, AuditPartial
 from runlog.processors.audit.report import (
     FINDING_KINDS,
     Anchor,
@@ -107,12 +107,14 @@ __all__ = [
     "FINDING_KINDS",
     "Anchor",
     "AuditOptions",
+    "AuditPartial",
     "AuditReport",
     "Auditor",
     "Finding",
     "RunAnchors",
     "RunAudit",
     "audit",
+    "audit_parallel",
     "load_anchors",
     "read_records",
     "write_report",
@@ -167,11 +169,15 @@ def read_records(settings: Settings, options: AuditOptions | None = None, *,
 
 
 def audit(settings: Settings, options: AuditOptions | None = None, *,
-          progress: TextIO | None = sys.stderr, projection: ProjectionStore | None = None) -> AuditReport:
+          progress: TextIO | None = sys.stderr, projection: ProjectionStore | None = None,
+          workers: int = 1) -> AuditReport:
     """Replay the range of the events topic and check it (see the module docstring).
 
     With ``options.anchors`` (the default) the anchors are read from ``projection``, by default the
     Redis namespace of ``settings``, before the topic is.
+
+    ``workers`` above 1 reads and folds the partitions in that many processes
+    (:func:`audit_parallel`); the report is the same as one process's.
 
     Raises:
         ProjectionStoreError: the projection cannot be read (audit without anchors to go on).
@@ -186,14 +192,52 @@ def audit(settings: Settings, options: AuditOptions | None = None, *,
         finally:
             if projection is None and isinstance(store, RedisStore):
                 store.client.close()
-    auditor = Auditor(Topics.of(settings).events, o, codec=Codec.from_settings(settings),
-                      anchors=anchors)
-    for p, off, key, value in read_records(settings, o, progress=progress, plan_out=auditor.report.ranges):
-        auditor.feed(p, off, key, value)
+    if workers > 1:
+        auditor = audit_parallel(settings, o, workers=workers, progress=progress, anchors=anchors)
+    else:
+        auditor = Auditor(Topics.of(settings).events, o, codec=Codec.from_settings(settings),
+                          anchors=anchors)
+        for p, off, key, value in read_records(settings, o, progress=progress,
+                                               plan_out=auditor.report.ranges):
+            auditor.feed(p, off, key, value)
     report = auditor.finish(LocalArtifactStore(settings.artifact_root))
     report.erased = erased_runs(settings, report)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _audit_part(settings: Settings, partitions: list[int],
+                arg: tuple[AuditOptions, dict[int, tuple[int, int]]],
+                progress: Callable[[int, int], None]) -> AuditPartial:
+    """One worker of :func:`audit_parallel`: its partitions' ranges fed to an auditor of its own."""
+    options, plan = arg
+    t0 = time.monotonic()
+    mine = {p: plan[p] for p in partitions}
+    auditor = Auditor(Topics.of(settings).events, options, codec=Codec.from_settings(settings))
+    auditor.report.ranges.update(mine)
+    with LogReader(settings, name="runlog-audit") as reader:
+        for m in reader.records(mine, progress=progress):
+            auditor.feed(m.partition(), m.offset(), m.key(), m.value())
+    return auditor.partial(time.monotonic() - t0)
+
+
+def audit_parallel(settings: Settings, options: AuditOptions, *, workers: int, progress: TextIO | None = None,
+                   anchors: Mapping[str, RunAnchors] | None = None) -> Auditor:
+    """Read and fold the range by ``workers`` processes, each a share of the partitions
+    (:mod:`runlog.projections.internal` ``run_partitioned``), and merge what they found
+    (:meth:`Auditor.merged`); the returned auditor is ready for :meth:`Auditor.finish`."""
+    from runlog.projections.internal import run_partitioned, split_partitions
+
+    with LogReader(settings, name="runlog-audit") as reader:
+        plan = _plan(reader, options)
+    busy = [p for p, (lo, hi) in plan.items() if hi > lo]
+    groups = split_partitions(busy, workers)
+    with progress_bar(progress, f"audit ({len(groups)} workers)") as tick:
+        parts = run_partitioned(_audit_part, settings, groups, (options, plan), progress=tick)
+    merged = Auditor.merged(Topics.of(settings).events, parts, options, codec=Codec.from_settings(settings),
+                            anchors=anchors)
+    merged.report.ranges = dict(sorted(plan.items()))
+    return merged
 
 
 def erased_runs(settings: Settings, report: AuditReport) -> list[str]:

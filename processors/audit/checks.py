@@ -6,7 +6,8 @@ artifact store's reads in :meth:`~Auditor.finish`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from runlog.processors.audit.report import (
@@ -23,7 +24,19 @@ from runlog.producers.internal import label
 from runlog.projections import OutcomeKind, RunState, RunStatus, fold
 from runlog.schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
 
-__all__ = ["Auditor"]
+__all__ = ["AuditPartial", "Auditor"]
+
+
+@dataclass(frozen=True)
+class AuditPartial:
+    """An auditor's findings from the records it was fed, before the checks that need every run
+    (:meth:`Auditor.partial`, :meth:`Auditor.merged`)."""
+
+    report: AuditReport
+    results: dict[str, list[tuple[str, int]]]
+    """Accepted ``EFFECT_RESULT`` events by delivery key: (run id, seq), in log order per run."""
+    seconds: float = 0.0
+    """How long the worker took to read and feed its records (its process's start not included)."""
 
 _WHY = {
     "stale_epoch": "fenced: written at an epoch below the run's current one (a writer whose lease "
@@ -60,7 +73,7 @@ class Auditor:
         except DecodeError as err:
             rep.undecodable += 1
             rep.findings.append(Finding(run_key, "undecodable", f"offset {partition}:{offset}: "
-                                        f"{err.reason}: {err}", None, offset))
+                                        f"{err.reason}: {err}", None, offset, partition))
             return
         rep.events += 1
         run = rep.runs.get(ev.run_id)
@@ -114,7 +127,7 @@ class Auditor:
                        f"request {_short(ev.request_hash)}", ev.seq, offset)
 
     def _find(self, run: RunAudit, kind: str, detail: str, seq: int | None, offset: int | None) -> None:
-        f = Finding(run.run_id, kind, detail, seq, offset)
+        f = Finding(run.run_id, kind, detail, seq, offset, run.partition)
         run.findings.append(f)
         self.report.findings.append(f)
 
@@ -133,8 +146,56 @@ class Auditor:
                       "was written)")
         self._find(run, "hash_chain", detail, k, offset)
 
+    def partial(self, seconds: float = 0.0) -> AuditPartial:
+        """What this auditor found from the records it was fed, before :meth:`finish`: the part a
+        worker of a parallel audit sends back (:meth:`merged`), with the ``seconds`` it took."""
+        return AuditPartial(self.report, self._results, seconds)
+
+    @classmethod
+    def merged(cls, topic: str, parts: Sequence[AuditPartial], options: AuditOptions | None = None, *,
+               codec: Codec | None = None, anchors: Mapping[str, RunAnchors] | None = None) -> Auditor:
+        """One auditor holding the partial results of auditors fed disjoint sets of partitions (a run
+        is on one partition, so their runs are disjoint): :meth:`finish` then reports what one
+        auditor fed every record would have, in the same order."""
+        a = cls(topic, options, codec=codec, anchors=anchors)
+        rep = a.report
+        rep.worker_seconds = [p.seconds for p in parts]
+        for part in parts:
+            r = part.report
+            rep.records += r.records
+            rep.events += r.events
+            rep.rejected_events += r.rejected_events
+            rep.duplicates += r.duplicates
+            rep.undecodable += r.undecodable
+            rep.findings.extend(r.findings)
+            rep.ranges.update(r.ranges)
+            for run_id, run in r.runs.items():
+                if run_id in rep.runs:
+                    raise ValueError(f"run {run_id!r} is in two partial audits: they must not share a "
+                                     "partition")
+                rep.runs[run_id] = run
+            for dk, results in part.results.items():
+                a._results.setdefault(dk, []).extend(results)
+        return a
+
+    def _canonical(self) -> None:
+        """Put what the feed collected in log order per partition, partitions in order (a reader
+        interleaves partitions as their fetches come back; the report must not depend on that)."""
+        rep = self.report
+
+        def first_offset(run: RunAudit) -> int:
+            return int(run.events[0]["offset"]) if run.events else -1
+
+        rep.runs = dict(sorted(rep.runs.items(), key=lambda kv: (kv[1].partition, first_offset(kv[1]))))
+        rep.findings.sort(key=lambda f: (-1 if f.partition is None else f.partition,
+                                         -1 if f.offset is None else f.offset))
+        part_of = {r: run.partition for r, run in rep.runs.items()}
+        self._results = {dk: sorted(res, key=lambda x: part_of.get(x[0], -1))
+                         for dk, res in sorted(self._results.items())}
+
     def finish(self, store: LocalArtifactStore | None = None) -> AuditReport:
         """Checks that need the whole range: open intents, effects executed twice, artifacts."""
+        self._canonical()
         verified: dict[tuple[str, str], str | None] = {}
         for run in self.report.runs.values():
             s = run.state

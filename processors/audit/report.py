@@ -62,6 +62,9 @@ class Finding:
     detail: str
     seq: int | None = None
     offset: int | None = None
+    partition: int | None = field(default=None, compare=False)
+    """The partition the run (or the undecodable record) is on: the order of a report's findings
+    is by partition, then offset, however the partitions' records interleaved as they were read."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "kind": self.kind, "detail": self.detail, "seq": self.seq,
@@ -217,6 +220,8 @@ class AuditReport:
     """Delivery keys with an ``EFFECT_RESULT`` in more than one run (not findings)."""
     seconds: float = 0.0
     anchors_checked: bool = False
+    worker_seconds: list[float] = field(default_factory=list)
+    """A parallel audit's workers: how long each read and fed its partitions (not in the report's JSON)."""
     erased: list[str] = field(default_factory=list)
     """Runs whose subject was erased: payloads destroyed on purpose, not a finding (chains verified)."""
 

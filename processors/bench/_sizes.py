@@ -42,6 +42,8 @@ class BenchSize:
     conversation_calls: int = 50
     steps_runs: tuple[int, ...] = (100, 1_000)
     """Concurrent runs of the steps section's points (eight durable calls each)."""
+    open_loop_seconds: float = 3.0
+    """Seconds of offered load per point of the steps section's open-loop curve."""
     streams_runs: int = 100
     """Streaming runs (a subscriber each) of the streams section."""
     streams_rate: int = 1_000
@@ -66,7 +68,8 @@ SIZES: dict[str, BenchSize] = {
                       resume_rounds=3, crashed_runs=2, resumer_members=1, scale_runs=50,
                       scale_events_per_run=2,
                       group_sizes=(1,), async_runs=200, threaded_runs=50, concurrency_raw_samples=50,
-                      concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), streams_runs=10,
+                      concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), open_loop_seconds=0.5,
+                      streams_runs=10,
                       streams_rate=200, streams_seconds=2.0, fleet_runs=40, fleet_rate=40,
                       limiter_samples=200, encryption_rounds=1),
     "quick": BenchSize(name="quick"),
@@ -77,5 +80,5 @@ SIZES: dict[str, BenchSize] = {
                       resumer_members=4,
                       scale_runs=10_000, scale_events_per_run=10, async_runs=10_000, threaded_runs=1_000,
                       concurrency_raw_samples=500, conversation_calls=200,
-                      steps_runs=(100, 1_000, 10_000), streams_seconds=60.0),
+                      steps_runs=(100, 1_000, 10_000), open_loop_seconds=10.0, streams_seconds=60.0),
 }

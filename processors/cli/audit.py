@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--out", default=".runlog/reports/audit", help="report directory (default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print one summary object {runs, events, rejected_events, findings}")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="read and fold in N processes, each a share of the partitions; the report is the "
+                        "same as one process's (default: %(default)s)")
     p.set_defaults(func=_audit)
 
 
@@ -66,6 +69,9 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"runlog audit: --to-offset {args.to_offset} must be after --from-offset {args.from_offset} "
               "(it is exclusive)", file=sys.stderr)
         return EXIT_USAGE
+    if args.workers < 1:
+        print(f"runlog audit: --workers must be 1 or more, not {args.workers}", file=sys.stderr)
+        return EXIT_USAGE
     settings = Settings.from_env()
     opts = AuditOptions(
         run_id=args.run_id, from_offset=args.from_offset, to_offset=args.to_offset,
@@ -74,7 +80,7 @@ def _audit(args: argparse.Namespace) -> int:
         check_artifacts=not args.no_artifacts, anchors=not args.no_anchors,
     )
     try:
-        report = audit(settings, opts, progress=sys.stderr)
+        report = audit(settings, opts, progress=sys.stderr, workers=args.workers)
     except ProjectionStoreError as err:
         print(f"runlog audit: cannot read the anchors from Redis ({err}); --no-anchors audits the "
               "topic alone", file=sys.stderr)

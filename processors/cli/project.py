@@ -61,6 +61,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rb.add_argument("--swap", action="store_true", help="make the rebuilt namespace live")
     rb.add_argument("--quiet", action="store_true", help="no progress bar")
     rb.add_argument("--json", action="store_true", help="print one JSON object")
+    rb.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="replay in N processes, each a share of the partitions (default: %(default)s)")
     rb.set_defaults(func=_rebuild)
 
 
@@ -89,6 +91,9 @@ def _rebuild(args: argparse.Namespace) -> int:
     )
     from runlog.projections.redis_store import RedisStore
 
+    if args.workers < 1:
+        print(f"runlog projections rebuild: --workers must be 1 or more, not {args.workers}", file=sys.stderr)
+        return EXIT_USAGE
     settings = Settings.from_env()
     check_redis(settings)  # a redis:// URL to a cluster node would rebuild into one node's slots only
     live = settings.redis_prefix
@@ -101,7 +106,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     try:
         try:
             report = rebuild(settings, target, progress=None if args.quiet or args.json else sys.stderr,
-                             client=client)
+                             client=client, workers=args.workers)
         except NamespaceOverlap as err:
             print(f"runlog projections rebuild: {err}", file=sys.stderr)
             return EXIT_USAGE

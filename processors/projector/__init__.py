@@ -62,6 +62,14 @@ class ProjectorOptions:
     session_timeout_ms: int = 30_000
     """The group's session timeout: a member silent this long loses its partitions; heartbeats are
     sent every third of it."""
+    inline_records: int = 64
+    """Batches of at most this many records are folded and written on the event loop, without the
+    hand-off to the worker thread and back (the latency floor at low load); bigger batches, and
+    those that publish checkpoints or effects, go to the worker. 0: every batch on the worker."""
+    switch_interval_s: float | None = 0.0005
+    """The interpreter's thread switch interval in the projector's process (``sys.setswitchinterval``;
+    Python's default is 5 ms): how long a thread woken by I/O (the consumer's, the worker's) may
+    wait for the one holding the GIL. None: Python's default."""
     instance_id: str | None = None
     """Static membership (``group.instance.id``): a member restarted with the same id within the
     session timeout keeps its partitions without a rebalance. None: dynamic membership."""
@@ -145,7 +153,8 @@ def build_app(settings: Settings, opts: ProjectorOptions | None = None,
     member = Projector(settings, group=settings.group_id(o.app_id), batch_size=o.batch_size, within=o.within,
                        core=core, guard=OffsetGuard(committed, gaps.range), delivery=delivery,
                        namespace=namespace, outputs=outputs, metrics=m,
-                       tracing=Tracing(settings, tracer_provider), closers=(close_committed, gaps.close))
+                       tracing=Tracing(settings, tracer_provider), closers=(close_committed, gaps.close),
+                       inline_records=o.inline_records)
     app.on_partitions_revoked.connect(member.on_revoked)
     app.on_partitions_assigned.connect(member.on_assigned)
     app.on_before_shutdown.connect(member.close_clients)
@@ -166,6 +175,8 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
         check_credentials(settings)  # refused: one line (AuthenticationFailed), not Faust's traceback
         check_kafka(settings, settings.group_id(o.app_id))  # no topics (before init), no group ACL
         app = build_app(settings, o, metrics)
+        if o.switch_interval_s is not None:
+            sys.setswitchinterval(o.switch_interval_s)
         worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
         if not sys.stdout.isatty():
             worker.spinner = None  # its cursor escapes would be all a log file gets

@@ -36,6 +36,7 @@ from runlog.projections.recovery import lost_at_start, recover
 from runlog.projections.redis_store import ProjectionLost, ProjectionStoreError, RedisStore
 from runlog.projections.store import StoreWentBack
 from runlog.schemas import Checkpoint
+from runlog.schemas.errors import RunlogError
 from runlog.schemas.internal import distinct_contexts
 from runlog.schemas.settings import Settings
 
@@ -141,6 +142,18 @@ class RedisNamespace:
                         "the replay began: ready", self.store.prefix)
 
 
+class InlineRefused(RunlogError):
+    """A batch the event loop does not apply itself (:meth:`Projector.process_inline`): to the worker."""
+
+
+def _refuse_publish(cps: list[Checkpoint], effs: list[EffectEntry]) -> None:
+    raise InlineRefused("publish")
+
+
+def _refuse_heal(run_id: str, partition: int, offset: int) -> Any:
+    raise InlineRefused("heal")
+
+
 class Projector:
     """One member of the projector's consumer group.
 
@@ -155,8 +168,14 @@ class Projector:
     def __init__(self, settings: Settings, *, group: str, batch_size: int, within: float,
                  core: BatchProjector, guard: OffsetGuard, delivery: BatchDelivery, namespace: Namespace,
                  outputs: Outputs, metrics: ProjectorMetrics, tracing: Tracing,
-                 closers: Sequence[Callable[[], object]] = ()) -> None:
+                 closers: Sequence[Callable[[], object]] = (), inline_records: int = 0) -> None:
         self.settings = settings
+        self.inline_records = inline_records
+        """Batches of at most this many records are folded and written on the event loop itself
+        (:meth:`run_batch`); 0: every batch on the worker."""
+        self.inline_batches = 0
+        self.inline_refused = 0
+        """Batches applied on the loop, and batches the loop handed on to the worker (counters for tests)."""
         self.group = group
         """The consumer group's id (the app id)."""
         self.batch_size = batch_size
@@ -261,7 +280,23 @@ class Projector:
                 self.core.forget()
                 time.sleep(0.5)
 
-    def guarded(self, recs: list[RawRecord]) -> tuple[BatchResult, list[RawRecord]]:
+    def process_inline(self, recs: list[RawRecord]) -> BatchResult:
+        # On the event loop: the fold and the Redis write of a batch that needs nothing else. A
+        # batch that would publish (checkpoints, effects), heal a run from the log, or meet a lost
+        # or unreachable namespace raises InlineRefused before anything is written (publish and
+        # heal come before the apply; a lost namespace refuses the apply) and is done again on the
+        # worker, which can wait; a retried apply's runs written before the refusal are
+        # duplicates there, which the offset guard ignores.
+        heal = self.core.heal
+        self.core.heal = None if heal is None else _refuse_heal
+        try:
+            return self.core.process(recs, _refuse_publish)
+        except (ProjectionLost, StoreWentBack, ProjectionStoreError) as err:
+            raise InlineRefused(type(err).__name__) from err
+        finally:
+            self.core.heal = heal
+
+    def guarded(self, recs: list[RawRecord], *, inline: bool = False) -> tuple[BatchResult, list[RawRecord]]:
         # Records the consumer skipped before this batch are read from the log and applied first;
         # the guard moves past the batch only once it is in Redis.
         if self.rebalanced.is_set():
@@ -269,7 +304,7 @@ class Projector:
             self.core.forget()  # another member may have moved these runs meanwhile
         full, filled = self.guard.complete(recs)
         heals = self.core.heals
-        res = self.process(full)
+        res = self.process_inline(full) if inline else self.process(full)
         self.guard.applied(full)
         if filled:
             self.metrics.gap_records.inc(len(filled))
@@ -296,6 +331,33 @@ class Projector:
         self.loop = asyncio.get_running_loop()
         await self.loop.run_in_executor(self.worker, self.rebuild_if_lost_at_start)
 
+    def inline_ok(self, recs: list[RawRecord]) -> bool:
+        # Nothing to ask Kafka first: no rebalance since the last batch, and the guard knows where
+        # each partition of the batch stands with no gap before it (else it would read the group's
+        # commits or the log: broker round trips, which the worker makes, not the loop).
+        if self.rebalanced.is_set():
+            return False
+        nxt = self.guard.next_offsets()
+        first: dict[int, int] = {}
+        for r in recs:
+            first.setdefault(r.partition, r.offset)
+        return all(p in nxt and off <= nxt[p] for p, off in first.items())
+
+    async def run_batch(self, recs: list[RawRecord]) -> tuple[BatchResult, list[RawRecord]]:
+        # A small batch (light load) is applied on the loop: handing it to the worker thread and
+        # back costs two thread wake-ups and two GIL hand-offs, which on a busy host were most of
+        # the lag of a record at low load (docs/performance.md, "The latency floor"). A big one, or
+        # one the loop cannot finish alone, goes to the worker, so the loop stays free under load.
+        assert self.loop is not None
+        if len(recs) <= self.inline_records and self.inline_ok(recs):
+            try:
+                out = self.guarded(recs, inline=True)
+                self.inline_batches += 1
+                return out
+            except InlineRefused:
+                self.inline_refused += 1
+        return await self.loop.run_in_executor(self.worker, self.guarded, recs)
+
     async def apply_batch(self, batch: list[Any]) -> BatchResult:
         """Apply one batch taken from the delivery (Faust's messages), then acknowledge it."""
         assert self.loop is not None, "a batch before start()"
@@ -305,7 +367,7 @@ class Projector:
                                   links=links)
         t0 = time.perf_counter()
         try:
-            res, filled = await self.loop.run_in_executor(self.worker, self.guarded, recs)
+            res, filled = await self.run_batch(recs)
         except BaseException as err:
             span.end(err)
             raise

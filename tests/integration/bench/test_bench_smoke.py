@@ -16,7 +16,8 @@ from runlog.schemas.settings import Settings
 KEYS = ("append_ratio", "intent_latency_ratio", "projector_ratio", "lag_p99_ms", "lag_high_p99_ms",
         "resume_tail_ratio",
         "rebuild_ratio", "async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed",
-        "steps_ratio", "steps_calls_per_s")
+        "steps_ratio", "steps_calls_per_s", "lag_low_p50_ms", "lag_low_p99_ms", "lag_half_p99_ms",
+        "steps_open_p99_over_idle_at_70_ms")
 CONCURRENCY = ("async_memory_per_run_kb", "intent_over_raw_ms", "concurrent_runs_completed")
 
 
@@ -98,6 +99,21 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     # the rates asked for (what a loaded machine achieves of them is a measurement, not a promise)
     assert high["target_events_per_s"] > doc["lag"]["target_events_per_s"]
     assert high["offered_events_per_s"] > 0 and doc["lag"]["offered_events_per_s"] > 0
+    # the host's speed index, the projector's capacity and the lag at 20% and 50% of it
+    assert doc["speed_index"] == doc["speed"]["index"] > 0 and doc["speed_at_end"]["index"] > 0
+    assert doc["projector_capacity_per_s"] == doc["projector"]["runlog_events_per_s"] > 0
+    for name, share in (("lag_low", 0.2), ("lag_half", 0.5)):
+        lp = doc[name]
+        assert lp["share_of_capacity"] == share and lp["lag_p99_ms"] >= lp["lag_p50_ms"] >= 0
+        assert lp["target_events_per_s"] == max(int(doc["projector_capacity_per_s"] * share), 50)
+        assert doc[f"{name}_p50_ms"] == lp["lag_p50_ms"] and doc[f"{name}_p99_ms"] == lp["lag_p99_ms"]
+    # parallel replays: both worker counts read every event of the projector's topic
+    for kind in ("audit", "rebuild"):
+        assert set(doc[f"{kind}_events_per_s"]) == {"1", "2"}
+        assert [p["events"] for p in doc["replays"][kind]] == [doc["rebuild"]["events"]] * 2
+    ol = doc["steps_open_loop"]
+    assert [p["share"] for p in ol["points"]] == pytest.approx([0.1 * k for k in range(1, 10)])
+    assert ol["max_runs_per_s"] > 0 and all(p["errors"] == 0 for p in ol["points"])
     assert all(p["plan_ms"] > 0 for p in doc["resume"]["points"])
     assert doc["resumer_group"]["completed"] == doc["resumer_group"]["runs"]
     assert doc["scale"]["writer"]["events_per_s"] > 0

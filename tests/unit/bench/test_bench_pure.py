@@ -60,7 +60,7 @@ def test_statistics() -> None:
 
 
 def test_targets_met_reports_the_miss_factor() -> None:
-    t = targets_met({"append_ratio": 0.4, "intent_latency_ratio": 1.0, "projector_ratio": 0.6,
+    t = targets_met({"append_ratio": 0.4, "intent_latency_ratio": 1.0, "projector_ratio": 0.8,
                      "lag_p99_ms": 100.0, "resume_tail_ratio": 1.5, "rebuild_ratio": math.nan})
     assert t["append_ratio"]["met"] is False and t["append_ratio"]["missed_by_factor"] == 2.0
     assert t["intent_latency_ratio"]["met"] is True
@@ -71,12 +71,19 @@ def test_targets_met_reports_the_miss_factor() -> None:
 
 
 def test_the_lag_section_has_a_point_at_10000_events_per_second_with_its_own_target() -> None:
-    assert SECTIONS["lag"] == ("lag_p99_ms", "lag_high_p99_ms")
+    assert SECTIONS["lag"] == ("lag_p99_ms", "lag_high_p99_ms", "lag_low_p50_ms", "lag_low_p99_ms",
+                               "lag_half_p99_ms")
     assert (SIZES["quick"].lag_rate, SIZES["quick"].lag_rate_high) == (2_000, 10_000)
     t = targets_met({"lag_p99_ms": 40.0, "lag_high_p99_ms": 250.0}, SECTIONS["lag"])
     assert t["lag_p99_ms"]["met"] is True and t["lag_high_p99_ms"]["target"] == "<= 100"
     assert t["lag_high_p99_ms"]["met"] is False and t["lag_high_p99_ms"]["missed_by_factor"] == 2.5
-    assert steps_of(SIZES["quick"], ("lag",)) == 3 + 1  # default within, within 0.02, the high rate
+    # at 20% and 50% of capacity, 2,000/s and 10,000/s; the capacity measured when the projector
+    # section is left out
+    assert steps_of(SIZES["quick"], ("lag",)) == 4 + 2 + 1
+    assert steps_of(SIZES["quick"], ("projector", "lag")) == steps_of(SIZES["quick"], ("projector",)) + 4
+    t = targets_met({"lag_low_p50_ms": 12.0, "lag_low_p99_ms": 30.0, "lag_half_p99_ms": 49.0},
+                    SECTIONS["lag"])
+    assert not t["lag_low_p50_ms"]["met"] and t["lag_low_p99_ms"]["met"] and t["lag_half_p99_ms"]["met"]
 
 
 def test_sizes_grow_from_tiny_to_full() -> None:
@@ -205,12 +212,15 @@ def test_the_conversation_section_sizes_and_steps() -> None:
 def test_the_steps_section_sizes_targets_and_progress() -> None:
     assert [SIZES[n].steps_runs for n in ("tiny", "quick", "full")] == [(50,), (100, 1_000),
                                                                        (100, 1_000, 10_000)]
-    assert SECTIONS["steps"] == ("steps_ratio", "steps_calls_per_s")
-    assert steps_of(SIZES["full"], ("steps",)) == 3 * 3 + 1  # async, raw and threads per point
-    slow = targets_met({"steps_ratio": 0.12, "steps_calls_per_s": 377.0}, SECTIONS["steps"])
-    assert not slow["steps_ratio"]["met"]
-    assert slow["steps_ratio"]["missed_by_factor"] == pytest.approx(0.5 / 0.12)
-    assert all(t["met"] for t in targets_met({"steps_ratio": 0.5, "steps_calls_per_s": 2000.0},
+    assert SECTIONS["steps"] == ("steps_ratio", "steps_calls_per_s", "steps_open_p99_over_idle_at_70_ms")
+    # async, raw and threads per point; the open loop's idle runs, maximum and nine shares
+    assert steps_of(SIZES["full"], ("steps",)) == 3 * 3 + 2 + 9 + 1
+    slow = targets_met({"steps_ratio": 0.12, "steps_calls_per_s": 377.0,
+                        "steps_open_p99_over_idle_at_70_ms": 25.0}, SECTIONS["steps"])
+    assert not slow["steps_ratio"]["met"] and not slow["steps_open_p99_over_idle_at_70_ms"]["met"]
+    assert slow["steps_ratio"]["missed_by_factor"] == pytest.approx(0.7 / 0.12)
+    assert all(t["met"] for t in targets_met({"steps_ratio": 0.7, "steps_calls_per_s": 2000.0,
+                                              "steps_open_p99_over_idle_at_70_ms": 9.0},
                                              SECTIONS["steps"]).values())
 
 
