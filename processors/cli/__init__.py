@@ -42,6 +42,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runlog.processors.cli.fleet",
     "runlog.processors.cli.privacy",
     "runlog.processors.cli.schedule",
+    "runlog.processors.cli.chaos",
 )
 
 

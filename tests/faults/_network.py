@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runlog.processors.chaos.toxiproxy import Toxiproxy, ToxiproxyError
 from tests.integration._secure_broker import _java, _libs, available
 
 __all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
@@ -59,55 +60,6 @@ def toxiproxy_binary() -> tuple[Path | None, str]:
                           text=True, timeout=900, check=False)
     path = Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
     return (path if path is not None and path.is_file() else None), proc.stderr[-2000:]
-
-
-class ToxiproxyError(RuntimeError):
-    """The Toxiproxy API refused a request."""
-
-
-class Toxiproxy:
-    """A client of Toxiproxy's REST API (proxies and their toxics)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raise ToxiproxyError(f"{method} {path}: {err.code} {err.read()[:300]!r}") from err
-        return json.loads(raw) if raw.strip() else None
-
-    def version(self) -> str:
-        with urllib.request.urlopen(self.url + "/version", timeout=2) as resp:
-            return str(resp.read().decode().strip())
-
-    def create(self, name: str, listen: int, upstream: str) -> None:
-        self._call("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{listen}",
-                                        "upstream": upstream, "enabled": True})
-
-    def enable(self, name: str, on: bool) -> None:
-        """Disabled: every connection through it is closed and new ones are refused (a partition)."""
-        self._call("POST", f"/proxies/{name}", {"enabled": on})
-
-    def add(self, proxy: str, toxic: str, kind: str, stream: str = "downstream", toxicity: float = 1.0,
-            **attributes: int) -> None:
-        self._call("POST", f"/proxies/{proxy}/toxics", {"name": toxic, "type": kind, "stream": stream,
-                                                         "toxicity": toxicity, "attributes": attributes})
-
-    def remove(self, proxy: str, toxic: str) -> None:
-        self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic}")
-
-    def toxics(self, proxy: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/proxies/{proxy}/toxics"))
-
-    def reset(self) -> None:
-        """Every proxy enabled, every toxic removed."""
-        self._call("POST", "/reset")
 
 
 @contextmanager
