@@ -11,5 +11,5 @@ from runlog.processors.chaos.faults import KINDS, Fault, Planned, Scheduler, pla
 from runlog.processors.chaos.report import as_json, render, verdict
 from runlog.processors.chaos.run import ChaosOptions, ChaosResult, run_chaos
 
-__all__ = ["KINDS", "ChaosOptions", "ChaosResult", "Count", "Fault", "Planned", "Scheduler", "as_json", "plan",
-           "render", "run_chaos", "verdict"]
+__all__ = ["KINDS", "ChaosOptions", "ChaosResult", "Count", "Fault", "Planned", "Scheduler", "as_json",
+           "plan", "render", "run_chaos", "verdict"]

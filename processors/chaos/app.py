@@ -48,7 +48,8 @@ def ledger_workflow(tools: list[Tool], charge: Tool) -> Workflow:
         data = ctx.wait_for(APPROVAL)
         return {"approved": bool(data.get("approved")) if isinstance(data, dict) else False}
 
-    @wf.stage("settle", rules=[rule("settled", lambda out: bool(out["article_id"]) and bool(out["charge_id"]))])
+    @wf.stage("settle",
+              rules=[rule("settled", lambda out: bool(out["article_id"]) and bool(out["charge_id"]))])
     def settle(ctx: StageContext, inputs: dict[str, Any]) -> dict[str, Any]:
         name = str(ctx.params["name"])
         prep = ctx.output_of("prepare")

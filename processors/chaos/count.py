@@ -37,7 +37,8 @@ _DUPLICATE_QUERIES = {
     "charges": "SELECT reference, COUNT(*) FROM charges GROUP BY reference HAVING COUNT(*) > 1",
     "renders": "SELECT idempotency_key, COUNT(*) FROM bills WHERE idempotency_key IS NOT NULL"
                " GROUP BY idempotency_key HAVING COUNT(*) > 1",
-    "assets": "SELECT idempotency_key, SUM(created) FROM uploads GROUP BY idempotency_key HAVING SUM(created) > 1",
+    "assets": "SELECT idempotency_key, SUM(created) FROM uploads GROUP BY idempotency_key"
+              " HAVING SUM(created) > 1",
 }
 _DB = {"publishes": "platform", "charges": "payments", "renders": "renderer", "assets": "assets"}
 _EFFECT_QUERIES = {
@@ -122,7 +123,8 @@ def _reason(s: RunState) -> str:
     if s.status is RunStatus.WAITING and s.waiting is not None:
         parts.append(f"waiting for signal {s.waiting.signal!r}")
     if s.open_effects:
-        parts.append("in doubt: " + ", ".join(f"{e.tool} {k[:24]}" for k, e in sorted(s.open_effects.items())))
+        doubt = sorted(s.open_effects.items())
+        parts.append("in doubt: " + ", ".join(f"{e.tool} {k[:24]}" for k, e in doubt))
     if s.last_error is not None and s.status is not RunStatus.COMPLETED:
         parts.append(f"{s.last_error.kind}: {s.last_error.message[:160]}")
     if s.stage:
@@ -147,7 +149,7 @@ def _log(settings: Settings, attempts: int = 5) -> list[tuple[RunEvent, int]]:
         try:
             return [(codec.decode(m.value(), RunEvent), m.offset())
                     for batch in read_topic(settings) for m in batch]
-        except Exception:  # noqa: BLE001 - retried, then raised
+        except Exception:
             if attempt == attempts - 1:
                 raise
             time.sleep(2.0)
@@ -189,8 +191,8 @@ def projection_differences(client: redis.Redis, settings: Settings, last_offsets
 
 
 def _projection_key(k: str) -> bool:
-    return (k.endswith(("}:state", "}:checkpoints", "}:effects")) or k.startswith(("runs:by_status:", "{idx:"))
-            or k == "effects:by_key")
+    return (k.endswith(("}:state", "}:checkpoints", "}:effects"))
+            or k.startswith(("runs:by_status:", "{idx:")) or k == "effects:by_key")
 
 
 def gather(settings: Settings, world_dir: Path, acks: Iterable[Path]) -> Count:

@@ -71,7 +71,8 @@ class Scheduler:
     past the next one's time delays it), through ``actions[kind]``."""
 
     def __init__(self, schedule: Sequence[Planned], actions: Mapping[str, Action], rng: random.Random,
-                 say: Callable[[str], None] = lambda _: None, clock: Callable[[], float] = time.monotonic) -> None:
+                 say: Callable[[str], None] = lambda _: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         missing = sorted({p.kind for p in schedule} - set(actions))
         if missing:
             raise ValueError(f"no action for fault kinds {', '.join(missing)}")

@@ -34,7 +34,10 @@ def render(r: ChaosResult) -> str:
                + (", ".join(f"{k} {n}" for k, n in r.faults.items()) or "none"))
     if r.faults_failed:
         out.append("faults not injected  " + ", ".join(f"{k} {n}" for k, n in r.faults_failed.items()))
-    out.append(f"runs started         {r.started} workers, {c.runs} runs on the log, {r.signalled} signalled")
+    out.append(f"runs started         {r.started} workers, {c.runs} runs on the log, "
+               f"{r.signalled} signalled, {len(r.resolved)} charges in doubt resolved")
+    for run_id, how in r.resolved.items():
+        out.append(f"  resolved {run_id}: {how}")
     out.append("runs by status       " + ", ".join(f"{k} {n}" for k, n in c.statuses.items()))
     out.append("effects              " + ", ".join(f"{k} {n}" for k, n in c.effects.items()))
     out.append(f"duplicate effects    {c.duplicate_count}"

@@ -57,6 +57,8 @@ class ChaosResult:
     seconds: float
     started: int
     signalled: int
+    resolved: dict[str, str]
+    """Run id -> how its charge in doubt was resolved."""
     faults: dict[str, int]
     faults_failed: dict[str, int]
     count: Count
@@ -216,7 +218,8 @@ def run_chaos(opts: ChaosOptions, say: Callable[[str], None]) -> ChaosResult:
     fleet = Fleet({r: envs[r] for r in ("resumer", "projector")}, opts.workdir / "logs")
     for role in ("resumer", "resumer", "projector"):
         fleet.start(role)
-    workload = Workload(envs["worker"], harness, opts.workdir / "workers", rng, in_flight=opts.in_flight)
+    workload = Workload(envs["worker"], harness, opts.workdir / "workers", rng, in_flight=opts.in_flight,
+                        world_dir=opts.workdir / "world")
     schedule = plan(rng, opts.duration, gap=opts.gap, kinds=opts.kinds)
     scheduler = Scheduler(schedule, _Actions(services, fleet, workload).table(), rng, say=lambda m: say(
         f"[{time.monotonic() - t_start:7.0f}s] {m}"))
@@ -262,5 +265,6 @@ def run_chaos(opts: ChaosOptions, say: Callable[[str], None]) -> ChaosResult:
         server.server_close()
         services.stop()
     return ChaosResult(opts, seed, time.monotonic() - t_start, workload.started(), len(workload.signalled),
+                       dict(workload.resolved),
                        scheduler.injected_by_kind(), scheduler.failed_by_kind(), count, fleet.exit_codes(),
                        [vars(f) for f in scheduler.faults])

@@ -201,7 +201,8 @@ class Services:
 
     # -- the broker ---------------------------------------------------------------------------
 
-    def _configure_broker(self, ctl: int, internal: int, real: dict[str, int], proxied: dict[str, int]) -> None:
+    def _configure_broker(self, ctl: int, internal: int, real: dict[str, int],
+                          proxied: dict[str, int]) -> None:
         d = self.root / "kafka"
         d.mkdir(parents=True, exist_ok=True)
         names = {r: r.upper() for r in real}
@@ -255,8 +256,8 @@ class Services:
     def start_broker(self, timeout: float = 120) -> None:
         """Start the broker on its data and wait until the harness's listener and every proxy answer."""
         with open(self.root / "kafka" / "kafka.out", "ab") as out:
-            self._broker = subprocess.Popen(self._broker_cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                            start_new_session=True)
+            self._broker = subprocess.Popen(self._broker_cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=out, start_new_session=True)
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
@@ -264,7 +265,8 @@ class Services:
         for bootstrap in [self.internal, *self.kafka.values()]:
             while True:
                 if self._broker.poll() is not None or time.monotonic() > deadline:
-                    raise ConfigError(f"the chaos broker did not start (log: {self.root / 'kafka' / 'kafka.out'})")
+                    log = self.root / "kafka" / "kafka.out"
+                    raise ConfigError(f"the chaos broker did not start (log: {log})")
                 try:
                     md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=2)
                     if md.brokers:

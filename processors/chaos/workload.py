@@ -1,6 +1,11 @@
 """The chaos workload: keeps a few runs in flight, each a worker process (``processors.chaos.worker``)
 of a workflow drawn at random (the demo's ``content`` and ``checkout``, and ``ledger``), through the sync
 or the async SDK, and delivers the ``approval`` signal to every ``ledger`` run that waits for it.
+
+A run blocked with its card charge in doubt (a ``NEVER`` tool cut between its intent and its result)
+is resolved as a person would: the payment system's own records (the demo world's ``payments``
+database) say whether the charge with the run's reference exists, and ``resolve_effect`` records
+that (done, with the charge's id, or not done); the resumers then continue the run.
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -15,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runlog.processors.chaos.app import APPROVAL, WORKFLOWS
-from runlog.processors.operate import OperatorRefused, load_run
+from runlog.processors.operate import OperatorRefused, load_run, resolve_effect
 from runlog.processors.signal import signal_run
 from runlog.projections import RunStatus
-from runlog.schemas import RunlogError, Settings
+from runlog.schemas import Settings
 
-__all__ = ["Workload", "WorkerProc"]
+__all__ = ["WorkerProc", "Workload"]
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -32,6 +38,8 @@ class WorkerProc:
     sdk: str
     proc: subprocess.Popen[bytes]
     out: Path
+    reference: str | None = None
+    """The charge reference of its run (checkout and ledger)."""
     run_id: str | None = None
 
     @property
@@ -57,11 +65,17 @@ class Workload:
     dir: Path
     rng: random.Random
     in_flight: int = 3
+    world_dir: Path | None = None
+    """The demo world's files: where a person looks before resolving a charge in doubt."""
     workers: list[WorkerProc] = field(default_factory=list)
     runs: dict[str, str] = field(default_factory=dict)
     """Run id -> workflow, for every run a worker printed."""
     signalled: set[str] = field(default_factory=set)
     signal_errors: int = 0
+    references: dict[str, str] = field(default_factory=dict)
+    """Run id -> its charge reference."""
+    resolved: dict[str, str] = field(default_factory=dict)
+    """Run id -> how its charge in doubt was resolved."""
     _n: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def acks_files(self) -> list[Path]:
@@ -75,9 +89,12 @@ class Workload:
         workflow = WORKFLOWS[n % len(WORKFLOWS)] if self.rng.random() < 0.5 else self.rng.choice(WORKFLOWS)
         sdk = self.rng.choice(("sync", "async"))
         params: dict[str, object] = {"seed": n}
+        reference = None
         if workflow == "checkout":
-            params.update(order=f"order-{n}", cents=100 + n)
+            reference = f"order-{n}"
+            params.update(order=reference, cents=100 + n)
         elif workflow == "ledger":
+            reference = f"ledger-n{n}"
             params.update(name=f"n{n}", cents=200 + n)
         out = self.dir / f"worker-{n}.out"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -87,7 +104,7 @@ class Workload:
                  json.dumps(params), "--sdk", sdk, "--acks", str(self.dir / f"worker-{n}.acks")],
                 cwd=_ROOT, env=dict(self.env), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                 start_new_session=True)
-        w = WorkerProc(n, workflow, sdk, proc, out)
+        w = WorkerProc(n, workflow, sdk, proc, out, reference)
         self.workers.append(w)
         return w
 
@@ -96,9 +113,12 @@ class Workload:
         for w in self.workers:
             if w.read_run_id() is not None and w.run_id not in self.runs:
                 self.runs[w.run_id] = w.workflow  # type: ignore[index]
+                if w.reference is not None:
+                    self.references[w.run_id] = w.reference  # type: ignore[index]
         while start and len(self.alive()) < self.in_flight:
             self.start_one()
         self.signal_waiting()
+        self.resolve_blocked()
 
     def signal_waiting(self) -> None:
         for run_id, wf in list(self.runs.items()):
@@ -113,8 +133,35 @@ class Workload:
                 self.signalled.add(run_id)
             except OperatorRefused:
                 continue  # moved meanwhile, or a resume holds it: next tick
-            except RunlogError:
-                self.signal_errors += 1  # a service down: next tick
+            except Exception:  # noqa: BLE001 - a service down (Redis or Kafka): next tick
+                self.signal_errors += 1
+
+    def resolve_blocked(self) -> None:
+        """Resolve each blocked run's charge in doubt from the payment system's records."""
+        if self.world_dir is None:
+            return
+        for run_id, reference in list(self.references.items()):
+            if run_id in self.resolved:
+                continue
+            try:
+                state = load_run(self.harness, run_id)
+                if state is None or state.status is not RunStatus.BLOCKED:
+                    continue
+                doubt = [e for e in state.open_effects.values() if e.tool == "charge"]
+                if not doubt:
+                    continue
+                with sqlite3.connect(self.world_dir / "payments.db") as db:
+                    row = db.execute("SELECT id FROM charges WHERE reference = ? ORDER BY id LIMIT 1",
+                                     (reference,)).fetchone()
+                ext = f"ch-{row[0]}" if row is not None else None
+                resolve_effect(self.harness, run_id, doubt[0].delivery_key, done=ext is not None,
+                               external_id=ext, by="chaos",
+                               reason=f"the payment system {'holds' if ext else 'has no'} charge {reference}")
+                self.resolved[run_id] = f"done ({ext})" if ext else "not done"
+            except OperatorRefused:
+                continue
+            except Exception:  # noqa: BLE001 - a service down: next tick
+                self.signal_errors += 1
 
     def started(self) -> int:
         return len(self.workers)

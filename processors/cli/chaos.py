@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser(
         "chaos",
-        help="run a mixed workload under random faults of every kind, then count duplicates, losses, differences",
+        help="run a mixed workload under random faults of every kind, then count duplicates, losses, "
+             "differences",
         description=(
             "Start a private broker, Redis and Toxiproxy on free ports in 21000-21999 (never the configured "
             "services), resumer and projector members, and workers keeping a few runs in flight (the demo's "
@@ -35,7 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workdir", type=Path, default=None, metavar="DIR",
                    help="where the services, logs and the demo world live (default: a new dir under /tmp)")
     p.add_argument("--seed", type=int, default=None, help="the random seed (default: a random one, printed)")
-    p.add_argument("--in-flight", type=int, default=3, metavar="N", help="worker processes at once (default 3)")
+    p.add_argument("--in-flight", type=int, default=3, metavar="N",
+                   help="worker processes at once (default 3)")
     p.add_argument("--gap", default="15,45", metavar="MIN,MAX",
                    help="seconds between two faults, drawn uniformly (default 15,45)")
     p.add_argument("--settle", type=float, default=300.0, metavar="SECONDS",
@@ -43,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--kinds", default=",".join(KINDS), metavar="KIND[,KIND...]",
                    help=f"the fault kinds to inject (default all: {', '.join(KINDS)})")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
-    p.set_defaults(func=_chaos)
+    p.set_defaults(func=_chaos, private_services=True)
 
 
 def _chaos(args: argparse.Namespace) -> int:

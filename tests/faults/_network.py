@@ -12,22 +12,18 @@ own and the test harness's (which must see the log whatever the fault).
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import socket
 import subprocess
 import textwrap
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from runlog.processors.chaos.toxiproxy import Toxiproxy, ToxiproxyError
+from runlog.processors.chaos.toxiproxy import Toxiproxy
 from tests.integration._secure_broker import _java, _libs, available
 
 __all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
