@@ -22,14 +22,14 @@ import socket
 import subprocess
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runlog.processors.chaos.toxiproxy import Toxiproxy
 from runlog.schemas import ConfigError, Settings
 
-__all__ = ["ROLES", "Services", "free_ports"]
+__all__ = ["ROLES", "Services", "free_ports", "prepare_broker"]
 
 ROLES = ("worker", "resumer", "projector")
 
@@ -90,6 +90,62 @@ def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, wait:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def prepare_broker(d: Path, ctl: int, internal: int, real: Mapping[str, int], proxied: Mapping[str, int], *,
+                   extra: str = "") -> list[str]:
+    """Write a single-node KRaft broker's configuration under ``d`` and format its storage; returns the
+    command that starts it. Listeners: ``CONTROLLER`` on ``ctl``, ``INTERNAL`` on ``internal`` (advertised
+    as it is: the harness's), and per role one on ``real[role]`` advertised as ``proxied[role]`` (the
+    address of the proxy in front of it). ``extra``: more ``key=value`` lines.
+
+    Raises:
+        ConfigError: no java, or no Kafka jars under ``RUNLOG_LOCAL_DIR``.
+    """
+    java, libs = _java(), _libs()
+    d.mkdir(parents=True, exist_ok=True)
+    names = {r: r.upper() for r in real}
+    listeners = ",".join([f"CONTROLLER://127.0.0.1:{ctl}", f"INTERNAL://127.0.0.1:{internal}",
+                          *(f"{names[r]}://127.0.0.1:{p}" for r, p in real.items())])
+    advertised = ",".join([f"INTERNAL://127.0.0.1:{internal}",
+                           *(f"{names[r]}://127.0.0.1:{p}" for r, p in proxied.items())])
+    protocols = ",".join(f"{n}:PLAINTEXT" for n in ["CONTROLLER", "INTERNAL", *names.values()])
+    (d / "server.properties").write_text(textwrap.dedent(f"""\
+        process.roles=broker,controller
+        node.id=1
+        controller.quorum.voters=1@127.0.0.1:{ctl}
+        listeners={listeners}
+        advertised.listeners={advertised}
+        controller.listener.names=CONTROLLER
+        inter.broker.listener.name=INTERNAL
+        listener.security.protocol.map={protocols}
+        log.dirs={d / "data"}
+        default.replication.factor=1
+        min.insync.replicas=1
+        offsets.topic.replication.factor=1
+        offsets.topic.num.partitions=1
+        transaction.state.log.replication.factor=1
+        transaction.state.log.min.isr=1
+        transaction.state.log.num.partitions=1
+        share.coordinator.state.topic.replication.factor=1
+        share.coordinator.state.topic.min.isr=1
+        group.initial.rebalance.delay.ms=0
+        auto.create.topics.enable=false
+        num.network.threads=2
+        num.io.threads=2
+        background.threads=1
+        log.cleaner.threads=1
+        """) + extra)
+    cp = ["-cp", f"{libs}/*"]
+    log4j = [f"-Dlog4j2.configurationFile={_ROOT / 'deploy' / 'kafka' / 'log4j2.properties'}",
+             f"-Dkafka.logs.dir={d / 'logs'}"]
+    small = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
+    cluster_id = subprocess.run([java, *small, *cp, "kafka.tools.StorageTool", "random-uuid"],
+                                capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+    subprocess.run([java, *small, *log4j, *cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                    "-c", str(d / "server.properties")], capture_output=True, text=True, check=True,
+                   timeout=120)
+    return [java, *small, *log4j, *cp, "kafka.Kafka", str(d / "server.properties")]
 
 
 @dataclass
@@ -203,55 +259,9 @@ class Services:
 
     def _configure_broker(self, ctl: int, internal: int, real: dict[str, int],
                           proxied: dict[str, int]) -> None:
-        d = self.root / "kafka"
-        d.mkdir(parents=True, exist_ok=True)
-        names = {r: r.upper() for r in real}
-        listeners = ",".join([f"CONTROLLER://127.0.0.1:{ctl}", f"INTERNAL://127.0.0.1:{internal}",
-                              *(f"{names[r]}://127.0.0.1:{p}" for r, p in real.items())])
-        advertised = ",".join([f"INTERNAL://127.0.0.1:{internal}",
-                               *(f"{names[r]}://127.0.0.1:{p}" for r, p in proxied.items())])
-        protocols = ",".join(f"{n}:PLAINTEXT" for n in ["CONTROLLER", "INTERNAL", *names.values()])
-        (d / "server.properties").write_text(textwrap.dedent(f"""\
-            process.roles=broker,controller
-            node.id=1
-            controller.quorum.voters=1@127.0.0.1:{ctl}
-            listeners={listeners}
-            advertised.listeners={advertised}
-            controller.listener.names=CONTROLLER
-            inter.broker.listener.name=INTERNAL
-            listener.security.protocol.map={protocols}
-            log.dirs={d / "data"}
-            default.replication.factor=1
-            min.insync.replicas=1
-            offsets.topic.replication.factor=1
-            offsets.topic.num.partitions=1
-            transaction.state.log.replication.factor=1
-            transaction.state.log.min.isr=1
-            transaction.state.log.num.partitions=1
-            share.coordinator.state.topic.replication.factor=1
-            share.coordinator.state.topic.min.isr=1
-            group.initial.rebalance.delay.ms=0
-            auto.create.topics.enable=false
-            broker.session.timeout.ms=3000
-            broker.heartbeat.interval.ms=1000
-            num.network.threads=2
-            num.io.threads=2
-            background.threads=1
-            num.recovery.threads.per.data.dir=1
-            log.cleaner.threads=1
-            """))
-        java, libs = _java(), _libs()
-        cp = ["-cp", f"{libs}/*"]
-        log4j = [f"-Dlog4j2.configurationFile={_ROOT / 'deploy' / 'kafka' / 'log4j2.properties'}",
-                 f"-Dkafka.logs.dir={d / 'logs'}"]
-        small = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                 "-Djava.awt.headless=true"]
-        cluster_id = subprocess.run([java, *small, *cp, "kafka.tools.StorageTool", "random-uuid"],
-                                    capture_output=True, text=True, check=True, timeout=120).stdout.strip()
-        subprocess.run([java, *small, *log4j, *cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                        "-c", str(d / "server.properties")], capture_output=True, text=True, check=True,
-                       timeout=120)
-        self._broker_cmd = [java, *small, *log4j, *cp, "kafka.Kafka", str(d / "server.properties")]
+        self._broker_cmd = prepare_broker(self.root / "kafka", ctl, internal, real, proxied, extra=(
+            "broker.session.timeout.ms=3000\nbroker.heartbeat.interval.ms=1000\n"
+            "num.recovery.threads.per.data.dir=1\n"))
 
     def start_broker(self, timeout: float = 120) -> None:
         """Start the broker on its data and wait until the harness's listener and every proxy answer."""

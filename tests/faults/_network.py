@@ -12,41 +12,21 @@ own and the test harness's (which must see the log whatever the fault).
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
 import subprocess
-import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from runlog.processors.chaos.services import free_ports, prepare_broker
 from runlog.processors.chaos.toxiproxy import Toxiproxy
-from tests.integration._secure_broker import _java, _libs, available
 
 __all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
            "toxiproxy_running"]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_ports(n: int, low: int = 21000, high: int = 28999) -> list[int]:
-    """``n`` distinct ports in [low, high] that nothing listens on now, picked at random (not the kernel's
-    ephemeral range, so no client connection holds one meanwhile)."""
-    out: list[int] = []
-    while len(out) < n:
-        port = random.randint(low, high)
-        if port in out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        out.append(port)
-    return out
 
 
 def toxiproxy_binary() -> tuple[Path | None, str]:
@@ -104,62 +84,19 @@ def proxied_broker_running(d: Path, proxy: Toxiproxy, roles: Sequence[str]) -> I
     of a Toxiproxy proxy ``kafka-<role>`` in front of it (created here). Stopped on exit.
 
     Raises:
-        RuntimeError: Java or the jar cache is missing, or the broker did not start.
+        ConfigError: Java or the jar cache is missing (``prepare_broker``).
+        RuntimeError: the broker did not start.
     """
-    java, libs = _java(), _libs()
-    if java is None or not available():
-        raise RuntimeError("no Java or no Kafka jar cache (deploy/local/up fetches it)")
-    d.mkdir(parents=True, exist_ok=True)
     ports = free_ports(3 + 2 * len(roles))
     ctl, internal = ports[0], ports[1]
-    names = [r.upper() for r in roles]
     real = dict(zip(roles, ports[3:3 + len(roles)], strict=True))
     proxied = dict(zip(roles, ports[3 + len(roles):], strict=True))
-    listeners = ",".join([f"CONTROLLER://127.0.0.1:{ctl}", f"INTERNAL://127.0.0.1:{internal}",
-                          *(f"{n}://127.0.0.1:{real[r]}" for n, r in zip(names, roles, strict=True))])
-    advertised = ",".join([f"INTERNAL://127.0.0.1:{internal}",
-                           *(f"{n}://127.0.0.1:{proxied[r]}" for n, r in zip(names, roles, strict=True))])
-    protocols = ",".join(f"{n}:PLAINTEXT" for n in ["CONTROLLER", "INTERNAL", *names])
-    (d / "server.properties").write_text(textwrap.dedent(f"""\
-        process.roles=broker,controller
-        node.id=1
-        controller.quorum.voters=1@127.0.0.1:{ctl}
-        listeners={listeners}
-        advertised.listeners={advertised}
-        controller.listener.names=CONTROLLER
-        inter.broker.listener.name=INTERNAL
-        listener.security.protocol.map={protocols}
-        log.dirs={d / "data"}
-        default.replication.factor=1
-        min.insync.replicas=1
-        offsets.topic.replication.factor=1
-        offsets.topic.num.partitions=1
-        transaction.state.log.replication.factor=1
-        transaction.state.log.min.isr=1
-        transaction.state.log.num.partitions=1
-        share.coordinator.state.topic.replication.factor=1
-        share.coordinator.state.topic.min.isr=1
-        group.initial.rebalance.delay.ms=0
-        auto.create.topics.enable=false
-        num.network.threads=2
-        num.io.threads=2
-        background.threads=1
-        log.cleaner.threads=1
-        """))
+    command = prepare_broker(d, ctl, internal, real, proxied)
     for r in roles:
         proxy.create(f"kafka-{r}", proxied[r], f"127.0.0.1:{real[r]}")
-    cp = ["-cp", f"{libs}/*"]
-    log4j = [f"-Dlog4j2.configurationFile={ROOT / 'deploy' / 'kafka' / 'log4j2.properties'}",
-             f"-Dkafka.logs.dir={d / 'logs'}"]
-    small = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
-    cluster_id = subprocess.run([java, *small, *cp, "kafka.tools.StorageTool", "random-uuid"],
-                                capture_output=True, text=True, check=True, timeout=120).stdout.strip()
-    subprocess.run([java, *small, *log4j, *cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                    "-c", str(d / "server.properties")],
-                   capture_output=True, text=True, check=True, timeout=120)
     with open(d / "kafka.out", "wb") as out:
-        proc = subprocess.Popen([java, *small, *log4j, *cp, "kafka.Kafka", str(d / "server.properties")],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)
     broker = ProxiedBroker(f"127.0.0.1:{internal}", {r: f"127.0.0.1:{proxied[r]}" for r in roles}, proc, d)
     try:
         if not _ready(broker):
