@@ -28,6 +28,9 @@ class Member:
     role: str
     name: str
     proc: subprocess.Popen[bytes]
+    fate: str = ""
+    """Why it ended when a fault or the end of the run ended it (``killed``, ``left``, ``stopped``);
+    empty for one alive, or one that exited on its own."""
 
     @property
     def alive(self) -> bool:
@@ -74,6 +77,7 @@ class Fleet:
         """SIGTERM every member (SIGCONT first: a stopped one cannot exit), then SIGKILL what remains."""
         for m in self.members:
             if m.alive:
+                m.fate = "stopped"
                 os.killpg(m.proc.pid, signal.SIGCONT)
                 m.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -86,3 +90,7 @@ class Fleet:
 
     def exit_codes(self) -> dict[str, int | None]:
         return {m.name: m.proc.poll() for m in self.members}
+
+    def died(self) -> dict[str, int | None]:
+        """Members that exited on their own (no fault and not the end killed them), with their exit codes."""
+        return {m.name: m.proc.poll() for m in self.members if not m.fate and not m.alive}

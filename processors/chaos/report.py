@@ -38,6 +38,8 @@ def render(r: ChaosResult) -> str:
                f"{r.signalled} signalled, {len(r.resolved)} charges in doubt resolved")
     for run_id, how in r.resolved.items():
         out.append(f"  resolved {run_id}: {how}")
+    if r.worker_ends:
+        out.append("workers ended        " + ", ".join(f"{k} {n}" for k, n in r.worker_ends.items()))
     out.append("runs by status       " + ", ".join(f"{k} {n}" for k, n in c.statuses.items()))
     out.append("effects              " + ", ".join(f"{k} {n}" for k, n in c.effects.items()))
     out.append(f"duplicate effects    {c.duplicate_count}"
@@ -48,6 +50,8 @@ def render(r: ChaosResult) -> str:
                + (f": {', '.join(c.projection_differences[:10])}" if c.projection_differences else "")
                + (f"; {len(c.projection_behind)} runs never projected" if c.projection_behind else ""))
     out.append(f"dead letters         {c.dead_letters}")
+    out.append(f"members died         {len(r.died)}" + (": " + ", ".join(f"{n} (exit {code})" for n, code
+                                                                        in r.died.items()) if r.died else ""))
     for run_id, why in c.reasons.items():
         out.append(f"  not completed {run_id}: {why}")
     bad = verdict(r)

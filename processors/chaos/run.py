@@ -63,6 +63,10 @@ class ChaosResult:
     faults_failed: dict[str, int]
     count: Count
     members: dict[str, int | None] = field(default_factory=dict)
+    worker_ends: dict[str, int] = field(default_factory=dict)
+    died: dict[str, int | None] = field(default_factory=dict)
+    """Resumer and projector members that exited on their own, with their exit codes (the logs in
+    ``workdir/logs``)."""
     fault_log: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -109,6 +113,7 @@ class _Actions:
         what = f"worker-{w.n} ({w.workflow}/{w.sdk}, run {w.read_run_id() or '?'})"
         if stop:
             return what, self._pause(rng, w.proc.pid)
+        w.killed = True
         os.killpg(w.proc.pid, signal.SIGKILL)
         return what, 0.0
 
@@ -119,6 +124,7 @@ class _Actions:
         m = rng.choice(alive)
         if stop:
             return m.name, self._pause(rng, m.proc.pid)
+        m.fate = "killed"
         os.killpg(m.proc.pid, signal.SIGKILL)
         m.proc.wait(10)
         down = rng.uniform(1.0, 8.0)
@@ -143,6 +149,7 @@ class _Actions:
         alive = self.fleet.alive(role)
         if len(alive) > self.fleet.low and (len(alive) >= self.fleet.high or rng.random() < 0.5):
             m = rng.choice(alive)
+            m.fate = "left"
             m.proc.send_signal(signal.SIGTERM)
             try:
                 m.proc.wait(60)
@@ -256,6 +263,7 @@ def run_chaos(opts: ChaosOptions, say: Callable[[str], None]) -> ChaosResult:
         time.sleep(3.0)  # the projector's last batch
         say(f"[{time.monotonic() - t_start:7.0f}s] counting")
         count = gather(harness, opts.workdir / "world", workload.acks_files())
+        worker_ends = workload.worker_ends()
     finally:
         scheduler.stop(timeout=1)
         for w in workload.alive():
@@ -267,4 +275,4 @@ def run_chaos(opts: ChaosOptions, say: Callable[[str], None]) -> ChaosResult:
     return ChaosResult(opts, seed, time.monotonic() - t_start, workload.started(), len(workload.signalled),
                        dict(workload.resolved),
                        scheduler.injected_by_kind(), scheduler.failed_by_kind(), count, fleet.exit_codes(),
-                       [vars(f) for f in scheduler.faults])
+                       worker_ends, fleet.died(), [vars(f) for f in scheduler.faults])

@@ -41,6 +41,7 @@ class WorkerProc:
     reference: str | None = None
     """The charge reference of its run (checkout and ledger)."""
     run_id: str | None = None
+    killed: bool = False
 
     @property
     def alive(self) -> bool:
@@ -162,6 +163,20 @@ class Workload:
                 continue
             except Exception:  # noqa: BLE001 - a service down: next tick
                 self.signal_errors += 1
+
+    def worker_ends(self) -> dict[str, int]:
+        """How the workers ended: ``completed`` (their run did), ``let go`` (the runner returned with the
+        run not completed: waiting, or its lease lost to a takeover), ``killed`` (by a fault), ``error``
+        (exited with an error: the resumers continue its run)."""
+        out = {"completed": 0, "let go": 0, "killed": 0, "error": 0}
+        for w in self.workers:
+            if w.alive:
+                continue
+            text = w.out.read_text(errors="replace")
+            key = ("killed" if w.killed else "completed" if "completed=True" in text else
+                   "let go" if "completed=False" in text else "error")
+            out[key] += 1
+        return out
 
     def started(self) -> int:
         return len(self.workers)
