@@ -48,10 +48,16 @@ class WorkerProc:
         return self.proc.poll() is None
 
     def read_run_id(self) -> str | None:
+        """Its run's id: the ``run_id=`` line it printed, else the run of its first acknowledged append
+        (a worker killed between ``RUN_STARTED`` and its print left a run all the same)."""
         if self.run_id is None:
             for line in self.out.read_text(errors="replace").splitlines():
                 if line.startswith("run_id="):
                     self.run_id = line.split("=", 1)[1].strip()
+        if self.run_id is None and not self.alive:
+            acks = self.out.with_suffix(".acks")
+            first = acks.read_text(errors="replace").split(maxsplit=1) if acks.exists() else []
+            self.run_id = first[0] if first else None
         return self.run_id
 
 
