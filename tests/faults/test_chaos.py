@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from runlog.processors.chaos import KINDS, ChaosOptions, render, run_chaos, verdict
+from tests.conftest import require
+from tests.faults._network import toxiproxy_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,6 +25,8 @@ CATEGORIES = {
 
 def test_a_few_minutes_of_chaos_lose_nothing_and_do_nothing_twice(tmp_path: Path) -> None:
     assert set().union(*CATEGORIES.values()) == set(KINDS)
+    binary, why = toxiproxy_binary()  # built into .runlog/bin on a new checkout (the chaos run starts it)
+    require(binary is not None, f"no toxiproxy-server: deploy/local/toxiproxy build failed: {why}")
     lines: list[str] = []
     result = run_chaos(ChaosOptions(duration=150, workdir=tmp_path / "chaos", seed=20261206, in_flight=2,
                                     gap=(3.0, 6.0), settle=180), lines.append)
