@@ -79,6 +79,11 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " where the process kills itself with SIGKILL (off when empty)"),
     ("RUNLOG_TRACEBACK", "", "`1`: a `runlog` command that meets an error it does not translate prints its "
      "traceback after its one line (for a bug report)"),
+    ("RUNLOG_LOCAL_DIR", ".runlog", "where `deploy/local/up` keeps its services' files and the Kafka jars,"
+     " and `deploy/local/toxiproxy build` its binary; `runlog chaos` starts its private broker and"
+     " Toxiproxy from there"),
+    ("RUNLOG_JAVA", "", "the `java` `runlog chaos` starts its private broker with (unset: JAVA_HOME's, then"
+     " the PATH's)"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
     ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
      " pages still readable)"),

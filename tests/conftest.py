@@ -124,6 +124,8 @@ SERIAL: dict[str, str] = {
     "and Toxiproxy: another test's load would stretch what they time",
     "tests/integration/resume/test_resumer_process_claims.py": "a static member must rejoin within the "
     "10 s session timeout, which a loaded machine's process start-up can miss",
+    "tests/faults/test_chaos.py": "a private broker, Redis and Toxiproxy on fixed ports, faulted on a timer "
+    "for minutes: another test's load would stretch the leases and timeouts the faults are timed against",
     "tests/integration/fleet/test_queues.py": "queue slots refreshed on a timer shorter than the 3 s lease, "
     "and the fleet's shares measured while two workers dispatch: another test's load stretches both",
 }

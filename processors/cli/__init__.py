@@ -42,6 +42,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runlog.processors.cli.fleet",
     "runlog.processors.cli.privacy",
     "runlog.processors.cli.schedule",
+    "runlog.processors.cli.chaos",
 )
 
 
@@ -173,7 +174,8 @@ def _main(argv: Sequence[str] | None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too
     quiet_unreachable_lines()  # so is a broker that cannot be reached (LogUnavailable, exit 3)
-    _name_the_defaults()
+    if not getattr(args, "private_services", False):  # runlog chaos starts its own
+        _name_the_defaults()
     try:
         with command_span(args):  # an operator command is a span; what it appends carries its context
             return func(args)

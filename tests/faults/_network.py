@@ -12,44 +12,21 @@ own and the test harness's (which must see the log whatever the fault).
 
 from __future__ import annotations
 
-import json
-import random
 import signal
-import socket
 import subprocess
-import textwrap
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tests.integration._secure_broker import _java, _libs, available
+from runlog.processors.chaos.services import free_ports, prepare_broker
+from runlog.processors.chaos.toxiproxy import Toxiproxy
 
 __all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
            "toxiproxy_running"]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_ports(n: int, low: int = 21000, high: int = 28999) -> list[int]:
-    """``n`` distinct ports in [low, high] that nothing listens on now, picked at random (not the kernel's
-    ephemeral range, so no client connection holds one meanwhile)."""
-    out: list[int] = []
-    while len(out) < n:
-        port = random.randint(low, high)
-        if port in out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        out.append(port)
-    return out
 
 
 def toxiproxy_binary() -> tuple[Path | None, str]:
@@ -59,55 +36,6 @@ def toxiproxy_binary() -> tuple[Path | None, str]:
                           text=True, timeout=900, check=False)
     path = Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
     return (path if path is not None and path.is_file() else None), proc.stderr[-2000:]
-
-
-class ToxiproxyError(RuntimeError):
-    """The Toxiproxy API refused a request."""
-
-
-class Toxiproxy:
-    """A client of Toxiproxy's REST API (proxies and their toxics)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raise ToxiproxyError(f"{method} {path}: {err.code} {err.read()[:300]!r}") from err
-        return json.loads(raw) if raw.strip() else None
-
-    def version(self) -> str:
-        with urllib.request.urlopen(self.url + "/version", timeout=2) as resp:
-            return str(resp.read().decode().strip())
-
-    def create(self, name: str, listen: int, upstream: str) -> None:
-        self._call("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{listen}",
-                                        "upstream": upstream, "enabled": True})
-
-    def enable(self, name: str, on: bool) -> None:
-        """Disabled: every connection through it is closed and new ones are refused (a partition)."""
-        self._call("POST", f"/proxies/{name}", {"enabled": on})
-
-    def add(self, proxy: str, toxic: str, kind: str, stream: str = "downstream", toxicity: float = 1.0,
-            **attributes: int) -> None:
-        self._call("POST", f"/proxies/{proxy}/toxics", {"name": toxic, "type": kind, "stream": stream,
-                                                         "toxicity": toxicity, "attributes": attributes})
-
-    def remove(self, proxy: str, toxic: str) -> None:
-        self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic}")
-
-    def toxics(self, proxy: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/proxies/{proxy}/toxics"))
-
-    def reset(self) -> None:
-        """Every proxy enabled, every toxic removed."""
-        self._call("POST", "/reset")
 
 
 @contextmanager
@@ -156,62 +84,19 @@ def proxied_broker_running(d: Path, proxy: Toxiproxy, roles: Sequence[str]) -> I
     of a Toxiproxy proxy ``kafka-<role>`` in front of it (created here). Stopped on exit.
 
     Raises:
-        RuntimeError: Java or the jar cache is missing, or the broker did not start.
+        ConfigError: Java or the jar cache is missing (``prepare_broker``).
+        RuntimeError: the broker did not start.
     """
-    java, libs = _java(), _libs()
-    if java is None or not available():
-        raise RuntimeError("no Java or no Kafka jar cache (deploy/local/up fetches it)")
-    d.mkdir(parents=True, exist_ok=True)
     ports = free_ports(3 + 2 * len(roles))
     ctl, internal = ports[0], ports[1]
-    names = [r.upper() for r in roles]
     real = dict(zip(roles, ports[3:3 + len(roles)], strict=True))
     proxied = dict(zip(roles, ports[3 + len(roles):], strict=True))
-    listeners = ",".join([f"CONTROLLER://127.0.0.1:{ctl}", f"INTERNAL://127.0.0.1:{internal}",
-                          *(f"{n}://127.0.0.1:{real[r]}" for n, r in zip(names, roles, strict=True))])
-    advertised = ",".join([f"INTERNAL://127.0.0.1:{internal}",
-                           *(f"{n}://127.0.0.1:{proxied[r]}" for n, r in zip(names, roles, strict=True))])
-    protocols = ",".join(f"{n}:PLAINTEXT" for n in ["CONTROLLER", "INTERNAL", *names])
-    (d / "server.properties").write_text(textwrap.dedent(f"""\
-        process.roles=broker,controller
-        node.id=1
-        controller.quorum.voters=1@127.0.0.1:{ctl}
-        listeners={listeners}
-        advertised.listeners={advertised}
-        controller.listener.names=CONTROLLER
-        inter.broker.listener.name=INTERNAL
-        listener.security.protocol.map={protocols}
-        log.dirs={d / "data"}
-        default.replication.factor=1
-        min.insync.replicas=1
-        offsets.topic.replication.factor=1
-        offsets.topic.num.partitions=1
-        transaction.state.log.replication.factor=1
-        transaction.state.log.min.isr=1
-        transaction.state.log.num.partitions=1
-        share.coordinator.state.topic.replication.factor=1
-        share.coordinator.state.topic.min.isr=1
-        group.initial.rebalance.delay.ms=0
-        auto.create.topics.enable=false
-        num.network.threads=2
-        num.io.threads=2
-        background.threads=1
-        log.cleaner.threads=1
-        """))
+    command = prepare_broker(d, ctl, internal, real, proxied)
     for r in roles:
         proxy.create(f"kafka-{r}", proxied[r], f"127.0.0.1:{real[r]}")
-    cp = ["-cp", f"{libs}/*"]
-    log4j = [f"-Dlog4j2.configurationFile={ROOT / 'deploy' / 'kafka' / 'log4j2.properties'}",
-             f"-Dkafka.logs.dir={d / 'logs'}"]
-    small = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
-    cluster_id = subprocess.run([java, *small, *cp, "kafka.tools.StorageTool", "random-uuid"],
-                                capture_output=True, text=True, check=True, timeout=120).stdout.strip()
-    subprocess.run([java, *small, *log4j, *cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                    "-c", str(d / "server.properties")],
-                   capture_output=True, text=True, check=True, timeout=120)
     with open(d / "kafka.out", "wb") as out:
-        proc = subprocess.Popen([java, *small, *log4j, *cp, "kafka.Kafka", str(d / "server.properties")],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)
     broker = ProxiedBroker(f"127.0.0.1:{internal}", {r: f"127.0.0.1:{proxied[r]}" for r in roles}, proc, d)
     try:
         if not _ready(broker):
