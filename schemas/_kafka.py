@@ -26,6 +26,7 @@ RETRIABLE_METADATA_ERRORS = frozenset({
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError._UNKNOWN_PARTITION,  # the client's metadata lost the partition (its connections reset)
 })
 """Errors a metadata or offset request gets while a just-created topic elects its leaders, or a
 partition's leadership moves: worth asking again until the deadline."""

@@ -330,7 +330,8 @@ class ResumerService:
                 self._dead_letter(msg, "unknown_run", str(err))
             else:
                 log.warning("retry of %s: %s", run_id, err)
-            self.active.remove(run_id)
+            with contextlib.suppress(redis.RedisError):  # else a sweep asks again, and gets the same
+                self.active.remove(run_id)
             return None
         except (redis.RedisError, ProjectionStoreError, LedgerUnavailable, LogUnavailable,
                 DeliveryError) as err:
@@ -388,7 +389,12 @@ class ResumerService:
             return
         if outcome.result == "not_served" and outcome.waiting_for is not None:
             self.not_served += 1
-            self.pickup.park(run_id, outcome.waiting_for)
+            try:
+                self.pickup.park(run_id, outcome.waiting_for)
+            except (redis.RedisError, ProjectionStoreError) as err:  # parked at the retry instead
+                log.warning("resume %s: not parked for %s now (%s); retrying later", run_id,
+                            outcome.waiting_for, err)
+                self.retries.schedule(run_id, seen_epoch)
             return
         log.info("resume %s: %s %s", run_id, outcome.result, outcome.detail)
         if outcome.result == "contended":
@@ -396,7 +402,13 @@ class ResumerService:
         else:
             self.retries.forget(run_id)
             if outcome.result in _DONE:
-                self.active.remove(run_id)
+                try:
+                    self.active.remove(run_id)
+                except redis.RedisError as err:  # Redis cut off right after the resume ended
+                    # still listed as active: a sweep requests it once its lease is gone, and that
+                    # resume finds the run ended and removes it; this member goes on meanwhile
+                    log.warning("resume %s: %s, but not removed from the active runs now (%s)", run_id,
+                                outcome.result, err)
                 with contextlib.suppress(redis.RedisError):  # else the next pickup round unparks it
                     self.routes.settle([run_id])  # parked meanwhile by a member not serving its version
         self.outcomes.append(outcome)

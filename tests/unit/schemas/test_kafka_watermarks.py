@@ -35,6 +35,14 @@ def test_not_leader_is_asked_again_until_it_answers() -> None:
     assert c.calls == 4
 
 
+def test_a_partition_the_clients_metadata_lost_while_its_connections_reset_is_asked_again() -> None:
+    # what a resumer met during an hour of runlog chaos (a connection reset of its Kafka clients):
+    # it exited on the RunlogError this raised before
+    c = _Consumer([KafkaError._UNKNOWN_PARTITION])
+    assert watermarks(c, "t", timeout=5) == {0: (0, 10), 1: (0, 11)}
+    assert c.calls == 3
+
+
 def test_a_non_retriable_error_fails_at_once_naming_the_topic() -> None:
     c = _Consumer([KafkaError.TOPIC_AUTHORIZATION_FAILED])
     with pytest.raises(RunlogError, match="'t'"):
