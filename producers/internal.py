@@ -20,6 +20,7 @@ from runlog.producers.calls._sealed import (
     sealing,
     store_from_settings,
 )
+from runlog.producers.calls._throttle import LIMIT, limit_since_key
 from runlog.producers.define._inputs import PinnedInputs
 from runlog.producers.define._schedule import parse_every
 from runlog.producers.log._cloudevents import CloudEventHeaders
@@ -44,6 +45,7 @@ from runlog.producers.run._runs import InMemoryRunKeys, RunKeys, run_id_for_key
 __all__ = [
     "CHILD",
     "EXECUTE",
+    "LIMIT",
     "NO_TRACE",
     "WAIT",
     "ActiveRuns",
@@ -89,6 +91,7 @@ __all__ = [
     "key_id_of",
     "label",
     "lease_key",
+    "limit_since_key",
     "lp_sha256",
     "open_text",
     "parse_every",

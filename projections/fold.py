@@ -263,8 +263,9 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
     if t is EventType.RUN_WAITING and e.call_id is not None:
         deadline = e.attributes.get("deadline_ms", "0")
         children = tuple(c for c in e.attributes.get(CHILDREN_ATTRIBUTE, "").split(",") if c)
+        since = e.attributes.get("since_ms", "0")
         wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0,
-                        children)
+                        children, int(since) if since.isdigit() else 0)
         return evolve_state(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
     if t is EventType.SIGNAL_RECEIVED and e.attributes.get("signal") == BUDGET_SIGNAL:
         return raised(s, e), _ACCEPTED  # new caps, not a call's result

@@ -62,6 +62,7 @@ from runlog.producers.internal import (
     LedgerUnavailable,
     RunWriter,
     children_ended,
+    limit_since_key,
     sealing,
     store_from_settings,
 )
@@ -356,7 +357,10 @@ class Resumer:
             if plan.blocked_reason is not None:
                 self._block(session, plan.blocked_reason)
                 return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
-            deadlines = {state.waiting.call_id: state.waiting.deadline_ms} if state.waiting else {}
+            w = state.waiting
+            deadlines = {w.call_id: w.deadline_ms} if w else {}
+            if w is not None and w.since_ms:  # a call's durable limit wait: it counts from then
+                deadlines[limit_since_key(w.call_id)] = w.since_ms
             result = self.runner.execute(session, from_stage=plan.from_stage,
                                          stage_outputs=plan.stage_outputs,
                                          recorded_calls=plan.recorded, reconciled=reconciled,
