@@ -25,7 +25,7 @@ started (with offsets committed), or while it ran, or went back (a run's stored 
 one applied: a failover lost acknowledged writes)."""
 
 RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
-                   "not_mine", "not_served", "unknown_run", "error")
+                   "not_mine", "not_served", "queued", "unknown_run", "error")
 """``runlog_resumer_resumes_total`` outcomes: a :class:`~runlog.processors.resume.ResumeOutcome` result,
 ``unknown_run`` (neither Redis nor the log knows the run) or ``error`` (the resume raised)."""
 

@@ -144,3 +144,18 @@ def metered_workflow() -> Workflow:
 
 app_limited = App.of([metered_workflow(), workflow("1")], [ask, square], DictInputSource({}),
                      name="fleet-limited")
+
+
+def napping_workflow() -> Workflow:
+    wf = Workflow("napper", "1")
+
+    @wf.stage("nap")
+    def nap(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        ctx.sleep(float(ctx.params["nap_s"]))  # durable past a second: the run lets go of its slot
+        return dict(ctx.call(hold, tenant=str(ctx.params["tenant"]), hold_s=float(ctx.params["hold_s"])))
+
+    return wf
+
+
+SOLO = Queue("solo", concurrency=1)
+app_solo = App.of([napping_workflow()], [hold], DictInputSource({}), name="fleet-solo", queues=[SOLO])
