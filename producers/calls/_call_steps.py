@@ -249,9 +249,9 @@ class _ContextCore:
         meter = metered(self._limiter, tool, args, s.check)
         if meter is not None:
             since = self._deadlines.get(limit_since_key(call_id), 0)  # it waited durably before
-            if since:
+            if since:  # for its reservation: what it reserved is its take
                 meter.waited_s = max(0.0, time.time() - since / 1000)
-            if not tool.effect:  # the first attempt's take, before anything of the call is on the log
+            elif not tool.effect:  # the first attempt's take, before anything of the call is on the log
                 yield from meter.take(self._parking(call_id, meter, common))
             # an effect tool takes in its attempts, in its thread: a durable wait would leave its
             # claim in the ledger (and its intent) open for the resume to find in doubt

@@ -4,8 +4,10 @@
 Before each attempt the call takes one request and its estimated tokens, waiting until the limiter
 grants them: a wait of at most the limiter's ``durable_after_s`` in the call's thread (in slices of
 at most :data:`MAX_PAUSE_S`, the lease checked between them), a longer one durably where the call may
-(``park``: the call site appends ``RUN_WAITING`` for signal :data:`LIMIT` and lets go of the run; a
-resume asks the limiter again, and nothing was taken while the run waited, so nothing is taken twice);
+(``park``: the call reserves its request and tokens, :meth:`Limiter.reserve`, so its place is kept and
+later callers wait behind it, then the call site appends ``RUN_WAITING`` for signal :data:`LIMIT` with
+the time the budget covers the reservation and lets go of the run; the resumed call does not take
+again: its reservation is its take);
 a
 :class:`~runlog.producers.RateLimited` from the tool blocks the limit's key for its ``Retry-After``
 for every process sharing it; after the call the tokens its usage reports settle the estimate.
@@ -67,7 +69,9 @@ class Metered:
             if wait <= 0:
                 return
             if park is not None and wait > self.limiter.durable_after_s:
-                yield from park(wait)  # RUN_WAITING appended, the run let go (RunWaits)
+                # its place kept: taken now into debt, called once the budget covers it (no second take)
+                due: float = yield from Invoke(self.limiter.reserve, (self.limit, self.tokens))
+                yield from park(max(due, 0.001))  # RUN_WAITING appended, the run let go (RunWaits)
             self.check()  # a writer whose lease was taken meanwhile waits no longer (LeaseLost)
             pause = min(wait, MAX_PAUSE_S)
             yield from Sleep(pause)
