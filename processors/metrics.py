@@ -25,7 +25,7 @@ started (with offsets committed), or while it ran, or went back (a run's stored 
 one applied: a failover lost acknowledged writes)."""
 
 RESUME_OUTCOMES = ("completed", "blocked", "contended", "failed", "cancelled", "nothing_to_do", "waiting",
-                   "not_mine", "not_served", "unknown_run", "error")
+                   "not_mine", "not_served", "queued", "unknown_run", "error")
 """``runlog_resumer_resumes_total`` outcomes: a :class:`~runlog.processors.resume.ResumeOutcome` result,
 ``unknown_run`` (neither Redis nor the log knows the run) or ``error`` (the resume raised)."""
 
@@ -85,6 +85,20 @@ class ProjectorMetrics:
                                   "Cost of those calls in US dollars, from the App's price table (calls of "
                                   "a model without a price add nothing here).", ["workflow", "model"],
                                   registry=r)
+        self.limit_calls = Counter("runlog_limit_calls_total",
+                                   "Calls counted against a rate limit (a tool's limit=), by limit key, once "
+                                   "each as the fold accepts their TOOL_RESULT.", ["limit"], registry=r)
+        self.limit_wait = Histogram("runlog_limit_wait_seconds",
+                                    "How long those calls waited for their limit (limit_wait_ms: in their "
+                                    "thread and durably).", ["limit"], registry=r,
+                                    buckets=(0.0, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600))
+        self.limit_refusals = Counter("runlog_limit_refusals_total",
+                                      "Provider refusals (429, RateLimited) of those calls, by limit key.",
+                                      ["limit"], registry=r)
+        self.limit_durable_waits = Counter("runlog_limit_durable_waits_total",
+                                           "Durable waits for a rate limit begun (RUN_WAITING for "
+                                           "runlog.limit: the run let go until its limit fits).",
+                                           ["limit"], registry=r)
         self._lag_partitions: set[str] = set()
 
     def observe_batch(self, res: BatchResult, records: int, seconds: float | None = None) -> None:
@@ -107,6 +121,14 @@ class ProjectorMetrics:
                 self.model_tokens.labels(workflow, u.model, kind).inc(n)
             if u.cost_nanos is not None:
                 self.model_cost.labels(workflow, u.model).inc(u.cost_nanos / 1e9)
+        for lim in res.limits:
+            if lim.parked:
+                self.limit_durable_waits.labels(lim.key).inc()
+                continue
+            self.limit_calls.labels(lim.key).inc()
+            self.limit_wait.labels(lim.key).observe(lim.waited_ms / 1000)
+            if lim.refusals:
+                self.limit_refusals.labels(lim.key).inc(lim.refusals)
 
     def set_lag(self, lags: Iterable[tuple[int, int | None]]) -> None:
         """The lag of every assigned partition (None: not known yet, the last value stays);

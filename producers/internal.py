@@ -29,6 +29,7 @@ from runlog.producers.calls._sealed import (
     sealing,
     store_from_settings,
 )
+from runlog.producers.calls._throttle import LIMIT, limit_since_key
 from runlog.producers.define._inputs import PinnedInputs
 from runlog.producers.define._schedule import parse_every
 from runlog.producers.log._cloudevents import CloudEventHeaders
@@ -54,6 +55,7 @@ __all__ = [
     "CHILD",
     "ERASED_TEXT",
     "EXECUTE",
+    "LIMIT",
     "NO_TRACE",
     "WAIT",
     "ActiveRuns",
@@ -103,6 +105,7 @@ __all__ = [
     "key_provider",
     "label",
     "lease_key",
+    "limit_since_key",
     "lp_sha256",
     "open_text",
     "parse_every",

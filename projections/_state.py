@@ -126,6 +126,9 @@ class WaitInfo:
     children: tuple[str, ...] = ()
     """A wait for child runs (signal ``runlog.child``): the children it waits for; the run is woken
     once every one of them has ended (``RUN_WAITING`` attribute ``runlog.children``)."""
+    since_ms: int = 0
+    """A call's durable wait for its rate limit (signal ``runlog.limit``): when the call began to
+    wait (epoch ms, ``RUN_WAITING`` attribute ``since_ms``); 0 for other waits."""
 
 
 @dataclass(frozen=True, slots=True)

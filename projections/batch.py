@@ -12,6 +12,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from runlog.projections._fold_outcome import LimitUse
 from runlog.projections._state import EffectEntry, RunState, StoredCheckpoint
 from runlog.projections.fold import Outcome, OutcomeKind, Position, fold
 from runlog.projections.store import ApplyResult, ProjectionStore, RunUpdate, StoreWentBack
@@ -73,6 +74,9 @@ class BatchResult:
     usage: list[tuple[str, Usage]] = field(default_factory=list)
     """(workflow name, usage) of each accepted ``TOOL_RESULT`` that recorded usage, once per event
     applied (a redelivered or retried batch folds to duplicates and adds nothing)."""
+    limits: list[LimitUse] = field(default_factory=list)
+    """What each accepted event said of a call's rate limit (a ``TOOL_RESULT`` of a metered call, a
+    durable wait beginning), once per event applied like :attr:`usage`."""
 
     @property
     def applied(self) -> int:
@@ -219,6 +223,8 @@ class BatchProjector:
                     result.effects.extend(out.effects)
                     if out.usage is not None and f.state is not None:
                         result.usage.append((f.state.workflow_name, out.usage))
+                    if out.limit is not None:
+                        result.limits.append(out.limit)
                 result.checkpoints.extend(c.checkpoint for c in f.checkpoints)
             if not retry:
                 return result

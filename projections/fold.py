@@ -13,6 +13,7 @@ stage are dropped once it is verified (its checkpoint snapshot keeps them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from runlog.projections._budget import BUDGET_SIGNAL
 from runlog.projections._fold_operators import budget_of, raised
@@ -27,6 +28,7 @@ from runlog.projections._fold_outcome import (
     CHECKPOINT_WINDOW,
     DIGEST_WINDOW,
     REJECTED_WINDOW,
+    LimitUse,
     Outcome,
     OutcomeKind,
     Position,
@@ -169,8 +171,23 @@ def fold(
             s = _update_call(state, event, CallStatus.RESULT, event.payload_ref, accepted)
             if event.tool == CHILD_TOOL:
                 s = _child_spent(s, event)
-            return _spent(s, event) if event.usage is not None else (s, _ACCEPTED)
-    return _apply(evolve_state(state, **accepted), event, position)
+            s, out = _spent(s, event) if event.usage is not None else (s, _ACCEPTED)
+            return s, _limited(out, event)
+    s, out = _apply(evolve_state(state, **accepted), event, position)
+    return s, _limited(out, event) if t in (EventType.TOOL_RESULT, EventType.RUN_WAITING) else out
+
+
+def _limited(out: Outcome, e: RunEvent) -> Outcome:
+    """``out`` with what an accepted event says of a call's rate limit (:class:`LimitUse`), if anything."""
+    a = e.attributes
+    key = a.get("limit")
+    if not key or not out.accepted:
+        return out
+    if e.type is EventType.RUN_WAITING:
+        return replace(out, limit=LimitUse(key, parked=True)) if a.get("signal") == "runlog.limit" else out
+    waited, refused = a.get("limit_wait_ms", "0"), a.get("rate_limited", "0")
+    return replace(out, limit=LimitUse(key, int(waited) if waited.isdigit() else 0,
+                                       int(refused) if refused.isdigit() else 0))
 
 
 def _child_spent(s: RunState, e: RunEvent) -> RunState:
@@ -277,8 +294,9 @@ def _apply(s: RunState, e: RunEvent, pos: Position | None) -> tuple[RunState, Ou
     if t is EventType.RUN_WAITING and e.call_id is not None:
         deadline = e.attributes.get("deadline_ms", "0")
         children = tuple(c for c in e.attributes.get(CHILDREN_ATTRIBUTE, "").split(",") if c)
+        since = e.attributes.get("since_ms", "0")
         wait = WaitInfo(e.call_id, e.attributes.get("signal", ""), int(deadline) if deadline.isdigit() else 0,
-                        children)
+                        children, int(since) if since.isdigit() else 0)
         return evolve_state(s, status=RunStatus.WAITING, waiting=wait, stage=e.stage or s.stage), _ACCEPTED
     if t is EventType.SIGNAL_RECEIVED and e.attributes.get("signal") == BUDGET_SIGNAL:
         return raised(s, e), _ACCEPTED  # new caps, not a call's result

@@ -53,6 +53,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
     ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
      " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),
+    ("RUNLOG_LIMIT_DURABLE_WAIT_MS", "2000", "a call that its rate limit (`@tool(limit=)`) makes wait longer"
+     " than this lets go of its run (no lease, no thread) and is woken by the fleet when the limit says it"
+     " fits; a shorter wait is waited in the call's thread"),
     ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
     ("RUNLOG_GROUP_INSTANCE_ID", "", "static membership: the resumer consumer's `group.instance.id`;"
      " unique per member and stable across its restarts (e.g. the pod name); a process with several"
@@ -193,6 +196,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         demo_world_url=e.get("RUNLOG_DEMO_WORLD_URL") or None,
         resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
         sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
+        limit_durable_wait_ms=_int(e, "RUNLOG_LIMIT_DURABLE_WAIT_MS", 2000),
         group_instance_id=e.get("RUNLOG_GROUP_INSTANCE_ID", "").strip() or None,
         fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
@@ -235,6 +239,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_METRICS_HOST": f["metrics_host"],
         "RUNLOG_RESUMER_GROUP": f["resumer_group"],
         "RUNLOG_SWEEP_INTERVAL_MS": str(f["sweep_interval_ms"]),
+        "RUNLOG_LIMIT_DURABLE_WAIT_MS": str(f["limit_durable_wait_ms"]),
         "RUNLOG_FAULT_REPORT": f["fault_report"],
         "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if f["redis_ssl_check_hostname"] else "false",
         "RUNLOG_REDIS_FAILOVER_MS": str(f["redis_failover_ms"]),

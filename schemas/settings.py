@@ -100,6 +100,9 @@ class Settings(ClientConfig):
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
     sweep_interval_ms: int = 5000
+    limit_durable_wait_ms: int = 2000
+    """A call that its rate limit makes wait longer than this lets go of its run (a durable wait: no
+    lease, no thread, woken by the fleet's timers); a shorter wait is waited in the call's thread."""
     group_instance_id: str | None = None
     """Static group membership: the ``group.instance.id`` of the resumer's consumer
     (:meth:`~runlog.schemas._client_config.ClientConfig.member_config`). Unique per member and stable
@@ -181,6 +184,8 @@ class Settings(ClientConfig):
                               f" / 8, got {self.artifact_inline_bytes}")
         from runlog.schemas._versions import check_version
         check_version(self.schema_version)
+        if self.limit_durable_wait_ms < 0:
+            raise ConfigError("RUNLOG_LIMIT_DURABLE_WAIT_MS must be >= 0")
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",

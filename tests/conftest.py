@@ -128,6 +128,8 @@ SERIAL: dict[str, str] = {
     "for minutes: another test's load would stretch the leases and timeouts the faults are timed against",
     "tests/integration/fleet/test_queues.py": "queue slots refreshed on a timer shorter than the 3 s lease, "
     "and the fleet's shares measured while two workers dispatch: another test's load stretches both",
+    "tests/integration/fleet/test_acceptance.py": "the share of the provider's token limit the fleet uses is "
+    "measured: another test's load on the two cores would slow the workers below the limit",
 }
 """Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix -> why."""
 

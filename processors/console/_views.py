@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 
 from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS, SESSION, Console
 from runlog.processors.console._guard import COOKIE
+from runlog.processors.console._queues_view import fleet_waits
 from runlog.processors.console._reads import RunFollower, list_runs, read_health, timeline_items
 from runlog.processors.inspect import usage_doc
 from runlog.processors.inspect.children import ChildNode, child_tree
@@ -109,6 +110,30 @@ async def versions_part(request: web.Request) -> web.Response:
 async def versions_json(request: web.Request) -> web.Response:
     _, ctx = await _versions(request)
     return web.json_response({"note": ctx["note"], "versions": [r.to_dict() for r in ctx["versions"]]})
+
+
+# -- what waits in the fleet (runlog queues) --------------------------------------------------------
+
+
+async def _queues(request: web.Request) -> tuple[Console, dict[str, Any]]:
+    console = request.app[CONSOLE]
+    waits = await console.call(lambda: fleet_waits(console.store()))
+    return console, {"queues": waits.queues, "limit_waits": waits.limit_waits, "waits": waits}
+
+
+async def queues_page(request: web.Request) -> web.Response:
+    console, ctx = await _queues(request)
+    return console.page(request, "queues.html.j2", **ctx)
+
+
+async def queues_part(request: web.Request) -> web.Response:
+    console, ctx = await _queues(request)
+    return console.page(request, "parts/queues.html.j2", **ctx)
+
+
+async def queues_json(request: web.Request) -> web.Response:
+    _, ctx = await _queues(request)
+    return web.json_response(ctx["waits"].to_dict())
 
 
 # -- one run --------------------------------------------------------------------------------------

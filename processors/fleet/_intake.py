@@ -58,6 +58,7 @@ from runlog.processors.resume import App
 from runlog.producers import InputNotFound, Runner, RunResult
 from runlog.producers.crash import crash_point, kill_self
 from runlog.producers.internal import RunSession, run_id_for_key, subject_keys
+from runlog.projections import RunState
 from runlog.schemas import (
     Codec,
     DecodeError,
@@ -102,6 +103,9 @@ class IntakeMetrics:
                                    ["queue", "tenant"], registry=self.registry)
         self.queue_running = Gauge("runlog_queue_running", "Runs of a queue executing across the fleet, "
                                    "per tenant", ["queue", "tenant"], registry=self.registry)
+        self.resumes_queued = Counter("runlog_queue_resumes_queued", "Resumes of a queue's runs that found "
+                                      "no slot (asked for again a second later), by reason (global, "
+                                      "tenant, held)", ["queue", "reason"], registry=self.registry)
 
     def queue(self, stats: QueueStats) -> None:
         for tenant in set(stats.pending) | set(stats.running) | set(stats.starts):
@@ -160,6 +164,8 @@ class SubmissionIntake:
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="runlog-run")
         self.running: dict[str, tuple[str, Future[RunResult]]] = {}
         """run id -> (its queue, its execution)."""
+        self.resuming: dict[str, str] = {}
+        """run id -> its queue, of the resumes this worker's resumer was admitted for (:meth:`admit`)."""
         self._lock = threading.Lock()
         self._last_park_check = 0.0
         self._last_refresh = 0.0
@@ -260,6 +266,8 @@ class SubmissionIntake:
                 held: dict[str, list[str]] = {}
                 for run_id, (queue, _) in self.running.items():
                     held.setdefault(queue, []).append(run_id)
+                for run_id, queue in self.resuming.items():
+                    held.setdefault(queue, []).append(run_id)
             for queue, ids in held.items():
                 kept = self.queues.refresh(queue, ids)
                 if kept < len(ids):
@@ -268,6 +276,37 @@ class SubmissionIntake:
         if now - self._last_park_check >= PARK_CHECK_S:
             self._last_park_check = now
             self._queue_parked()
+
+    def admit(self, state: RunState) -> Callable[[], None] | str | None:
+        """The resumer's gate (:attr:`runlog.processors.resume.Resumer.gate`): a resume of a run that was
+        submitted to a queue (its ``queue`` label) takes a slot of that queue while it executes, so the
+        queue's and its tenant's concurrency count it; returns the slot's release, or why there is none
+        now. A run started otherwise (no queue label) is not gated."""
+        queue = state.labels.get("queue") if state.labels else None
+        if not queue:
+            return None
+        tenant = state.labels.get("tenant") or None
+        try:
+            got = self.queues.admit(queue, state.run_id, tenant)
+        except redis.RedisError as err:  # the queue is unknown now: the resume acts unslotted
+            log.warning("run %s: no slot of queue %s asked for its resume (%s)", state.run_id, queue, err)
+            return None
+        if got != "ok":
+            self.metrics.resumes_queued.labels(queue, got).inc()
+            return f"queue {queue!r} has no slot for its resume now ({got})"
+        with self._lock:
+            self.resuming[state.run_id] = queue
+
+        def release() -> None:
+            with self._lock:
+                self.resuming.pop(state.run_id, None)
+            try:
+                self.queues.release(queue, state.run_id)
+            except redis.RedisError as lost:  # it expires instead
+                log.warning("run %s: its slot in queue %s not freed now (%s); it expires", state.run_id,
+                            queue, lost)
+
+        return release
 
     def _dispatch_one(self) -> Taken | None:
         for i in range(len(self.known)):

@@ -30,6 +30,12 @@ active starts at the lowest active virtual time (the last start's when none is a
 its own: an idle tenant banks no credit, and a tenant with 10,000 waiting runs does not delay one
 with 10 by more than its weight's share.
 
+**Resumes** of a run that was submitted to a queue take a slot of it too (:meth:`RedisQueues.admit`,
+``B:info`` entry ``r = 1``): a run that waited durably (a signal, a sleep, its rate limit) or whose
+worker died counts against the queue's and its tenant's concurrency while it executes again. A
+resume does not wait in the fair order of pending submissions (a run already begun goes first when
+a slot is free); refused, it is asked for again a second later.
+
 **Expiry**: a worker refreshes its running entries (``ttl_ms``, the lease TTL); a dispatch first
 moves expired entries back to pending (their tenants' counts drop). A run its dead worker had
 started is then dispatched again and found started (the keyed start: ``existing``), its slot freed;
@@ -105,9 +111,13 @@ for _, run in ipairs(redis.call('ZRANGEBYSCORE', base .. ':running', '-inf', now
   if raw then
     local info = cjson.decode(raw)
     unrun(run, info)
-    info.o = ''
-    redis.call('HSET', base .. ':info', run, cjson.encode(info))
-    to_pending(run, info)
+    if info.r then  -- an admitted resume whose worker died: its run is the resumer group's again
+      redis.call('HDEL', base .. ':info', run)
+    else
+      info.o = ''
+      redis.call('HSET', base .. ':info', run, cjson.encode(info))
+      to_pending(run, info)
+    end
   else
     redis.call('ZREM', base .. ':running', run)
   end
@@ -156,6 +166,31 @@ redis.call('HINCRBY', base .. ':starts', best, 1)
 redis.call('ZADD', base .. ':started', now, run)
 redis.call('ZREMRANGEBYSCORE', base .. ':started', '-inf', now - tonumber(ARGV[3]))
 return {run, best, redis.call('HGET', base .. ':subs', run)}
+"""
+
+_ADMIT = _COMMON + """
+local run, tenant, ttl, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local now = now_ms()
+local exp = redis.call('ZSCORE', base .. ':running', run)
+if exp and tonumber(exp) > now then return 'held' end
+if exp then  -- expired: the next dispatch would give it back; it is taken back here
+  local raw = redis.call('HGET', base .. ':info', run)
+  if raw then
+    local info = cjson.decode(raw)
+    unrun(run, info)
+    if not info.r and info.m ~= '' then redis.call('ZREM', base .. ':p:' .. info.t, info.m) end
+  else
+    redis.call('ZREM', base .. ':running', run)
+  end
+end
+local conc = tonumber(redis.call('HGET', base .. ':limits', 'concurrency')) or 0
+local per = tonumber(redis.call('HGET', base .. ':limits', 'per_tenant')) or 0
+if conc > 0 and redis.call('ZCARD', base .. ':running') >= conc then return 'global' end
+if per > 0 and (tonumber(redis.call('HGET', base .. ':rt', tenant)) or 0) >= per then return 'tenant' end
+redis.call('HSET', base .. ':info', run, cjson.encode({t = tenant, m = '', p = 0, o = owner, r = 1}))
+redis.call('ZADD', base .. ':running', now + ttl, run)
+redis.call('HINCRBY', base .. ':rt', tenant, 1)
+return 'ok'
 """
 
 _RELEASE = _COMMON + """
@@ -300,6 +335,7 @@ class RedisQueues:
         self._dispatch = client.register_script(_DISPATCH)
         self._release = client.register_script(_RELEASE)
         self._refresh = client.register_script(_REFRESH)
+        self._admit = client.register_script(_ADMIT)
 
     def base(self, queue: str) -> str:
         return f"{self.prefix}:queues:{{{queue_tag(self.group, queue)}}}"
@@ -372,6 +408,14 @@ class RedisQueues:
         if done and mode == "again":
             self.client.set(self.index_key(run_id), queue_tag(self.group, queue), ex=7 * 86_400)
         return done
+
+    def admit(self, queue: str, run_id: str, tenant: str | None) -> str:
+        """Give a resume of a run of ``queue`` a slot now, within the queue's limits (it does not wait
+        among the pending submissions: a run already begun goes before new ones): ``ok`` (held by this
+        worker until :meth:`release`, refreshed like a start's), or why not (``global``, ``tenant``,
+        ``held``: a live slot of the run's is held, by the worker that started it until it expires)."""
+        return _text(self._admit(keys=[self.base(queue)],
+                                 args=[run_id, tenant or DEFAULT_TENANT, self.ttl_ms, self.owner]))
 
     def refresh(self, queue: str, run_ids: Iterable[str]) -> int:
         """Push the expiry of this worker's running entries ``ttl_ms`` on; returns how many it holds."""

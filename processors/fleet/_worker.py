@@ -46,6 +46,7 @@ class Worker:
         except BaseException:
             self.service.close()
             raise
+        self.service.resumer.gate = self.intake.admit  # a queued run's resumes take a slot of its queue
         self.errors: list[BaseException] = []
 
     def serve(self, *, stop: Callable[[], bool] | None = None) -> int:

@@ -64,6 +64,9 @@ def reason_of(state: RunState, opener: Callable[[str], str] = _as_is) -> str | N
         if w.signal == "runlog.sleep" and w.deadline_ms:  # ctx.sleep: a durable timer
             left = max(0, round(w.deadline_ms / 1000 - time.time()))
             return f"sleeping until {_iso(w.deadline_ms)} (in {left} s; {w.call_id})"
+        if w.signal == "runlog.limit" and w.deadline_ms:  # a call's durable wait for its rate limit
+            left = max(0, round(w.deadline_ms / 1000 - time.time()))
+            return f"waiting for its rate limit until {_iso(w.deadline_ms)} (in {left} s; {w.call_id})"
         until = f" until {_iso(w.deadline_ms)}" if w.deadline_ms else ""
         return f"waiting for signal {w.signal!r}{until}"
     if state.status in (RunStatus.BLOCKED, RunStatus.FAILED, RunStatus.CANCELLED):

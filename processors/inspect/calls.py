@@ -140,6 +140,8 @@ def _note(ev: RunEvent, c: CallView) -> None:
         c.how = "waiting"
         if ev.tool == SLEEP_TOOL and a.get("deadline_ms", "").isdigit():
             c.detail = f"sleeping until {_iso(int(a['deadline_ms']))}"
+        elif a.get("signal") == "runlog.limit" and a.get("deadline_ms", "").isdigit():
+            c.detail = f"for rate limit {a.get('limit', '?')!r} until {_iso(int(a['deadline_ms']))}"
         else:
             c.detail = f"for signal {a['signal']!r}" if a.get("signal") else "for a signal"
     elif t is EventType.SIGNAL_RECEIVED and ev.tool == SLEEP_TOOL and a.get("timed_out") == "true":

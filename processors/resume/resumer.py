@@ -35,7 +35,7 @@ import contextlib
 import importlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,10 +62,11 @@ from runlog.producers.internal import (
     LedgerUnavailable,
     RunWriter,
     children_ended,
+    limit_since_key,
     sealing,
     store_from_settings,
 )
-from runlog.projections import ProjectionStoreError, RunState
+from runlog.projections import ProjectionStoreError, RunState, RunStatus
 from runlog.projections.store import ProjectionStore
 from runlog.schemas import (
     ArtifactRef,
@@ -168,6 +169,16 @@ NOT_ACTED = frozenset({"not_mine", "not_served"})
 """Outcomes of a resume this App left to another (nothing done): not counted as handled."""
 
 
+Gate = Callable[[RunState], "Callable[[], None] | str | None"]
+"""``gate(state)`` before a resume acts: a callable that frees what it admitted (called once the resume
+returns), None (nothing to admit: act), or why not now (a text: the outcome is ``queued``, nothing is
+done, and the run is asked for again)."""
+
+QUEUED_RETRY_MS = 1000
+"""How soon a resume its queue did not admit is asked for again (a ``WAITING`` run's timer; a
+``RUNNING`` one is the sweep's at its next turn)."""
+
+
 class Resumer:
     """Runs the resume protocol for an application, through its ports.
 
@@ -214,6 +225,9 @@ class Resumer:
             events = self._own_events = KafkaRunEvents(settings)
         self.events: RunEventReader = events
         self.reader = FactsReader(app, self.projection, self.events, self.artifacts, self.runner.ledger)
+        self.gate: Gate | None = None
+        """Admits a resume that is about to act (a ``runlog worker``: a slot of the run's queue); None:
+        every resume acts."""
 
     def close(self) -> None:
         try:
@@ -285,6 +299,21 @@ class Resumer:
         wf = state.workflow
         if wf is None:  # no accepted RUN_STARTED: nothing was started that could be resumed
             raise UnknownRun(f"run {run_id} has no accepted RUN_STARTED (status {state.status.value})")
+        admitted = self.gate(state) if self.gate is not None else None
+        if isinstance(admitted, str):  # its queue has no slot now: asked again soon, nothing done
+            if state.status is RunStatus.WAITING:  # woken by a timer: armed again (a RUNNING one: the sweep)
+                self.runner.mark_waiting(run_id, wf.name, now_ms() + QUEUED_RETRY_MS)
+            return self._early(run_id, Early("queued", admitted), plan, state.epoch)
+        try:
+            return self._resume(state, plan, wf, force=force, attributes=attributes, request=request)
+        finally:
+            if admitted is not None:
+                admitted()
+
+    def _resume(self, state: RunState, plan: ResumePlan, wf: Any, *, force: bool,
+                attributes: Mapping[str, str] | None, request: TraceContext | None) -> ResumeOutcome:
+        """Take the lease and go on (the part of :meth:`resume` that acts)."""
+        run_id = state.run_id
         try:
             workflow: Workflow = self.app.registry.get(wf.name, wf.version)
         except WorkflowDefinitionError:
@@ -357,7 +386,10 @@ class Resumer:
             if plan.blocked_reason is not None:
                 self._block(session, plan.blocked_reason)
                 return ResumeOutcome(run_id, "blocked", plan, session.epoch, plan.blocked_reason)
-            deadlines = {state.waiting.call_id: state.waiting.deadline_ms} if state.waiting else {}
+            w = state.waiting
+            deadlines = {w.call_id: w.deadline_ms} if w else {}
+            if w is not None and w.since_ms:  # a call's durable limit wait: it counts from then
+                deadlines[limit_since_key(w.call_id)] = w.since_ms
             result = self.runner.execute(session, from_stage=plan.from_stage,
                                          stage_outputs=plan.stage_outputs,
                                          recorded_calls=plan.recorded, reconciled=reconciled,

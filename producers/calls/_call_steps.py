@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -87,7 +88,7 @@ from runlog.producers.calls._limiter import Limiter
 from runlog.producers.calls._replay_hook import tool_function
 from runlog.producers.calls._stage_artifacts import StageArtifacts
 from runlog.producers.calls._stored_args import ArgsWriter
-from runlog.producers.calls._throttle import metered
+from runlog.producers.calls._throttle import LIMIT, LIMIT_SINCE, Metered, Park, limit_since_key, metered
 from runlog.producers.define._prices import PriceTable, usage_of
 from runlog.producers.define._tools import CallInfo, Tool, retry_steps
 from runlog.producers.log._session import AppendResult, RunSession
@@ -102,6 +103,18 @@ from runlog.schemas.errors import (
 )
 
 __all__: list[str] = []
+
+
+class _Counter:
+    """A count shared by a stage's call threads."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.value += n
 
 
 class _ContextCore:
@@ -146,6 +159,7 @@ class _ContextCore:
         self._futures: list[Future[Any]] = []  # ctx.submit of a def stage (thread pool)
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[Any]] = []  # ctx.submit of an async def stage
+        self._in_flight = _Counter()  # calls under way (a durable limit wait only for a lone one)
 
     def _default_mode(self) -> Mode:
         return SYNC
@@ -194,11 +208,14 @@ class _ContextCore:
         span = self._tracer.start("call", tool.name, self._span, {
             "run_id": s.run_id, "stage": self.stage, "call_id": f"{self.stage}/{tool.name}/{index}",
             "tool": tool.name, "epoch": s.epoch, "replay_policy": tool.policy.value})
+        self._in_flight.add(1)
         try:
             result = yield from self._invoke(tool, index, args, span)
         except BaseException as err:
             span.end(err)
             raise
+        finally:
+            self._in_flight.add(-1)
         span.end()
         return result
 
@@ -229,6 +246,15 @@ class _ContextCore:
                 if tool.policy is ReplayPolicy.IDEMPOTENT else None)
         info = CallInfo(s.run_id, stage, tool.name, call_id, index, s.epoch, request_hash, idem)
         args_ref = yield from self.args.put(tool, args, args_bytes)  # by reference as the tool declares
+        meter = metered(self._limiter, tool, args, s.check)
+        if meter is not None:
+            since = self._deadlines.get(limit_since_key(call_id), 0)  # it waited durably before
+            if since:  # for its reservation: what it reserved is its take
+                meter.waited_s = max(0.0, time.time() - since / 1000)
+            elif not tool.effect:  # the first attempt's take, before anything of the call is on the log
+                yield from meter.take(self._parking(call_id, meter, common))
+            # an effect tool takes in its attempts, in its thread: a durable wait would leave its
+            # claim in the ledger (and its intent) open for the resume to find in doubt
         # a round trip before every call: a writer whose lease was taken starts no further call (LeaseLost)
         yield from self._verify()
         called: AppendResult = yield from s.appending(EventType.TOOL_CALLED, idempotency_key=idem,
@@ -262,12 +288,10 @@ class _ContextCore:
         span.set("reused", False)
         span.set("source", "executed")
 
-        meter = metered(self._limiter, tool, args, s.check)
-
         def attempt(n: int) -> Steps[Any]:
             s.check()
-            if meter is not None:
-                yield from meter.take()
+            if meter is not None and (n > 1 or tool.effect):  # a retry (after a 429, say) takes again
+                yield from meter.take(None if tool.effect else self._parking(call_id, meter, common))
             call = dataclasses.replace(info, attempt=n)
             try:
                 return (yield from Invoke(tool_function(tool, s.run_id), (call,), dict(args)))
@@ -312,6 +336,26 @@ class _ContextCore:
         yield from s.appending(EventType.TOOL_RESULT, payload_ref=ref, usage=spent, **common,
                                attributes={"attempts": str(attempts), **self.budget.spent(spent), **limited})
         return result
+
+    # -- a durable wait for a rate limit -------------------------------------------------------
+
+    def _parking(self, call_id: str, meter: Metered, common: dict[str, Any]) -> Park | None:
+        """How the call waits durably for its limit, or None when it must wait in its thread: another
+        call of this stage is in flight beside it (letting go of the run would strand it)."""
+        if self._in_flight.value > 1:
+            return None
+        s = self.session
+
+        def park(wait_s: float) -> Steps[None]:
+            now = int(time.time() * 1000)
+            wake = now + max(1, math.ceil(wait_s * 1000))
+            since = now - round(meter.waited_s * 1000)
+            attrs = {"signal": LIMIT, "deadline_ms": str(wake), "on_timeout": "default",
+                     "limit": meter.limit.key, LIMIT_SINCE: str(since)}
+            yield from s.appending(EventType.RUN_WAITING, confirm=True, attributes=attrs, **common)
+            raise RunWaits(s.run_id, call_id, LIMIT, wake)
+
+        return park
 
     # -- a durable wait -------------------------------------------------------------------------
 

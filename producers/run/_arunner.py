@@ -104,7 +104,8 @@ class AsyncRunner(RunnerParts):
                                          effects_topic=topic),
                 run_log=KafkaRunLog(settings), lease_wait_s=settings.lease_ttl_ms / 1000 + 5,
                 active=ActiveRuns(client, settings.redis_prefix, aclient=aclient), tracer=tracer,
-                prices=prices, limiter=RedisLimiter(client, settings.redis_prefix))
+                prices=prices, limiter=RedisLimiter(client, settings.redis_prefix,
+                                                    durable_after_s=settings.limit_durable_wait_ms / 1000))
         r.watch_projection(client, settings.redis_prefix)
         r._owned = [topic, beat, leases, client, aclient] + ([w] if own_writer else [])
         return r

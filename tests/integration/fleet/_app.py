@@ -8,7 +8,16 @@ import time
 from typing import Any
 
 from runlog.processors.resume import App
-from runlog.producers import CallInfo, DictInputSource, Queue, ReplayPolicy, Workflow, rule, tool
+from runlog.producers import (
+    CallInfo,
+    DictInputSource,
+    Queue,
+    RateLimit,
+    ReplayPolicy,
+    Workflow,
+    rule,
+    tool,
+)
 
 
 class Overlap:
@@ -109,3 +118,44 @@ def fair_workflow() -> Workflow:
 
 FAIR = Queue("fair", concurrency=4, per_tenant=2, weights={"c": 2})
 app_fair = App.of([fair_workflow()], [hold], DictInputSource({}), name="fleet-fair", queues=[FAIR])
+
+
+ASK_LIMIT = RateLimit("test:model", requests=2, per_s=8.0)
+"""Two requests at once, one more every 4 s: a third call in a row waits 4 s, past the fleet's
+default 2 s, so it waits durably."""
+
+
+@tool("ask", policy=ReplayPolicy.SAFE, limit=ASK_LIMIT, estimate=lambda args: 0)
+def ask(call: CallInfo, n: int, log: str) -> Any:
+    with open(log, "a", encoding="utf-8") as f:  # every execution, from whichever process
+        f.write(f"{call.run_id} {call.call_id}\n")
+    return {"answer": n * 10}
+
+
+def metered_workflow() -> Workflow:
+    wf = Workflow("metered", "1")
+
+    @wf.stage("ask")
+    def asking(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"answers": [ctx.call(ask, n=i, log=str(ctx.params["log"]))["answer"] for i in range(3)]}
+
+    return wf
+
+
+app_limited = App.of([metered_workflow(), workflow("1")], [ask, square], DictInputSource({}),
+                     name="fleet-limited")
+
+
+def napping_workflow() -> Workflow:
+    wf = Workflow("napper", "1")
+
+    @wf.stage("nap")
+    def nap(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        ctx.sleep(float(ctx.params["nap_s"]))  # durable past a second: the run lets go of its slot
+        return dict(ctx.call(hold, tenant=str(ctx.params["tenant"]), hold_s=float(ctx.params["hold_s"])))
+
+    return wf
+
+
+SOLO = Queue("solo", concurrency=1)
+app_solo = App.of([napping_workflow()], [hold], DictInputSource({}), name="fleet-solo", queues=[SOLO])

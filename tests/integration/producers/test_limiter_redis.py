@@ -4,12 +4,9 @@ limit never make it answer 429, while a provider that is asked without the limit
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,7 +15,6 @@ import redis
 from runlog.producers import (
     CallInfo,
     RateLimit,
-    RateLimited,
     ReplayPolicy,
     RetryPolicy,
     Runner,
@@ -27,6 +23,7 @@ from runlog.producers import (
 )
 from runlog.producers.internal import Limiter, RedisLimiter
 from runlog.schemas import Settings, Usage
+from tests.integration.fake_provider import Provider, ask
 from tests.integration.producers.conftest import SOURCE
 from tests.unit.producers.limiter_contract import LimiterContract
 
@@ -42,60 +39,6 @@ class TestRedisLimiter(LimiterContract):
         return RedisLimiter(self.client, self.settings.redis_prefix)
 
 
-class Provider:
-    """A model provider on 127.0.0.1 with its own counters: a bucket of ``requests`` and ``tokens``
-    refilled continuously over ``per_s``; past it, 429 with ``Retry-After``."""
-
-    def __init__(self, requests: int, tokens: int, per_s: float) -> None:
-        self.caps, self.per_s = (float(requests), float(tokens)), per_s
-        self.level = list(self.caps)
-        self.at = time.monotonic()
-        self.served = 0
-        self.refused = 0
-        self.tokens = 0
-        self.lock = threading.Lock()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                code, doc = provider.answer(int(body["tokens"]))
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                if code == 429:
-                    self.send_header("Retry-After", str(doc["retry_after"]))
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/complete"
-
-    def answer(self, tokens: int) -> tuple[int, dict[str, Any]]:
-        with self.lock:
-            now = time.monotonic()
-            for i, cap in enumerate(self.caps):
-                self.level[i] = min(cap, self.level[i] + (now - self.at) * cap / self.per_s)
-            self.at = now
-            if self.level[0] < 1 or self.level[1] < tokens:
-                self.refused += 1
-                return 429, {"retry_after": 1}
-            self.level[0] -= 1
-            self.level[1] -= tokens
-            self.served += 1
-            self.tokens += tokens
-            half = tokens // 2
-            return 200, {"text": "ok", "usage": {"input_tokens": half, "output_tokens": tokens - half}}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def provider() -> Iterator[Provider]:
     p = Provider(requests=8, tokens=1200, per_s=2.0)
@@ -103,30 +46,12 @@ def provider() -> Iterator[Provider]:
     p.close()
 
 
-def _ask(url: str, tokens: int) -> dict[str, Any]:
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(url, data=json.dumps({"tokens": tokens}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
-            return out
-    except urllib.error.HTTPError as err:
-        err.close()
-        if err.code == 429:
-            after = float(err.headers["Retry-After"])
-            raise RateLimited("429 from the provider", retry_after_s=after) from None
-        raise
-
-
 def _workflow(url: str, limit: RateLimit | None) -> Workflow:
     @tool("complete", policy=ReplayPolicy.SAFE, limit=limit, estimate=(lambda a: 150) if limit else None,
           usage=lambda r: Usage("fake:model", r["usage"]["input_tokens"], r["usage"]["output_tokens"]),
           retry=RetryPolicy(attempts=1))
     def complete(call: CallInfo, n: int) -> Any:
-        return _ask(url, 150)
+        return ask(url, 150)
 
     wf = Workflow("chat", "1")
 

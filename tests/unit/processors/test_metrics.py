@@ -147,3 +147,35 @@ def test_model_usage_is_counted_per_workflow_and_model_once_per_accepted_event()
     assert v("runlog_model_tokens_total", "a:free", kind="output") == 3
     assert v("runlog_model_cost_usd_total", "a:priced") == 2_500 / 1e9
     assert v("runlog_model_cost_usd_total", "a:free") is None
+
+
+def test_rate_limit_waits_are_counted_per_limit_once_per_accepted_event() -> None:
+    """``runlog_limit_*`` move by what the accepted events say of calls' rate limits: a call's
+    ``TOOL_RESULT`` (its wait and 429s), a durable wait's ``RUN_WAITING``; a redelivery adds nothing."""
+    from runlog.projections import BatchProjector, MemoryStore
+    from runlog.schemas import Codec, EventType, RunEvent, StageSpec, WorkflowSpec
+
+    codec = Codec()
+    wf = WorkflowSpec("shop", "1", (StageSpec("ask"),))
+    lim = {"limit": "openai:gpt"}
+    events = [RunEvent("r1", 1, 1, EventType.RUN_STARTED, 1, workflow=wf),
+              RunEvent("r1", 2, 1, EventType.RUN_WAITING, 2, stage="ask", call_id="ask/m/0",
+                       attributes={**lim, "signal": "runlog.limit", "deadline_ms": "9", "since_ms": "2"}),
+              RunEvent("r1", 3, 2, EventType.LEASE_ACQUIRED, 3),
+              RunEvent("r1", 4, 2, EventType.TOOL_RESULT, 4, stage="ask", call_id="ask/m/0",
+                       attributes={**lim, "limit_wait_ms": "7000", "rate_limited": "2"}),
+              RunEvent("r1", 5, 2, EventType.TOOL_RESULT, 5, stage="ask", call_id="ask/other/1")]
+    records = [RawRecord("t.events", 0, i, b"r1", codec.encode(e)) for i, e in enumerate(events)]
+    proj, m = BatchProjector(MemoryStore(), codec), ProjectorMetrics()
+    for _ in range(2):  # the second delivery folds to duplicates
+        m.observe_batch(proj.process(records), len(records))
+
+    def v(name: str) -> float | None:
+        return m.registry.get_sample_value(name, {"limit": "openai:gpt"})
+
+    assert v("runlog_limit_durable_waits_total") == 1
+    assert v("runlog_limit_calls_total") == 1  # the call without a limit is not counted
+    assert v("runlog_limit_refusals_total") == 2
+    assert v("runlog_limit_wait_seconds_sum") == 7.0
+    assert m.registry.get_sample_value("runlog_limit_wait_seconds_bucket",
+                                       {"limit": "openai:gpt", "le": "5.0"}) == 0

@@ -47,3 +47,12 @@ class LimiterContract:
         lim, limit = self.limiter(), RateLimit(self.key(), tokens=100, per_s=1.0)
         assert lim.take(limit, 500) == 0  # a full bucket grants it (and owes the rest)
         assert lim.take(limit, 10) > 3.0
+
+    def test_a_reservation_takes_now_into_debt_and_keeps_its_place(self) -> None:
+        lim, limit = self.limiter(), RateLimit(self.key(), tokens=1000, per_s=10.0)  # 100 tokens a second
+        assert lim.reserve(limit, 600) == 0  # it fits: taken, no wait
+        first = lim.reserve(limit, 600)  # 200 short: taken all the same, due in about 2 s
+        assert 1.0 < first <= 2.1
+        second = lim.reserve(limit, 600)  # behind the first: 800 short
+        assert second > first + 5.0
+        assert lim.take(limit, 100) > second - 0.5  # a take waits behind both reservations

@@ -228,7 +228,7 @@ RICH_JSON = (
     '"status":"WAITING","subject":null,'
     '"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",'
     '"updated_at":120,"usage":[2,30,4,10,0,70,1],"usage_budget":[1000,5000000,800,null,"wait"],"v":1,'
-    '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500,[]],'
+    '"verified_artifacts":[' + A + '],"waiting":["draft/runlog.wait/0","approve",500,[],0],'
     '"workflow":{"name":"wf","stages":[["draft",["brief"],["r1"],true],["publish",[],[],true]],"version":"1"}}'
 )
 
