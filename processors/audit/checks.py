@@ -18,6 +18,7 @@ from runlog.processors.audit.report import (
     RunAudit,
     effect_dict,
 )
+from runlog.processors.inspect.payloads import redact_text
 from runlog.processors.inspect.upgrades import describe_upgrade
 from runlog.producers import LocalArtifactStore
 from runlog.producers.internal import label
@@ -317,8 +318,8 @@ def _entry(ev: RunEvent, partition: int, offset: int, outcome: str, reason: str 
         d["passed"] = all(r.passed for r in ev.verification)
         d["rules"] = [r.rule for r in ev.verification]
         d["artifacts"] = len(ev.artifact_refs)
-    if ev.error is not None:
-        d["error"] = f"{ev.error.kind}: {ev.error.message}"
+    if ev.error is not None:  # a sealed message reads [sealed]: an audit report opens no payload
+        d["error"] = redact_text(f"{ev.error.kind}: {ev.error.message}")
     if ev.type is EventType.LEASE_ACQUIRED:
         d["writer"] = ev.attributes.get("writer")
     a = ev.attributes
@@ -326,9 +327,9 @@ def _entry(ev: RunEvent, partition: int, offset: int, outcome: str, reason: str 
     if who:  # an operator's event: who acted and why (``reason`` unless the fold gave one)
         d["by"] = who
         if a.get("reason"):
-            d["why"] = a["reason"]
+            d["why"] = redact_text(a["reason"])
             if d["reason"] is None:
-                d["reason"] = a["reason"]
+                d["reason"] = d["why"]
         for k in ("decision", "action"):
             if a.get(k):
                 d[k] = a[k]

@@ -149,3 +149,18 @@ def test_html_is_static_and_shows_stages_and_findings() -> None:
     assert page.index('data-stage="a"') < page.index('data-stage="b"')
     assert 'class="finding kind-hash_chain"' in page
     assert 'class="event type-STAGE_STARTED other flagged"' in page
+
+
+def test_sealed_error_messages_and_reasons_read_sealed_in_the_report_and_its_page() -> None:
+    from runlog.schemas import ErrorInfo
+
+    sealed = "rlenc1:" + "QUJD" * 20
+    events = run("r1", complete=False)
+    last = events[-1]
+    extra = [RunEvent("r1", last.seq + 1, 1, occurred_at=200, prev_hash=event_hash(last),
+                      type=EventType.RUN_CANCELLED, error=ErrorInfo("Cancelled", sealed),
+                      attributes={"by": "ops", "reason": sealed})]
+    report = feed(events + extra).report.to_dict()
+    text = str(report) + render_html(report)
+    assert "rlenc1:" not in text and "QUJDQUJD" not in text
+    assert "Cancelled: [sealed]" in text and "by ops ([sealed])" in text
