@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_chaos, private_services=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _chaos(args: argparse.Namespace) -> int:
     from runlog.processors.chaos import KINDS, ChaosOptions, as_json, render, run_chaos, verdict
 
@@ -67,7 +72,13 @@ def _chaos(args: argparse.Namespace) -> int:
     workdir = args.workdir or Path(f"/tmp/runlog-chaos-{time.strftime('%Y%m%dT%H%M%S')}")
     opts = ChaosOptions(duration=args.duration, workdir=workdir, seed=args.seed, in_flight=args.in_flight,
                         gap=(lo, hi), settle=args.settle, kinds=kinds)
-    result = run_chaos(opts, lambda line: print(line, flush=True))
+    # SIGTERM (a supervisor, a timeout) unwinds like Ctrl-C: the private broker, Redis, Toxiproxy and
+    # the members this run started are stopped on the way out instead of being left running
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = run_chaos(opts, lambda line: print(line, flush=True))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(render(result), flush=True)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,9 @@ from tests.docs._examples import hook
 pytestmark = pytest.mark.integration
 
 #: commands that serve until stopped (walked in the services-down pass only where they give up)
-SERVERS = {"console", "project", "resumer", "worker", "demo", "smoke", "bench", "init"}
+SERVERS = {"console", "project", "resumer", "worker", "demo", "smoke", "bench", "init", "chaos"}
+"""Commands that run until stopped or for minutes on services of their own (``chaos`` starts a private
+broker): not walked; their usage errors have tests of their own, their ``--help`` is walked below."""
 DOWN = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0"}
 
 
