@@ -107,8 +107,8 @@ class ScheduleBook:
     def _decode(self, raw: str | bytes) -> Schedule:
         doc = json.loads(raw)
         sealed = doc.pop("params_sealed", None)
-        if sealed is None:
-            return self._decode(raw)
+        if sealed is None:  # params in clear (encryption off when it was written)
+            return Schedule.from_json(raw)
         opened = self._texts.open(sealed) if self._texts is not None else sealed
         if opened in (sealed, ERASED_TEXT):
             raise PayloadKeyError("?", f"schedule {doc.get('name')!r}: its params are sealed and this "
