@@ -52,15 +52,19 @@ if [ -x "$VENV/bin/python" ]; then
     esac
 fi
 if [ "$ready" = 0 ]; then
-    # pip's own output (and the build backend's warnings) go to a log shown only when it fails; the
-    # interpreter's bundled pip installs the project as it is (no upgrade to fetch first), and
-    # modules are compiled when first imported, not all of them at install time
+    # pip's own output (and the build backend's warnings) go to a log shown only when it fails; for
+    # the demo the interpreter's bundled pip installs the project as it is (no upgrade to fetch
+    # first), and modules are compiled when first imported, not all of them at install time
     pip_log="$ROOT/.runlog/pip.log"
     mkdir -p "$ROOT/.runlog"
     say "preparing the virtualenv in ${VENV#"$ROOT"/} for the $PROFILE (first run only; pip's log: ${pip_log#"$ROOT"/})"
     "$PY" -m venv "$VENV"
+    : >"$pip_log"
+    if [ "$PROFILE" = test ]; then # the test tooling's many wheels: a current pip resolves them
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >>"$pip_log" 2>&1 || true
+    fi
     if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile -e ".$extras" \
-        >"$pip_log" 2>&1; then
+        >>"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
         say "pip could not install Runlog (full log: $pip_log)"
         exit 1
