@@ -32,13 +32,14 @@ from typing import Any
 
 import redis
 
+from runlog.processors.chaos.count import projection_differences
 from runlog.processors.demo.client import WorldClient
 from runlog.processors.demo.pipeline import build, charge_workflow, source
 from runlog.processors.demo.world import serve
 from runlog.processors.inspect import LoggedEvent, run_history
 from runlog.processors.resume import App, ResumeOutcome, ResumerService, request_resume
 from runlog.producers.log._lease import lease_key
-from runlog.projections import OutcomeKind, RunStatus, dump_namespace, rebuild
+from runlog.projections import OutcomeKind, RunStatus
 from runlog.schemas import RunlogError, Settings
 from runlog.schemas._redis import redis_client
 from tests import _fork as fork
@@ -478,34 +479,12 @@ def _last_offsets(settings: Settings, run_ids: Iterable[str]) -> dict[str, int]:
 def projection_mismatches(settings: Settings, client: redis.Redis, run_ids: Sequence[str], *,
                           timeout_s: float = 60.0) -> tuple[dict[str, list[str]], list[str]]:
     """Wait for the live projection to reach every run's last event, rebuild the log into a
-    fresh namespace and compare: (differing keys per run, differing global keys)."""
-    from runlog.projections import RedisStore
-
-    store = RedisStore(client, settings.redis_prefix)
-    want = _last_offsets(settings, run_ids)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        states = store.load_states(want)
-        behind = [r for r, off in want.items() if r not in states or states[r].offset < off]
-        if not behind or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    target = f"{settings.redis_prefix}.rebuilt-{uuid.uuid4().hex[:6]}"
-    rebuild(settings, target, progress=None, client=client)
-    try:
-        live, rebuilt = dump_namespace(client, settings.redis_prefix), dump_namespace(client, target)
-    finally:
-        keys = list(client.scan_iter(match=f"{target}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    per_run: dict[str, list[str]] = {}
-    for r in run_ids:
-        tag = f"{{{r}}}:"
-        names = [f"{tag}state", f"{tag}checkpoints", f"{tag}effects"]
-        per_run[r] = [k for k in names if live.get(k) != rebuilt.get(k)]
-    glob = sorted(k for k in live.keys() | rebuilt.keys()
-                  if (k.startswith(("runs:by_status:", "{idx:")) or k == "effects:by_key")  # {idx:n}: Cluster
-                  and live.get(k) != rebuilt.get(k))
+    fresh namespace and compare (:func:`runlog.processors.chaos.count.projection_differences`, what
+    ``runlog chaos`` counts): (differing keys per run, differing global keys)."""
+    diffs, _, _ = projection_differences(client, settings, _last_offsets(settings, run_ids),
+                                         timeout_s=timeout_s)
+    per_run = {r: [k for k in diffs if k.startswith(f"{{{r}}}:")] for r in run_ids}
+    glob = [k for k in diffs if k.startswith(("runs:by_status:", "{idx:")) or k == "effects:by_key"]
     return per_run, glob
 
 
