@@ -166,29 +166,20 @@ class _Actions:
     def _latency(self, rng: random.Random) -> tuple[str, float]:
         proxy, secs = self._proxy(rng), rng.uniform(5.0, 20.0)
         ms, jitter = rng.randint(100, 1500), rng.randint(0, 500)
-        self.s.proxy.add(proxy, "chaos-latency", "latency", latency=ms, jitter=jitter)
-        try:
+        with self.s.proxy.toxic(proxy, "chaos-latency", "latency", latency=ms, jitter=jitter):
             time.sleep(secs)
-        finally:
-            self.s.proxy.remove(proxy, "chaos-latency")
         return f"{proxy} +{ms}ms±{jitter}", secs
 
     def _reset(self, rng: random.Random) -> tuple[str, float]:
         proxy, secs = self._proxy(rng), rng.uniform(1.0, 4.0)
-        self.s.proxy.add(proxy, "chaos-reset", "reset_peer", timeout=rng.randint(0, 500))
-        try:
+        with self.s.proxy.toxic(proxy, "chaos-reset", "reset_peer", timeout=rng.randint(0, 500)):
             time.sleep(secs)
-        finally:
-            self.s.proxy.remove(proxy, "chaos-reset")
         return f"{proxy} reset", secs
 
     def _partition(self, rng: random.Random) -> tuple[str, float]:
         proxy, secs = self._proxy(rng), rng.uniform(3.0, 25.0)
-        self.s.proxy.enable(proxy, False)
-        try:
+        with self.s.proxy.disabled(proxy):
             time.sleep(secs)
-        finally:
-            self.s.proxy.enable(proxy, True)
         return f"{proxy} cut", secs
 
 

@@ -4,10 +4,11 @@ module by ``deploy/local/toxiproxy build``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["Toxiproxy", "ToxiproxyError"]
@@ -53,6 +54,24 @@ class Toxiproxy:
 
     def remove(self, proxy: str, toxic: str) -> None:
         self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic}")
+
+    @contextlib.contextmanager
+    def toxic(self, proxy: str, toxic: str, kind: str, **attributes: int) -> Iterator[None]:
+        """``toxic`` on ``proxy`` while the block runs (removed however it ends)."""
+        self.add(proxy, toxic, kind, "downstream", 1.0, **attributes)
+        try:
+            yield
+        finally:
+            self.remove(proxy, toxic)
+
+    @contextlib.contextmanager
+    def disabled(self, proxy: str) -> Iterator[None]:
+        """``proxy`` disabled (a partition) while the block runs, enabled again however it ends."""
+        self.enable(proxy, False)
+        try:
+            yield
+        finally:
+            self.enable(proxy, True)
 
     def toxics(self, proxy: str) -> list[dict[str, Any]]:
         return list(self._call("GET", f"/proxies/{proxy}/toxics"))
