@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from runlog.processors.admin import ensure_topics
 from runlog.processors.chaos.count import Count, gather
 from runlog.processors.chaos.faults import KINDS, Action, Scheduler, plan
 from runlog.processors.chaos.fleet import Fleet
-from runlog.processors.chaos.services import ROLES, Services
+from runlog.processors.chaos.services import ROLES, Services, stop_process
 from runlog.processors.chaos.workload import Workload
 from runlog.processors.demo.world import serve
 from runlog.projections import RedisStore, RunStatus
@@ -150,12 +149,7 @@ class _Actions:
         if len(alive) > self.fleet.low and (len(alive) >= self.fleet.high or rng.random() < 0.5):
             m = rng.choice(alive)
             m.fate = "left"
-            m.proc.send_signal(signal.SIGTERM)
-            try:
-                m.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(10)
+            stop_process(m.proc, signal.SIGTERM, wait=60)
             return f"{m.name} left", 0.0
         m = self.fleet.start(role)
         return f"{m.name} joined", 0.0

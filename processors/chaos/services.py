@@ -25,11 +25,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runlog.processors.chaos.toxiproxy import Toxiproxy
 from runlog.schemas import ConfigError, Settings
 
-__all__ = ["ROLES", "Services", "free_ports", "prepare_broker"]
+__all__ = ["ROLES", "Services", "free_ports", "prepare_broker", "stop_process"]
 
 ROLES = ("worker", "resumer", "projector")
 
@@ -81,7 +82,8 @@ def _toxiproxy_bin() -> Path:
     return path
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, wait: float = 30) -> None:
+def stop_process(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM, wait: float = 30) -> None:
+    """Send ``sig`` to a process still running, wait ``wait`` seconds for it, then SIGKILL it."""
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(sig)
@@ -199,9 +201,9 @@ class Services:
 
     def stop(self) -> None:
         """Stop everything this object started (SIGTERM, then SIGKILL)."""
-        _stop(self._broker)
-        _stop(self._redis)
-        _stop(self._tp, wait=10)
+        stop_process(self._broker)
+        stop_process(self._redis)
+        stop_process(self._tp, wait=10)
 
     def _start_toxiproxy(self, port: int) -> None:
         with open(self.root / "toxiproxy.log", "ab") as out:
@@ -251,7 +253,7 @@ class Services:
 
     def restart_redis(self, *, kill: bool, down_for: float) -> None:
         """Stop Redis (SIGKILL or SIGTERM), stay down ``down_for`` seconds, start it on its data."""
-        _stop(self._redis, signal.SIGKILL if kill else signal.SIGTERM)
+        stop_process(self._redis, signal.SIGKILL if kill else signal.SIGTERM)
         time.sleep(down_for)
         self._start_redis()
 
@@ -288,7 +290,7 @@ class Services:
     def restart_broker(self, *, kill: bool, down_for: float) -> None:
         """Stop the broker (SIGKILL: an unclean crash; SIGTERM: a controlled shutdown), stay down
         ``down_for`` seconds, start it on the same data."""
-        _stop(self._broker, signal.SIGKILL if kill else signal.SIGTERM, wait=60)
+        stop_process(self._broker, signal.SIGKILL if kill else signal.SIGTERM, wait=60)
         time.sleep(down_for)
         self.start_broker()
 

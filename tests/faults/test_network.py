@@ -37,6 +37,7 @@ import pytest
 import redis
 
 from runlog.processors.admin import ensure_topics
+from runlog.processors.chaos.services import stop_process
 from runlog.processors.demo.client import WorldClient
 from runlog.processors.demo.pipeline import build, source
 from runlog.processors.demo.world import serve
@@ -186,13 +187,7 @@ class Matrix:
         try:
             self.service.close()
         finally:
-            if self.projector.poll() is None:
-                self.projector.send_signal(signal.SIGTERM)
-                try:
-                    self.projector.wait(30)
-                except subprocess.TimeoutExpired:
-                    self.projector.kill()
-                    self.projector.wait(10)
+            stop_process(self.projector)
 
     # -- pieces ------------------------------------------------------------------------------------
 
