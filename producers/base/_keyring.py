@@ -347,9 +347,13 @@ class SubjectKeys:
             key_id = self._ids[subject] = key_id_of(subject)
         try:
             return self.by_id(key_id)
-        except PayloadKeyError as err:
-            if isinstance(err, SubjectErased) or self._file(key_id).exists():
-                raise
+        except SubjectErased:
+            raise
+        except PayloadKeyError:
+            if self._file(key_id).exists():
+                # made by another process since the look above (a key that does not unwrap raises
+                # again here): read, not made a second time
+                return self.by_id(key_id)
         with self._lock:
             if self.is_erased(key_id):
                 raise SubjectErased(key_id, f"subject {key_id} was erased: its payloads cannot be written")
