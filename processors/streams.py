@@ -69,11 +69,13 @@ class StreamReader:
         run_id: the run.
         from_offset: the first offset to read (a previous reader's :attr:`next_offset`).
         dead_letters: a producer to dead-letter undecodable records with (None: only reported).
+        codec: the codec to decode with (None: the settings' own).
+        opened: open sealed text and data with the keyring (False: they stay sealed).
     """
 
     def __init__(self, settings: Settings, run_id: str = "", *, from_offset: int = 0,
                  runs: Mapping[str, int] | None = None, dead_letters: Producer | None = None,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None, opened: bool = True) -> None:
         wanted = dict(runs) if runs is not None else {run_id: from_offset}
         if not wanted or any(not r for r in wanted):
             raise ConfigError("a stream reader needs a run id")
@@ -86,8 +88,9 @@ class StreamReader:
         self.run_id = next(iter(wanted))
         self._from = {r.encode("utf-8"): o for r, o in wanted.items()}
         self._codec = codec or Codec.from_settings(settings)
-        self._keys = subject_keys(settings) if settings.encryption else None
-        """Opens sealed text and data (``RUNLOG_ENCRYPTION``); without it they read as sealed."""
+        self._keys = subject_keys(settings) if settings.encryption and opened else None
+        """Opens sealed text and data (``RUNLOG_ENCRYPTION``, unless ``opened`` is False: the console
+        for a reader who has not signed in); without it they read as sealed."""
         self._dead_letters = dead_letters
         self._consumer = Consumer(settings.consumer_config(
             f"runlog-tail-{uuid.uuid4().hex[:12]}", **{"enable.auto.commit": False,

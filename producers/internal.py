@@ -4,7 +4,7 @@ The writer, sessions, leases, the effects ledger, trace hooks and key helpers, a
 them. An application imports :mod:`runlog.producers` (or :mod:`runlog`) instead.
 """
 
-from runlog.producers.base._envelope import ERASED_TEXT, TextSealer, text_sealer
+from runlog.producers.base._envelope import ERASED_TEXT, TEXT_PREFIX, TextSealer, text_sealer
 from runlog.producers.base._key_source import key_provider, subject_keys
 from runlog.producers.base._keyring import (
     KeyProvider,
@@ -57,6 +57,7 @@ __all__ = [
     "EXECUTE",
     "LIMIT",
     "NO_TRACE",
+    "TEXT_PREFIX",
     "WAIT",
     "ActiveRuns",
     "AttrValue",

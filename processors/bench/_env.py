@@ -23,7 +23,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from runlog.processors.admin import ensure_topics
+from runlog.processors.admin import ServiceUnavailable, ensure_topics
 from runlog.processors.projector import ProjectorOptions, run_projector
 from runlog.schemas import Codec, RunEvent
 from runlog.schemas.errors import ConfigError, RunlogError
@@ -78,8 +78,8 @@ def kafka_replication(settings: Settings, timeout: float = 10.0) -> dict[str, An
     try:
         md = admin.list_topics(timeout=timeout)
     except KafkaException as err:
-        raise RunlogError(f"bench: Kafka at {settings.kafka_bootstrap_servers} did not answer: "
-                          f"{err}") from err
+        raise ServiceUnavailable(f"bench: Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                                 f"{err}") from err
     out: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap_servers, "brokers": len(md.brokers),
                            "replication_factor": settings.replication_factor,
                            "min_insync_replicas": settings.min_insync_replicas,

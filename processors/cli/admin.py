@@ -58,6 +58,7 @@ def _report_dict(r: Any) -> dict[str, Any]:
 def _init(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     try:
+        check_kafka(settings)  # a broker that does not answer: told in 10 s, not after the topics' 30 s
         reports = ensure_topics(settings)
     except ServiceUnavailable as err:
         print(f"runlog init: {err}", file=sys.stderr)
@@ -210,6 +211,7 @@ def _smoke(args: argparse.Namespace) -> int:
 
     tag = uuid.uuid4().hex[:8]
     settings = smoke_settings(Settings.from_env(), tag)
+    check_kafka(settings)  # unreachable: exit 3 within 10 s (ServiceUnavailable), not a minute later
     spec = Topics.of(settings).specs(settings)[0]  # the events topic's shape, under the private prefix
     topic = spec.name
     admin = admin_client(settings)

@@ -16,6 +16,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from runlog.processors.console._guard import Guard
 from runlog.schemas import Settings, Topics, now_ms
+from runlog.schemas.errors import RunlogError
 
 if TYPE_CHECKING:
     from runlog.processors.resume import App
@@ -97,6 +98,7 @@ class Console:
         self._store: RedisStore | None = None
         self._admin: Any = None
         self._static: dict[str, bytes] = {}
+        self._opener: Callable[[str], str] | None = None
 
     @property
     def metrics_url(self) -> str | None:
@@ -129,6 +131,31 @@ class Console:
                 self._store.client.close()
                 self._store = None
             self._admin = None
+
+    def opens_payloads(self, request: web.Request) -> bool:
+        """Whether this request's reader sees sealed texts opened: payloads are encrypted, and the
+        session signed in with the console token (everyone else sees ``[sealed]``)."""
+        return self.settings.encryption and self.guard.signed_in(request.get(SESSION, ""))
+
+    def opener(self, request: web.Request) -> Callable[[str], str]:
+        """Opens a sealed text (an error message, an operator's reason) for a signed-in reader
+        (:meth:`opens_payloads`); for anyone else the text stays sealed and shows ``[sealed]``."""
+        if not self.opens_payloads(request):
+            return str
+        with self._lock:
+            if self._opener is None:
+                from runlog.producers.internal import store_from_settings
+
+                opens = store_from_settings(self.settings, inline=False).open_text
+
+                def opener(text: str) -> str:
+                    try:
+                        return opens(text)
+                    except RunlogError:  # a key this keyring does not hold: the text stays sealed
+                        return text
+
+                self._opener = opener
+            return self._opener
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking read or action on a worker thread."""

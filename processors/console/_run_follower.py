@@ -6,11 +6,13 @@ from where it stopped (its own reader, assigned partitions, never committing);
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runlog.processors.audit import AuditOptions, Auditor, RunAudit
 from runlog.processors.audit.html import KIND_CLASS, event_bits, event_classes
+from runlog.processors.inspect import redact_text
+from runlog.producers.internal import TEXT_PREFIX
 from runlog.projections import RunState
 from runlog.schemas import Codec, DecodeError, RunEvent, RunlogError, Settings, Topics
 
@@ -47,6 +49,10 @@ class RunFollower:
         self.next_offset = 0
         self.shown: dict[int, dict[str, str]] = {}
         """:data:`SHOWN_ATTRIBUTES` of the run's events, by offset."""
+        self.sealed: dict[int, dict[str, str]] = {}
+        """The sealed texts of the run's events (``error``: kind and message, ``why``: an operator's
+        reason), by offset: the audit's view shows them ``[sealed]``; :meth:`view` opens them for a
+        signed-in reader."""
         self._reader: LogReader | None = None
 
     @property
@@ -111,19 +117,45 @@ class RunFollower:
         shown = {k: v for k, v in ev.attributes.items() if k in SHOWN_ATTRIBUTES and v}
         if shown:
             self.shown[offset] = shown
+        sealed = {}
+        if ev.error is not None and ev.error.message.startswith(TEXT_PREFIX):
+            sealed["error"] = f"{ev.error.kind}: {ev.error.message}"
+        if ev.attributes.get("reason", "").startswith(TEXT_PREFIX):
+            sealed["why"] = ev.attributes["reason"]
+        if sealed:
+            self.sealed[offset] = sealed
 
-    def view(self) -> dict[str, Any] | None:
+    def view(self, opener: Callable[[str], str] | None = None) -> dict[str, Any] | None:
         """The run as the audit report draws it (:meth:`RunAudit.to_dict`), with
-        :data:`SHOWN_ATTRIBUTES` in its events, and only the latest :data:`SHOWN_EVENTS` events."""
+        :data:`SHOWN_ATTRIBUTES` in its events, and only the latest :data:`SHOWN_EVENTS` events;
+        ``opener`` (a signed-in reader's) opens the sealed texts the audit shows ``[sealed]``."""
         run = self.run
         if run is None:
             return None
         doc = run.to_dict()
         events = doc["events"]
         doc["hidden_events"] = max(0, len(events) - SHOWN_EVENTS)
-        doc["events"] = [{**e, "attributes": self.shown.get(e["offset"], {})} for e in events[-SHOWN_EVENTS:]]
+        doc["events"] = [{**e, "attributes": self.shown.get(e["offset"], {}), **self._opened(e, opener)}
+                         for e in events[-SHOWN_EVENTS:]]
         doc["next_offset"] = self.next_offset
         return doc
+
+
+    def _opened(self, event: Mapping[str, Any], opener: Callable[[str], str] | None) -> dict[str, str]:
+        """The sealed texts of ``event`` opened by ``opener`` (none without one)."""
+        sealed = self.sealed.get(event["offset"]) if opener is not None else None
+        if not sealed:
+            return {}
+        assert opener is not None
+        out = {}
+        if "error" in sealed:
+            kind, _, message = sealed["error"].partition(": ")
+            out["error"] = redact_text(f"{kind}: {opener(message)}")
+        if "why" in sealed:
+            out["why"] = redact_text(opener(sealed["why"]))
+            if event.get("reason") == event.get("why"):
+                out["reason"] = out["why"]
+        return out
 
 
 _KIND_CLASS = {**KIND_CLASS, "EFFECT_RESOLVED": "operator", "RUN_CANCELLED": "operator",

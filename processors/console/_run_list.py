@@ -6,6 +6,7 @@ it waits for (:class:`~runlog.processors.resume._versions.VersionRoutes`, only r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runlog.processors.inspect import redact_text
@@ -51,10 +52,11 @@ class RunRow:
     """The run's model usage in one line (``UsageTotals.describe``), empty without any."""
 
     @classmethod
-    def of(cls, s: RunState) -> RunRow:
+    def of(cls, s: RunState, opener: Callable[[str], str] = str) -> RunRow:
+        """``s`` as a row; ``opener`` opens a sealed message (a signed-in reader's), one left sealed
+        shows ``[sealed]``."""
         err = s.last_error
-        # a sealed message shows [sealed]: the console does not open payloads' texts
-        reason = redact_text(f"{err.kind}: {err.message}") if err is not None and s.status in (
+        reason = redact_text(f"{err.kind}: {opener(err.message)}") if err is not None and s.status in (
             RunStatus.BLOCKED, RunStatus.FAILED, RunStatus.CANCELLED) else ""
         return cls(
             run_id=s.run_id, status=s.status.value,
@@ -91,20 +93,21 @@ class RunsPage:
 
 
 def list_runs(store: RedisStore, *, status: str = "", workflow: str = "", q: str = "",
-              limit: int = 200) -> RunsPage:
+              limit: int = 200, opener: Callable[[str], str] = str) -> RunsPage:
     """The run list from the projection: ``status`` one of :class:`RunStatus` or empty for all,
-    ``workflow`` ``name@version`` or a bare name, ``q`` a case-insensitive search text."""
+    ``workflow`` ``name@version`` or a bare name, ``q`` a case-insensitive search text, ``opener``
+    what opens a sealed reason (:meth:`RunRow.of`)."""
     st = RunStatus(status) if status else None
     counts = {s.value: n for s, n in store.counts().items()}
     ids = store.runs(st)[::-1][:SCAN_LIMIT]
     states = store.load_states(ids)
-    rows = [RunRow.of(states[i]) for i in ids if i in states]
+    rows = [RunRow.of(states[i], opener) for i in ids if i in states]
     workflows = sorted({r.workflow for r in rows if r.workflow})
     picked = [r for r in rows
               if (not workflow or r.workflow == workflow or r.workflow.split("@", 1)[0] == workflow)
               and (not q or r.matches(q))]
     attention_ids = [i for s in ATTENTION for i in store.runs(s)[-SCAN_LIMIT:]]
-    attention = sorted((RunRow.of(s) for s in store.load_states(attention_ids).values()
+    attention = sorted((RunRow.of(s, opener) for s in store.load_states(attention_ids).values()
                         if s.status in ATTENTION),
                        key=lambda r: (ATTENTION.index(RunStatus(r.status)), -r.updated_at))
     shown, attention = _with_version_waits(store, picked[:limit], attention)

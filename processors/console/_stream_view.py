@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException
 
 from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS
 from runlog.processors.streams import StreamEntry, StreamReader
+from runlog.producers.internal import TEXT_PREFIX
 from runlog.schemas import RunlogError
 
 __all__ = ["run_stream", "start_offset"]
@@ -41,6 +42,12 @@ def start_offset(query_from: str | None, last_event_id: str | None) -> int:
     return value
 
 
+def _shown(text: str | None) -> str | None:
+    """A record's text or data as the reader may see it: one left sealed (a reader who has not
+    signed in) is ``[sealed]``."""
+    return "[sealed]" if text is not None and text.startswith(TEXT_PREFIX) else text
+
+
 def _event(entry: StreamEntry) -> bytes:
     r, err = entry.record, entry.error
     if r is None:
@@ -49,7 +56,7 @@ def _event(entry: StreamEntry) -> bytes:
     else:
         kind, doc = "record", {"offset": entry.offset, "kind": r.kind.value, "call_id": r.call_id,
                                "stage": r.stage, "epoch": r.epoch, "attempt": r.attempt, "index": r.index,
-                               "part": r.part, "text": r.text, "data": r.data}
+                               "part": r.part, "text": _shown(r.text), "data": _shown(r.data)}
     return f"event: {kind}\nid: {entry.offset}\ndata: {json.dumps(doc)}\n\n".encode()
 
 
@@ -61,7 +68,9 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
         raise web.HTTPBadRequest(text="bad run id")
     offset = start_offset(request.query.get("from"), request.headers.get("Last-Event-ID"))
     try:
-        reader = await console.call(StreamReader, console.settings, run_id, from_offset=offset)
+        # the texts opened for a signed-in reader only (Console.opens_payloads); [sealed] for others
+        reader = await console.call(lambda: StreamReader(console.settings, run_id, from_offset=offset,
+                                                         opened=console.opens_payloads(request)))
     except RunlogError as err:
         why = console.guard.mask_text(f"{type(err).__name__}: {err}")
         raise web.HTTPServiceUnavailable(text=why) from None

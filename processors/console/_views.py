@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -16,7 +17,7 @@ from runlog.processors.console._console import CONSOLE, SECURITY_HEADERS, SESSIO
 from runlog.processors.console._guard import COOKIE
 from runlog.processors.console._queues_view import fleet_waits
 from runlog.processors.console._reads import RunFollower, list_runs, read_health, timeline_items
-from runlog.processors.inspect import usage_doc
+from runlog.processors.inspect import redact_text, usage_doc
 from runlog.processors.inspect.children import ChildNode, child_tree
 from runlog.processors.operate import load_run
 from runlog.processors.resume._drains import OPEN, version_table
@@ -64,8 +65,9 @@ def _filters(request: web.Request) -> dict[str, str]:
 async def _runs(request: web.Request) -> tuple[Console, dict[str, Any]]:
     console = request.app[CONSOLE]
     f = _filters(request)
+    opener = console.opener(request)
     page = await console.call(lambda: list_runs(console.store(), status=f["status"],
-                                                workflow=f["workflow"], q=f["q"]))
+                                                workflow=f["workflow"], q=f["q"], opener=opener))
     return console, {"runs": page, "filters": f, "statuses": [s.value for s in RunStatus]}
 
 
@@ -148,10 +150,15 @@ def _actions_key(state: RunState | None, has_app: bool) -> str:
     return f"{state.status.value}|{opened}|{waiting}|{int(has_app)}"
 
 
-def _run_context(console: Console, follower: RunFollower, projected: RunState | None) -> dict[str, Any]:
-    run = follower.view()
+def _run_context(console: Console, follower: RunFollower, projected: RunState | None,
+                 opener: Callable[[str], str] = str) -> dict[str, Any]:
+    run = follower.view(opener)
     state = follower.state
+    shown = state or projected
+    err = shown.last_error if shown is not None else None
     return {
+        # why it stopped: opened for a signed-in reader (Console.opener), else a sealed text is [sealed]
+        "reason": "" if err is None else redact_text(f"{err.kind}: {opener(err.message)}"),
         "run_id": follower.run_id,
         "run": run,
         "state": state,
@@ -187,7 +194,7 @@ def _run_id(request: web.Request) -> str:
 async def run_page(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     follower, projected = await _follow(console, _run_id(request))
-    ctx = _run_context(console, follower, projected)
+    ctx = _run_context(console, follower, projected, console.opener(request))
     if ctx["run"] is None and projected is None:
         return console.page(request, "error.html.j2", status=404, title="No such run",
                             message=f"no run {follower.run_id!r} on the events topic {console.topics.events} "
@@ -210,7 +217,7 @@ def _family(console: Console, state: RunState) -> ChildNode:
 
 def _update(console: Console, request: web.Request, follower: RunFollower) -> dict[str, Any]:
     """One live update: the replaced parts of the page and what the actions depend on."""
-    ctx = {**console.context(request), **_run_context(console, follower, None)}
+    ctx = {**console.context(request), **_run_context(console, follower, None, console.opener(request))}
     state = follower.state
     return {
         "run_id": follower.run_id,
@@ -275,7 +282,7 @@ async def run_json(request: web.Request) -> web.Response:
     """The run as the audit report shows it (``?after=N`` keeps only events after the first N)."""
     console = request.app[CONSOLE]
     follower, projected = await _follow(console, _run_id(request))
-    run = follower.view()
+    run = follower.view(console.opener(request))
     if run is None:
         raise web.HTTPNotFound(text=f"no events of run {follower.run_id!r} on {console.topics.events}")
     try:

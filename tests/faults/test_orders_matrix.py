@@ -24,14 +24,13 @@ from runlog.processors.demo.client import WorldClient
 from runlog.processors.demo.run import wait_lease_gone
 from runlog.processors.demo.world import serve
 from runlog.processors.inspect import run_history
-from runlog.processors.resume import Resumer
 from runlog.producers.run._runs import run_id_for_key
 from runlog.schemas import EventType, Settings
 from tests.faults.machinery import PointEntry
 from tests.faults.machinery.points import boundaries, crash_points, expected_prefix
 from tests.faults.machinery.report import write_section
 from tests.integration.resume._orders import orders_app, spawn
-from tests.integration.resume._workers import finish
+from tests.integration.resume._workers import finish, resume_after_crash
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -68,9 +67,7 @@ def _point(settings: Settings, tmp: Path, point: str, ref_events: list,  # type:
         c["retry_names_the_same_run"] = rc == 0 and f"run_id={run_id}" in out
         outcome = "completed" if "completed=True" in out else ""
         if not outcome:
-            wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 6)
-            with Resumer(settings, orders_app(world)) as r:
-                res = r.resume(run_id)
+            res = resume_after_crash(settings, orders_app(world), run_id)
             outcome = res.result
             entry.detail["resume"] = {"result": res.result, "detail": res.detail[:300],
                                       "effects": [e.action for e in res.plan.effects]}

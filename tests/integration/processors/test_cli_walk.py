@@ -49,7 +49,8 @@ def _walk(argvs: list[list[str]], env: dict[str, str], cwd: Path) -> list[tuple[
                               text=True, timeout=120)
         return " ".join(argv), proc.returncode, proc.stderr
 
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    # 8 at once: most of a walk's time is commands waiting on a service that does not answer
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
         return list(pool.map(run, argvs))
 
 

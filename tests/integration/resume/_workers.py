@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from runlog.schemas.settings import Settings
 from tests._fork import ForkedWorker, start
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 """The repository root (not imported from ``tests.conftest``: a worker process has no use for pytest,
 and importing it costs each of the fault suite's hundreds of worker processes a second of start-up)."""
 
-__all__ = ["Worker", "finish", "spawn_worker"]
+__all__ = ["Worker", "finish", "resume_after_crash", "spawn_worker"]
 
 
 def spawn_worker(module: str, args: list[str], settings: Settings, *, crash_at: str | None = None,
@@ -40,3 +41,22 @@ def finish(proc: Worker, log: Path, timeout_s: float = 120) -> tuple[int, str]:
         out, err = proc.communicate()
     log.write_text(out + err)
     return proc.returncode, out
+
+
+def resume_after_crash(settings: Settings, app: Any, run_id: str, *, tries: int = 4) -> Any:
+    """Resume ``run_id`` with a :class:`~runlog.processors.resume.Resumer` on ``app`` once the dead
+    worker's lease is gone, as ``runlog resumer`` does: a ``contended`` outcome (the resume's own lease
+    starved of its heartbeat on a loaded machine with the short ttl these suites use, so it stopped)
+    is tried again after the lease is gone, up to ``tries`` times. The last outcome is returned,
+    ``contended`` included, so a resume that never gets the run still fails the test."""
+    from runlog.processors.demo.run import wait_lease_gone
+    from runlog.processors.resume import Resumer
+
+    ttl_s = settings.lease_ttl_ms / 1000
+    with Resumer(settings, app) as resumer:
+        for _ in range(tries):
+            wait_lease_gone(settings, run_id, ttl_s * 6 + 2)
+            outcome = resumer.resume(run_id)
+            if outcome.result != "contended":
+                break
+    return outcome

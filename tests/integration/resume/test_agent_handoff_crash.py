@@ -20,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runlog.processors.demo.run import wait_lease_gone
 from runlog.processors.inspect import run_history
-from runlog.processors.resume import Resumer
 from runlog.producers import LocalArtifactStore, Runner
 from runlog.projections import RunStatus
 from runlog.projections.fold import fold_all
@@ -38,7 +36,7 @@ from tests.integration.resume._handoff_agents import (
     World,
     app,
 )
-from tests.integration.resume._workers import finish, spawn_worker
+from tests.integration.resume._workers import finish, resume_after_crash, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 
@@ -85,12 +83,10 @@ def test_a_sub_agent_crashed_inside_its_child_run_resumes_without_asking_a_model
     assert at_kill[-1].call_id == LOOKUP_DONE[integration].split(":", 2)[2]
     assert world.asked() == [*PARENT_ASKS[integration][:1], CHILD_ASKS[0]] and world.lookups() == 1
 
-    wait_lease_gone(settings, child_id, settings.lease_ttl_ms / 1000 * 6)
-    with Resumer(settings, application) as r:
-        child = r.resume(child_id)
-        assert child.result == "completed", (child.result, child.detail)
-        parent = r.resume(parent_id)
-        assert parent.result == "completed", (parent.result, parent.detail)
+    child = resume_after_crash(settings, application, child_id)
+    assert child.result == "completed", (child.result, child.detail)
+    parent = resume_after_crash(settings, application, parent_id)
+    assert parent.result == "completed", (parent.result, parent.detail)
 
     asked = Counter(world.asked())
     assert asked == Counter([*PARENT_ASKS[integration], *CHILD_ASKS]), world.asked()  # each once

@@ -46,7 +46,7 @@ from tests.integration.resume._parallel_agent import (
     parallel_app,
     spawn,
 )
-from tests.integration.resume._workers import finish
+from tests.integration.resume._workers import finish, resume_after_crash
 
 pytestmark = pytest.mark.integration
 
@@ -182,13 +182,13 @@ def _point(settings: Settings, tmp: Path, i: int, point: str, turns: dict[str, i
     rc, out = finish(spawn(settings, d / "world", order=order, delays=delays,
                            sdk="async" if i % 2 else "sync", crash_at=point), d / "worker.log")
     c["killed_at_point"] = rc == -9
-    detail["worker_rc"] = rc  # not -9: the worker log (worker.log) says why
+    detail["worker_rc"] = rc
+    if rc != -9:  # the worker ended some other way: its last lines say why
+        detail["worker_log"] = (d / "worker.log").read_text()[-1500:]
     run_id = _run_id(out)
     crashed = _accepted(settings, run_id)
     recorded = {e.call_id for e in crashed if e.type is T.TOOL_RESULT}
-    wait_lease_gone(settings, run_id, settings.lease_ttl_ms / 1000 * 6)
-    with Resumer(settings, parallel_app(d / "world", resume_delays)) as r:
-        res = r.resume(run_id)
+    res = resume_after_crash(settings, parallel_app(d / "world", resume_delays), run_id)
     detail["resume"] = (res.result, res.detail[:300], [e.action for e in res.plan.effects])
     evs = _accepted(settings, run_id)
     types = [e.type for e in evs]

@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from runlog.processors.demo.run import wait_lease_gone
 from runlog.processors.inspect import run_history
-from runlog.processors.resume import Resumer
 from runlog.processors.streams import StreamReader, superseded
 from runlog.producers import LocalArtifactStore
 from runlog.schemas import EventType, Settings, StreamKind, StreamRecord
 from tests.integration.resume._streaming_agent import ANSWER, CHUNKS, MODEL_TOOL, spawn, talk_app
-from tests.integration.resume._workers import finish
+from tests.integration.resume._workers import finish, resume_after_crash
 
 pytestmark = [pytest.mark.integration]
 
@@ -28,9 +26,7 @@ def test_a_run_killed_mid_stream_marks_its_partial_output_superseded_and_streams
     rc, out = finish(spawn(settings, tmp_path / "world", kill_after=5), tmp_path / "worker.log")
     assert rc == -9, out
     run_id = next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("run_id="))
-    wait_lease_gone(settings, run_id, 10)
-    with Resumer(settings, talk_app(tmp_path / "world")) as r:
-        res = r.resume(run_id)
+    res = resume_after_crash(settings, talk_app(tmp_path / "world"), run_id)
     assert res.result == "completed", res.detail
     with StreamReader(settings, run_id, from_offset=0) as reader:
         entries = list(reader.follow(idle_timeout=5, until_final=True))

@@ -20,11 +20,9 @@ from prometheus_client import CollectorRegistry
 
 from runlog.processors.branch import branch_run
 from runlog.processors.cli import main
-from runlog.processors.demo.run import wait_lease_gone
 from runlog.processors.inspect import run_history
 from runlog.processors.metrics import ProjectorMetrics
 from runlog.processors.operate import retry_run
-from runlog.processors.resume import Resumer
 from runlog.producers import PriceTable
 from runlog.projections import BatchProjector, RawRecord, RedisStore, RunState
 from runlog.projections._usage import UsageTotals
@@ -43,7 +41,7 @@ from tests.integration.resume._usage_agent import (
     research_usage,
     usage_app,
 )
-from tests.integration.resume._workers import finish, spawn_worker
+from tests.integration.resume._workers import finish, resume_after_crash, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 
@@ -126,9 +124,7 @@ def test_usage_is_counted_once_across_a_crash_a_resume_a_branch_and_a_rebuild(
     _project(settings, metrics)
     crashed = _states(settings, run_id)[run_id]
     assert crashed.usage.calls == 3 and crashed.status.value == "RUNNING"
-    wait_lease_gone(settings, run_id, 30)
-    with Resumer(settings, usage_app()) as r:
-        assert r.resume(run_id).result == "completed"
+    assert resume_after_crash(settings, usage_app(), run_id).result == "completed"
     _project(settings, metrics)
     states = _states(settings, ref_id, run_id)
     for s in states.values():  # the resumed run spent what the uncrashed one did, counted once
