@@ -15,6 +15,7 @@ A sealed *string* field is ``rlenc1:`` followed by the envelope of its UTF-8 byt
 - ``error.message`` of every event (a failing tool's exception text, a verification's details, an
   operator's cancel reason), except the machine-made messages of :data:`READABLE_ERROR_KINDS`, which
   the machinery parses (an effect in doubt names its delivery key and run);
+- the ``detail`` of each verification rule's result (a rule's failure may quote the output it checked);
 - the attributes named in :data:`SEALED_ATTRIBUTES` (an operator's ``reason`` / ``why``).
 
 Readers open them with :meth:`TextSealer.open` (``[erased]`` for an erased subject, the sealed text as it
@@ -134,6 +135,10 @@ class TextSealer:
         err = out.get("error")
         if err is not None and err.message and err.kind not in READABLE_ERROR_KINDS:
             out["error"] = dataclasses.replace(err, message=self.seal(subject, err.message))
+        rules = out.get("verification")
+        if rules and any(r.detail for r in rules):  # a rule's detail may quote the output it checked
+            out["verification"] = tuple(dataclasses.replace(r, detail=self.seal(subject, r.detail))
+                                        if r.detail else r for r in rules)
         attrs = out.get("attributes")
         if attrs and not SEALED_ATTRIBUTES.isdisjoint(attrs):
             out["attributes"] = {k: self.seal(subject, v) if k in SEALED_ATTRIBUTES else v

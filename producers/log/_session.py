@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["AppendResult", "RunSession", "SpendGuard"]
 
 
+_TEXT_FIELDS = frozenset({"error", "attributes", "verification"})
+"""The event fields that may carry free text to seal (:meth:`TextSealer.seal_fields`)."""
+
 class SpendGuard(Protocol):
     """What a session carries for its run's tool calls to check (the calls' ``BudgetGuard``); the session
     only holds it."""
@@ -227,7 +230,7 @@ class RunSession:
                  confirm: bool) -> tuple[_Ack | None, RunEvent, str, bool]:
         ack = _Ack() if confirm else None
         texts = self.writer.texts
-        if texts is not None and self.seal_texts and ("error" in fields or "attributes" in fields):
+        if texts is not None and self.seal_texts and not _TEXT_FIELDS.isdisjoint(fields):
             fields = texts.seal_fields(self.subject, fields)
         with self._lock:
             self.check()

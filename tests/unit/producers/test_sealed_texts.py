@@ -18,7 +18,7 @@ from runlog.producers.internal import (
     store_from_settings,
     subject_keys,
 )
-from runlog.schemas import ErrorInfo, EventType, RunEvent, Settings
+from runlog.schemas import ErrorInfo, EventType, RuleResult, RunEvent, Settings
 
 
 def _log(tmp_path: Path, encryption: bool = True) -> InMemoryEventLog:
@@ -92,3 +92,22 @@ def test_runlog_show_opens_sealed_texts_with_the_keyring_and_masks_them_without(
     opened = render_timeline(history, store_from_settings(log.settings).open_text)
     assert "card 4242 of alice declined" in opened and "reason=alice asked" in opened
     assert redact_text("why: rlenc1:AAEC+/== and more") == "why: [sealed] and more"
+
+
+def test_verification_details_are_sealed_and_their_rules_stay_readable(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    run = f"run-{uuid.uuid4().hex}"
+    s = RunSession(log, InMemoryLeaseManager().acquire(run), run_id=run, next_seq=1,
+                   workflow=Workflow("w", "1"), inputs=PinnedInputs(DictInputSource({}), {}), params={})
+    s.subject = "cust-alice"
+    rules = (RuleResult("total_matches", False, "expected 4242 in the answer of alice"),
+             RuleResult("non_empty", True, None))
+    s.append(EventType.VERIFIED, stage="pay", verification=rules)
+    [verified] = log.events(run)
+    failed, passed = verified.verification
+    assert (failed.rule, failed.passed) == ("total_matches", False)
+    assert (passed.rule, passed.passed) == ("non_empty", True)
+    assert failed.detail is not None and failed.detail.startswith("rlenc1:") and "4242" not in failed.detail
+    assert passed.detail is None
+    opened = store_from_settings(log.settings).open_text(failed.detail)
+    assert opened == "expected 4242 in the answer of alice"
