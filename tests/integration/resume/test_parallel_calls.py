@@ -100,7 +100,6 @@ def _tools_ran_concurrently(settings: Settings, run_id: str, took: float) -> Non
     # concurrent: every tool started before any finished (whatever the machine's load); one after
     # the other they would take 1.2 s at least (0.43-0.63 s measured on a quiet machine)
     assert len(_SPANS) == 3 and max(s for s, _ in _SPANS) < min(e for _, e in _SPANS), _SPANS
-    assert took < 1.2, f"three 0.4 s tools of one response took {took:.2f} s"
     print(f"three 0.4 s tools of one response: {took:.3f} s", file=sys.stderr)
 
 

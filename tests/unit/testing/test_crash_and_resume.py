@@ -66,10 +66,10 @@ def world_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 def test_the_tutorial_crashed_before_its_effect_result_resumes_sending_once(
         greet: ModuleType, offline: None, world_settings: Settings) -> None:
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     world = InMemoryWorld(greet.app, settings=world_settings)
     result = world.crash_and_resume(greet.wf, {"to": "grace"}, at="before:EFFECT_RESULT")
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
 
     assert result.crashed_at == "before:EFFECT_RESULT:deliver/send/0"
     assert result.events_at_crash[-1].type is EventType.EFFECT_INTENT  # sent, but the log never knew
@@ -78,7 +78,9 @@ def test_the_tutorial_crashed_before_its_effect_result_resumes_sending_once(
     assert result.executions["compose"] == 1  # its recorded result was reused
     assert len(list(Path("outbox").iterdir())) == 1
     assert EventType.EFFECT_RECONCILED in result.types()
-    assert took < 1.0, f"crash and resume took {took:.3f} s"
+    # under a second of work (CPU time: the machine running the suite is shared and busy), and no wait
+    # hidden in it (a lease's ttl, a poll) on the wall clock either
+    assert cpu < 1.0 and took < 3.0, f"crash and resume took {cpu:.3f} s of CPU, {took:.3f} s"
 
 
 def test_a_safe_tool_whose_result_was_not_recorded_runs_again(greet: ModuleType, offline: None,
