@@ -242,7 +242,11 @@ class BenchEnv:
         if not self._cluster:
             if self._last_seqs_sha is None:
                 self._last_seqs_sha = str(self.redis.script_load(_LAST_SEQS))
-            vals = self.redis.evalsha(self._last_seqs_sha, len(keys), *keys)
+            try:
+                vals = self.redis.evalsha(self._last_seqs_sha, len(keys), *keys)
+            except redis.exceptions.NoScriptError:  # the script cache was flushed (a restart, SCRIPT FLUSH)
+                self._last_seqs_sha = str(self.redis.script_load(_LAST_SEQS))
+                vals = self.redis.evalsha(self._last_seqs_sha, len(keys), *keys)
             return [int(v) if v else 0 for v in vals]
         pipe = self.redis.pipeline(transaction=False)
         for r in run_ids:

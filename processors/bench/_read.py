@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import fastavro
+import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from runlog.processors.bench._env import BenchEnv, end_offsets, peak_rss_kib
@@ -142,11 +143,18 @@ class RawProjector:
         if self.store.cluster:
             self.store.apply(updates)
             return
-        pipe = self.store.client.pipeline(transaction=False)
-        for u in updates:
-            keys, argv = self.store.script_args(u)
-            pipe.evalsha(self.sha, len(keys), *keys, *argv)
-        pipe.execute()
+        args = [self.store.script_args(u) for u in updates]
+        for attempt in (1, 2):
+            pipe = self.store.client.pipeline(transaction=False)
+            for keys, argv in args:
+                pipe.evalsha(self.sha, len(keys), *keys, *argv)
+            try:
+                pipe.execute()
+                return
+            except redis.exceptions.NoScriptError:  # the script cache was flushed: load it again, once
+                if attempt == 2:
+                    raise
+                self.sha = str(self.store.client.script_load(apply_script()))
 
 
 def consume_and_apply(settings: Settings, topic: str, rp: RawProjector, *, batch: int,
