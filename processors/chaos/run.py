@@ -22,6 +22,7 @@ from runlog.processors.admin import ensure_topics
 from runlog.processors.chaos.count import Count, gather
 from runlog.processors.chaos.faults import KINDS, Action, Scheduler, plan
 from runlog.processors.chaos.fleet import Fleet
+from runlog.processors.chaos.reaper import MARK, Reaper
 from runlog.processors.chaos.services import ROLES, Services, stop_process
 from runlog.processors.chaos.workload import Workload
 from runlog.processors.demo.world import serve
@@ -74,6 +75,8 @@ def _env(settings: Settings, world_url: str) -> dict[str, str]:
            ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
     env.update(settings.with_(metrics_port=0).to_env())
     env["RUNLOG_DEMO_WORLD_URL"] = world_url
+    if MARK in os.environ:  # the run's mark (Reaper), which the RUNLOG_ filter above left out
+        env[MARK] = os.environ[MARK]
     env["PYTHONPATH"] = _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
     return env
 
@@ -189,12 +192,19 @@ def _unfinished(harness: Settings, runs: list[str]) -> list[str]:
 
 
 def run_chaos(opts: ChaosOptions, say: Callable[[str], None]) -> ChaosResult:
-    """Run it (see the module's docstring); ``say`` gets the progress lines."""
+    """Run it (see the module's docstring); ``say`` gets the progress lines. Every process it starts
+    carries its mark, and is SIGKILLed should this process be killed before it stops them
+    (:class:`~runlog.processors.chaos.reaper.Reaper`)."""
+    with Reaper() as reaper:
+        return _run_chaos(opts, say, reaper)
+
+
+def _run_chaos(opts: ChaosOptions, say: Callable[[str], None], reaper: Reaper) -> ChaosResult:
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     t_start = time.monotonic()
     opts.workdir.mkdir(parents=True, exist_ok=True)
-    services = Services(opts.workdir / "services")
+    services = Services(opts.workdir / "services", reaper=reaper)
     say(f"chaos: seed {seed}, {opts.duration:.0f}s of faults, {opts.in_flight} runs in flight, "
         f"files in {opts.workdir}")
     services.start()

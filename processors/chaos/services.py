@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runlog.processors.chaos.reaper import Reaper
 from runlog.processors.chaos.toxiproxy import Toxiproxy
 from runlog.schemas import ConfigError, Settings
 
@@ -168,6 +169,8 @@ class Services:
     _broker: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _redis: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _redis_port: int = field(init=False, default=0)
+    reaper: Reaper | None = None
+    """Told each service's pid as it starts (:meth:`Reaper.track`): SIGKILLed should the run be killed."""
     _broker_cmd: list[str] = field(init=False, default_factory=list)
 
     # -- start and stop -----------------------------------------------------------------------
@@ -199,6 +202,10 @@ class Services:
                                dict(zip(roles, proxied, strict=True)))
         self.start_broker()
 
+    def _track(self, proc: subprocess.Popen[bytes]) -> None:
+        if self.reaper is not None:
+            self.reaper.track(proc.pid)
+
     def stop(self) -> None:
         """Stop everything this object started (SIGTERM, then SIGKILL)."""
         stop_process(self._broker)
@@ -210,6 +217,7 @@ class Services:
             self._tp = subprocess.Popen([str(_toxiproxy_bin()), "-host", "127.0.0.1", "-port", str(port)],
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                         start_new_session=True)
+        self._track(self._tp)
         self.proxy = Toxiproxy(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 20
         while True:
@@ -238,6 +246,7 @@ class Services:
                 [server, "--port", str(self._redis_port), "--bind", "127.0.0.1", "--dir", str(d),
                  "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "yes"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        self._track(self._redis)
         deadline = time.monotonic() + 30
         import redis
 
@@ -270,6 +279,7 @@ class Services:
         with open(self.root / "kafka" / "kafka.out", "ab") as out:
             self._broker = subprocess.Popen(self._broker_cmd, stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=out, start_new_session=True)
+        self._track(self._broker)
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
