@@ -12,28 +12,20 @@ from typing import Any
 
 import pytest
 
-from runlog.producers import DictInputSource, Runner, Workflow, tool
+from runlog.producers import DictInputSource, Runner
 from runlog.producers.internal import run_id_for_key
 from runlog.producers.streams import StreamWriter
 from runlog.schemas import RunFailed, Settings
 from tests.integration.console.conftest import TOKEN, console, csrf_of, post_action, project
 from tests.integration.console.test_stream_view import _events
+from tests.integration.resume._toy import failing
 
 pytestmark = pytest.mark.integration
 
 
 def _failed_run(settings: Settings, secret: str) -> str:
     """A run whose tool fails with ``secret`` in its message: its id."""
-    wf = Workflow(f"sealedshown{uuid.uuid4().hex[:6]}", "1")
-
-    @tool(f"{wf.name}_charge")
-    def charge(call: Any, q: str) -> dict[str, Any]:
-        raise ValueError(f"card of {q} declined")
-
-    @wf.stage("pay")
-    def pay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        return dict(ctx.call(charge, q=ctx.params["q"]))
-
+    wf, _ = failing(f"sealedshown{uuid.uuid4().hex[:6]}")
     key = f"dora-{uuid.uuid4().hex}"
     with Runner.from_settings(settings, source=DictInputSource({})) as runner, \
             pytest.raises((ValueError, RunFailed)):

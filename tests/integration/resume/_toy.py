@@ -72,6 +72,21 @@ def toy(name: str) -> Toy:
     return t
 
 
+def failing(name: str) -> tuple[Workflow, Tool]:
+    """A one-stage workflow whose tool raises an error carrying the run's parameter ``q``."""
+    wf = Workflow(name, "1")
+
+    @tool(f"{name}_charge")
+    def charge(call: Any, q: str) -> dict[str, Any]:
+        raise ValueError(f"card of {q} declined")
+
+    @wf.stage("pay")
+    def pay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        return dict(ctx.call(charge, q=ctx.params["q"]))
+
+    return wf, charge
+
+
 def crash(settings: Settings, t: Toy, q: str = "x") -> str:
     """Start a run of ``t`` and crash it in ``finish`` (its lease is left to expire); its run id."""
     t.crashing = True

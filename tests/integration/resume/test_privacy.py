@@ -23,12 +23,12 @@ from runlog.processors.erase import erase_subject
 from runlog.processors.operate import cancel_run
 from runlog.processors.resume import Resumer
 from runlog.processors.schedule import ScheduleBook
-from runlog.producers import DictInputSource, Runner, Schedule, Tool, Workflow, tool
+from runlog.producers import DictInputSource, Runner, Schedule
 from runlog.producers.internal import store_from_settings
 from runlog.projections import RunStatus
 from runlog.schemas import EventType, RunFailed, Settings
 from runlog.schemas.errors import SubjectErased
-from tests.integration.resume._toy import Abandon, Toy, toy
+from tests.integration.resume._toy import Abandon, Toy, failing, toy
 from tests.integration.resume.conftest import accepted, log_of
 
 pytestmark = pytest.mark.integration
@@ -208,26 +208,11 @@ def test_erase_refuses_without_encryption_and_without_who_or_why(topics: Setting
         erase_subject(sealed, " ", by="me", reason="why")
 
 
-def _failing(name: str) -> tuple[Workflow, Tool]:
-    """A one-stage workflow whose tool raises an error carrying the run's parameter ``q``."""
-    wf = Workflow(name, "1")
-
-    @tool(f"{name}_charge")
-    def charge(call: Any, q: str) -> dict[str, Any]:
-        raise ValueError(f"card of {q} declined")
-
-    @wf.stage("pay")
-    def pay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        return dict(ctx.call(charge, q=ctx.params["q"]))
-
-    return wf, charge
-
-
 def _plant(settings: Settings, t: Toy, tag: str, subject: str | None) -> dict[str, str]:
     """A failing tool whose message, an operator's cancel reason and a schedule's params each carry a
     string of their own (``tag`` + a random part); the strings by path."""
     strings = {k: f"{tag}-{k}-{uuid.uuid4().hex}" for k in ("error", "reason", "schedule")}
-    wf, _ = _failing(f"{t.name}fail")
+    wf, _ = failing(f"{t.name}fail")
     with Runner.from_settings(settings, source=DictInputSource({})) as runner, \
             pytest.raises((ValueError, RunFailed)):
         runner.run(wf, {"q": strings["error"]}, subject=subject)
