@@ -32,6 +32,7 @@ __all__ = [
     "check_redis",
     "ensure_topics",
     "inspect_topic",
+    "probe_kafka",
     "redis_client",
 ]
 
@@ -54,6 +55,17 @@ class TopicReport:
 
 def admin_client(settings: Settings) -> AdminClient:
     return AdminClient(settings.admin_config())
+
+
+def probe_kafka(settings: Settings, timeout: float = 10.0) -> None:
+    """One metadata request, which any client the brokers accept may make: ServiceUnavailable when no
+    broker answers within ``timeout`` (AuthenticationFailed when one refuses the credentials)."""
+    admin = admin_client(settings)
+    try:
+        served(admin, lambda t: admin.list_topics(timeout=t), timeout)
+    except KafkaException as err:
+        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "
+                                 f"{err}") from err
 
 
 def _topic_metadata(admin: AdminClient, timeout: float) -> dict[str, Any]:
