@@ -61,6 +61,10 @@ def _code(err: KafkaException) -> int | None:
     return kerr.code() if isinstance(kerr, KafkaError) else None
 
 
+_MISSING = "does it exist? check RUNLOG_TOPIC_PREFIX, or create the topics with `runlog init`"
+"""What a topic that stays unknown to the brokers may mean, said with the error."""
+
+
 def watermarks(
     consumer: Any, topic: str, partitions: list[int] | None = None, timeout: float = 10.0
 ) -> dict[int, tuple[int, int]]:
@@ -83,15 +87,19 @@ def watermarks(
                                    RETRIABLE_METADATA_ERRORS):
                     raise RunlogError(f"topic {topic!r} not found")
                 parts = sorted(tmd.partitions) if tmd.error is None and tmd.partitions else []
+                unknown = tmd.error is not None and tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
             else:
-                parts = list(partitions)
+                parts, unknown = list(partitions), False
             if parts:
                 return {p: _watermark(consumer, TopicPartition(topic, p), left) for p in parts}
-            last: str = "no partitions in metadata yet"
+            last: str = f"the brokers do not know this topic ({_MISSING})" if unknown else \
+                "no partitions in metadata yet"
         except KafkaException as err:
             if _code(err) not in RETRIABLE_METADATA_ERRORS:
                 raise RunlogError(f"reading watermarks of {topic!r} failed: {err}") from err
             last = str(err)
+            if _code(err) in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                last += f" ({_MISSING})"
         if time.monotonic() + delay > deadline:
             raise LogUnavailable(f"reading watermarks of {topic!r} failed: {last}")
         time.sleep(delay)
