@@ -104,8 +104,11 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/integration/cluster/": "redis-cluster",
     # one Schema Registry server (a JVM) per session, started and stopped by its session fixture
     "tests/integration/schemas/test_registry_mode.py": "schema-registry",
-    # one SASL/TLS broker (a JVM) per module
+    # one SASL/TLS broker (a JVM) per worker, started by the session fixture ``secure_broker`` of the
+    # first test that asks for it: every module using it in one group, or each worker starts its own
     "tests/integration/processors/test_projector_settings_sasl.py": "sasl-broker",
+    "tests/integration/processors/test_wrong_credentials.py": "sasl-broker",
+    "tests/integration/processors/test_acl_and_runs.py": "sasl-broker",
     # the audit world (a demo run and more) is built once per package
     "tests/integration/audit/": "audit-world",
     # each fault module gathers its points in module state and writes its section of the fault report

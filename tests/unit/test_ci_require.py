@@ -40,3 +40,16 @@ def test_groups_keep_shared_services_and_fault_modules_in_one_worker() -> None:
         "tests/faults/test_bad_input.py"
     assert xdist_group("tests/integration/resume/test_waits.py::test_z") is None
     assert all(p.startswith("tests/") for p in [*XDIST_GROUPS, *SERIAL])
+
+
+def test_every_module_using_the_sasl_broker_shares_its_group() -> None:
+    """The SASL/TLS broker is a session fixture: a module asking for it outside the group would make a
+    second worker start a broker of its own (a JVM, tens of seconds of the parallel run's two cores)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    users = sorted(p.relative_to(root).as_posix() for p in (root / "tests").rglob("test_*.py")
+                   if re.search(r"\bsecure_broker\b\s*[:,)]", p.read_text()))
+    assert len(users) >= 3, users
+    assert {u: xdist_group(u) for u in users} == dict.fromkeys(users, "sasl-broker")
