@@ -87,6 +87,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " Toxiproxy from there"),
     ("RUNLOG_JAVA", "", "the `java` `runlog chaos` starts its private broker with (unset: JAVA_HOME's, then"
      " the PATH's)"),
+    ("RUNLOG_CHAOS_RUN", "", "set by `runlog chaos` in the environment of every process it starts (its"
+     " run's id): should the run be killed, its watchdog kills the processes carrying it; not a setting"),
     ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
     ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
      " pages still readable)"),
