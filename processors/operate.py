@@ -169,6 +169,10 @@ def take_lease(settings: Settings, runner: Runner, state: RunState, *, by: str, 
     if confirmed is None or confirmed.epoch != session.epoch or confirmed.last_seq != session.last_seq:
         session.close(release=True)
         return None
+    # the tail's read can outlast a heartbeat on a loaded machine (the heartbeat thread waits for a
+    # turn): extend the lease now, so the operator's append next is checked against this round trip;
+    # one that expired meanwhile is lost, and the append refuses with nothing written
+    session.lease.heartbeat()
     return session, confirmed
 
 

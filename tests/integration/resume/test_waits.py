@@ -182,3 +182,27 @@ def _thousand_waiting_runs(topics: Settings, runner: Runner) -> None:
     assert _leases(topics) == 0
     print(f"{n} runs: started and waiting in {started:.1f} s, approved and completed in {finished:.1f} s; "
           f"threads {threads_before} -> {threading.active_count()}", flush=True)
+
+
+def test_a_signal_after_a_slow_read_of_the_runs_tail_is_delivered(topics: Settings, runner: Runner,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's lease goes longer than its heartbeat allows without one while the run's tail is read
+    (a loaded machine: the heartbeat thread waits for its turn): the lease is extended before the
+    signal is appended, so the approval is delivered instead of refused with LeaseLost."""
+    import runlog.processors.operate as operate
+
+    wf = _workflow()
+    res = runner.run(wf, {"order": "o-slow-tail"})
+    assert res.waiting == "approval"
+    read = operate.read_run_tail
+
+    def starved(*args: Any, **kwargs: Any) -> Any:
+        got = read(*args, **kwargs)
+        for lease in list(runner.leases._leases.values()):  # no heartbeat for most of the ttl
+            lease._last_ok -= topics.lease_ttl_ms / 1000 * 0.8
+        return got
+
+    monkeypatch.setattr(operate, "read_run_tail", starved)
+    out = approve_run(topics, res.run_id, by="ops", runner=runner)
+    assert out.action == "signal:approval"
+    assert _types(topics, res.run_id)[-1] is EventType.SIGNAL_RECEIVED
