@@ -140,7 +140,6 @@ class RunFollower:
         doc["next_offset"] = self.next_offset
         return doc
 
-
     def _opened(self, event: Mapping[str, Any], opener: Callable[[str], str] | None) -> dict[str, str]:
         """The sealed texts of ``event`` opened by ``opener`` (none without one)."""
         sealed = self.sealed.get(event["offset"]) if opener is not None else None
