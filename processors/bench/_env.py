@@ -135,7 +135,8 @@ class BenchEnv:
                                artifact_root=os.path.join(self.workdir, "artifacts"))
         self.redis = redis_client(base)
         self._cluster = not isinstance(self.redis, redis.Redis)
-        self._last_seqs_sha: str | None = None
+        # a registered script loads itself again where the server lost it (a restart, SCRIPT FLUSH)
+        self._last_seqs = self.redis.register_script(_LAST_SEQS) if not self._cluster else None
         self._topics: list[str] = []
         self._children: list[BaseProcess] = []
         self._ctx = mp.get_context("spawn")
@@ -240,13 +241,8 @@ class BenchEnv:
         for the broker, Redis, the projector and the bench. A cluster gets the pipeline."""
         keys = [f"{prefix}:{{{r}}}:state" for r in run_ids]
         if not self._cluster:
-            if self._last_seqs_sha is None:
-                self._last_seqs_sha = str(self.redis.script_load(_LAST_SEQS))
-            try:
-                vals = self.redis.evalsha(self._last_seqs_sha, len(keys), *keys)
-            except redis.exceptions.NoScriptError:  # the script cache was flushed (a restart, SCRIPT FLUSH)
-                self._last_seqs_sha = str(self.redis.script_load(_LAST_SEQS))
-                vals = self.redis.evalsha(self._last_seqs_sha, len(keys), *keys)
+            assert self._last_seqs is not None
+            vals = self._last_seqs(keys=keys)
             return [int(v) if v else 0 for v in vals]
         pipe = self.redis.pipeline(transaction=False)
         for r in run_ids:
