@@ -60,19 +60,16 @@ def admin_client(settings: Settings) -> AdminClient:
 def probe_kafka(settings: Settings, timeout: float = 10.0) -> None:
     """One metadata request, which any client the brokers accept may make: ServiceUnavailable when no
     broker answers within ``timeout`` (AuthenticationFailed when one refuses the credentials)."""
-    admin = admin_client(settings)
-    try:
-        served(admin, lambda t: admin.list_topics(timeout=t), timeout)
-    except KafkaException as err:
-        raise ServiceUnavailable(f"Kafka at {settings.kafka_bootstrap_servers} did not answer: "
-                                 f"{err}") from err
+    _topic_metadata(admin_client(settings), timeout, settings.kafka_bootstrap_servers)
 
 
-def _topic_metadata(admin: AdminClient, timeout: float) -> dict[str, Any]:
+def _topic_metadata(admin: AdminClient, timeout: float, bootstrap: str = "") -> dict[str, Any]:
+    """Every topic's metadata (``bootstrap``: the servers to name should none answer)."""
     try:
         md = served(admin, lambda t: admin.list_topics(timeout=t), timeout)
     except KafkaException as err:
-        raise ServiceUnavailable(f"Kafka did not answer: {err}") from err
+        where = f" at {bootstrap}" if bootstrap else ""
+        raise ServiceUnavailable(f"Kafka{where} did not answer: {err}") from err
     return dict(md.topics)
 
 
