@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -19,16 +18,6 @@ _STATUSES = ["PENDING", "RUNNING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", 
 """``runlog.projections.RunStatus`` values (not imported here: the CLI imports drivers lazily), and
 ``SUBMITTED``: a submitted run waiting in a queue (``runlog queues``)."""
 
-
-
-def _opener(settings: Settings) -> Callable[[str], str]:
-    """Opens the sealed error messages and reasons of runs with the keyring (encryption on); as they are
-    otherwise (then shown ``[sealed]``)."""
-    if not settings.encryption:
-        return str
-    from runlog.producers.internal import store_from_settings
-
-    return store_from_settings(settings, inline=False).open_text
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("runs", help="list runs: workflow, status, why blocked or waiting, open effects, "
@@ -92,7 +81,7 @@ def _age(ms: int) -> str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from runlog.processors.inspect import run_summary, runs_from_log
+    from runlog.processors.inspect import run_summary, runs_from_log, text_opener
     from runlog.projections import RedisStore, RunState
     from runlog.projections.internal import READY
 
@@ -126,7 +115,7 @@ def _runs(args: argparse.Namespace) -> int:
         rows = sorted(runs_from_log(settings).values(), key=lambda s: (s.updated_at, s.run_id))
     if args.status:
         rows = [s for s in rows if s.status.value == args.status]
-    opener = _opener(settings)
+    opener = text_opener(settings)
     docs = [run_summary(s, opener) for s in rows]
     known = {s.run_id for s in rows}
     queued = {r: w for r, w in _queue_waits(settings, None).items() if r not in known} \
@@ -246,6 +235,7 @@ def _show(args: argparse.Namespace) -> int:
         render_timeline,
         run_history,
         run_summary,
+        text_opener,
         usage_lines,
     )
     from runlog.processors.inspect.children import child_tree
@@ -267,7 +257,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"runlog show: no events for {args.run_id!r}", file=sys.stderr)
         return EXIT_FOUND
     state = history[-1].state
-    opener = _opener(settings)
+    opener = text_opener(settings)
     summary = run_summary(state, opener)
     calls = call_views(history)
     effects = [*state.open_intents, *sorted(state.closed_effects.values(), key=lambda e: e.seq)]

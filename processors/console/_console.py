@@ -16,7 +16,6 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from runlog.processors.console._guard import Guard
 from runlog.schemas import Settings, Topics, now_ms
-from runlog.schemas.errors import RunlogError
 
 if TYPE_CHECKING:
     from runlog.processors.resume import App
@@ -144,17 +143,9 @@ class Console:
             return str
         with self._lock:
             if self._opener is None:
-                from runlog.producers.internal import store_from_settings
+                from runlog.processors.inspect import text_opener
 
-                opens = store_from_settings(self.settings, inline=False).open_text
-
-                def opener(text: str) -> str:
-                    try:
-                        return opens(text)
-                    except RunlogError:  # a key this keyring does not hold: the text stays sealed
-                        return text
-
-                self._opener = opener
+                self._opener = text_opener(self.settings)
             return self._opener
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -17,7 +17,7 @@ from typing import Any
 
 from runlog.processors.inspect.calls import HOW, CallView, call_views
 from runlog.processors.inspect.log import LoggedEvent, partitions_of, run_history, runs_from_log
-from runlog.processors.inspect.payloads import payload_text, payload_value, redact, redact_text
+from runlog.processors.inspect.payloads import payload_text, payload_value, redact, redact_text, text_opener
 from runlog.processors.inspect.upgrades import describe_upgrade
 from runlog.projections import OutcomeKind, RunState, RunStatus
 from runlog.schemas import EventType
@@ -37,6 +37,7 @@ __all__ = [
     "run_history",
     "run_summary",
     "runs_from_log",
+    "text_opener",
     "usage_doc",
     "usage_lines",
 ]

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runlog.producers.internal import label
-from runlog.schemas import ArtifactRef
+from runlog.schemas import ArtifactRef, Settings
 
 if TYPE_CHECKING:
     from runlog.producers import ArtifactStore
 
 __all__ = ["MAX_ITEMS", "MAX_LINES", "MAX_STRING", "REDACTED", "inline_refs_named", "payload_text",
-           "payload_value", "redact", "redact_text"]
+           "payload_value", "redact", "redact_text", "text_opener"]
 
 _SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?$|^pwd$|secret|token|api[-_]?key|apikey|auth(orization)?$|credential|"
@@ -45,6 +45,17 @@ REDACTED = "[redacted]"
 
 _SEALED_TEXT = re.compile(r"rlenc1:[A-Za-z0-9+/=]+")
 """A sealed text field (:mod:`runlog.producers.base._envelope`) left unopened: shown as ``[sealed]``."""
+
+
+def text_opener(settings: Settings) -> Callable[[str], str]:
+    """Opens the sealed free text of events (error messages, operators' reasons) with the keyring when
+    encryption is on (``[erased]`` for an erased subject; a text whose key this keyring lacks stays
+    sealed); as they are otherwise. What is left sealed :func:`redact_text` shows as ``[sealed]``."""
+    if not settings.encryption:
+        return str
+    from runlog.producers.internal import store_from_settings
+
+    return store_from_settings(settings, inline=False).open_text
 
 
 def redact_text(text: str) -> str:
