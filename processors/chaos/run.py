@@ -22,7 +22,7 @@ from runlog.processors.admin import ensure_topics
 from runlog.processors.chaos.count import Count, gather
 from runlog.processors.chaos.faults import KINDS, Action, Scheduler, plan
 from runlog.processors.chaos.fleet import Fleet
-from runlog.processors.chaos.reaper import MARK, Reaper
+from runlog.processors.chaos.reaper import Reaper
 from runlog.processors.chaos.services import ROLES, Services, stop_process
 from runlog.processors.chaos.workload import Workload
 from runlog.processors.demo.world import serve
@@ -70,13 +70,12 @@ class ChaosResult:
     fault_log: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _env(settings: Settings, world_url: str) -> dict[str, str]:
+def _env(settings: Settings, world_url: str, reaper: Reaper) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOG_") and k not in
            ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
     env.update(settings.with_(metrics_port=0).to_env())
     env["RUNLOG_DEMO_WORLD_URL"] = world_url
-    if MARK in os.environ:  # the run's mark (Reaper), which the RUNLOG_ filter above left out
-        env[MARK] = os.environ[MARK]
+    env.update(reaper.env)  # the run's mark, which the RUNLOG_ filter above left out
     env["PYTHONPATH"] = _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
     return env
 
@@ -214,7 +213,7 @@ def _run_chaos(opts: ChaosOptions, say: Callable[[str], None], reaper: Reaper) -
                                      artifact_root=str(opts.workdir / "artifacts"))
     harness = services.settings(base, None)
     ensure_topics(harness)
-    envs = {role: _env(services.settings(base, role), world_url) for role in ROLES}
+    envs = {role: _env(services.settings(base, role), world_url, reaper) for role in ROLES}
     say(f"chaos: broker {services.internal}, redis {services.redis_direct}, world {world_url}, "
         f"toxiproxy {services.proxy.url}")
     fleet = Fleet({r: envs[r] for r in ("resumer", "projector")}, opts.workdir / "logs")
