@@ -21,7 +21,6 @@ from runlog.processors.audit import AuditOptions, audit
 from runlog.processors.demo.run import run_demo
 from runlog.processors.erase import erase_subject
 from runlog.processors.operate import cancel_run
-from runlog.processors.resume import Resumer
 from runlog.processors.schedule import ScheduleBook
 from runlog.producers import DictInputSource, Runner, Schedule
 from runlog.producers.internal import store_from_settings
@@ -29,6 +28,7 @@ from runlog.projections import RunStatus
 from runlog.schemas import EventType, RunFailed, Settings
 from runlog.schemas.errors import SubjectErased
 from tests.integration.resume._toy import Abandon, Toy, failing, toy
+from tests.integration.resume._workers import resume_after_crash
 from tests.integration.resume.conftest import accepted, log_of
 
 pytestmark = pytest.mark.integration
@@ -174,13 +174,7 @@ def test_erasing_one_of_two_subjects_blocks_its_runs_and_leaves_the_other_whole(
         runner.run(t.workflow, {"q": "again"}, subject="cust-alice")
 
     # bob's run resumes and completes, reusing his recorded lookup
-    app = t.app()
-    with Resumer(s, app) as resumer:
-        deadline = time.monotonic() + s.lease_ttl_ms / 1000 + 10
-        outcome = resumer.resume(bob)
-        while outcome.result == "contended" and time.monotonic() < deadline:  # the crashed writer's lease
-            time.sleep(0.5)
-            outcome = resumer.resume(bob)
+    outcome = resume_after_crash(s, t.app(), bob)  # once the crashed writer's lease is gone
     assert outcome.result == "completed", outcome
     assert t.calls["lookup"] == 3  # alice, bob, alice's finished run: none again on resume
     b_state = accepted(log_of(s, bob))[-1].state
