@@ -372,6 +372,9 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular
 """``json.dumps(v, separators=(",", ":"), sort_keys=True)``, built once; the values are built fresh
 from frozen records (no cycles), so the circular-reference check (it changes no text) is off."""
 
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
+"""A string's JSON text as :data:`_ENCODE` writes it (ASCII, escaped)."""
+
 _CALL_TEXTS: dict[int, tuple[CallRecord, str]] = {}
 _CALL_TEXTS_OLD: dict[int, tuple[CallRecord, str]] = {}
 CALL_TEXT_CACHE = 16_384
@@ -397,13 +400,58 @@ def _call_text(c: CallRecord) -> str:
     return hit[1]
 
 
+_STATE_FIELDS = tuple(f.name for f in fields(RunState))
+_before_recent = STATE_JSON.to_plain(
+    RunState, omit=[n for n in _STATE_FIELDS if n == "calls" or n >= "recent"])
+_after_recent = STATE_JSON.to_plain(
+    RunState, omit=[n for n in _STATE_FIELDS if n == "calls" or n <= "recent"], extra={"v": JSON_VERSION})
+"""The plain state's keys that sort before ``recent`` and after it (``calls`` apart in both):
+a snapshot's text is the encoding of each with the window's text between them."""
+
+_PAIR_TEXTS: dict[int, tuple[tuple[int, str], str]] = {}
+_PAIR_TEXTS_OLD: dict[int, tuple[tuple[int, str], str]] = {}
+PAIR_TEXT_CACHE = 65_536
+"""Entries per generation of the window-pair text cache (two generations are kept)."""
+
+
+def _pair_text(p: tuple[int, str]) -> str:
+    """``_ENCODE(list(p))`` of one pair of the ``recent`` window, cached by object identity as
+    :func:`_call_text` caches calls: a pair is shared by the 64 states whose window holds it."""
+    global _PAIR_TEXTS, _PAIR_TEXTS_OLD
+    k = id(p)
+    hit = _PAIR_TEXTS.get(k)
+    if hit is None or hit[0] is not p:
+        hit = _PAIR_TEXTS_OLD.get(k)
+        if hit is None or hit[0] is not p:
+            hit = (p, f"[{int(p[0])},{_encode_str(p[1])}]")
+        if len(_PAIR_TEXTS) >= PAIR_TEXT_CACHE:
+            _PAIR_TEXTS_OLD, _PAIR_TEXTS = _PAIR_TEXTS, {}
+        _PAIR_TEXTS[k] = hit
+    return hit[1]
+
+
+def _rest_text(s: RunState) -> str:
+    """``_ENCODE(_state_dict_but_calls(s))``, with the ``recent`` window's text put together apart.
+
+    The window is most of a snapshot's text (64 seq and digest pairs, about 2 KB) and what the
+    generic encoder was slowest at (a list per pair); each pair's text is made once
+    (:func:`_pair_text`). The keys sorting before ``recent`` and those after it are encoded apart
+    and the three texts joined, as the encoder would have written them in one."""
+    texts = _PAIR_TEXTS  # looked up inline: a call per pair was most of the window's cost
+    pairs = [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _pair_text(p) for p in s.recent]
+    before = _ENCODE(_before_recent(s))
+    after = _ENCODE(_after_recent(s))
+    return (before[:-1] + ("," if len(before) > 2 else "") + '"recent":[' + ",".join(pairs) + "],"
+            + after[1:])
+
+
 def state_to_json(s: RunState) -> str:
     """A canonical JSON text: equal states give equal texts (keys and maps sorted).
 
     The text of ``json.dumps(state_to_dict(s), separators=(",", ":"), sort_keys=True)``, built as
     ``{"calls":[...],`` (``calls`` sorts first among the keys) followed by the encoding of the
     other keys, with each call's text from :func:`_call_text`."""
-    rest = _ENCODE(_state_dict_but_calls(s))
+    rest = _rest_text(s)
     calls = ",".join([_call_text(c) for _, c in sorted(s.calls.items())])
     return '{"calls":[' + calls + "]," + rest[1:]
 
@@ -415,7 +463,7 @@ def state_from_json(text: str | bytes) -> RunState:
 def state_to_json_but_calls(s: RunState) -> str:
     """:func:`state_to_json` of ``s`` with no calls: the snapshot a store keeps beside its calls
     when it keeps each call apart (:func:`call_to_json`)."""
-    return '{"calls":[],' + _ENCODE(_state_dict_but_calls(s))[1:]
+    return '{"calls":[],' + _rest_text(s)[1:]
 
 
 def call_to_json(c: CallRecord) -> str:

@@ -74,6 +74,7 @@ from runlog.projections._state import (
     effect_from_dict,
     state_from_dict,
 )
+from runlog.projections._wire import pipeline
 from runlog.projections.store import ApplyResult, RunUpdate
 from runlog.schemas.internal import is_cluster, redis_client
 from runlog.schemas.settings import Settings
@@ -355,9 +356,11 @@ class RedisStore:
         return [RESULTS[int(r)] for r in raw]
 
     def _run(self, args: list[tuple[list[str], list[str | int]]]) -> list[Any]:
+        if self._after_writes is None:  # packed by hiredis, below redis-py's pipeline (projections._wire)
+            sha = self._sha
+            return pipeline(self.client, [("EVALSHA", sha, len(keys), *keys, *argv) for keys, argv in args])
         pipe = self.client.pipeline(transaction=False)
         for keys, argv in args:
             pipe.evalsha(self._sha, len(keys), *keys, *argv)
-        check = self._after_writes(pipe, [k[0] for k, _ in args]) if self._after_writes else None
-        raw = list(pipe.execute(raise_on_error=False))
-        return check(raw) if check is not None else raw
+        check = self._after_writes(pipe, [k[0] for k, _ in args])  # WAIT for replicas after the writes
+        return check(list(pipe.execute(raise_on_error=False)))

@@ -1,0 +1,50 @@
+"""The run state's canonical JSON, put together in parts (calls, the recent window) for speed, is
+exactly ``json.dumps`` of its plain dict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runlog.processors.bench._events import history
+from runlog.projections import _state, fold_all
+from runlog.projections._state import evolve_state, state_to_dict, state_to_json, state_to_json_but_calls
+
+
+def _dumps(d: dict[str, object]) -> str:
+    return json.dumps(d, separators=(",", ":"), sort_keys=True)
+
+
+@pytest.mark.parametrize("events", [1, 2, 65, 130, 301])
+def test_texts_are_json_dumps_of_the_plain_state(events: int) -> None:
+    st = fold_all(history("run-text", 1, events))
+    assert st is not None and (events == 1 or st.recent)
+    assert state_to_json(st) == _dumps(state_to_dict(st))
+    assert state_to_json_but_calls(st) == _dumps({**state_to_dict(st), "calls": []})
+
+
+def test_a_window_digest_needing_escapes_and_user_texts_that_look_like_the_window() -> None:
+    st = fold_all(history("run-esc", 1, 3))
+    assert st is not None
+    odd = evolve_state(st, recent=((1, 'quo"te\\ \x00 é'), (2, "d2")),
+                       labels={"recent": '"recent":[[1,"x"]]', "\x00recent\x00": "\x00recent\x00"})
+    assert state_to_json(odd) == _dumps(state_to_dict(odd))
+    assert json.loads(state_to_json(odd))["labels"] == odd.labels
+
+
+def test_the_pair_cache_across_generations(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "PAIR_TEXT_CACHE", 8)  # a generation turns over every 8 new pairs
+    states = list(_fold_each(history("run-gen", 1, 200)))
+    for st in states[::7]:
+        assert state_to_json(st) == _dumps(state_to_dict(st))
+    assert len(_state._PAIR_TEXTS) <= 8
+
+
+def _fold_each(events):  # type: ignore[no-untyped-def]
+    from runlog.projections import fold
+
+    st = None
+    for i, ev in enumerate(events):
+        st, _ = fold(st, ev, (0, i))
+        yield st
