@@ -252,6 +252,23 @@ class Codec:
             raise DecodeError("oversized", f"{name} of {len(data)} bytes exceeds {self._max}")
         return data
 
+    def publish_writer_schemas(self, *types: type) -> None:
+        """Put the writer schemas of the record ``types`` on the schema log now (what the first
+        :meth:`encode` of each would do), so that first encode does not wait for the broker: a
+        writer on an event loop calls this on a thread before its first records. Without a schema
+        log, nothing.
+
+        Raises:
+            ConfigError: a type that is not a Runlog record.
+            LogUnavailable: the broker did not acknowledge them.
+        """
+        for t in types:
+            kind = KINDS.get(t)
+            if kind is None:
+                raise ConfigError(f"cannot encode {t.__name__}: not a Runlog record")
+            if self._schema_log is not None and kind.record_name not in self._published:
+                self._publish(kind.record_name)
+
     def _publish(self, name: str) -> None:
         """Put the writer schema of ``name`` on the schema log (once per codec; the log itself
         publishes a fingerprint once per process)."""

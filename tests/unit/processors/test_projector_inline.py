@@ -116,3 +116,29 @@ def test_a_lost_namespace_met_on_the_loop_is_recovered_by_the_worker(
     assert m.projector.inline_refused == 1
     assert "recover" in m.projector.namespace.calls  # type: ignore[attr-defined]
     assert store.inner.load_state("r0") == expected(log).load_state("r0")  # the recovery replays the log
+
+
+def test_writer_schemas_of_checkpoints_and_effects_are_published_on_the_worker_before_the_first_batch(
+        shutdown: Callable[[Member], None]) -> None:
+    """The first encode of a checkpoint would publish its writer schema and wait for the broker, on
+    the event loop (a stall of every record behind it): a member publishes them at start, on its
+    worker thread, and the loop's encodes publish nothing."""
+    from runlog.schemas import Codec
+
+    published: list[tuple[str, str]] = []
+
+    class Log:
+        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
+            published.append((record_name, threading.current_thread().name))
+
+        def lookup(self, fingerprint: bytes) -> None:
+            return None
+
+    log = the_log(stages=2)
+    m = inline_member(Group(log), Store())
+    shutdown(m)
+    m.projector.core.codec = Codec().with_schema_log(Log())
+    run(m, [log])
+    assert sorted(name for name, _ in published) == ["runlog.Checkpoint", "runlog.Effect"]
+    assert all(thread.startswith("project") for _, thread in published), published
+    assert m.checkpoints.sent, "the batch published checkpoints (encoded with the schemas published)"

@@ -165,3 +165,16 @@ def test_a_registry_codec_finds_a_single_object_fingerprint_among_the_registered
     codec = Codec(client)
     ev = codec.decode(_future_bytes(doc, fp, "RUN_FUTURE"), RunEvent)
     assert ev.type is EventType.UNKNOWN
+
+
+def test_writer_schemas_published_ahead_are_not_published_again_by_the_first_encode() -> None:
+    from runlog.schemas import Checkpoint, Effect
+
+    log = _Log()
+    codec = Codec().with_schema_log(log)
+    codec.publish_writer_schemas(Checkpoint, Effect)
+    assert set(log.docs) == {codec.fingerprint("runlog.Checkpoint"), codec.fingerprint("runlog.Effect")}
+    log.publish = lambda *a: pytest.fail("published again")  # type: ignore[method-assign]
+    codec.encode(Checkpoint("r1:1", "r1", 1, 0, 0, "work", 5))
+    with pytest.raises(ConfigError, match="not a Runlog record"):
+        codec.publish_writer_schemas(dict)
