@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
@@ -37,7 +38,8 @@ from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys, RunKeyStore
 from runlog.producers.run._start import _START_DOC, deactivating
-from runlog.schemas import ArtifactRef
+from runlog.schemas import ArtifactRef, Codec, RunEvent
+from runlog.schemas.errors import LogUnavailable
 from runlog.schemas.internal import aredis_client, redis_client
 from runlog.schemas.settings import Settings
 
@@ -74,6 +76,7 @@ class AsyncRunner(RunnerParts):
         self.executor = executor or ThreadPoolExecutor(max_threads, thread_name_prefix="runlog-async")
         self._loop_mode = LoopMode(self.executor)
         self._owned: list[Any] = []
+        self._schemas: asyncio.Future[None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, source: InputSource | None = None,
@@ -128,7 +131,21 @@ class AsyncRunner(RunnerParts):
             self.executor.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncRunner:
+        await self._writer_schemas()
         return self
+
+    async def _writer_schemas(self) -> None:
+        # The first encode of an event publishes the event's writer schema (the schema log) and
+        # waits for the broker's acknowledgement: on the loop, a stall of every run sharing it
+        # (about half a second on a busy host). Published once on a thread, before the first run
+        # starts or is taken over; the runs that come meanwhile wait for it without holding the loop.
+        codec = getattr(self.writer, "codec", None)
+        if not isinstance(codec, Codec):
+            return
+        if self._schemas is None:
+            self._schemas = asyncio.ensure_future(asyncio.to_thread(codec.publish_writer_schemas, RunEvent))
+        with contextlib.suppress(LogUnavailable):  # the first append tries again and reports it
+            await asyncio.shield(self._schemas)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -138,6 +155,7 @@ class AsyncRunner(RunnerParts):
                         parent_run_id: str | None = None, forked_from_seq: int | None = None,
                         budget: Budget | None = None, attributes: Mapping[str, str] | None = None,
                         subject: str | None = None) -> RunHandle:
+        await self._writer_schemas()
         return self.handing_out(await adrive(self.starts.start(workflow, params, inputs, idempotency_key,
                                                                parent_run_id, forked_from_seq, budget,
                                                                attributes, subject),
@@ -164,6 +182,7 @@ class AsyncRunner(RunnerParts):
                         attributes: Mapping[str, str] | None = None,
                         subject: str | None = None) -> RunSession:
         """:meth:`Runner.take_over`, awaited."""
+        await self._writer_schemas()
         return await adrive(self.starts.take_over(run_id, last_seq=last_seq, workflow=workflow,
                                                   input_versions=input_versions, params=params,
                                                   epoch=epoch, force=force, last_hash=last_hash,

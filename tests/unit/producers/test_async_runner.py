@@ -235,3 +235,31 @@ def test_many_async_runs_share_one_loop() -> None:
     results = arun(main)
     assert all(r.completed for r in results) and len({r.run_id for r in results}) == 200
     assert w.max_in_flight > 100  # the runs' tool calls overlapped on the one loop
+
+
+def test_the_event_writer_schema_is_published_off_the_loop_before_the_first_run() -> None:
+    """The first encode of an event publishes its writer schema and waits for the broker: the
+    AsyncRunner publishes it on a thread before its first run, so the loop never waits for it, and
+    runs started together publish it once."""
+    from runlog.schemas import Codec
+
+    published: list[tuple[str, str]] = []
+
+    class Log:
+        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
+            published.append((record_name, threading.current_thread().name))
+
+        def lookup(self, fingerprint: bytes) -> None:
+            return None
+
+    w = World()
+    w.log.codec = Codec().with_schema_log(Log())
+
+    async def main() -> list[Any]:
+        return list(await asyncio.gather(*(w.aio.run(w.workflow(), {"topic": t}) for t in ("a", "b", "c"))))
+
+    results = arun(main)
+    assert all(r.completed for r in results)
+    loop_thread = threading.main_thread().name
+    assert [name for name, _ in published if name == "runlog.RunEvent"] == ["runlog.RunEvent"]
+    assert all(thread != loop_thread for name, thread in published if name == "runlog.RunEvent"), published
