@@ -375,29 +375,38 @@ from frozen records (no cycles), so the circular-reference check (it changes no 
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
 """A string's JSON text as :data:`_ENCODE` writes it (ASCII, escaped)."""
 
-_CALL_TEXTS: dict[int, tuple[CallRecord, str]] = {}
-_CALL_TEXTS_OLD: dict[int, tuple[CallRecord, str]] = {}
-CALL_TEXT_CACHE = 16_384
-"""Entries per generation of the call-text cache (two generations are kept)."""
+class _IdentityTexts:
+    """Texts of immutable records, cached by object identity: a call record or a pair of the
+    ``recent`` window is shared by every later state of its run until it changes, so a run's
+    snapshot encodes only what changed since the last one. An entry holds its record, so the id
+    cannot be reused while it is cached. Bounded: when the current generation holds ``size``
+    entries it becomes the old one (entries used again are carried over) and the older one is
+    dropped."""
+
+    __slots__ = ("current", "make", "old", "size")
+
+    def __init__(self, make: Callable[[Any], str], size: int) -> None:
+        self.make = make
+        self.size = size
+        self.current: dict[int, tuple[Any, str]] = {}
+        self.old: dict[int, tuple[Any, str]] = {}
+
+    def text(self, obj: Any) -> str:
+        k = id(obj)
+        hit = self.current.get(k)
+        if hit is None or hit[0] is not obj:
+            hit = self.old.get(k)
+            if hit is None or hit[0] is not obj:
+                hit = (obj, self.make(obj))
+            if len(self.current) >= self.size:
+                self.old, self.current = self.current, {}
+            self.current[k] = hit
+        return hit[1]
 
 
-def _call_text(c: CallRecord) -> str:
-    """``_ENCODE(_call(c))``, cached by object identity: a call record is immutable and one record
-    is shared by every later state of its run until the call changes, so a run's snapshot encodes
-    only the calls that changed since the last one. An entry holds its record, so the id cannot be
-    reused while it is cached. Bounded: when a generation is full it becomes the old one (entries
-    used again are carried over) and the older one is dropped."""
-    global _CALL_TEXTS, _CALL_TEXTS_OLD
-    k = id(c)
-    hit = _CALL_TEXTS.get(k)
-    if hit is None or hit[0] is not c:
-        hit = _CALL_TEXTS_OLD.get(k)
-        if hit is None or hit[0] is not c:
-            hit = (c, _ENCODE(_call(c)))
-        if len(_CALL_TEXTS) >= CALL_TEXT_CACHE:
-            _CALL_TEXTS_OLD, _CALL_TEXTS = _CALL_TEXTS, {}
-        _CALL_TEXTS[k] = hit
-    return hit[1]
+_CALL_TEXTS = _IdentityTexts(lambda c: _ENCODE(_call(c)), 16_384)
+"""``_ENCODE(_call(c))`` of a call record (:class:`_IdentityTexts`)."""
+_call_text: Callable[[CallRecord], str] = _CALL_TEXTS.text
 
 
 _STATE_FIELDS = tuple(f.name for f in fields(RunState))
@@ -408,26 +417,9 @@ _after_recent = STATE_JSON.to_plain(
 """The plain state's keys that sort before ``recent`` and after it (``calls`` apart in both):
 a snapshot's text is the encoding of each with the window's text between them."""
 
-_PAIR_TEXTS: dict[int, tuple[tuple[int, str], str]] = {}
-_PAIR_TEXTS_OLD: dict[int, tuple[tuple[int, str], str]] = {}
-PAIR_TEXT_CACHE = 65_536
-"""Entries per generation of the window-pair text cache (two generations are kept)."""
-
-
-def _pair_text(p: tuple[int, str]) -> str:
-    """``_ENCODE(list(p))`` of one pair of the ``recent`` window, cached by object identity as
-    :func:`_call_text` caches calls: a pair is shared by the 64 states whose window holds it."""
-    global _PAIR_TEXTS, _PAIR_TEXTS_OLD
-    k = id(p)
-    hit = _PAIR_TEXTS.get(k)
-    if hit is None or hit[0] is not p:
-        hit = _PAIR_TEXTS_OLD.get(k)
-        if hit is None or hit[0] is not p:
-            hit = (p, f"[{int(p[0])},{_encode_str(p[1])}]")
-        if len(_PAIR_TEXTS) >= PAIR_TEXT_CACHE:
-            _PAIR_TEXTS_OLD, _PAIR_TEXTS = _PAIR_TEXTS, {}
-        _PAIR_TEXTS[k] = hit
-    return hit[1]
+_PAIR_TEXTS = _IdentityTexts(lambda p: f"[{int(p[0])},{_encode_str(p[1])}]", 65_536)
+"""``_ENCODE(list(p))`` of a pair of the ``recent`` window (:class:`_IdentityTexts`): a pair is
+shared by the 64 states whose window holds it."""
 
 
 def _rest_text(s: RunState) -> str:
@@ -435,10 +427,11 @@ def _rest_text(s: RunState) -> str:
 
     The window is most of a snapshot's text (64 seq and digest pairs, about 2 KB) and what the
     generic encoder was slowest at (a list per pair); each pair's text is made once
-    (:func:`_pair_text`). The keys sorting before ``recent`` and those after it are encoded apart
+    (:data:`_PAIR_TEXTS`). The keys sorting before ``recent`` and those after it are encoded apart
     and the three texts joined, as the encoder would have written them in one."""
-    texts = _PAIR_TEXTS  # looked up inline: a call per pair was most of the window's cost
-    pairs = [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _pair_text(p) for p in s.recent]
+    texts = _PAIR_TEXTS.current  # looked up inline: a call per pair was most of the window's cost
+    pairs = [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _PAIR_TEXTS.text(p)
+             for p in s.recent]
     before = _ENCODE(_before_recent(s))
     after = _ENCODE(_after_recent(s))
     return (before[:-1] + ("," if len(before) > 2 else "") + '"recent":[' + ",".join(pairs) + "],"

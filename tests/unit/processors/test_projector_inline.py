@@ -11,6 +11,7 @@ from typing import Any
 from runlog.projections import BatchProjector, MemoryStore
 from runlog.projections.redis_store import ProjectionLost
 from runlog.schemas import Checkpoint
+from tests.unit._schema_log import RecordingSchemaLog
 from tests.unit.processors.test_projector_rebalance import (
     TOPIC,
     TP,
@@ -125,19 +126,12 @@ def test_writer_schemas_of_checkpoints_and_effects_are_published_on_the_worker_b
     worker thread, and the loop's encodes publish nothing."""
     from runlog.schemas import Codec
 
-    published: list[tuple[str, str]] = []
-
-    class Log:
-        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
-            published.append((record_name, threading.current_thread().name))
-
-        def lookup(self, fingerprint: bytes) -> None:
-            return None
-
+    schema_log = RecordingSchemaLog()
+    published = schema_log.published
     log = the_log(stages=2)
     m = inline_member(Group(log), Store())
     shutdown(m)
-    m.projector.core.codec = Codec().with_schema_log(Log())
+    m.projector.core.codec = Codec().with_schema_log(schema_log)
     run(m, [log])
     assert sorted(name for name, _ in published) == ["runlog.Checkpoint", "runlog.Effect"]
     assert all(thread.startswith("project") for _, thread in published), published

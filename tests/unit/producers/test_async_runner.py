@@ -27,6 +27,7 @@ from runlog.producers.define._inputs import DictInputSource
 from runlog.projections import RunStatus
 from runlog.projections.fold import fold_all
 from runlog.schemas import EventType, ReplayPolicy, RunEvent
+from tests.unit._schema_log import RecordingSchemaLog
 from tests.unit.producers._replay import MemoryWorld, again_async
 
 T = EventType
@@ -243,17 +244,10 @@ def test_the_event_writer_schema_is_published_off_the_loop_before_the_first_run(
     runs started together publish it once."""
     from runlog.schemas import Codec
 
-    published: list[tuple[str, str]] = []
-
-    class Log:
-        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
-            published.append((record_name, threading.current_thread().name))
-
-        def lookup(self, fingerprint: bytes) -> None:
-            return None
-
+    schema_log = RecordingSchemaLog()
+    published = schema_log.published
     w = World()
-    w.log.codec = Codec().with_schema_log(Log())
+    w.log.codec = Codec().with_schema_log(schema_log)
 
     async def main() -> list[Any]:
         return list(await asyncio.gather(*(w.aio.run(w.workflow(), {"topic": t}) for t in ("a", "b", "c"))))

@@ -128,7 +128,7 @@ def test_state_json_is_the_plain_encoding_of_the_state_dict(monkeypatch: pytest.
         assert state_to_json(s) == _reference_json(s)
         assert RunState.from_json(state_to_json(s)) == s
     state_module = importlib.import_module("runlog.projections._state")
-    monkeypatch.setattr(state_module, "CALL_TEXT_CACHE", 3)
+    monkeypatch.setattr(state_module._CALL_TEXTS, "size", 3)
     for s in states:
         assert state_to_json(s) == _reference_json(s)
     changed = {k: evolve_call(c, status=CallStatus.RESULT) for k, c in odd.calls.items()}

@@ -34,11 +34,11 @@ def test_a_window_digest_needing_escapes_and_user_texts_that_look_like_the_windo
 
 
 def test_the_pair_cache_across_generations(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_state, "PAIR_TEXT_CACHE", 8)  # a generation turns over every 8 new pairs
+    monkeypatch.setattr(_state._PAIR_TEXTS, "size", 8)  # a generation turns over every 8 new pairs
     states = list(_fold_each(history("run-gen", 1, 200)))
     for st in states[::7]:
         assert state_to_json(st) == _dumps(state_to_dict(st))
-    assert len(_state._PAIR_TEXTS) <= 8
+    assert len(_state._PAIR_TEXTS.current) <= 8
 
 
 def _fold_each(events):  # type: ignore[no-untyped-def]
