@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
@@ -144,8 +143,15 @@ class AsyncRunner(RunnerParts):
             return
         if self._schemas is None:
             self._schemas = asyncio.ensure_future(asyncio.to_thread(codec.publish_writer_schemas, RunEvent))
-        with contextlib.suppress(LogUnavailable):  # the first append tries again and reports it
-            await asyncio.shield(self._schemas)
+        done = self._schemas
+        try:
+            await asyncio.shield(done)
+        except Exception as err:
+            if self._schemas is done:
+                self._schemas = None  # tried again by the next run, not failed for good
+            if not isinstance(err, LogUnavailable):
+                raise
+            # the broker did not acknowledge it: the first append tries again and reports it
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()

@@ -257,3 +257,27 @@ def test_the_event_writer_schema_is_published_off_the_loop_before_the_first_run(
     loop_thread = threading.main_thread().name
     assert [name for name, _ in published if name == "runlog.RunEvent"] == ["runlog.RunEvent"]
     assert all(thread != loop_thread for name, thread in published if name == "runlog.RunEvent"), published
+
+
+def test_a_failed_schema_publish_is_tried_again_by_the_next_run() -> None:
+    from runlog.schemas import Codec
+
+    class Failing(RecordingSchemaLog):
+        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
+            if not self.published:
+                self.published.append(("refused", threading.current_thread().name))
+                raise RuntimeError("broker refused")
+            super().publish(record_name, fingerprint, schema)
+
+    schema_log = Failing()
+    w = World()
+    w.log.codec = Codec().with_schema_log(schema_log)
+
+    async def main() -> Any:
+        with pytest.raises(RuntimeError, match="broker refused"):
+            await w.aio.run(w.workflow(), {"topic": "a"})
+        return await w.aio.run(w.workflow(), {"topic": "b"})
+
+    assert arun(main).completed
+    assert [name for name, _ in schema_log.published][:2] == ["refused", "runlog.RunEvent"]
+    assert schema_log.published[1][1] != threading.main_thread().name
