@@ -13,6 +13,8 @@ projection's, overlaps, dumps and diffs) are :mod:`runlog.projections._namespace
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -139,21 +141,56 @@ def replay_into(
     return report
 
 
+@contextlib.contextmanager
+def fewer_collections(gen0: int = 50_000) -> Iterator[None]:
+    """The garbage collector's first threshold raised to ``gen0`` allocations while a chunk is
+    folded (the process's setting, put back after). Folding allocates a state per event and the
+    chunk's records are alive meanwhile: with Python's 700, the collections that walk them took a
+    sixth of a rebuild's time (50 -> 42 us an event on the bench's topic). What is freed is freed by
+    reference counting as before; only cycles wait a little longer."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], gen0), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+REPLAY_CHUNK = 20_000
+"""Records a replay folds before it writes: each run the chunk touches is written once for all its
+events in it (its state, new checkpoints and effects in one update), not once per fetched batch.
+Measured on the bench's topic (200 runs, 100 events each), a rebuild wrote each run 10 times with
+batches of 2,000 records, and the writes (the update's arguments, the snapshot's JSON, the
+scripts) were half its time. About 20 MB of records at the bench's sizes."""
+
+
 def _replay(reader: LogReader, store: RedisStore, settings: Settings, ranges: Mapping[int, tuple[int, int]],
             tick: Callable[[int, int], None] | None,
             on_batch: Callable[[], None] | None = None) -> RebuildReport:
     proj = BatchProjector(store, Codec.from_settings(settings), cache_size=1 << 30)
     report = RebuildReport(store.prefix)
     report.high_watermarks = {p: end for p, (_, end) in ranges.items()}
-    for msgs in reader.batches(dict(ranges), progress=tick):
-        recs = [RawRecord(reader.topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
-        res = proj.process(recs)
-        report.records += len(recs)
+    topic = reader.topic
+    chunk: list[RawRecord] = []
+
+    def apply() -> None:
+        res = proj.process(chunk)
+        report.records += len(chunk)
         report.applied += res.applied
         report.rejected += sum(res.rejected.values())
         report.dead_letters += len(res.dead_letters)
+        chunk.clear()
+
+    for msgs in reader.batches(dict(ranges), progress=tick):
+        chunk.extend([RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs])
+        if len(chunk) >= REPLAY_CHUNK:
+            with fewer_collections():
+                apply()
         if on_batch is not None:
             on_batch()
+    if chunk:
+        with fewer_collections():
+            apply()
     return report
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def caught_up(store: RedisStore, runs: list[list[RunEvent]]) -> Callable[[], boo
 
 
 def test_a_caught_up_projector_equals_a_rebuild_and_diff_exits_0(
-    topics: Settings, redis_client: redis.Redis, tmp_path: Path
+    topics: Settings, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     live = topics.redis_prefix
     store = RedisStore(redis_client, live)
@@ -117,6 +118,10 @@ def test_a_caught_up_projector_equals_a_rebuild_and_diff_exits_0(
     nested = f"{live}:rebuild"
     rebuild(topics, nested, progress=None, client=redis_client)
     assert diff_namespaces(redis_client, live, nested) == []
+    # folded in chunks of 5 records (a run written at many chunk boundaries, not once): equal too
+    monkeypatch.setattr(importlib.import_module("runlog.projections.rebuild"), "REPLAY_CHUNK", 5)
+    rebuild(topics, f"{live}:chunked", progress=None, client=redis_client)
+    assert diff_namespaces(redis_client, live, f"{live}:chunked") == []
     every = dump_namespace(redis_client, live)
     assert f"{{{everything[0][0].run_id}}}:lease" in every and "runs:active" in every  # not compared
     out = cli(topics, "--diff", "--target", f"{live}:cli")

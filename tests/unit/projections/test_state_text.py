@@ -48,3 +48,4 @@ def _fold_each(events):  # type: ignore[no-untyped-def]
     for i, ev in enumerate(events):
         st, _ = fold(st, ev, (0, i))
         yield st
+
