@@ -37,7 +37,7 @@ from runlog.producers.run._results import RunHandle, RunResult
 from runlog.producers.run._runner_parts import RunnerParts
 from runlog.producers.run._runs import RunKeys, RunKeyStore
 from runlog.producers.run._start import _START_DOC, deactivating
-from runlog.schemas import ArtifactRef, Codec, RunEvent
+from runlog.schemas import ArtifactRef, Codec, ResumeRequest, RunEvent, StreamRecord
 from runlog.schemas.errors import LogUnavailable
 from runlog.schemas.internal import aredis_client, redis_client
 from runlog.schemas.settings import Settings
@@ -134,15 +134,18 @@ class AsyncRunner(RunnerParts):
         return self
 
     async def _writer_schemas(self) -> None:
-        # The first encode of an event publishes the event's writer schema (the schema log) and
-        # waits for the broker's acknowledgement: on the loop, a stall of every run sharing it
-        # (about half a second on a busy host). Published once on a thread, before the first run
-        # starts or is taken over; the runs that come meanwhile wait for it without holding the loop.
+        # The first encode of an event (a resume request, a stream record) publishes its writer
+        # schema (the schema log) and waits for the broker's acknowledgement: on the loop, a stall
+        # of every run sharing it (about half a second on a busy host). Published once on a thread,
+        # before the first run starts or is taken over (the schema log is the process's: the
+        # stream writer's codec finds them published); the runs that come meanwhile wait for it
+        # without holding the loop.
         codec = getattr(self.writer, "codec", None)
         if not isinstance(codec, Codec):
             return
         if self._schemas is None:
-            self._schemas = asyncio.ensure_future(asyncio.to_thread(codec.publish_writer_schemas, RunEvent))
+            written = (RunEvent, ResumeRequest, StreamRecord)
+            self._schemas = asyncio.ensure_future(asyncio.to_thread(codec.publish_writer_schemas, *written))
         done = self._schemas
         try:
             await asyncio.shield(done)
