@@ -5,7 +5,7 @@ pipeline packs each argument through its encoder in Python (a type check, an ``e
 generator step per argument) before hiredis joins them: about 50 us per command on the machines
 the bench runs on, as much as folding and encoding the run's state together. ``hiredis.pack_command``
 takes ``str``, ``int`` and ``bytes`` as they are and packs a command in about 8 us
-(docs/performance.md, "The latency floor").
+(docs/performance.md, "Where a record's lag went at a fifth of capacity").
 
 :func:`pipeline` does what a non-transactional redis-py pipeline with ``raise_on_error=False`` does
 for such commands, below its command stack: it takes a connection from the client's pool (connected,
