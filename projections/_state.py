@@ -375,6 +375,7 @@ from frozen records (no cycles), so the circular-reference check (it changes no 
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
 """A string's JSON text as :data:`_ENCODE` writes it (ASCII, escaped)."""
 
+
 class _IdentityTexts:
     """Texts of immutable records, cached by object identity: a call record or a pair of the
     ``recent`` window is shared by every later state of its run until it changes, so a run's
