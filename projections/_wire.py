@@ -50,6 +50,7 @@ def pipeline(client: Any, commands: Sequence[Command]) -> list[Any]:
     Raises:
         redis.ConnectionError, redis.TimeoutError: the server did not answer, after the connection's
             retries.
+        redis.DataError: a value hiredis cannot pack (as redis-py's encoder refuses it).
     """
     if not commands:
         return []
@@ -59,20 +60,23 @@ def pipeline(client: Any, commands: Sequence[Command]) -> list[Any]:
             pipe.execute_command(*c)
         return list(pipe.execute(raise_on_error=False))
     assert _pack is not None
-    packed = [_pack(tuple(c)) for c in commands]
+    try:
+        packed = [b"".join([_pack(tuple(c)) for c in commands])]  # one write, as redis-py joins them
+    except (TypeError, UnicodeError) as err:  # a value hiredis cannot pack: redis-py's DataError
+        raise redis.DataError(f"cannot pack a command: {err}") from err
     pool = client.connection_pool
     conn = pool.get_connection()
     try:
-        return conn.retry.call_with_retry(lambda: _send(conn, packed), _dropper(conn))  # type: ignore[no-any-return]
+        return conn.retry.call_with_retry(lambda: _send(conn, packed, len(commands)), _dropper(conn))  # type: ignore[no-any-return]
     finally:
         pool.release(conn)
 
 
-def _send(conn: Any, packed: list[bytes]) -> list[Any]:
+def _send(conn: Any, packed: list[bytes], n: int) -> list[Any]:
     conn.send_packed_command(packed)
     out: list[Any] = []
     try:
-        for _ in packed:
+        for _ in range(n):
             try:
                 out.append(conn.read_response())
             except redis.ResponseError as err:

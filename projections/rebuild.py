@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -147,13 +148,30 @@ def fewer_collections(gen0: int = 50_000) -> Iterator[None]:
     folded (the process's setting, put back after). Folding allocates a state per event and the
     chunk's records are alive meanwhile: with Python's 700, the collections that walk them took a
     sixth of a rebuild's time (50 -> 42 us an event on the bench's topic). What is freed is freed by
-    reference counting as before; only cycles wait a little longer."""
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], gen0), *before[1:])
+    reference counting as before; only cycles wait a little longer. Replays on several threads of
+    one process raise it once and the last puts it back; a threshold of 0 (collection off) is left."""
+    global _raised
+    with _GC_LOCK:
+        before = gc.get_threshold()
+        if _raised == 0 and before[0] != 0:  # 0: collection is off, left so
+            _saved[:] = before
+            gc.set_threshold(max(before[0], gen0), *before[1:])
+        _raised += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _GC_LOCK:
+            _raised -= 1
+            if _raised == 0 and _saved:
+                gc.set_threshold(*_saved)
+                _saved.clear()
+
+
+_GC_LOCK = threading.Lock()
+_raised = 0
+"""Replays folding a chunk now (threads of one process: the threshold is the process's)."""
+_saved: list[int] = []
+"""The thresholds the first of them found, put back by the last."""
 
 
 REPLAY_CHUNK = 20_000
@@ -191,6 +209,8 @@ def _replay(reader: LogReader, store: RedisStore, settings: Settings, ranges: Ma
     if chunk:
         with fewer_collections():
             apply()
+        if on_batch is not None:
+            on_batch()  # the last chunk's writes took time too: the lock is extended after them
     return report
 
 

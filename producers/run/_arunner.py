@@ -143,12 +143,19 @@ class AsyncRunner(RunnerParts):
         codec = getattr(self.writer, "codec", None)
         if not isinstance(codec, Codec):
             return
-        if self._schemas is None:
-            written = (RunEvent, ResumeRequest, StreamRecord)
-            self._schemas = asyncio.ensure_future(asyncio.to_thread(codec.publish_writer_schemas, *written))
         done = self._schemas
+        if done is not None and (done.cancelled() or done.get_loop() is not asyncio.get_running_loop()):
+            done = self._schemas = None  # cancelled as its loop ended: this loop publishes again
+        if done is None:
+            written = (RunEvent, ResumeRequest, StreamRecord)
+            done = self._schemas = asyncio.ensure_future(
+                asyncio.to_thread(codec.publish_writer_schemas, *written))
         try:
             await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if done.cancelled() and self._schemas is done:
+                self._schemas = None
+            raise
         except Exception as err:
             if self._schemas is done:
                 self._schemas = None  # tried again by the next run, not failed for good

@@ -118,8 +118,10 @@ def test_a_caught_up_projector_equals_a_rebuild_and_diff_exits_0(
     nested = f"{live}:rebuild"
     rebuild(topics, nested, progress=None, client=redis_client)
     assert diff_namespaces(redis_client, live, nested) == []
-    # folded in chunks of 5 records (a run written at many chunk boundaries, not once): equal too
+    # fetched 3 records at a time and folded in chunks of at least 5 (several fetches a chunk, a run
+    # written at many chunk boundaries, not once): equal too
     monkeypatch.setattr(importlib.import_module("runlog.projections.rebuild"), "REPLAY_CHUNK", 5)
+    monkeypatch.setattr(importlib.import_module("runlog.projections.log_reader"), "BATCH", 3)
     rebuild(topics, f"{live}:chunked", progress=None, client=redis_client)
     assert diff_namespaces(redis_client, live, f"{live}:chunked") == []
     every = dump_namespace(redis_client, live)

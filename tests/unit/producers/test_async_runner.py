@@ -282,3 +282,28 @@ def test_a_failed_schema_publish_is_tried_again_by_the_next_run() -> None:
     assert arun(main).completed
     assert [name for name, _ in schema_log.published][:2] == ["refused", "runlog.RunEvent"]
     assert schema_log.published[1][1] != threading.main_thread().name
+
+
+def test_a_schema_publish_cancelled_with_its_loop_is_published_again_on_the_next_loop() -> None:
+    """A run that times out while the first publish is under way ends its loop, which cancels the
+    publish: the runner's next loop publishes again instead of failing every later run."""
+    from runlog.schemas import Codec
+
+    release = threading.Event()
+
+    class Slow(RecordingSchemaLog):
+        def publish(self, record_name: str, fingerprint: bytes, schema: dict[str, Any]) -> None:
+            release.wait(5)
+            super().publish(record_name, fingerprint, schema)
+
+    schema_log = Slow()
+    w = World()
+    w.log.codec = Codec().with_schema_log(schema_log)
+
+    async def timed_out() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(w.aio.run(w.workflow(), {"topic": "a"}), 0.05)
+
+    threading.Timer(0.3, release.set).start()  # the loop's end waits for the publishing thread
+    arun(timed_out)
+    assert arun(lambda: w.aio.run(w.workflow(), {"topic": "b"})).completed
