@@ -365,7 +365,6 @@ effect_from_dict: Callable[[Mapping[str, Any]], EffectEntry] = STATE_JSON.from_p
 state_to_dict: Callable[[RunState], dict[str, Any]] = STATE_JSON.to_plain(RunState, extra={"v": JSON_VERSION})
 state_from_dict: Callable[[Mapping[str, Any]], RunState] = STATE_JSON.from_plain(RunState)
 _call = STATE_JSON.to_plain(CallRecord)
-_state_dict_but_calls = STATE_JSON.to_plain(RunState, omit=("calls",), extra={"v": JSON_VERSION})
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False).encode
@@ -424,7 +423,8 @@ shared by the 64 states whose window holds it."""
 
 
 def _rest_text(s: RunState) -> str:
-    """``_ENCODE(_state_dict_but_calls(s))``, with the ``recent`` window's text put together apart.
+    """The encoding of :func:`state_to_dict` of ``s`` without its calls, the ``recent`` window's text
+    put together apart.
 
     The window is most of a snapshot's text (64 seq and digest pairs, about 2 KB) and what the
     generic encoder was slowest at (a list per pair); each pair's text is made once

@@ -192,7 +192,8 @@ def _replay(reader: LogReader, store: RedisStore, settings: Settings, ranges: Ma
     chunk: list[RawRecord] = []
 
     def apply() -> None:
-        res = proj.process(chunk)
+        with fewer_collections():
+            res = proj.process(chunk)
         report.records += len(chunk)
         report.applied += res.applied
         report.rejected += sum(res.rejected.values())
@@ -202,13 +203,11 @@ def _replay(reader: LogReader, store: RedisStore, settings: Settings, ranges: Ma
     for msgs in reader.batches(dict(ranges), progress=tick):
         chunk.extend([RawRecord(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs])
         if len(chunk) >= REPLAY_CHUNK:
-            with fewer_collections():
-                apply()
+            apply()
         if on_batch is not None:
             on_batch()
     if chunk:
-        with fewer_collections():
-            apply()
+        apply()
         if on_batch is not None:
             on_batch()  # the last chunk's writes took time too: the lock is extended after them
     return report

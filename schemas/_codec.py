@@ -226,12 +226,8 @@ class Codec:
     def encode(self, value: RunEvent | Checkpoint | Effect | ResumeRequest | StreamRecord | RunSubmission
                ) -> bytes:
         """Encode a record in the configured framing."""
-        kind = KINDS.get(type(value))
-        if kind is None:
-            raise ConfigError(f"cannot encode {type(value).__name__}: not a Runlog record")
+        kind = self._writer_kind(type(value))
         name = kind.record_name
-        if self._schema_log is not None and name not in self._published:
-            self._publish(name)
         pinned = self._pinned.get(name)
         if pinned is not None:
             return self._encode_pinned(kind, name, pinned, value)
@@ -263,11 +259,22 @@ class Codec:
             LogUnavailable: the broker did not acknowledge them.
         """
         for t in types:
-            kind = KINDS.get(t)
-            if kind is None:
-                raise ConfigError(f"cannot encode {t.__name__}: not a Runlog record")
-            if self._schema_log is not None and kind.record_name not in self._published:
-                self._publish(kind.record_name)
+            self._writer_kind(t)
+
+    def _writer_kind(self, t: type) -> Any:
+        """The record kind of type ``t``, its writer schema on the schema log (published the first
+        time, once per codec).
+
+        Raises:
+            ConfigError: ``t`` is not a Runlog record.
+            LogUnavailable: the broker did not acknowledge the schema.
+        """
+        kind = KINDS.get(t)
+        if kind is None:
+            raise ConfigError(f"cannot encode {t.__name__}: not a Runlog record")
+        if self._schema_log is not None and kind.record_name not in self._published:
+            self._publish(kind.record_name)
+        return kind
 
     def _publish(self, name: str) -> None:
         """Put the writer schema of ``name`` on the schema log (once per codec; the log itself

@@ -239,7 +239,6 @@ class Projector:
             log.warning("publishing the writer schemas of checkpoints and effects failed: %s", err)
 
     def rebuild_if_lost_at_start(self) -> None:
-        self.publish_writer_schemas()
         if self.namespace.lost_at_start():
             self.metrics.recoveries.labels("lost_at_start").inc()
             self.namespace.recover()
@@ -337,8 +336,10 @@ class Projector:
                                  None, tp=TP(r.topic, r.partition)))
 
     async def start(self) -> None:
-        """Before the first batch: note the loop, recover a namespace lost while no member ran."""
+        """Before the first batch: note the loop, publish the writer schemas of what the member
+        writes, recover a namespace lost while no member ran (all on the worker)."""
         self.loop = asyncio.get_running_loop()
+        await self.loop.run_in_executor(self.worker, self.publish_writer_schemas)
         await self.loop.run_in_executor(self.worker, self.rebuild_if_lost_at_start)
 
     def inline_ok(self, recs: list[RawRecord]) -> bool:

@@ -4,12 +4,14 @@ exactly ``json.dumps`` of its plain dict."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 
 import pytest
 
 from runlog.processors.bench._events import history
-from runlog.projections import _state, fold_all
+from runlog.projections import RunState, _state, fold, fold_all
 from runlog.projections._state import evolve_state, state_to_dict, state_to_json, state_to_json_but_calls
+from runlog.schemas import RunEvent
 
 
 def _dumps(d: dict[str, object]) -> str:
@@ -41,11 +43,11 @@ def test_the_pair_cache_across_generations(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(_state._PAIR_TEXTS.current) <= 8
 
 
-def _fold_each(events):  # type: ignore[no-untyped-def]
-    from runlog.projections import fold
-
-    st = None
+def _fold_each(events: Iterable[RunEvent]) -> Iterator[RunState]:
+    """Each state as the events are folded one by one."""
+    st: RunState | None = None
     for i, ev in enumerate(events):
         st, _ = fold(st, ev, (0, i))
+        assert st is not None
         yield st
 
