@@ -24,7 +24,13 @@ from runlog.projections._marker import (
 from runlog.projections._sharded import ProjectionLost, ProjectionStoreError
 from runlog.schemas.internal import TOKEN_EXTEND, TOKEN_RELEASE
 
-__all__ = ["NamespaceMarker"]
+__all__ = ["NamespaceMarker", "StandaloneClientOnClusterNode"]
+
+
+class StandaloneClientOnClusterNode(ProjectionStoreError):
+    """A standalone client (a ``redis://`` URL) is talking to a Redis Cluster node: the keys this node
+    owns answer, every other key answers ``MOVED``. Raised when the marker is missing, so that a
+    namespace whose marker happens to live on that node is not taken for a new one."""
 
 
 class NamespaceMarker:
@@ -35,6 +41,7 @@ class NamespaceMarker:
         self.client = client
         self.prefix = prefix
         self._gen: str | None = None
+        self._node_checked = False  # whether the server was asked if it is a cluster node
         self._extend = client.register_script(TOKEN_EXTEND)
         self._release = client.register_script(TOKEN_RELEASE)
         self._drop_marker = client.register_script(
@@ -70,7 +77,25 @@ class NamespaceMarker:
             raw = self.client.hgetall(self.marker_key)
         except redis.RedisError as err:
             raise ProjectionStoreError(f"reading the namespace marker failed: {err}") from err
+        if not raw:
+            self._refuse_a_cluster_node()
         return parse_marker(raw)
+
+    def _refuse_a_cluster_node(self) -> None:
+        """Raise :class:`StandaloneClientOnClusterNode` when this is a standalone client whose server
+        says ``cluster_enabled:1`` (asked once per store: only a missing marker asks)."""
+        if self._node_checked or not isinstance(self.client, redis.Redis):  # a cluster client, a fake
+            return
+        try:
+            enabled = int(self.client.info("cluster").get("cluster_enabled", 0) or 0) == 1
+        except redis.RedisError:  # a server without the section, or refusing INFO: not this problem
+            enabled = False
+        self._node_checked = True
+        if enabled:
+            raise StandaloneClientOnClusterNode(
+                f"namespace {self.prefix!r}: the server is a Redis Cluster node (INFO cluster: "
+                "cluster_enabled:1), but the client is a standalone one (a redis:// URL), which reads "
+                "only the keys this node owns")
 
     @property
     def generation(self) -> str:

@@ -20,6 +20,7 @@ from runlog.projections._usage import CHILD_USAGE_ATTRIBUTE, INHERITED_ATTRIBUTE
 from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
+    from runlog.projections._marker_store import StandaloneClientOnClusterNode
     from runlog.projections._namespaces import delete_namespace
     from runlog.projections._parallel import WorkerFailed, run_partitioned, split_partitions
     from runlog.projections._replicas import ReplicasBehind, ReplicaWaits
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 _LAZY = {
     **dict.fromkeys(("ReplicaWaits", "ReplicasBehind"),
                     "runlog.projections._replicas"),
+    **dict.fromkeys(("StandaloneClientOnClusterNode",),
+                    "runlog.projections._marker_store"),
     **dict.fromkeys(("delete_namespace",),
                     "runlog.projections._namespaces"),
     **dict.fromkeys(("WorkerFailed", "run_partitioned", "split_partitions"),
@@ -49,6 +52,7 @@ __all__ = [
     "BudgetCaps",
     "ReplicaWaits",
     "ReplicasBehind",
+    "StandaloneClientOnClusterNode",
     "UsageTotals",
     "WorkerFailed",
     "delete_namespace",

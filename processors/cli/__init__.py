@@ -93,14 +93,19 @@ def _redis_unreachable(err: BaseException) -> bool:
 
 def _redis_cluster_moved(err: BaseException) -> bool:
     """Whether ``err`` was caused, at any depth, by a Redis server answering ``MOVED``: a standalone
-    client (a ``redis://`` URL) talking to a Redis Cluster node."""
+    client (a ``redis://`` URL) talking to a Redis Cluster node (or by the store finding that out
+    on a missing namespace marker)."""
     import redis.exceptions
 
-    return any(isinstance(e, redis.exceptions.MovedError) for e in _causes(err))
+    from runlog.projections.internal import StandaloneClientOnClusterNode
+
+    return any(isinstance(e, redis.exceptions.MovedError | StandaloneClientOnClusterNode)
+               for e in _causes(err))
 
 
 def _cluster_url_line() -> int:
-    print(f"runlog: configuration error: {_redis_hint()} names a Redis Cluster node (it answered MOVED), "
+    print(f"runlog: configuration error: {_redis_hint()} names a Redis Cluster node (it answered MOVED, or "
+          "INFO cluster said cluster_enabled:1), "
           "but a redis:// URL makes a standalone client: use "
           "REDIS_URL=redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS)", file=sys.stderr)
     return EXIT_USAGE

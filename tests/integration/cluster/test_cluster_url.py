@@ -11,8 +11,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 
 from runlog.processors.cli.codes import EXIT_USAGE
+from runlog.projections.internal import marker_key
 from runlog.schemas import Settings
 from tests.integration.processors.harness import ROOT, env_of
 
@@ -33,3 +35,31 @@ def test_a_redis_url_naming_a_cluster_node_is_one_line_from_every_command(
     assert len(lines) == 1 and lines[0].startswith("runlog: configuration error: "), said
     assert f"redis://{first}/0" in lines[0] and "Redis Cluster node" in lines[0], said
     assert "redis+cluster://" in lines[0], said
+
+
+def test_a_cluster_node_owning_the_namespace_marker_is_not_taken_for_a_new_namespace(
+        topics: Settings, tmp_path: Path) -> None:
+    """The node answers the marker's key itself when its slot is the node's (no MOVED): ``runlog runs``
+    found no marker and listed from the log with exit 0, whichever prefix the session drew. The store
+    asks the server whether it is a cluster node when the marker is missing."""
+    def owned(node: str, prefix: str) -> bool:
+        host, port = node.rsplit(":", 1)
+        client = redis.Redis(host=host, port=int(port))
+        try:
+            client.exists(marker_key(prefix))
+        except redis.exceptions.MovedError:  # another node's slot (or this node is a replica now)
+            return False
+        finally:
+            client.close()
+        return True
+
+    nodes = urlsplit(topics.redis_url).netloc.split(",")
+    first, prefix = next((n, p) for p in (f"{topics.redis_prefix}-{i}" for i in range(200)) for n in nodes
+                         if owned(n, p))
+    s = topics.with_(redis_url=f"redis://{first}/0", redis_prefix=prefix)
+    out = subprocess.run([sys.executable, "-m", "runlog", "runs"], cwd=tmp_path, capture_output=True,
+                         text=True, env={**env_of(s), "PYTHONPATH": str(ROOT)}, timeout=60, check=False)
+    said = out.stdout + out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == EXIT_USAGE, said
+    assert len(lines) == 1 and "Redis Cluster node" in lines[0] and "redis+cluster://" in lines[0], said
