@@ -31,6 +31,9 @@ _LOGS: dict[tuple[Any, ...], SchemaLog] = {}
 _REREAD_S = 1.0
 """A fingerprint not found is looked up on the topic again only after this long (a stream of
 records of an unknown schema reads the topic once a second at most, not once per record)."""
+_REASK_S = 30.0
+"""After the broker did not say whether the schemas topic exists, writes go on unpublished for this
+long before it is asked again (each ask waits up to 5 s, under the log's lock)."""
 
 
 class SchemaLog:
@@ -47,6 +50,7 @@ class SchemaLog:
         self._known: dict[bytes, dict[str, Any]] = {}
         self._read_at = 0.0
         self._exists: bool | None = None
+        self._unasked_until = 0.0  # monotonic: after a failed ask, not asked again before this
         self._producer: Any = None
         self._lock = threading.Lock()
 
@@ -77,7 +81,10 @@ class SchemaLog:
         with self._lock:
             if fingerprint in self._published:
                 return
-            if not self._topic_exists():
+            exists = self._topic_exists()
+            if exists is None:  # not known: published at a first use after the broker answers
+                return
+            if not exists:
                 self._published.add(fingerprint)
                 return
             self.publish_all([(record_name, fingerprint, schema)])
@@ -110,8 +117,12 @@ class SchemaLog:
             self._known[fp] = doc
         return len(schemas)
 
-    def _topic_exists(self) -> bool:
+    def _topic_exists(self) -> bool | None:
+        """Whether the schemas topic exists (asked once); None when the broker did not say (asked
+        again at a first use :data:`_REASK_S` later)."""
         if self._exists is None:
+            if time.monotonic() < self._unasked_until:
+                return None
             from confluent_kafka.admin import AdminClient
 
             from runlog.schemas._kafka_auth import served
@@ -120,8 +131,10 @@ class SchemaLog:
             try:
                 md = served(admin, lambda t: admin.list_topics(self.topic, timeout=t), 5)
             except Exception as err:  # noqa: BLE001 - no answer: the record's own write reports the outage
-                log.warning("the schemas topic %s could not be asked for: %s", self.topic, err)
-                return False  # asked again at the next first use
+                log.warning("the schemas topic %s could not be asked for (asked again in %.0f s): %s",
+                            self.topic, _REASK_S, err)
+                self._unasked_until = time.monotonic() + _REASK_S
+                return None
             t = md.topics.get(self.topic)
             self._exists = t is not None and t.error is None and bool(t.partitions)
             if not self._exists:
