@@ -32,8 +32,8 @@ _REREAD_S = 1.0
 """A fingerprint not found is looked up on the topic again only after this long (a stream of
 records of an unknown schema reads the topic once a second at most, not once per record)."""
 _REASK_S = 30.0
-"""After the broker did not say whether the schemas topic exists, writes go on unpublished for this
-long before it is asked again (each ask waits up to 5 s, under the log's lock)."""
+"""After the broker did not say whether the schemas topic exists, a thread of the log asks again this
+often and publishes the writer schemas first used meanwhile; writers go on without waiting."""
 
 
 class SchemaLog:
@@ -50,7 +50,8 @@ class SchemaLog:
         self._known: dict[bytes, dict[str, Any]] = {}
         self._read_at = 0.0
         self._exists: bool | None = None
-        self._unasked_until = 0.0  # monotonic: after a failed ask, not asked again before this
+        self._pending: dict[bytes, tuple[str, dict[str, Any]]] = {}  # first used while not known
+        self._retrying: threading.Thread | None = None
         self._producer: Any = None
         self._lock = threading.Lock()
 
@@ -71,7 +72,10 @@ class SchemaLog:
         """Put ``schema`` on the topic under ``fingerprint`` (once per process), acknowledged before
         this returns, so a reader that sees a record written with it finds it. Without the topic
         (created by ``runlog init`` of a Runlog that predates it) a warning is logged once and
-        nothing is published.
+        nothing is published. When the broker does not say whether the topic exists (an outage at
+        the first use), this returns after that one ask (up to 5 s) and a thread of the log asks
+        again every :data:`_REASK_S` and publishes every schema first used meanwhile: a writer
+        does not wait for the broker's return, and its schemas are not left unpublished.
 
         Raises:
             LogUnavailable: the broker did not acknowledge it.
@@ -81,8 +85,14 @@ class SchemaLog:
         with self._lock:
             if fingerprint in self._published:
                 return
+            if self._retrying is not None:  # the topic is being asked for again: published then
+                self._pending[fingerprint] = (record_name, schema)
+                return
             exists = self._topic_exists()
-            if exists is None:  # not known: published at a first use after the broker answers
+            if exists is None:
+                self._pending[fingerprint] = (record_name, schema)
+                self._retrying = threading.Thread(target=self._retry, name="runlog-schema-log", daemon=True)
+                self._retrying.start()
                 return
             if not exists:
                 self._published.add(fingerprint)
@@ -117,12 +127,43 @@ class SchemaLog:
             self._known[fp] = doc
         return len(schemas)
 
+    def _retry(self) -> None:
+        """Ask whether the topic exists every :data:`_REASK_S` until the broker says, then publish
+        the pending schemas (or drop them: no topic); a publish the broker does not acknowledge is
+        tried again at the next round. Outside the log's lock: while this thread runs, writers only
+        add to the pending schemas, and only this thread asks and publishes."""
+        wait = True
+        while True:
+            if wait:
+                time.sleep(_REASK_S)
+            exists = self._topic_exists()
+            if exists is None:
+                continue
+            with self._lock:
+                pending = [(name, fp, doc) for fp, (name, doc) in self._pending.items()]
+            if exists:
+                try:
+                    self.publish_all(pending)
+                except LogUnavailable as err:
+                    log.warning("%s (tried again in %.0f s)", err, _REASK_S)
+                    wait = True
+                    continue
+            else:
+                self._published.update(fp for _n, fp, _d in pending)
+            log.info("the schemas topic %s answered: %d writer schema(s) first used meanwhile %s",
+                     self.topic, len(pending), "published" if exists else "left unpublished (no topic)")
+            with self._lock:
+                for _n, fp, _d in pending:
+                    self._pending.pop(fp, None)
+                if self._pending:  # first used while this round published: another round, now
+                    wait = False
+                    continue
+                self._retrying = None
+                return
+
     def _topic_exists(self) -> bool | None:
-        """Whether the schemas topic exists (asked once); None when the broker did not say (asked
-        again at a first use :data:`_REASK_S` later)."""
+        """Whether the schemas topic exists (asked until the broker says); None when it did not."""
         if self._exists is None:
-            if time.monotonic() < self._unasked_until:
-                return None
             from confluent_kafka.admin import AdminClient
 
             from runlog.schemas._kafka_auth import served
@@ -131,9 +172,8 @@ class SchemaLog:
             try:
                 md = served(admin, lambda t: admin.list_topics(self.topic, timeout=t), 5)
             except Exception as err:  # noqa: BLE001 - no answer: the record's own write reports the outage
-                log.warning("the schemas topic %s could not be asked for (asked again in %.0f s): %s",
+                log.warning("the schemas topic %s could not be asked for (asked again every %.0f s): %s",
                             self.topic, _REASK_S, err)
-                self._unasked_until = time.monotonic() + _REASK_S
                 return None
             t = md.topics.get(self.topic)
             self._exists = t is not None and t.error is None and bool(t.partitions)

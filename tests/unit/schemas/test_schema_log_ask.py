@@ -1,9 +1,10 @@
 """The schema log when the broker does not say whether the schemas topic exists: the writer schema is
-not marked published (it was, and then never published in that process), writes go on meanwhile, and
-the topic is asked for again after :data:`_REASK_S`."""
+not marked published (it was, and then never published in that process); writers go on without waiting,
+and a thread of the log asks again and publishes every schema first used meanwhile."""
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -15,10 +16,12 @@ from runlog.schemas._schema_log import SchemaLog
 
 
 class _Admin:
-    """An AdminClient whose metadata request fails the first ``fails`` times, then lists the topic."""
+    """An AdminClient whose metadata request fails the first ``fails`` times, then lists the topic
+    (or lists none when ``topic`` is false)."""
 
     asks = 0
     fails = 1
+    topic = True
 
     def __init__(self, _conf: dict[str, Any]) -> None:
         pass
@@ -27,43 +30,81 @@ class _Admin:
         type(self).asks += 1
         if type(self).asks <= type(self).fails:
             raise RuntimeError("no answer")
-        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: object()})})
+        found = {topic: SimpleNamespace(error=None, partitions={0: object()})} if type(self).topic else {}
+        return SimpleNamespace(topics=found)
 
 
-def test_a_failed_ask_leaves_the_schema_unpublished_and_asks_again_later(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def admin(monkeypatch: pytest.MonkeyPatch) -> type[_Admin]:
     import confluent_kafka.admin
 
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", _Admin)
-    monkeypatch.setattr(_Admin, "asks", 0)
-    monkeypatch.setattr(_schema_log, "_REASK_S", 0.3)
-    log = SchemaLog(Settings())
+    class Admin(_Admin):
+        pass
+
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
+    monkeypatch.setattr(_schema_log, "_REASK_S", 0.2)
+    return Admin
+
+
+def _log(monkeypatch: pytest.MonkeyPatch) -> tuple[SchemaLog, list[bytes]]:
+    """A log whose producer is a stand-in that acknowledges every record (the fingerprints it was
+    given, in ``sent``)."""
+    import confluent_kafka
+
     sent: list[bytes] = []
-    monkeypatch.setattr(log, "publish_all", lambda schemas: sent.extend(fp for _n, fp, _d in schemas))
-    fp = b"\x01" * 8
+    lock = threading.Lock()
 
-    log.publish("runlog.RunEvent", fp, {"type": "record"})  # the ask fails: nothing published
-    assert (_Admin.asks, sent) == (1, [])
-    log.publish("runlog.RunEvent", fp, {"type": "record"})  # within the back-off: not asked again
-    assert (_Admin.asks, sent) == (1, [])
-    time.sleep(0.35)
-    log.publish("runlog.RunEvent", fp, {"type": "record"})  # asked again: the topic is there
-    assert (_Admin.asks, sent) == (2, [fp])
+    class Producer:
+        def __init__(self, _conf: dict[str, Any]) -> None:
+            self.reports: list[Any] = []
+
+        def produce(self, _topic: str, *, key: bytes, value: bytes, headers: Any, on_delivery: Any) -> None:
+            with lock:
+                sent.append(bytes.fromhex(key.decode()))
+            self.reports.append(on_delivery)
+
+        def flush(self, _timeout: float) -> int:
+            for report in self.reports:
+                report(None, None)
+            self.reports.clear()
+            return 0
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Producer)
+    return SchemaLog(Settings()), sent
 
 
-def test_a_missing_topic_is_asked_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import confluent_kafka.admin
+def _until(check: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
-    class _NoTopic(_Admin):
-        def list_topics(self, topic: str, timeout: float) -> Any:
-            type(self).asks += 1
-            return SimpleNamespace(topics={})
 
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", _NoTopic)
-    monkeypatch.setattr(_NoTopic, "asks", 0)
-    log = SchemaLog(Settings())
-    sent: list[bytes] = []
-    monkeypatch.setattr(log, "publish_all", lambda schemas: sent.extend(fp for _n, fp, _d in schemas))
-    for fp in (b"\x01" * 8, b"\x02" * 8, b"\x01" * 8):
+def test_schemas_first_used_while_the_broker_does_not_answer_are_published_when_it_does(
+        admin: type[_Admin], monkeypatch: pytest.MonkeyPatch) -> None:
+    admin.fails = 3
+    log, sent = _log(monkeypatch)
+    one, two = b"\x01" * 8, b"\x02" * 8
+    log.publish("runlog.RunEvent", one, {"type": "record"})  # the ask fails: nothing published yet
+    assert (admin.asks, sent) == (1, [])
+    t0 = time.monotonic()
+    log.publish("runlog.Checkpoint", two, {"type": "record"})  # meanwhile: neither asked nor waited for
+    assert time.monotonic() - t0 < 0.1 and admin.asks == 1
+    assert _until(lambda: sorted(sent) == [one, two]), (admin.asks, sent)
+    assert admin.asks == 4  # asked again until it answered (two more failures, then the topic)
+    log.publish("runlog.RunEvent", one, {"type": "record"})  # published: not again
+    assert sorted(sent) == [one, two]
+
+
+def test_without_the_topic_the_pending_schemas_are_dropped_once_the_broker_answers(
+        admin: type[_Admin], monkeypatch: pytest.MonkeyPatch) -> None:
+    admin.topic = False
+    log, sent = _log(monkeypatch)
+    log.publish("runlog.RunEvent", b"\x01" * 8, {"type": "record"})
+    assert _until(lambda: admin.asks == 2)
+    assert _until(lambda: log._retrying is None)
+    for fp in (b"\x01" * 8, b"\x02" * 8):  # the topic is known missing: not asked again
         log.publish("runlog.RunEvent", fp, {"type": "record"})
-    assert (_NoTopic.asks, sent) == (1, [])
+    assert (admin.asks, sent) == (2, [])
