@@ -133,8 +133,12 @@ SERIAL: dict[str, str] = {
     "and the fleet's shares measured while two workers dispatch: another test's load stretches both",
     "tests/integration/fleet/test_acceptance.py": "the share of the provider's token limit the fleet uses is "
     "measured: another test's load on the two cores would slow the workers below the limit",
+    "tests/unit/bench/test_openloop_speed.py::test_the_speed_index_agrees_with_itself": "two CPU "
+    "calibrations must agree within 25%: under the parallel run's load (7 busy processes on 2 cores) "
+    "their CPU times differed by 40%",
 }
-"""Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix -> why."""
+"""Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix (or a
+test's ``path::name``) -> why."""
 
 
 def xdist_group(nodeid: str) -> str | None:
@@ -165,7 +169,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not path.is_relative_to(ROOT):
             continue  # a test file written elsewhere (tests/integration/test_namespaces.py does)
         rel = path.relative_to(ROOT).as_posix()
-        if any(rel.startswith(p) for p in SERIAL):
+        node = rel + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else rel
+        if any(node.startswith(p) for p in SERIAL):
             item.add_marker(pytest.mark.serial)
 
 
