@@ -53,3 +53,14 @@ def test_every_module_using_the_sasl_broker_shares_its_group() -> None:
                    if re.search(r"\bsecure_broker\b\s*[:,)]", p.read_text()))
     assert len(users) >= 3, users
     assert {u: xdist_group(u) for u in users} == dict.fromkeys(users, "sasl-broker")
+
+
+def test_docs_testing_lists_every_serial_entry() -> None:
+    """docs/testing.md's table of the serial tests names every entry of ``SERIAL`` (it had listed two
+    of eight)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    table = page[page.index("### Serial: alone, after the parallel run"):]
+    missing = [p for p in SERIAL if f"| `{p}` |" not in table]
+    assert not missing, missing
