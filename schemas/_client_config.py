@@ -12,7 +12,18 @@ from typing import Any
 
 from runlog.schemas.errors import ConfigError
 
-__all__ = ["KAFKA_LOG", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig", "quiet_unreachable_lines"]
+__all__ = ["KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC",
+           "ClientConfig", "quiet_unreachable_lines"]
+
+PRODUCER_GUARANTEES: dict[str, Any] = {"enable.idempotence": True, "acks": "all",
+                                       "partitioner": "murmur2_random"}
+"""Settings of Runlog's event producers that carry its guarantees: no acknowledged event lost or
+duplicated, and a run's key on the partition Java clients and the projector compute for it."""
+PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 120_000}
+"""Defaults of Runlog's producers that a ``RUNLOG_KAFKA_<KEY>`` value replaces (a writer's delivery
+deadline is ``message.timeout.ms``)."""
+_ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}}
+"""The spellings librdkafka takes for the values of :data:`PRODUCER_GUARANTEES`."""
 
 #: librdkafka's log lines (every client built from :meth:`ClientConfig.kafka_common`), as Python logging
 #: records: ``FAIL [rdkafka#consumer-1] [thrd:...]: ...`` at the matching level (3 ERROR, 4 WARNING,
@@ -142,18 +153,27 @@ class ClientConfig:
         return conf
 
     def producer_config(self, **overrides: Any) -> dict[str, Any]:
-        """An idempotent, acks=all producer: no acknowledged event is lost or duplicated."""
+        """An idempotent, acks=all producer: no acknowledged event is lost or duplicated.
+
+        :data:`PRODUCER_DEFAULTS` are defaults a ``RUNLOG_KAFKA_<KEY>`` value replaces;
+        :data:`PRODUCER_GUARANTEES` are kept whatever is set (``overrides``, from Runlog's own code,
+        still apply last: the stream writer's ``acks=1``).
+
+        Raises:
+            ConfigError: a ``RUNLOG_KAFKA_<KEY>`` value for one of :data:`PRODUCER_GUARANTEES` that
+                is not what it must be (it was ignored without a word).
+        """
         conf = self.kafka_common()
-        conf.update(
-            {
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "compression.type": "lz4",
-                "message.timeout.ms": 120_000,
-                "partitioner": "murmur2_random",
-            }
-        )
+        for key, value in PRODUCER_DEFAULTS.items():
+            conf.setdefault(key, value)
+        for key, value in PRODUCER_GUARANTEES.items():
+            given = self.kafka_extra.get(key)
+            if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
+                env = "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
+                raise ConfigError(f"{env}={given}: Runlog's event producers need {key}={value} (an "
+                                  "acknowledged event must be neither lost nor written twice, and a run's "
+                                  "events must land on the partition every client computes); unset it")
+            conf[key] = value
         conf.update(overrides)
         return conf
 

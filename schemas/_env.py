@@ -49,7 +49,10 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_METRICS_HOST", "127.0.0.1", "interface the metrics endpoints (projector, resumer) listen on;"
      " 0.0.0.0 for a Prometheus on another host or pod"),
     ("RUNLOG_KAFKA_<KEY>", "", "any librdkafka setting, e.g. RUNLOG_KAFKA_SASL_MECHANISM=PLAIN"
-     " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ..."),
+     " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ...;"
+     " the event producers' linger.ms (5), compression.type (lz4) and message.timeout.ms (120000) are"
+     " defaults it replaces, their enable.idempotence=true, acks=all and partitioner=murmur2_random are"
+     " kept (another value is refused)"),
     ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
     ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
      " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),

@@ -128,3 +128,42 @@ def test_group_instance_id_makes_the_resumer_a_static_member() -> None:
 def test_a_group_instance_id_kafka_refuses_is_a_config_error(bad: str) -> None:
     with pytest.raises(ConfigError, match="RUNLOG_GROUP_INSTANCE_ID"):
         Settings.from_env({"RUNLOG_GROUP_INSTANCE_ID": bad})
+
+
+def test_producer_tunables_from_the_environment_replace_the_defaults() -> None:
+    """RUNLOG_KAFKA_<KEY> is "any librdkafka setting": the producers' linger, compression and delivery
+    timeout were set after it and silently won."""
+    s = Settings.from_env({"RUNLOG_KAFKA_COMPRESSION_TYPE": "zstd", "RUNLOG_KAFKA_LINGER_MS": "20",
+                           "RUNLOG_KAFKA_MESSAGE_TIMEOUT_MS": "30000"})
+    p = s.producer_config()
+    assert (p["compression.type"], p["linger.ms"], p["message.timeout.ms"]) == ("zstd", "20", "30000")
+    assert p["acks"] == "all" and p["enable.idempotence"] is True and p["partitioner"] == "murmur2_random"
+    assert s.producer_config(**{"linger.ms": 0})["linger.ms"] == 0  # Runlog's own overrides still last
+    d = Settings.from_env({}).producer_config()
+    assert (d["compression.type"], d["linger.ms"], d["message.timeout.ms"]) == ("lz4", 5, 120_000)
+
+
+def test_a_writer_takes_its_delivery_deadline_from_the_environment() -> None:
+    from runlog.producers.internal import RunWriter
+
+    writer = RunWriter(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+                                          "RUNLOG_KAFKA_MESSAGE_TIMEOUT_MS": "30000"}))
+    try:
+        assert writer.delivery_timeout_s == 30.0
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(("env", "value"), [("RUNLOG_KAFKA_ACKS", "1"),
+                                            ("RUNLOG_KAFKA_ENABLE_IDEMPOTENCE", "false"),
+                                            ("RUNLOG_KAFKA_PARTITIONER", "consistent_random")])
+def test_a_producer_guarantee_set_otherwise_is_refused_by_name(env: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"{env}={value}: Runlog's event producers need"):
+        Settings.from_env({env: value}).producer_config()
+
+
+@pytest.mark.parametrize(("env", "value"), [("RUNLOG_KAFKA_ACKS", "all"), ("RUNLOG_KAFKA_ACKS", "-1"),
+                                            ("RUNLOG_KAFKA_ENABLE_IDEMPOTENCE", "true")])
+def test_a_producer_guarantee_set_to_itself_is_accepted(env: str, value: str) -> None:
+    p = Settings.from_env({env: value}).producer_config()
+    assert p["acks"] == "all" and p["enable.idempotence"] is True
