@@ -13,7 +13,7 @@ from typing import Any
 from runlog.schemas.errors import ConfigError
 
 __all__ = ["KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC",
-           "ClientConfig", "quiet_unreachable_lines"]
+           "ClientConfig", "check_producer_guarantees", "quiet_unreachable_lines"]
 
 PRODUCER_GUARANTEES: dict[str, Any] = {"enable.idempotence": True, "acks": "all",
                                        "partitioner": "murmur2_random"}
@@ -24,6 +24,19 @@ PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 5, "compression.type": "lz4", 
 deadline is ``message.timeout.ms``)."""
 _ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}}
 """The spellings librdkafka takes for the values of :data:`PRODUCER_GUARANTEES`."""
+
+def check_producer_guarantees(kafka_extra: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` naming a ``RUNLOG_KAFKA_<KEY>`` value for one of
+    :data:`PRODUCER_GUARANTEES` that is not what it must be (``Settings.validate`` asks, so a command
+    stops before it does anything)."""
+    for key, value in PRODUCER_GUARANTEES.items():
+        given = kafka_extra.get(key)
+        if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
+            env = "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
+            raise ConfigError(f"{env}={given}: Runlog's event producers need {key}={value} (an "
+                              "acknowledged event must be neither lost nor written twice, and a run's "
+                              "events must land on the partition every client computes); unset it")
+
 
 #: librdkafka's log lines (every client built from :meth:`ClientConfig.kafka_common`), as Python logging
 #: records: ``FAIL [rdkafka#consumer-1] [thrd:...]: ...`` at the matching level (3 ERROR, 4 WARNING,
@@ -163,17 +176,11 @@ class ClientConfig:
             ConfigError: a ``RUNLOG_KAFKA_<KEY>`` value for one of :data:`PRODUCER_GUARANTEES` that
                 is not what it must be (it was ignored without a word).
         """
+        check_producer_guarantees(self.kafka_extra)
         conf = self.kafka_common()
         for key, value in PRODUCER_DEFAULTS.items():
             conf.setdefault(key, value)
-        for key, value in PRODUCER_GUARANTEES.items():
-            given = self.kafka_extra.get(key)
-            if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
-                env = "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
-                raise ConfigError(f"{env}={given}: Runlog's event producers need {key}={value} (an "
-                                  "acknowledged event must be neither lost nor written twice, and a run's "
-                                  "events must land on the partition every client computes); unset it")
-            conf[key] = value
+        conf.update(PRODUCER_GUARANTEES)
         conf.update(overrides)
         return conf
 

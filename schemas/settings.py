@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from runlog.schemas._client_config import KAFKA_LOG, SCHEMA_REGISTRY_KEYS, SR_NUMERIC, ClientConfig
+from runlog.schemas._client_config import (
+    KAFKA_LOG,
+    SCHEMA_REGISTRY_KEYS,
+    SR_NUMERIC,
+    ClientConfig,
+    check_producer_guarantees,
+)
 from runlog.schemas._env import ENV_VARS, env_from_values, values_from_env
 from runlog.schemas.errors import ConfigError
 
@@ -167,6 +173,7 @@ class Settings(ClientConfig):
         return replace(self, **changes)
 
     def validate(self) -> None:
+        check_producer_guarantees(self.kafka_extra)
         if self.partitions < 1:
             raise ConfigError("RUNLOG_PARTITIONS must be >= 1")
         if self.replication_factor < 1:
