@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from runlog.schemas._env import kafka_env_name
 from runlog.schemas.errors import ConfigError
 
 __all__ = ["KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC",
@@ -25,6 +26,7 @@ deadline is ``message.timeout.ms``)."""
 _ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}}
 """The spellings librdkafka takes for the values of :data:`PRODUCER_GUARANTEES`."""
 
+
 def check_producer_guarantees(kafka_extra: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming a ``RUNLOG_KAFKA_<KEY>`` value for one of
     :data:`PRODUCER_GUARANTEES` that is not what it must be (``Settings.validate`` asks, so a command
@@ -32,9 +34,8 @@ def check_producer_guarantees(kafka_extra: Mapping[str, Any]) -> None:
     for key, value in PRODUCER_GUARANTEES.items():
         given = kafka_extra.get(key)
         if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
-            env = "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
-            raise ConfigError(f"{env}={given}: Runlog's event producers need {key}={value} (an "
-                              "acknowledged event must be neither lost nor written twice, and a run's "
+            raise ConfigError(f"{kafka_env_name(key)}={given}: Runlog's event producers need {key}={value} "
+                              "(an acknowledged event must be neither lost nor written twice, and a run's "
                               "events must land on the partition every client computes); unset it")
 
 

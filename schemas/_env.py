@@ -10,7 +10,7 @@ from typing import Any
 
 from runlog.schemas.errors import ConfigError
 
-__all__ = ["ENV_VARS", "env_from_values", "values_from_env"]
+__all__ = ["ENV_VARS", "env_from_values", "kafka_env_name", "values_from_env"]
 
 #: (variable, default, meaning) for every environment variable Runlog reads.
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
@@ -150,6 +150,12 @@ def _replicas(env: Mapping[str, str], name: str) -> int | None:
     return _int(env, name, 0)
 
 
+def kafka_env_name(key: str) -> str:
+    """The environment variable that sets librdkafka's ``key`` (``RUNLOG_KAFKA_<KEY>``: what
+    :func:`values_from_env` reads into ``kafka_extra``)."""
+    return "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
+
+
 def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
     """The settings' field values that the variables in ``e`` give (unset or empty: the default).
 
@@ -278,7 +284,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
     }
     env.update({k: v for k, v in optional.items() if v})
     for key, value in f["kafka_extra"].items():
-        env["RUNLOG_KAFKA_" + key.upper().replace(".", "_")] = value
+        env[kafka_env_name(key)] = value
     for key, value in f["schema_registry_extra"].items():
         env["RUNLOG_SCHEMA_REGISTRY_" + key.upper().replace(".", "_")] = value
     return env

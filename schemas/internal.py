@@ -7,6 +7,7 @@ contract. An application imports :mod:`runlog.schemas` instead. The names whose 
 
 from typing import TYPE_CHECKING
 
+from runlog.schemas._env import kafka_env_name
 from runlog.schemas._hash import HASH_VERSION
 from runlog.schemas._lazy import lazy_names
 from runlog.schemas._plain import PlainMapping
@@ -103,6 +104,7 @@ __all__ = [
     "index_shard",
     "is_cluster",
     "is_cluster_url",
+    "kafka_env_name",
     "lazy_names",
     "parse",
     "partitions_of",

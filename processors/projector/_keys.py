@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runlog.schemas.errors import ConfigError
+from runlog.schemas.internal import kafka_env_name as env_name
 
 __all__ = ["GSSAPI", "HONOURED", "KEYSTORE_PEM", "NOT_SECURITY", "REFUSED", "check_keys", "env_name",
            "failed", "flag", "refuse"]
@@ -98,11 +99,6 @@ REFUSED: dict[str, str] = {
     "sasl.oauthbearer.assertion.claim.sub": "the JWT bearer grant is not supported",
     "sasl.oauthbearer.assertion.jwt.template.file": "the JWT bearer grant is not supported",
 }
-
-
-def env_name(key: str) -> str:
-    """The environment variable that sets librdkafka's ``key`` (``Settings.from_env``'s mapping)."""
-    return "RUNLOG_KAFKA_" + key.upper().replace(".", "_")
 
 
 def refuse(key: str, why: str) -> ConfigError:
