@@ -64,6 +64,17 @@ def _transient_line(text: str) -> bool:
     return "retrying" in text and any(marker in text for marker in _TRANSIENT)
 
 
+_SCOPE = ("is a producer property and will be ignored by this consumer instance",
+          "is a consumer property and will be ignored by this producer instance")
+"""``RUNLOG_KAFKA_<KEY>`` reaches every client, so a producer setting (``linger.ms``) is ignored by the
+consumers and a consumer setting (``fetch.wait.max.ms``) by the producers and admin clients, as
+meant; librdkafka's ``CONFWARN`` about it reports nothing wrong."""
+
+
+def _scope_line(text: str) -> bool:
+    return "CONFWARN" in text and any(marker in text for marker in _SCOPE)
+
+
 _UNREACHABLE = ("Connection refused", "Broker transport failure", "brokers are down", "Failed to resolve",
                 "Name or service not known", "Connection timed out", "Timed out")
 _quiet = {"unreachable": False}
@@ -81,7 +92,7 @@ def _unreachable_line(text: str) -> bool:
 
 
 class _KafkaNoise(logging.Filter):
-    """Demotes :func:`_close_time_noise` and :func:`_transient_line` lines to DEBUG (dropped unless
+    """Demotes :func:`_close_time_noise`, :func:`_transient_line` and :func:`_scope_line` lines to DEBUG (dropped unless
     DEBUG is on for the logger),
     and the lines of an authentication failure once it is reported as
     :class:`~runlog.schemas.errors.AuthenticationFailed`
@@ -93,7 +104,7 @@ class _KafkaNoise(logging.Filter):
 
         text = record.getMessage() if record.levelno > logging.DEBUG else ""
         if text and (_close_time_noise(text) or auth_failure_line(text) or _unreachable_line(text)
-                     or _transient_line(text)):
+                     or _transient_line(text) or _scope_line(text)):
             if not KAFKA_LOG.isEnabledFor(logging.DEBUG):
                 return False
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"

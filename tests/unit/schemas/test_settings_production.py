@@ -4,6 +4,7 @@ rebuild's default target inside the key prefix."""
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -167,6 +168,30 @@ def test_a_fresh_brokers_coordinator_retries_are_debug_and_a_refused_pid_is_kept
     _log("[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:25092/1: Broker: "
          "Cluster authorization failed")
     assert [r.levelname for r in caplog.records] == ["DEBUG", "ERROR"]
+
+
+def test_a_kafka_setting_for_the_other_kind_of_client_is_not_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``RUNLOG_KAFKA_<KEY>`` reaches every client: a producer's ``linger.ms`` made each consumer print
+    ``CONFWARN ... is a producer property and will be ignored by this consumer instance`` (and a
+    consumer's ``fetch.wait.max.ms`` each producer), on every ``runlog`` command."""
+    from confluent_kafka import Consumer, Producer
+
+    caplog.set_level(logging.DEBUG, logger="librdkafka")
+    s = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "RUNLOG_KAFKA_LINGER_MS": "10",
+                           "RUNLOG_KAFKA_FETCH_WAIT_MAX_MS": "20"})
+    consumer = Consumer(s.consumer_config("g"))
+    producer = Producer(s.producer_config())
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum("property" in r.getMessage() for r in caplog.records) < 2:
+            consumer.poll(0.05)
+            producer.poll(0.05)
+    finally:
+        consumer.close()
+    scoped = [r for r in caplog.records if "will be ignored by this" in r.getMessage()]
+    assert len(scoped) == 2, [r.getMessage() for r in caplog.records]  # librdkafka said it, at DEBUG only
+    assert {r.levelname for r in scoped} == {"DEBUG"}, [(r.levelname, r.getMessage()) for r in scoped]
 
 
 # -- rebuild's default target -----------------------------------------------------------------------
