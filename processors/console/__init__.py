@@ -7,7 +7,18 @@ functions as ``runlog resolve|cancel|retry|signal|approve|reject``) and the heal
 projector and resumer groups. See :mod:`runlog.processors.console._guard` for what protects it.
 """
 
-from runlog.processors.console._app import make_app, serve
-from runlog.processors.console._console import Console, ConsoleOptions
+from typing import TYPE_CHECKING
+
+from runlog.schemas.internal import lazy_names
+
+if TYPE_CHECKING:
+    from runlog.processors.console._app import make_app, serve
+    from runlog.processors.console._console import Console, ConsoleOptions
+
+# imported on first use: ``runlog`` builds its parser from ``_cmd`` without loading aiohttp
+__getattr__, __dir__ = lazy_names(__name__, {"make_app": "runlog.processors.console._app",
+                                             "serve": "runlog.processors.console._app",
+                                             "Console": "runlog.processors.console._console",
+                                             "ConsoleOptions": "runlog.processors.console._console"})
 
 __all__ = ["Console", "ConsoleOptions", "make_app", "serve"]

@@ -46,3 +46,24 @@ def test_the_internal_modules_give_every_name_they_declare() -> None:
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_building_the_cli_parser_loads_neither_the_console_server_nor_the_chaos_runner() -> None:
+    """Every ``runlog`` command built its parser by importing ``runlog.processors.console`` (aiohttp,
+    Jinja2) and ``runlog.processors.chaos`` (its runner and services): about half a second of CPU
+    before any command ran."""
+    heavy = ("aiohttp", "jinja2", "runlog.processors.console._app", "runlog.processors.chaos.run")
+    code = ("import json, sys\n"
+            "from runlog.processors.cli import build_parser\n"
+            "build_parser().parse_args(['chaos'])  # parsed, not run\n"
+            f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(out.stdout) == [], f"building the parser loaded {out.stdout.strip()}"
+    code = ("from runlog.processors.console import Console, ConsoleOptions, make_app, serve\n"
+            "import runlog.processors.chaos as chaos\n"
+            "for n in chaos.__all__:\n"
+            "    assert getattr(chaos, n) is not None, n\n"
+            "assert serve.__module__ == 'runlog.processors.console._app' and Console.__name__ == 'Console'\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
