@@ -8,6 +8,7 @@ conflicts is reported setting by setting (never silently accepted).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,19 +76,30 @@ def _topic_metadata(admin: AdminClient, timeout: float, bootstrap: str = "") -> 
 
 def inspect_topic(admin: AdminClient, name: str, timeout: float = 10.0) -> TopicReport:
     """Partitions, replication and configuration of an existing topic."""
+    return _inspect_topics(admin, [name], timeout)[0]
+
+
+def _inspect_topics(admin: AdminClient, names: Sequence[str], timeout: float) -> list[TopicReport]:
+    """:func:`inspect_topic` of each of ``names``: one metadata request and one ``DescribeConfigs``
+    for all of them (``runlog init`` asked both once per topic)."""
     topics = _topic_metadata(admin, timeout)
-    if name not in topics or topics[name].error is not None:
-        return TopicReport(name, "missing")
-    tmd = topics[name]
-    parts = len(tmd.partitions)
-    rf = min((len(p.replicas) for p in tmd.partitions.values()), default=0)
-    res = ConfigResource(ResourceType.TOPIC, name)
-    try:
-        configs = admin.describe_configs([res])[res].result(timeout)
-    except KafkaException as err:
-        raise ServiceUnavailable(f"describe_configs({name}) failed: {err}") from err
-    cfg = {k: str(v.value) for k, v in configs.items()}
-    return TopicReport(name, "ok", partitions=parts, replication_factor=rf, config=cfg)
+    found = [n for n in names if n in topics and topics[n].error is None]
+    resources = {n: ConfigResource(ResourceType.TOPIC, n) for n in found}
+    futures = admin.describe_configs(list(resources.values())) if resources else {}
+    reports = []
+    for name in names:
+        if name not in resources:
+            reports.append(TopicReport(name, "missing"))
+            continue
+        tmd = topics[name]
+        rf = min((len(p.replicas) for p in tmd.partitions.values()), default=0)
+        try:
+            configs = futures[resources[name]].result(timeout)
+        except KafkaException as err:
+            raise ServiceUnavailable(f"describe_configs({name}) failed: {err}") from err
+        reports.append(TopicReport(name, "ok", partitions=len(tmd.partitions), replication_factor=rf,
+                                   config={k: str(v.value) for k, v in configs.items()}))
+    return reports
 
 
 def _conflicts(spec: TopicSpec, found: TopicReport) -> list[TopicConfigConflict]:
@@ -168,13 +180,14 @@ def ensure_topics(
 
         publish_bundled_schemas(settings)  # the schema log: a reader of any version finds these
     reports = []
+    inspected = iter(_inspect_topics(admin, [s.name for s in specs if s.name not in created], timeout))
     for spec in specs:
         if spec.name in created:
             reports.append(TopicReport(spec.name, "created", partitions=spec.partitions,
                                        replication_factor=spec.replication_factor,
                                        config=dict(spec.config)))
             continue
-        found = inspect_topic(admin, spec.name, timeout)
+        found = next(inspected)
         if found.action == "missing":
             reports.append(found)
             continue
