@@ -92,12 +92,11 @@ def _unreachable_line(text: str) -> bool:
 
 
 class _KafkaNoise(logging.Filter):
-    """Demotes :func:`_close_time_noise`, :func:`_transient_line` and :func:`_scope_line` lines to DEBUG (dropped unless
-    DEBUG is on for the logger),
-    and the lines of an authentication failure once it is reported as
-    :class:`~runlog.schemas.errors.AuthenticationFailed`
-    (:func:`~runlog.schemas._kafka_auth.auth_failure_line`:
-    librdkafka repeats them at every reconnect)."""
+    """Demotes :func:`_close_time_noise`, :func:`_transient_line` and :func:`_scope_line` lines to
+    DEBUG (dropped unless DEBUG is on for the logger), and the lines of an authentication failure
+    once it is reported as :class:`~runlog.schemas.errors.AuthenticationFailed`
+    (:func:`~runlog.schemas._kafka_auth.auth_failure_line`: librdkafka repeats them at every
+    reconnect)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from runlog.schemas._kafka_auth import auth_failure_line  # confluent-kafka is loaded by then

@@ -487,8 +487,9 @@ _REGISTRY_CODECS: dict[tuple[Any, ...], Codec] = {}
 
 def registry_codec(settings: Settings) -> Codec:
     """The process's codec for the registry of ``settings`` (writes its wire format, reads both
-    framings), made once per registry configuration, ``RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER`` and
-    ``RUNLOG_MAX_RECORD_BYTES``; the first call checks that the registry answers.
+    framings), made once per registry configuration, ``RUNLOG_SCHEMA_REGISTRY_AUTO_REGISTER``,
+    ``RUNLOG_MAX_RECORD_BYTES`` and ``RUNLOG_SCHEMA_VERSION`` (a pinned writer registers and writes
+    that version's schemas, as without a registry); the first call checks that the registry answers.
 
     Raises:
         RegistryUnavailable: the registry did not answer.
@@ -496,7 +497,8 @@ def registry_codec(settings: Settings) -> Codec:
     """
     from runlog.schemas._registry_client import check_registry, client_key, registry_client
 
-    key = (*client_key(settings), settings.schema_registry_auto_register, settings.max_record_bytes)
+    key = (*client_key(settings), settings.schema_registry_auto_register, settings.max_record_bytes,
+           settings.schema_version)
     with _REGISTRY_LOCK:
         codec = _REGISTRY_CODECS.get(key)
     if codec is not None:
@@ -505,7 +507,8 @@ def registry_codec(settings: Settings) -> Codec:
     url = redact_urls(settings.schema_registry_url or "")
     check_registry(client, url)
     codec = Codec(client, max_record_bytes=settings.max_record_bytes,
-                  auto_register=settings.schema_registry_auto_register, registry_url=url)
+                  auto_register=settings.schema_registry_auto_register, registry_url=url,
+                  schema_version=settings.schema_version)
     with _REGISTRY_LOCK:
         return _REGISTRY_CODECS.setdefault(key, codec)
 

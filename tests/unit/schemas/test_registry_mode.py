@@ -74,6 +74,25 @@ def test_with_a_registry_writes_are_registry_framed_and_both_framings_read() -> 
     assert other.decode(single, RunEvent) == _event("r", 2)
 
 
+def test_a_pinned_schema_version_is_written_with_a_registry_too() -> None:
+    """``RUNLOG_SCHEMA_VERSION`` (rolling upgrades: writers stay on the version the oldest reader
+    reads) was ignored with ``RUNLOG_SCHEMA_REGISTRY_URL`` set: the registry codec wrote the current
+    version whatever the pin said."""
+    from runlog.schemas import Usage
+
+    s = replace(_mock("pin"), schema_version=4)
+    codec = Codec.from_settings(s)
+    assert codec.uses_registry and codec.schema_version == 4
+    assert Codec.from_settings(replace(s, schema_version=None)) is not codec  # one codec per pin
+    usage = Usage(model="m", input_tokens=7, output_tokens=2, cost_nanos=30)
+    data = codec.encode(replace(_event("r", 1), usage=usage))
+    sid = struct.unpack(">I", data[1:5])[0]
+    written = registry_client(s).get_schema(sid).schema_str
+    assert '"usage"' not in written  # version 4's RunEvent: usage travels in attributes
+    back = Codec.from_settings(replace(s, schema_version=None)).decode(data, RunEvent)
+    assert back.usage == usage and back.run_id == "r"
+
+
 def test_the_schema_id_is_registered_once() -> None:
     calls: list[str] = []
 
