@@ -13,8 +13,9 @@ from typing import Any
 from runlog.schemas._env import kafka_env_name
 from runlog.schemas.errors import ConfigError
 
-__all__ = ["KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES", "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC",
-           "ClientConfig", "check_producer_guarantees", "quiet_unreachable_lines"]
+__all__ = ["CONSUMER_GUARANTEES", "KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES",
+           "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig", "check_producer_guarantees",
+           "quiet_unreachable_lines"]
 
 PRODUCER_GUARANTEES: dict[str, Any] = {"enable.idempotence": True, "acks": "all",
                                        "partitioner": "murmur2_random"}
@@ -23,20 +24,41 @@ duplicated, and a run's key on the partition Java clients and the projector comp
 PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 120_000}
 """Defaults of Runlog's producers that a ``RUNLOG_KAFKA_<KEY>`` value replaces (a writer's delivery
 deadline is ``message.timeout.ms``)."""
-_ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}}
-"""The spellings librdkafka takes for the values of :data:`PRODUCER_GUARANTEES`."""
+CONSUMER_GUARANTEES: dict[str, Any] = {"enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                       "isolation.level": "read_committed",
+                                       "partition.assignment.strategy": "cooperative-sticky"}
+"""Settings of Runlog's group consumers that carry its guarantees: an offset is committed only once
+its record is processed, a new group reads from the start, no aborted write is read, and a member
+joining or leaving moves only the partitions that change owner (the rebalance callbacks count on
+it). ``group.id`` is Runlog's too: groups are named from ``RUNLOG_TOPIC_PREFIX`` and each process's
+group option."""
+_ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}, "enable.auto.commit": {"false", "0"}}
+"""The spellings librdkafka takes for the values of the guarantees."""
 
 
 def check_producer_guarantees(kafka_extra: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming a ``RUNLOG_KAFKA_<KEY>`` value for one of
-    :data:`PRODUCER_GUARANTEES` that is not what it must be (``Settings.validate`` asks, so a command
-    stops before it does anything)."""
+    :data:`PRODUCER_GUARANTEES` or :data:`CONSUMER_GUARANTEES` that is not what it must be, or a
+    ``group.id`` (``Settings.validate`` asks, so a command stops before it does anything; such a value
+    was overwritten without a word)."""
     for key, value in PRODUCER_GUARANTEES.items():
         given = kafka_extra.get(key)
         if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
             raise ConfigError(f"{kafka_env_name(key)}={given}: Runlog's event producers need {key}={value} "
                               "(an acknowledged event must be neither lost nor written twice, and a run's "
                               "events must land on the partition every client computes); unset it")
+    for key, value in CONSUMER_GUARANTEES.items():
+        given = kafka_extra.get(key)
+        want = str(value).lower()
+        if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {want}):
+            raise ConfigError(f"{kafka_env_name(key)}={given}: Runlog's consumers need {key}={want} (an "
+                              "offset is committed only once its record is processed, a new group reads "
+                              "the log from its start, and a rebalance moves only what changes owner); "
+                              "unset it")
+    if kafka_extra.get("group.id") is not None:
+        raise ConfigError(f"{kafka_env_name('group.id')}={kafka_extra['group.id']}: Runlog names its "
+                          "consumer groups (RUNLOG_TOPIC_PREFIX and each command's group option, such as "
+                          "RUNLOG_RESUMER_GROUP or `runlog project --group`); unset it")
 
 
 #: librdkafka's log lines (every client built from :meth:`ClientConfig.kafka_common`), as Python logging
@@ -197,27 +219,27 @@ class ClientConfig:
 
     def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
         """A consumer that commits only what it has processed (at-least-once), in the group
-        :meth:`group_id` (``group_id``) names."""
+        :meth:`group_id` (``group_id``) names: :data:`CONSUMER_GUARANTEES` are kept whatever is set
+        (:meth:`~runlog.schemas.settings.Settings.validate` refuses another value by name);
+        ``overrides``, from Runlog's own code, apply last."""
         conf = self.kafka_common()
-        conf.update(
-            {
-                "group.id": self.group_id(group_id),
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "partition.assignment.strategy": "cooperative-sticky",
-            }
-        )
+        conf["group.id"] = self.group_id(group_id)
+        conf.update(CONSUMER_GUARANTEES)
         conf.update(overrides)
         return conf
 
     def member_config(self, group_id: str, overrides: Mapping[str, Any] | None = None, *,
+                      defaults: Mapping[str, Any] | None = None,
                       instance_suffix: str = "") -> dict[str, Any]:
         """:meth:`consumer_config` for a long-lived member of a consumer group: with
         ``group.instance.id`` = :attr:`group_instance_id` + ``instance_suffix`` when
         ``RUNLOG_GROUP_INSTANCE_ID`` is set (static membership), else a dynamic member. A process
-        with several group consumers gives each its own suffix (the ids must be unique per group)."""
+        with several group consumers gives each its own suffix (the ids must be unique per group).
+        ``defaults`` are values a ``RUNLOG_KAFKA_<KEY>`` setting replaces (``overrides`` do not)."""
         conf = self.consumer_config(group_id, **(overrides or {}))
+        for key, value in (defaults or {}).items():
+            if key not in self.kafka_extra and key not in (overrides or {}):
+                conf[key] = value
         if self.group_instance_id is not None:
             conf["group.instance.id"] = self.group_instance_id + instance_suffix
         return conf

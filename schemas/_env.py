@@ -21,7 +21,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "port `deploy/local/up` starts, and every `runlog` command names it on its first line"),
     ("RUNLOG_TOPIC_PREFIX", "", "prefix put before every topic name, e.g. `prod.`"),
     ("RUNLOG_REDIS_PREFIX", "runlog", "first segment of every Redis key"),
-    ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects and resume topics"),
+    ("RUNLOG_PARTITIONS", "12", "partitions of the events, checkpoints, effects, resume, streams,"
+     " submissions and dead-letter topics (the schemas and schedules topics have one)"),
     ("RUNLOG_REPLICATION_FACTOR", "1", "replication factor of created topics"),
     ("RUNLOG_MIN_INSYNC_REPLICAS", "1", "min.insync.replicas of created topics"),
     ("RUNLOG_EVENTS_RETENTION_MS", "-1", "retention.ms of the events topic (-1: keep forever)"),
@@ -52,7 +53,11 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " sets sasl.mechanism; RUNLOG_KAFKA_SECURITY_PROTOCOL, RUNLOG_KAFKA_SSL_CA_LOCATION, ...;"
      " the event producers' linger.ms (5), compression.type (lz4) and message.timeout.ms (120000) are"
      " defaults it replaces, their enable.idempotence=true, acks=all and partitioner=murmur2_random are"
-     " kept (another value is refused)"),
+     " kept (another value is refused); so are the consumers' enable.auto.commit=false,"
+     " auto.offset.reset=earliest, isolation.level=read_committed and"
+     " partition.assignment.strategy=cooperative-sticky, and group.id is refused (groups are named by"
+     " Runlog); the resumer's and worker's session.timeout.ms (10000) and max.poll.interval.ms (600000)"
+     " are defaults it replaces"),
     ("RUNLOG_DEMO_WORLD_URL", "", "base URL of the demo's external services (set by `runlog demo`)"),
     ("RUNLOG_RESUMER_GROUP", "runlog-resumer", "prefix of the resumer consumer groups: one group"
      " `<prefix>.<app id>` per App, itself under RUNLOG_TOPIC_PREFIX"),
@@ -92,7 +97,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " the PATH's)"),
     ("RUNLOG_CHAOS_RUN", "", "set by `runlog chaos` in the environment of every process it starts (its"
      " run's id): should the run be killed, its watchdog kills the processes carrying it; not a setting"),
-    ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "where the fault suite writes its JSON summary"),
+    ("RUNLOG_FAULT_REPORT", ".runlog/reports/faults.json", "fault tests only: where the fault suite"
+     " (tests/faults) writes its JSON summary"),
     ("RUNLOG_CONSOLE_TOKEN", "", "token every action of `runlog console` requires (unset: actions refused,"
      " pages still readable)"),
     ("RUNLOG_TRACING", "true", "the resumer, the projector and the operator commands open OpenTelemetry spans"

@@ -158,7 +158,7 @@ class SubmissionIntake:
         self.on_result = on_result
         self.producer = Producer(settings.producer_config())
         self.consumer = Consumer(settings.member_config(
-            self.group, {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000},
+            self.group, defaults={"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000},
             instance_suffix=".intake"))
         self.consumer.subscribe([self.topics.submissions])
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="runlog-run")

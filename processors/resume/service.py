@@ -178,7 +178,7 @@ class ResumerService:
         # cooperative-sticky (consumer_config's assignor): a member joining or leaving moves only the
         # partitions that change owner; static membership when RUNLOG_GROUP_INSTANCE_ID is set
         self.consumer = Consumer(settings.member_config(
-            self.group, {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
+            self.group, defaults={"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}))
         self.partitions: frozenset[int] = frozenset()
         """The resume topic's partitions this member owns now (kept by the rebalance callbacks, which
         run inside :meth:`poll_once`; read it from any thread)."""

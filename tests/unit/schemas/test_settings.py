@@ -164,6 +164,36 @@ def test_a_producer_guarantee_set_otherwise_is_refused_by_name(env: str, value: 
         Settings(kafka_extra={env[len("RUNLOG_KAFKA_"):].lower().replace("_", "."): value}).producer_config()
 
 
+@pytest.mark.parametrize(("env", "value"), [("RUNLOG_KAFKA_ENABLE_AUTO_COMMIT", "true"),
+                                            ("RUNLOG_KAFKA_AUTO_OFFSET_RESET", "latest"),
+                                            ("RUNLOG_KAFKA_ISOLATION_LEVEL", "read_uncommitted"),
+                                            ("RUNLOG_KAFKA_PARTITION_ASSIGNMENT_STRATEGY", "range")])
+def test_a_consumer_guarantee_set_otherwise_is_refused_by_name(env: str, value: str) -> None:
+    """consumer_config overwrote these without a word (a user's RUNLOG_KAFKA_ value did nothing)."""
+    with pytest.raises(ConfigError, match=f"{env}={value}: Runlog's consumers need"):
+        Settings.from_env({env: value})
+
+
+def test_a_group_id_is_refused_and_a_consumer_guarantee_set_to_itself_is_accepted() -> None:
+    with pytest.raises(ConfigError, match="RUNLOG_KAFKA_GROUP_ID=mine: Runlog names its consumer groups"):
+        Settings.from_env({"RUNLOG_KAFKA_GROUP_ID": "mine"})
+    s = Settings.from_env({"RUNLOG_KAFKA_ENABLE_AUTO_COMMIT": "false", "RUNLOG_KAFKA_ISOLATION_LEVEL":
+                           "READ_COMMITTED", "RUNLOG_TOPIC_PREFIX": "t."})
+    c = s.consumer_config("g")
+    assert (c["group.id"], c["enable.auto.commit"], c["isolation.level"]) == ("t.g", False, "read_committed")
+
+
+def test_a_group_members_session_timeout_is_a_default_a_setting_replaces() -> None:
+    """The resumer and the worker's intake set session.timeout.ms and max.poll.interval.ms after
+    RUNLOG_KAFKA_SESSION_TIMEOUT_MS, which did nothing."""
+    defaults = {"session.timeout.ms": 10_000, "max.poll.interval.ms": 600_000}
+    assert Settings().member_config("g", defaults=defaults)["session.timeout.ms"] == 10_000
+    s = Settings.from_env({"RUNLOG_KAFKA_SESSION_TIMEOUT_MS": "45000"})
+    conf = s.member_config("g", defaults=defaults)
+    assert (conf["session.timeout.ms"], conf["max.poll.interval.ms"]) == ("45000", 600_000)
+    assert s.member_config("g", {"session.timeout.ms": 6000})["session.timeout.ms"] == 6000  # code's own
+
+
 @pytest.mark.parametrize(("env", "value"), [("RUNLOG_KAFKA_ACKS", "all"), ("RUNLOG_KAFKA_ACKS", "-1"),
                                             ("RUNLOG_KAFKA_ENABLE_IDEMPOTENCE", "true")])
 def test_a_producer_guarantee_set_to_itself_is_accepted(env: str, value: str) -> None:
