@@ -22,6 +22,12 @@ def test_importing_loads_no_driver(module: str) -> None:
     assert json.loads(out.stdout) == [], f"import {module} loaded {out.stdout.strip()}"
 
 
+def _prints_ok(code: str) -> None:
+    """``code`` run in a fresh interpreter ends well and prints ``ok``."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_the_lazy_names_still_resolve() -> None:
     code = ("import runlog.projections as projections, runlog.schemas as schemas\n"
             "from runlog.projections import RedisStore, rebuild, read_run_tail, BatchProjector\n"
@@ -32,8 +38,7 @@ def test_the_lazy_names_still_resolve() -> None:
             "for n in projections.__all__ + schemas.__all__:\n"
             "    assert hasattr(projections, n) or hasattr(schemas, n), n\n"
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
 
 
 def test_the_internal_modules_give_every_name_they_declare() -> None:
@@ -44,8 +49,7 @@ def test_the_internal_modules_give_every_name_they_declare() -> None:
             "    for n in module.__all__:\n"
             "        assert getattr(module, n) is not None, (name, n)\n"
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
 
 
 def test_building_the_cli_parser_loads_neither_the_console_server_nor_the_chaos_runner() -> None:
@@ -65,5 +69,4 @@ def test_building_the_cli_parser_loads_neither_the_console_server_nor_the_chaos_
             "    assert getattr(chaos, n) is not None, n\n"
             "assert serve.__module__ == 'runlog.processors.console._app' and Console.__name__ == 'Console'\n"
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
