@@ -98,7 +98,7 @@ from runlog.processors.audit.report import (
     load_anchors,
 )
 from runlog.producers import LocalArtifactStore
-from runlog.producers.internal import key_id_of, subject_keys
+from runlog.producers.internal import SubjectKeys, key_id_of
 from runlog.projections import ProjectionStore, RedisStore
 from runlog.projections.log_reader import LogReader, progress_bar
 from runlog.schemas import Codec, Settings, Topics, partition_for
@@ -200,8 +200,9 @@ def audit(settings: Settings, options: AuditOptions | None = None, *,
         for p, off, key, value in read_records(settings, o, progress=progress,
                                                plan_out=auditor.report.ranges):
             auditor.feed(p, off, key, value)
-    report = auditor.finish(LocalArtifactStore(settings.artifact_root))
-    report.erased = erased_runs(settings, report)
+    erased = erased_runs(settings, auditor.report)  # before finish: their swept artifacts are no finding
+    report = auditor.finish(LocalArtifactStore(settings.artifact_root), erased=frozenset(erased))
+    report.erased = erased
     report.seconds = time.monotonic() - t0
     return report
 
@@ -242,10 +243,11 @@ def audit_parallel(settings: Settings, options: AuditOptions, *, workers: int, p
 
 def erased_runs(settings: Settings, report: AuditReport) -> list[str]:
     """The runs whose subject was erased (``runlog erase``): their payloads read nowhere, by design, and
-    their chains and metadata still verify. Empty with encryption off or no keyring."""
+    their chains and metadata still verify. Empty with encryption off or no keyring. Only the keyring's
+    tombstones are read: no key provider is asked (the audit needs no key, nor a transit token)."""
     if not settings.encryption or not Path(settings.keyring).exists():
         return []
-    keys = subject_keys(settings)
+    keys = SubjectKeys(settings.keyring)  # is_erased reads <keyring>/erased/, never the provider
     return [run_id for run_id, run in report.runs.items()
             if run.state is not None and run.state.subject is not None
             and keys.is_erased(key_id_of(run.state.subject))]

@@ -6,7 +6,7 @@ artifact store's reads in :meth:`~Auditor.finish`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,16 @@ from runlog.processors.inspect.upgrades import describe_upgrade
 from runlog.producers import LocalArtifactStore
 from runlog.producers.internal import label
 from runlog.projections import OutcomeKind, RunState, RunStatus, fold
-from runlog.schemas import ArtifactError, ArtifactRef, Codec, DecodeError, EventType, RunEvent, event_hash
+from runlog.schemas import (
+    ArtifactError,
+    ArtifactMissing,
+    ArtifactRef,
+    Codec,
+    DecodeError,
+    EventType,
+    RunEvent,
+    event_hash,
+)
 
 __all__ = ["AuditPartial", "Auditor"]
 
@@ -194,11 +203,14 @@ class Auditor:
         self._results = {dk: sorted(res, key=lambda x: part_of.get(x[0], -1))
                          for dk, res in sorted(self._results.items())}
 
-    def finish(self, store: LocalArtifactStore | None = None) -> AuditReport:
-        """Checks that need the whole range: open intents, effects executed twice, artifacts."""
+    def finish(self, store: LocalArtifactStore | None = None,
+               erased: Collection[str] = frozenset()) -> AuditReport:
+        """Checks that need the whole range: open intents, effects executed twice, artifacts. The
+        artifacts of ``erased`` runs (``runlog erase``, which sweeps them) may be missing; any other
+        problem with them is still a finding."""
         self._canonical()
-        verified: dict[tuple[str, str], str | None] = {}
-        for run in self.report.runs.values():
+        verified: dict[tuple[str, str], ArtifactError | None] = {}
+        for run_id, run in self.report.runs.items():
             s = run.state
             if s is None:
                 continue
@@ -220,10 +232,11 @@ class Auditor:
                     if k not in verified:
                         verified[k] = _verify(store, a)
                     problem = verified[k]
-                    if problem is not None:
+                    swept = run_id in erased and isinstance(problem, ArtifactMissing)
+                    if problem is not None and not swept:
                         self._find(run, "checkpoint_artifact",
                                    f"checkpoint {cp_id}: artifact {a.sha256[:16]} ({a.media_type}, "
-                                   f"{label(a)}) {problem}", cp_seq, None)
+                                   f"{label(a)}) {type(problem).__name__}: {problem}", cp_seq, None)
         for dk, results in self._results.items():
             runs = sorted({r for r, _ in results})
             if len(runs) > 1:
@@ -292,11 +305,11 @@ class Auditor:
         return {"status": status, **entry}
 
 
-def _verify(store: LocalArtifactStore, a: ArtifactRef) -> str | None:
+def _verify(store: LocalArtifactStore, a: ArtifactRef) -> ArtifactError | None:
     try:
         store.verify(a)
     except ArtifactError as err:
-        return f"{type(err).__name__}: {err}"
+        return err
     return None
 
 

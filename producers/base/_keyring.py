@@ -384,13 +384,16 @@ class SubjectKeys:
         if where is None:
             where = self._paths[key_id] = str(self._file(key_id))
         try:
-            inode = os.stat(where).st_ino
+            st = os.stat(where)
         except FileNotFoundError:
             self._cache.pop(key_id, None)
             if self.is_erased(key_id):
                 raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
                                             "destroyed") from None
             raise PayloadKeyError(key_id, f"no data key {key_id} in the keyring {self.root}") from None
+        if st.st_mode & 0o077:
+            _check_private(Path(where))  # a wrapped data key readable by others: refused, as a KEK is
+        inode = st.st_ino
         if cached is not None and cached[1] == inode:
             self._cache[key_id] = (cached[0], inode, gen)
             return cached[0]
@@ -445,6 +448,7 @@ class SubjectKeys:
         current = self.provider.current_version()
         for path in sorted(self._subjects.glob("*.json")) if self._subjects.exists() else []:
             with self._lock:
+                _check_private(path)
                 doc = json.loads(path.read_text())
                 if int(doc["kek_version"]) == current:
                     continue

@@ -92,6 +92,8 @@ class ArtifactStore(abc.ABC):
 
     inline_max: int = 0
     """Largest payload :meth:`inline` puts in a ref instead of the store (0: none)."""
+    subject: str | None = None
+    """The subject whose key seals what this store writes (None: payloads are not encrypted)."""
 
     def for_subject(self, subject: str | None) -> ArtifactStore:
         """The store a run of ``subject`` writes through: this one, unless payloads are encrypted per

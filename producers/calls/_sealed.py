@@ -60,6 +60,8 @@ class SealedArtifactStore(ArtifactStore):
         subject: the subject writes are sealed for (the default subject on the unbound store).
     """
 
+    subject: str
+
     def __init__(self, base: ArtifactStore, keys: SubjectKeys, subject: str) -> None:
         self.base = base
         self.keys = keys

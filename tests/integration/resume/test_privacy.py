@@ -149,12 +149,14 @@ def test_erasing_one_of_two_subjects_blocks_its_runs_and_leaves_the_other_whole(
     alice_secret, bob_secret = f"alice-{uuid.uuid4().hex}", f"bob-{uuid.uuid4().hex}"
     alice = _crash_for(s, t, "cust-alice", alice_secret)
     bob = _crash_for(s, t, "cust-bob", bob_secret)
-    with Runner.from_settings(s, source=DictInputSource({})) as runner:  # a finished run of alice too
-        done = runner.run(t.workflow, {"q": alice_secret + "-2"}, subject="cust-alice")
+    with Runner.from_settings(s, source=DictInputSource({})) as runner:  # a finished run of alice too,
+        # its stage outputs over the inline limit: stored artifacts, which the erase sweeps
+        done = runner.run(t.workflow, {"q": alice_secret + "-2" + "x" * 600}, subject="cust-alice")
     assert done.completed
 
     res = erase_subject(s, "cust-alice", by="dpo@example.test", reason="deletion request 42")
     assert res.destroyed and set(res.runs) == {alice, done.run_id} and res.blocked == [alice]
+    assert res.artifacts_deleted >= 2  # gather's and finish's outputs (and the parameters)
     assert not (tmp_path / "keyring" / "subjects" / f"{res.subject_key}.json").exists()
 
     # alice's open run ended BLOCKED, reason erased, who and why on the log
@@ -188,6 +190,24 @@ def test_erasing_one_of_two_subjects_blocks_its_runs_and_leaves_the_other_whole(
 
     dump = dump_everything(s, redis_client)
     assert alice_secret.encode() not in dump and bob_secret.encode() not in dump
+
+
+def test_erasing_the_default_subject_finds_the_runs_started_without_one(topics: Settings,
+                                                                         tmp_path: Path) -> None:
+    """A run started without a subject is sealed under RUNLOG_DEFAULT_SUBJECT's key, but its
+    RUN_STARTED did not name it: ``runlog erase --subject default`` destroyed the key and found, blocked
+    and listed none of its runs."""
+    s = topics.with_(encryption=True, keyring=str(tmp_path / "keyring"), default_subject="tenant-a")
+    t = toy("plain")
+    t.crashing = False
+    with Runner.from_settings(s, source=DictInputSource({})) as runner:
+        done = runner.run(t.workflow, {"q": "no subject given"})
+    assert done.completed
+    assert accepted(log_of(s, done.run_id))[-1].state.subject == "tenant-a"
+    res = erase_subject(s, "tenant-a", by="dpo@example.test", reason="tenant left")
+    assert res.destroyed and res.runs == [done.run_id]
+    report = audit(s, AuditOptions(run_id=done.run_id), progress=None)
+    assert report.erased == [done.run_id] and report.findings == [], [f.to_dict() for f in report.findings]
 
 
 def test_erase_refuses_without_encryption_and_without_who_or_why(topics: Settings, tmp_path: Path) -> None:

@@ -39,11 +39,11 @@ def run(run_id: str, *, effect_results: int = 1, complete: bool = True,
 
 
 def feed(events: list[RunEvent], options: AuditOptions | None = None,
-         store: LocalArtifactStore | None = None) -> Auditor:
+         store: LocalArtifactStore | None = None, erased: frozenset[str] = frozenset()) -> Auditor:
     a = Auditor("events", options)
     for off, ev in enumerate(events):
         a.feed(0, off, ev.run_id.encode(), CODEC.encode(ev))
-    a.finish(store)
+    a.finish(store, erased=erased)
     return a
 
 
@@ -122,6 +122,22 @@ def test_checkpoint_artifacts_are_verified(tmp_path: Path) -> None:
     a = feed(events, store=store)
     assert kinds(a) == [("r1", "checkpoint_artifact", 3)]
     assert "checkpoint r1:3" in a.report.findings[0].detail
+
+
+def test_an_erased_runs_swept_artifact_is_no_finding_and_a_changed_one_still_is(tmp_path: Path) -> None:
+    """``runlog erase`` deletes the subject's stored artifacts; the audit reported each one of them as
+    a missing checkpoint artifact of the erased run."""
+    store = LocalArtifactStore(tmp_path)
+    events = run("gone", store=store)
+    store.path_for(events[2].artifact_refs[0].sha256).unlink()  # swept by the erase
+    assert kinds(feed(events, store=store, erased=frozenset({"gone"}))) == []
+    missing = feed(events, store=store)  # not erased: a missing artifact is a finding
+    assert kinds(missing) == [("gone", "checkpoint_artifact", 3)]
+    assert "ArtifactMissing" in missing.report.findings[0].detail
+    store.path_for(events[2].artifact_refs[0].sha256).parent.mkdir(parents=True, exist_ok=True)
+    store.path_for(events[2].artifact_refs[0].sha256).write_bytes(b"changed")
+    changed = feed(events, store=store, erased=frozenset({"gone"}))
+    assert kinds(changed) == [("gone", "checkpoint_artifact", 3)]  # erased, but changed: still a finding
 
 
 def test_undecodable_records_and_run_filter() -> None:

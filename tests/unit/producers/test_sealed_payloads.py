@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runlog.producers.internal import SealedArtifactStore, SubjectKeys, key_id_of, open_text, seal_text
-from runlog.schemas.errors import PayloadKeyError, SubjectErased
+from runlog.schemas.errors import ConfigError, PayloadKeyError, SubjectErased
 from runlog.testing import InMemoryArtifactStore
 
 
@@ -53,6 +53,20 @@ def test_the_keyring_is_its_owners_only(tmp_path: Path) -> None:
     kek.chmod(0o644)
     with pytest.raises(Exception, match="readable by others"):
         _store(root, "cust-new").put(b"y")
+
+
+def test_a_subject_key_file_readable_by_others_is_refused_as_a_kek_is(tmp_path: Path) -> None:
+    """Only the KEK files and ``generation`` were checked: a wrapped data key left 0644 was read."""
+    root = tmp_path / "k"
+    _store(root, "cust-a").put(b"x")
+    key_id = key_id_of("cust-a")
+    (root / "subjects" / f"{key_id}.json").chmod(0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        SubjectKeys(root).by_id(key_id)  # a fresh reader (another process)
+    with pytest.raises(ConfigError, match="readable by others"):
+        SubjectKeys(root).rewrap()
+    (root / "subjects" / f"{key_id}.json").chmod(0o600)
+    assert SubjectKeys(root).by_id(key_id).key_id == key_id
 
 
 def test_erase_destroys_the_key_everywhere_and_refuses_new_writes(tmp_path: Path) -> None:
