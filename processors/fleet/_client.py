@@ -252,11 +252,19 @@ class Client:
         """The run's state (the projection's, else the log's); None: not started."""
         return self.outcomes.state(run_id)
 
+    async def astate(self, run_id: str) -> RunState | None:
+        """:meth:`state` for an event loop."""
+        return await asyncio.to_thread(self.state, run_id)
+
     def status(self, run_id: str) -> RunInfo:
         """Where the run stands; a submitted run no worker started yet says where it waits, and why."""
         state = self.state(run_id)
         return RunInfo.of(run_id, state, where_waits(self.redis, self.settings.redis_prefix, run_id)
                           if state is None else None, self.artifacts.open_text)
+
+    async def astatus(self, run_id: str) -> RunInfo:
+        """:meth:`status` for an event loop."""
+        return await asyncio.to_thread(self.status, run_id)
 
     def list(self, *, status: str | None = None, workflow: str | None = None, tenant: str | None = None,
              queue: str | None = None, limit: int = 100) -> list[RunInfo]:

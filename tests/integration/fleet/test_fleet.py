@@ -4,6 +4,7 @@ submission and its ``RUN_STARTED`` leaves the run to the next worker, which star
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runlog.processors.fleet import SUBMITTED, Client
+from runlog.processors.fleet import SUBMITTED, Client, RunInfo
 from runlog.processors.inspect.log import run_history
 from runlog.schemas import EventType, RunConflict, Settings
 from tests.integration.fleet import _app
@@ -27,6 +28,19 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _started(settings: Settings, run_id: str) -> int:
     return sum(1 for le in run_history(settings, run_id) if le.event.type is EventType.RUN_STARTED)
+
+
+async def _the_async_twins_answer_as_the_methods_do(client: Client, run_id: str, info: RunInfo) -> None:
+    """The how-to's "every method has an a-prefixed twin": Client.astatus and astate were missing."""
+    again = await client.asubmit("squares", {"n": 3, "hold_s": 1.5}, key="order-3", tenant="acme")
+    assert (again.run_id, again.created) == (run_id, False)
+    assert (await client.astatus(run_id)).status == "COMPLETED"
+    state = await client.astate(run_id)
+    assert state is not None and state == client.state(run_id)
+    listed = await client.alist(tenant="acme")
+    assert {i.run_id for i in listed} == {i.run_id for i in client.list(tenant="acme")}
+    assert (await client.run(run_id).aresult(timeout=30)).completed
+    assert (await client.run(run_id).astatus()).labels == info.labels
 
 
 def test_submitted_runs_start_once_each_within_concurrency_and_any_client_awaits_them(
@@ -50,6 +64,7 @@ def test_submitted_runs_start_once_each_within_concurrency_and_any_client_awaits
         assert (info.status, info.workflow, info.version, info.labels) == (
             "COMPLETED", "squares", "1", {"queue": "default", "priority": "0", "tenant": "acme"})
         assert {i.run_id for i in web.list(tenant="acme")} == {r.run_id for r in first}
+        asyncio.run(_the_async_twins_answer_as_the_methods_do(web, first[3].run_id, info))
     assert not [m.errors for m in members if m.errors]
     for r in first:
         assert _started(fleet_settings, r.run_id) == 1, r.run_id
