@@ -3,8 +3,9 @@
 
 A schema version is the number of ``runlog.RunEvent``'s schema (``run_event.v1.avsc`` ...
 ``run_event.v4.avsc``, then ``run_event.avsc``, version 5), the record whose schema has evolved;
-the other records' schemas are those every version from 3 on reads. During a rolling upgrade the
-writers are pinned to the oldest version any member of the fleet reads, so every member reads
+the other records' schemas are those every version from 3 on reads, but ``ResumeRequest``'s, which
+a writer pinned to 3 writes as ``resume_request.v1.avsc`` (:data:`_PINNED_FILES`). During a rolling
+upgrade the writers are pinned to the oldest version any member of the fleet reads, so every member reads
 every record (docs/how-to/upgrade-runlog.md). A record is fitted to the pinned schema before it is
 written (:func:`fit`):
 
@@ -46,7 +47,18 @@ USAGE_ATTRIBUTE = "runlog.usage"
 """The attribute that carries an event's ``usage`` (compact JSON of its Avro record) when the
 writer is pinned below version 5."""
 
-_RUN_EVENT_FILES: Mapping[int, str] = {3: "run_event.v3.avsc", 4: "run_event.v4.avsc"}
+_PINNED_FILES: Mapping[int, Mapping[str, str]] = {
+    3: {"runlog.RunEvent": "run_event.v3.avsc", "runlog.ResumeRequest": "resume_request.v1.avsc"},
+    4: {"runlog.RunEvent": "run_event.v4.avsc"},
+}
+"""The records whose schema at a version differs from the current one. ``ResumeRequest`` gained
+``seen_epoch`` while the version was 3: the releases of version 3 made before it read only
+``resume_request.v1.avsc`` (and have no schema log to look a newer schema up), so a writer pinned to
+3 writes that one."""
+_DROPPED: Mapping[str, frozenset[str]] = {"runlog.ResumeRequest": frozenset({"seen_epoch"})}
+"""Fields :func:`fit` leaves out of a record written with an older schema whatever they hold: an
+older reader has no use for them, and a newer one reading the record without them does what it did
+before they existed (a resume request without ``seen_epoch`` is not checked for being superseded)."""
 
 
 def check_version(version: int | None) -> None:
@@ -64,7 +76,7 @@ def pinned_files(version: int | None) -> dict[str, str]:
     check_version(version)
     if version is None or version == CURRENT_SCHEMA_VERSION:
         return {}
-    return {"runlog.RunEvent": _RUN_EVENT_FILES[version]}
+    return dict(_PINNED_FILES[version])
 
 
 def _default_of(field: Mapping[str, Any]) -> Any:
@@ -88,7 +100,7 @@ def fit(record: dict[str, Any], pinned: Mapping[str, Any], current: Mapping[str,
         if name in names:
             continue
         value = out.pop(name, None)
-        if value == _default_of(field):
+        if value == _default_of(field) or name in _DROPPED.get(record_name, ()):
             continue
         if name == "usage" and "attributes" in names:
             attrs = dict(out.get("attributes") or {})

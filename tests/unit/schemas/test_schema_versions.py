@@ -17,6 +17,7 @@ from runlog.schemas import (
     ConfigError,
     DecodeError,
     EventType,
+    ResumeRequest,
     RunEvent,
     SchemaVersionError,
     Settings,
@@ -69,6 +70,20 @@ def test_an_event_type_newer_than_the_pin_is_refused_with_a_typed_error() -> Non
     assert "RUNLOG_SCHEMA_VERSION" in str(err.value)
     assert isinstance(err.value, ConfigError)
     Codec(schema_version=4).encode(up)  # version 4 has it
+
+
+def test_a_writer_pinned_to_3_writes_resume_requests_a_version_3_reader_of_before_seen_epoch_reads() -> None:
+    """ResumeRequest gained seen_epoch while the version was 3: a writer pinned to 3 wrote the new
+    schema, whose fingerprint the releases of version 3 made before it do not know (dead letters)."""
+    req = ResumeRequest("r1", 5, "crash", "w-1", seen_epoch=4)
+    data = Codec(schema_version=3).encode(req)
+    old = _read_as(data, "resume_request.v1.avsc")
+    assert (old["run_id"], old["reason"]) == ("r1", "crash") and "seen_epoch" not in old
+    back = Codec().decode(data, ResumeRequest)  # this release reads it: no epoch to check against
+    assert (back.run_id, back.reason, back.seen_epoch) == ("r1", "crash", None)
+    for version in (4, None):  # version 4's releases came after seen_epoch: the current schema
+        assert Codec(schema_version=version).decode(Codec(schema_version=version).encode(req),
+                                                    ResumeRequest).seen_epoch == 4
 
 
 def test_the_pin_is_a_setting_checked_at_start() -> None:
