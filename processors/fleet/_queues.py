@@ -396,7 +396,8 @@ class RedisQueues:
         run = _text(out[0])
         if not run:
             return _text(out[1])
-        self.client.delete(self.index_key(run))
+        # the index stays until the run's slot is released for good: until then its status says
+        # ``dispatched`` (a worker is starting it), and a slot that expires puts it back where it waits
         return Dispatched(queue, run, _text(out[1]), bytes(out[2]) if out[2] is not None else b"")
 
     def release(self, queue: str, run_id: str, *, mode: str = "done") -> bool:
@@ -405,8 +406,11 @@ class RedisQueues:
         submissions), ``drop`` (it left the queue unstarted: parked for a member serving its version,
         which queues it again)."""
         done = bool(self._release(keys=[self.base(queue)], args=[run_id, self.owner, mode]))
-        if done and mode == "again":
-            self.client.set(self.index_key(run_id), queue_tag(self.group, queue), ex=7 * 86_400)
+        if mode == "again":
+            if done:
+                self.client.set(self.index_key(run_id), queue_tag(self.group, queue), ex=7 * 86_400)
+        elif done or not self.client.hexists(f"{self.base(queue)}:info", run_id):
+            self.client.delete(self.index_key(run_id))  # it left the queue (started, or dropped)
         return done
 
     def admit(self, queue: str, run_id: str, tenant: str | None) -> str:

@@ -108,6 +108,9 @@ def test_a_dead_workers_slots_expire_and_its_runs_wait_again(settings: Settings,
     alive = _queues(settings, redis_client, Queue(Q, concurrency=1), owner="alive", ttl_ms=10_000)
     _fill(dead, "a", 2)
     got = _take(dead, release=False)
+    wait = where_waits(redis_client, settings.redis_prefix, got.run_id)
+    assert wait is not None and (wait.reason, wait.tenant) == ("dispatched", "a")  # a worker starts it
+    assert "starting it" in wait.describe()
     assert alive.dispatch(Q) == "global"
     time.sleep(0.15)
     assert dead.refresh(Q, [got.run_id]) == 1  # a live worker keeps its slot
@@ -117,10 +120,13 @@ def test_a_dead_workers_slots_expire_and_its_runs_wait_again(settings: Settings,
     again = alive.dispatch(Q)
     assert isinstance(again, Dispatched) and again.run_id == got.run_id and again.record == got.record
     assert not dead.release(Q, got.run_id)  # not the dead worker's slot any more
+    wait = where_waits(redis_client, settings.redis_prefix, got.run_id)
+    assert wait is not None and wait.reason == "dispatched"  # alive is starting it
     assert dead.refresh(Q, [got.run_id]) == 0
     assert alive.stats(Q).running == {"a": 1}
     assert alive.release(Q, got.run_id)
     assert alive.stats(Q).running == {}
+    assert where_waits(redis_client, settings.redis_prefix, got.run_id) is None  # started: gone
 
 
 def test_queuing_is_idempotent_and_a_run_put_back_waits_first(settings: Settings,
