@@ -3,7 +3,8 @@
 It takes the run's lease at a new epoch (``LEASE_ACQUIRED`` with who and what), appends
 ``SIGNAL_RECEIVED`` of signal ``runlog.budget`` whose attributes carry the new caps (``tokens``,
 ``cost_nanos``, ``soft_tokens``, ``soft_cost_nanos``; a cap not given is kept), who and why, releases
-the lease, and asks the resumer group for a resume when the run waits at its cap. The fold applies
+the lease, and asks the resumer group for a resume when the run waits at its cap or failed on it
+(``on_exceeded="fail"``: ``BudgetExceeded``). The fold applies
 the caps (:mod:`runlog.projections._budget`); the resumed run checks its next model call against them.
 
 Refused, with nothing appended, for a settled run (completed or cancelled), without ``--by`` or
@@ -25,7 +26,7 @@ __all__ = ["raise_budget"]
 def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, cost_usd: float | None = None,
                  soft_tokens: int | None = None, soft_cost_usd: float | None = None, by: str,
                  reason: str) -> OperatorResult:
-    """Set the caps given (the others are kept) and resume the run if it waits at its cap.
+    """Set the caps given (the others are kept) and resume the run if it waits at its cap or failed on it.
 
     Raises:
         OperatorRefused: see the module docstring (nothing appended).
@@ -43,7 +44,11 @@ def raise_budget(settings: Settings, run_id: str, *, tokens: int | None = None, 
     state = _load(settings, run_id)
     if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         raise OperatorRefused(f"run {run_id} is {state.status.value}: its budget no longer matters")
-    waits = state.waiting is not None and state.waiting.signal == BUDGET_SIGNAL
+    # a run that waits for its budget, or that failed on it (on_exceeded="fail"), goes on once it is
+    # raised: the lease taken here leaves the failed one resumable, and a resume is requested for both
+    waits = (state.waiting is not None and state.waiting.signal == BUDGET_SIGNAL) or (
+        state.status is RunStatus.FAILED and state.last_error is not None
+        and state.last_error.kind == "BudgetExceeded")
     with _runner(settings) as r:
         try:
             taken = take_lease(settings, r, state, by=who, action="budget", reason=why, force=False)

@@ -119,6 +119,7 @@ from agents.models.interface import Model
 from agents.run import DEFAULT_MAX_TURNS
 from agents.tool_context import ToolContext
 
+from runlog.producers.calls._replay_hook import model_override
 from runlog.producers.define._tools import CallInfo, RetryPolicy, Tool
 from runlog.producers.define._workflow import Workflow
 from runlog.producers.integrations._children import ChildAgent, agent_workflow, workflows_of
@@ -252,12 +253,14 @@ class RunlogAgent(DurableAgent, ChildAgent):
         result = await self.run(ctx, params["input"], max_turns=turns)
         return child_output(result.final_output)
 
-    def _resolved_model(self, config: RunConfig) -> tuple[Model, str]:
-        chosen = self._model if self._model is not None else (
+    def _resolved_model(self, config: RunConfig, run_id: str) -> tuple[Model, str]:
+        override = model_override(run_id)  # `runlog replay --model`: the replayed run's agents use it
+        chosen = override if override is not None else self._model if self._model is not None else (
             config.model if config.model is not None else self.agent.model)
         model = chosen if isinstance(chosen, Model) else config.model_provider.get_model(chosen)
         attr = getattr(model, "model", None)
-        label = self._model_name or (chosen if isinstance(chosen, str) else None) \
+        label = (override if override is not None else self._model_name) \
+            or (chosen if isinstance(chosen, str) else None) \
             or (attr if isinstance(attr, str) else type(model).__name__)
         return model, label
 
@@ -349,7 +352,7 @@ class RunlogAgent(DurableAgent, ChildAgent):
         self._check()
         config = run_config or self.run_config or RunConfig()
         run = Run(ctx)
-        model, label = self._resolved_model(config)
+        model, label = self._resolved_model(config, ctx.run_id)
         durable_model = RunlogModel(model, label, self.name, self.model_tool, run)
         run.model = durable_model
         # the agent's own model is the durable one (an agent given as a tool keeps its own model); the

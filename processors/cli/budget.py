@@ -11,7 +11,7 @@ from runlog.schemas import Settings
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "budget", help="raise (or set) a run's budget; a run waiting at its cap goes on",
+        "budget", help="raise (or set) a run's budget; a run waiting at its cap (or failed on it) goes on",
         description="Append SIGNAL_RECEIVED (signal runlog.budget) with the new caps, who and why under a "
         "new lease epoch; a cap not given is kept. A run waiting at a hard cap is resumed and checks its "
         "next model call against the new caps. Refused (exit 1, nothing appended) for a completed or "

@@ -17,7 +17,7 @@ from typing import Any
 
 from agents import Agent, ModelResponse, RunConfig, function_tool
 from agents.items import TResponseStreamEvent
-from agents.models.interface import Model
+from agents.models.interface import Model, ModelProvider
 from agents.testing import assistant_message, function_call
 from agents.usage import Usage as AgentsUsage
 
@@ -31,7 +31,31 @@ MODEL_NAME = "gpt-shop"
 MODEL_TOOL = "openai_agents.model.shop"
 LOOKUP_TOOL = "openai_agents.tool.shop.lookup"
 SAVE_TOOL = "orders.oa_save_row"
-CONFIG = RunConfig(tracing_disabled=True)
+OTHER_MODEL = "other-shop-model"
+"""A model name the run config's provider knows (a replay's ``--model``): it answers without a tool."""
+
+
+class _Other(Model):
+    """The model a replay names instead of the agent's own: one plain answer, no tool."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return ModelResponse(output=[assistant_message("another model's answer")],
+                             usage=AgentsUsage(requests=1, input_tokens=5, output_tokens=3, total_tokens=8),
+                             response_id="resp-other")
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError("not streamed")
+        yield  # pragma: no cover
+
+
+class _Provider(ModelProvider):
+    def get_model(self, model_name: str | None) -> Model:
+        if model_name != OTHER_MODEL:
+            raise ValueError(f"no model {model_name!r} here (no network in tests)")
+        return _Other()
+
+
+CONFIG = RunConfig(tracing_disabled=True, model_provider=_Provider())
 
 
 def _get(item: Any, key: str) -> Any:

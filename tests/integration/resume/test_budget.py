@@ -169,8 +169,10 @@ def test_on_exceeded_fail_fails_the_run_and_a_soft_cap_warns_on_the_log(topics: 
     results = [le.event for le in accepted(log_of(topics, run_id)) if le.event.type is EventType.TOOL_RESULT
                and le.event.usage is not None]
     assert [e.attributes.get(SOFT_ATTRIBUTE) for e in results] == ["tokens 1040 >= soft cap 1000"]
-    # raised, then retried by an operator: the run continues and makes the calls it was refused
-    raise_budget(topics, run_id, tokens=9000, by="ops", reason="approved")
+    # raised by an operator: a resume is requested (the resumers go on with it, as with a waiting run),
+    # and the run continues and makes the calls it was refused
+    raised = raise_budget(topics, run_id, tokens=9000, by="ops", reason="approved")
+    assert raised.detail.endswith("; resume requested"), raised.detail
     with Resumer(topics, app) as r:
-        assert r.resume(run_id, retry=True).result == "completed"
+        assert r.resume(run_id).result == "completed"
     assert model.requests == 4 and _tokens(_state(topics, app, run_id)) == SPENT_AFTER[3]

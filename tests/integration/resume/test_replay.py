@@ -162,6 +162,27 @@ def test_a_replay_leaves_no_namespace_behind_unless_kept_and_clean_deletes_kept_
     assert left(kept) == ([], []) and eval_namespaces(topics) == []
 
 
+def test_an_openai_agents_run_replayed_with_another_model_asks_that_model(topics: Settings,
+                                                                           tmp_path: Path) -> None:
+    """``runlog replay --model`` reached Pydantic AI agents only: an OpenAI Agents SDK agent was
+    replayed on its own model while the report named the other one."""
+    from tests.integration.resume import _openai_agents_agent as shop
+    from tests.integration.resume._shop_world import ShopWorld
+
+    app = shop.agent_app(tmp_path / "shop")
+    world = ShopWorld(tmp_path / "shop")
+    with Runner.from_settings(topics, source=app.source, prices=app.prices) as runner:
+        res = runner.run(app.registry.get("oa-shop"), {"sku": "sku-1", "order": "o-9"})
+    assert res.completed
+    turns = len(world.model_turns())
+    other = replay_run(topics, app, res.run_id, model=shop.OTHER_MODEL)
+    assert other.model == shop.OTHER_MODEL
+    assert len(world.model_turns()) == turns, "the agent's own model was asked"
+    # its answer is no price: the research stage fails its rule, and nothing after it is made
+    assert other.status == "failed" and "priced" in other.reason, other.reason
+    assert (len(world.rows()), world.attempts()) == (1, 1)  # the order was never saved again
+
+
 @pytest.mark.parametrize(("module", "workflow"), [("_pydantic_ai_agent", "agent-shop"),
                                                   ("_openai_agents_agent", "oa-shop")])
 def test_an_unchanged_agent_run_replays_with_no_change_and_leaves_no_namespace(
