@@ -106,7 +106,6 @@ class AuthWatch:
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._conf = {k: v for k, v in conf.items() if isinstance(v, str)}
-        self.failure: AuthenticationFailed | None = None
 
     def error(self, err: KafkaError) -> AuthenticationFailed | None:
         """The :class:`AuthenticationFailed` that ``err`` is, or None."""
@@ -120,7 +119,10 @@ class AuthWatch:
         failure = self.error(err)
         if failure is None:
             return
-        self.failure = failure
+        # the raised error is not kept here: its traceback holds the frames that hold the client,
+        # whose callback this is, a cycle the garbage collector cannot break (the client's C object
+        # does not traverse its callbacks), so the client was destroyed only at interpreter exit,
+        # where librdkafka's teardown beside OpenSSL's can crash the process (SIGSEGV)
         _state["reported"] = True
         raise failure
 

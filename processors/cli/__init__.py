@@ -184,16 +184,30 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with command_span(args):  # an operator command is a span; what it appends carries its context
             return func(args)
-    except AuthenticationFailed as err:
+    except KeyboardInterrupt:
+        print("runlog: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        raise  # main's: the reader went away
+    except Exception as err:  # noqa: BLE001 -- the CLI's last word: one line, never a traceback
+        try:
+            return _one_line(err)
+        finally:
+            _let_go(err)
+
+
+def _one_line(err: Exception) -> int:
+    """Print the one line that says what ``err`` means to a person; its exit code."""
+    if isinstance(err, AuthenticationFailed):
         print(f"runlog: {err}", file=sys.stderr)
         return EXIT_AUTH
-    except ConfigError as err:
+    if isinstance(err, ConfigError):
         print(f"runlog: configuration error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except LogUnavailable as err:
+    if isinstance(err, LogUnavailable):
         print(f"runlog: the log cannot be read from Kafka at {settings_hint()}: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    except RunlogError as err:
+    if isinstance(err, RunlogError):
         if _redis_cluster_moved(err):
             return _cluster_url_line()
         if _redis_unreachable(err):
@@ -203,13 +217,23 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_UNAVAILABLE
         print(f"runlog: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FOUND
-    except KeyboardInterrupt:
-        print("runlog: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        raise  # main's: the reader went away
-    except Exception as err:  # noqa: BLE001 -- the CLI's last word: one line, never a traceback
-        return _unexpected(err)
+    return _unexpected(err)
+
+
+def _let_go(err: BaseException) -> None:
+    """Drop what ``err`` holds of the frames it passed through. A Kafka client keeps the error its
+    callback raised (an :class:`AuthenticationFailed`), and that error's traceback held the frames
+    that hold the client: a cycle the garbage collector cannot see, so the client lived until the
+    interpreter's exit, whose teardown of librdkafka beside OpenSSL's could end the process with
+    SIGSEGV after its one line was printed (exit -11 instead of 4)."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        nxt = e.__cause__ or e.__context__
+        e.__traceback__ = None
+        e.__cause__ = e.__context__ = None
+        e = nxt
 
 
 def _unexpected(err: Exception) -> int:

@@ -6,6 +6,7 @@ repeated librdkafka's FAIL line about 24 times, and ``runlog resumer`` looped on
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -63,3 +64,33 @@ def test_a_wrong_password_is_one_line_and_a_dedicated_exit_code(
     assert f"user '{USER}'" in auth[0] and secure_broker.sasl_bootstrap in auth[0], said
     assert len(lines) <= 1 + BEFORE_BROKER.get(command, 0), said
     assert took < 30, f"{command} took {took:.1f}s"
+
+
+def _clients() -> set[int]:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    gc.collect()
+    return {id(o) for o in gc.get_objects() if isinstance(o, (AdminClient, Consumer, Producer))}
+
+
+@pytest.mark.parametrize("command", [["init"], ["demo"], ["doctor"]])
+def test_a_refused_command_leaves_no_kafka_client_alive(secure_broker: SecureBroker, settings: Settings,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        command: list[str]) -> None:
+    """The client whose callback raised the authentication error stayed alive until the interpreter's
+    exit (the error, kept by the client, held the frames that held the client), and librdkafka's
+    teardown there once ended ``runlog demo`` with SIGSEGV (exit -11) after its one line."""
+    from runlog.processors.cli import main
+
+    s = settings.with_(kafka_bootstrap_servers=secure_broker.sasl_bootstrap,
+                       kafka_extra={**secure_broker.sasl("SCRAM-SHA-512"), "sasl.password": WRONG})
+    for k in [k for k in os.environ if k.startswith(("RUNLOG_", "KAFKA_", "REDIS_"))]:
+        monkeypatch.delenv(k)
+    for k, v in s.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    before = _clients()
+    assert main(command) == EXIT_AUTH
+    left = _clients() - before
+    assert not left, f"{len(left)} Kafka client(s) of `runlog {command[0]}` still alive"

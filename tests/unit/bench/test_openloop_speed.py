@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from runlog.processors.bench._openloop import open_loop, schedule
-from runlog.processors.bench._speed import calibrate, speed_index
+from runlog.processors.bench._speed import REPEATS, calibrate, speed_index
 
 
 def test_a_schedule_is_evenly_spaced_at_the_offered_rate() -> None:
@@ -93,8 +93,15 @@ def test_errors_are_counted_not_timed() -> None:
 
 
 def test_the_speed_index_agrees_with_itself() -> None:
-    a, b = speed_index(), speed_index()  # the bench's own calibration (about half a second of CPU each)
-    assert a["index"] > 0 and b["index"] > 0
-    # timed by the thread's CPU clock, fastest of 21 repeats: within 25% of each other on a busy host
-    assert abs(a["index"] - b["index"]) / max(a["index"], b["index"]) < 0.25
+    a = speed_index()  # the bench's own calibration (about half a second of CPU)
+    assert a["index"] > 0 and a["best_ms"] <= a["median_ms"] and a["repeats"] == REPEATS
+    # two calibrations taken side by side (their repeats interleaved, so both meet the same host) agree
+    # within 25%: the fastest repeat, timed by the thread's CPU clock, is what the index rests on. Taken
+    # one after the other they differed by 39% in the serial phase on this 2-core host, where a sibling
+    # hyperthread's load slows even CPU time.
+    firsts, seconds = [], []
+    for _ in range(REPEATS):
+        firsts += calibrate(repeats=1)
+        seconds += calibrate(repeats=1)
+    assert abs(min(firsts) - min(seconds)) / max(min(firsts), min(seconds)) < 0.25, (firsts, seconds)
     assert len(calibrate(loop=10, repeats=3)) == 3
