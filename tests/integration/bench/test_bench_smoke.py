@@ -79,7 +79,9 @@ def test_bench_tiny_prints_every_figure(settings: Settings, redis_client: redis.
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     plot = tmp_path / "bench.png"
     code = main(["bench", "--size", "tiny", "--json", "--quiet", "--plot", str(plot)])
-    doc = json.loads(capsys.readouterr().out)
+    said = capsys.readouterr()
+    assert said.out.strip(), f"no JSON (exit {code}): {said.err[-3000:]}"  # what the bench said instead
+    doc = json.loads(said.out)
     _check_exit(code, doc)
     for k in KEYS:
         assert isinstance(doc[k], int | float), k
