@@ -14,7 +14,7 @@ from runlog.schemas._env import kafka_env_name
 from runlog.schemas.errors import ConfigError
 
 __all__ = ["CONSUMER_GUARANTEES", "KAFKA_LOG", "PRODUCER_DEFAULTS", "PRODUCER_GUARANTEES",
-           "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig", "check_producer_guarantees",
+           "SCHEMA_REGISTRY_KEYS", "SR_NUMERIC", "ClientConfig", "check_kafka_guarantees",
            "quiet_unreachable_lines"]
 
 PRODUCER_GUARANTEES: dict[str, Any] = {"enable.idempotence": True, "acks": "all",
@@ -36,25 +36,26 @@ _ALIKE = {"enable.idempotence": {"true", "1"}, "acks": {"all", "-1"}, "enable.au
 """The spellings librdkafka takes for the values of the guarantees."""
 
 
-def check_producer_guarantees(kafka_extra: Mapping[str, Any]) -> None:
+_WHY = {
+    "producers": ("Runlog's event producers", "an acknowledged event must be neither lost nor written twice, "
+                  "and a run's events must land on the partition every client computes"),
+    "consumers": ("Runlog's consumers", "an offset is committed only once its record is processed, a new "
+                  "group reads the log from its start, and a rebalance moves only what changes owner"),
+}
+
+
+def check_kafka_guarantees(kafka_extra: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming a ``RUNLOG_KAFKA_<KEY>`` value for one of
     :data:`PRODUCER_GUARANTEES` or :data:`CONSUMER_GUARANTEES` that is not what it must be, or a
     ``group.id`` (``Settings.validate`` asks, so a command stops before it does anything; such a value
     was overwritten without a word)."""
-    for key, value in PRODUCER_GUARANTEES.items():
-        given = kafka_extra.get(key)
-        if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {str(value).lower()}):
-            raise ConfigError(f"{kafka_env_name(key)}={given}: Runlog's event producers need {key}={value} "
-                              "(an acknowledged event must be neither lost nor written twice, and a run's "
-                              "events must land on the partition every client computes); unset it")
-    for key, value in CONSUMER_GUARANTEES.items():
-        given = kafka_extra.get(key)
-        want = str(value).lower()
-        if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {want}):
-            raise ConfigError(f"{kafka_env_name(key)}={given}: Runlog's consumers need {key}={want} (an "
-                              "offset is committed only once its record is processed, a new group reads "
-                              "the log from its start, and a rebalance moves only what changes owner); "
-                              "unset it")
+    for kind, guarantees in (("producers", PRODUCER_GUARANTEES), ("consumers", CONSUMER_GUARANTEES)):
+        for key, value in guarantees.items():
+            given = kafka_extra.get(key)
+            want = str(value).lower()
+            if given is not None and str(given).strip().lower() not in _ALIKE.get(key, {want}):
+                who, why = _WHY[kind]
+                raise ConfigError(f"{kafka_env_name(key)}={given}: {who} need {key}={want} ({why}); unset it")
     if kafka_extra.get("group.id") is not None:
         raise ConfigError(f"{kafka_env_name('group.id')}={kafka_extra['group.id']}: Runlog names its "
                           "consumer groups (RUNLOG_TOPIC_PREFIX and each command's group option, such as "
@@ -209,7 +210,7 @@ class ClientConfig:
             ConfigError: a ``RUNLOG_KAFKA_<KEY>`` value for one of :data:`PRODUCER_GUARANTEES` that
                 is not what it must be (it was ignored without a word).
         """
-        check_producer_guarantees(self.kafka_extra)
+        check_kafka_guarantees(self.kafka_extra)
         conf = self.kafka_common()
         for key, value in PRODUCER_DEFAULTS.items():
             conf.setdefault(key, value)

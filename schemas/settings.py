@@ -24,7 +24,7 @@ from runlog.schemas._client_config import (
     SCHEMA_REGISTRY_KEYS,
     SR_NUMERIC,
     ClientConfig,
-    check_producer_guarantees,
+    check_kafka_guarantees,
 )
 from runlog.schemas._env import ENV_VARS, env_from_values, values_from_env
 from runlog.schemas.errors import ConfigError
@@ -173,7 +173,7 @@ class Settings(ClientConfig):
         return replace(self, **changes)
 
     def validate(self) -> None:
-        check_producer_guarantees(self.kafka_extra)
+        check_kafka_guarantees(self.kafka_extra)
         if self.partitions < 1:
             raise ConfigError("RUNLOG_PARTITIONS must be >= 1")
         if self.replication_factor < 1:

@@ -97,10 +97,9 @@ class RunStarts:
         pinned = PinnedInputs.pin(self.source, workflow.input_names(), inputs)
         wf_name = f"{workflow.name}@{workflow.version}"
         attrs = {**(attributes or {}), "params_hash": params_hash, "writer": self.writer.writer_id}
-        if store.subject is not None or subject is not None:
-            # the subject whose key seals the run, the default one included: `runlog erase` and the
-            # audit find a subject's runs by this attribute
-            attrs[SUBJECT_ATTRIBUTE] = store.subject if store.subject is not None else str(subject)
+        sealed_for = store.subject or subject  # the default subject too, where payloads are sealed
+        if sealed_for is not None:  # `runlog erase` and the audit find a subject's runs by this attribute
+            attrs[SUBJECT_ATTRIBUTE] = sealed_for
         if idempotency_key is None:
             run_id = f"run-{uuid.uuid4().hex}"
         else:
