@@ -109,6 +109,8 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/integration/processors/test_projector_settings_sasl.py": "sasl-broker",
     "tests/integration/processors/test_wrong_credentials.py": "sasl-broker",
     "tests/integration/processors/test_acl_and_runs.py": "sasl-broker",
+    # one Vault dev server per module (its tests wait for deploy/local/vault's build on a first run)
+    "tests/integration/resume/test_transit_vault.py": "vault",
     # the audit world (a demo run and more) is built once per package
     "tests/integration/audit/": "audit-world",
     # each fault module gathers its points in module state and writes its section of the fault report

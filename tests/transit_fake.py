@@ -1,10 +1,12 @@
 """A small local HTTP service implementing the request and response shapes HashiCorp Vault's / OpenBao's
 transit engine documents for the endpoints :class:`runlog.producers.internal.TransitKeyProvider` calls.
 
-It is not Vault: no OpenBao or Vault server could be built or downloaded here, so the adapter's tests run
-against this service (``POST /v1/<mount>/encrypt/<key>``, ``decrypt``, ``GET keys/<key>``,
-``POST keys/<key>/rotate``, ``POST keys/<key>/config``; ``X-Vault-Token``; a derived key whose
-``context`` binds each ciphertext; ``vault:v<N>:`` ciphertexts; ``{"errors": [...]}`` on failure).
+It is not Vault. The unit tests of the adapter use it (fast, and for the failures a real server is hard
+to put in); ``tests/integration/resume/test_transit_vault.py`` runs the adapter against a real Vault server
+(``deploy/local/vault``); both pass the same contract test there. It answers ``POST keys/<key>`` (create),
+``POST /v1/<mount>/encrypt/<key>``, ``decrypt``, ``GET keys/<key>``,
+``POST keys/<key>/rotate``, ``POST keys/<key>/config``; checks ``X-Vault-Token``; keeps a derived key whose
+``context`` binds each ciphertext; writes ``vault:v<N>:`` ciphertexts; fails with ``{"errors": [...]}``.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ class FakeTransit:
 
     def route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         parts = path.split("/")
+        if method == "POST" and len(parts) == 2 and parts[0] == "keys" and parts[1] not in self.keys:
+            if body.get("type", "aes256-gcm96") != "aes256-gcm96" or not body.get("derived"):
+                return 400, {"errors": ["this stand-in keeps derived aes256-gcm96 keys only"]}
+            self.create_key(parts[1])
+            return 204, None
         if len(parts) >= 2 and parts[0] == "keys" and parts[1] in self.keys:
             k = self.keys[parts[1]]
             if method == "GET" and len(parts) == 2:

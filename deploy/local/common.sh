@@ -211,3 +211,16 @@ kafka_launch() {
         sleep 0.1
     done
 }
+
+find_go() { # GO: the go command (PATH, then the usual install dir, then Debian's golang-go)
+    local cand
+    for cand in "$(command -v go || true)" /usr/local/go/bin/go /usr/lib/go/bin/go; do
+        if [ -n "$cand" ] && [ -x "$cand" ]; then
+            GO="$cand"
+            return 0
+        fi
+    done
+    log "no go command found; installing golang-go"
+    apt_install golang-go
+    GO="$(command -v go)"
+}

@@ -1,5 +1,6 @@
 """The transit key provider against a local service with the transit engine's documented request and
-response shapes (``tests/transit_fake.py``; not a real Vault or OpenBao server, none could run here)."""
+response shapes (``tests/transit_fake.py``); the real server's twin of these tests is
+``tests/integration/resume/test_transit_vault.py``."""
 
 from __future__ import annotations
 
