@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="seconds to wait for more records when fewer than --batch-size have arrived "
                         "(default: %(default)s, apply what has arrived: under load a batch fills while the "
                         "one before is applied; a wait adds to every event's lag at low rates)")
+    p.add_argument("--fetch-min-bytes", type=int, default=65_536, metavar="BYTES",
+                   help="the fewest bytes of events a fetch waits for at the broker (default: %(default)s)")
+    p.add_argument("--fetch-wait-ms", type=int, default=10, metavar="MS",
+                   help="the longest a fetch waits for --fetch-min-bytes: what an event may wait at the "
+                        "broker when fewer arrive (default: %(default)s)")
     p.add_argument("--cache-size", type=int, default=10_000, help="run states cached in memory")
     p.add_argument("--session-timeout-ms", type=int, default=30_000,
                    help="the group's session timeout: a member silent this long (dead, paused) loses its "
@@ -70,7 +75,11 @@ def _project(args: argparse.Namespace) -> int:
     from runlog.processors.projector import ProjectorOptions, run_projector
 
     settings = Settings.from_env()
+    if args.fetch_min_bytes < 1 or args.fetch_wait_ms < 0:
+        print("runlog project: --fetch-min-bytes must be >= 1 and --fetch-wait-ms >= 0", file=sys.stderr)
+        return EXIT_USAGE
     opts = ProjectorOptions(app_id=args.app_id, batch_size=args.batch_size, within=args.within,
+                            fetch_min_bytes=args.fetch_min_bytes, fetch_wait_ms=args.fetch_wait_ms,
                             cache_size=args.cache_size, session_timeout_ms=args.session_timeout_ms,
                             instance_id=args.instance_id or settings.group_instance_id)
     return run_projector(settings, opts)

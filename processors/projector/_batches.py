@@ -18,6 +18,13 @@ are revoked, as Faust clears its channel queues; the projector's offset guard fi
 consumer skipped (:mod:`runlog.processors.projector._offsets`).
 
 Records of any other topic go through Faust's own path unchanged.
+
+:class:`BatchConsumerThread` sets the two fetch settings Faust does not pass to aiokafka: the fewest
+bytes a fetch waits for (``fetch_min_bytes``, aiokafka's default 1) and how long it waits for them at
+most (``fetch_max_wait_ms``). With one byte a fetch returns as soon as one record is there, so at a
+few thousand events a second the consumer thread made a fetch every few records, each a round of
+Python work in its own thread, holding the interpreter against the thread that applies the batches
+(docs/performance.md, "Fetch sizes at low load").
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any, ClassVar
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["BatchConsumer", "BatchDelivery", "BatchTransport", "install"]
+__all__ = ["BatchConsumer", "BatchConsumerThread", "BatchDelivery", "BatchTransport", "install"]
 
 
 class BatchDelivery:
@@ -108,11 +115,36 @@ class BatchDelivery:
             ack(m)
 
 
+class BatchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignore[misc]
+    """Faust's consumer thread whose aiokafka consumer fetches at least ``fetch_min_bytes`` (waiting
+    ``fetch_wait_ms`` at most for them)."""
+
+    fetch_min_bytes: ClassVar[int] = 1
+    fetch_wait_ms: ClassVar[int] = 1500
+    """Replaced per app by :func:`install`."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Faust passes neither setting; aiokafka keeps what its constructor was given in these two
+        # attributes and gives them to the fetcher it makes at start (aiokafka 0.10-0.12)
+        for attr in ("_fetch_min_bytes", "_fetch_max_wait_ms"):
+            if not hasattr(consumer, attr):
+                raise RuntimeError(f"aiokafka's consumer has no {attr}: this aiokafka is not one the "
+                                   "projector's fetch settings are made for")
+        consumer._fetch_min_bytes = self.fetch_min_bytes
+        consumer._fetch_max_wait_ms = self.fetch_wait_ms
+        return consumer
+
+
 class BatchConsumer(faust_aiokafka.Consumer):  # type: ignore[misc]
     """Faust's aiokafka consumer whose fetch loop hands the records of a batch topic over per fetch."""
 
     deliveries: ClassVar[dict[str, BatchDelivery]] = {}
     """Replaced per app by :func:`install` (a class per app, so two apps in one process differ)."""
+    thread_class: ClassVar[type[BatchConsumerThread]] = BatchConsumerThread
+
+    def _new_consumer_thread(self) -> Any:
+        return self.thread_class(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:
         # Faust's Consumer._drain_messages (faust-streaming 0.15), with the records of the
@@ -174,13 +206,18 @@ class BatchTransport(faust_aiokafka.Transport):  # type: ignore[misc]
     """Faust's aiokafka transport with :class:`BatchConsumer`."""
 
 
-def install(app: Any, deliveries: Iterable[BatchDelivery]) -> None:
-    """Make ``app`` consume through a :class:`BatchConsumer` that hands over ``deliveries``' topics.
+def install(app: Any, deliveries: Iterable[BatchDelivery], *, fetch_min_bytes: int = 1,
+            fetch_wait_ms: int = 1500) -> None:
+    """Make ``app`` consume through a :class:`BatchConsumer` that hands over ``deliveries``' topics,
+    its fetches waiting for ``fetch_min_bytes`` (``fetch_wait_ms`` at most; :class:`BatchConsumerThread`).
 
     Call right after the app is made, before its consumer exists. Each topic is also registered
     with Faust's conductor (subscribed, and acknowledged records counted towards commits).
     """
     by_topic = {d.topic: d for d in deliveries}
-    consumer_cls = type("BatchConsumer", (BatchConsumer,), {"deliveries": by_topic})
+    thread_cls = type("BatchConsumerThread", (BatchConsumerThread,),
+                      {"fetch_min_bytes": fetch_min_bytes, "fetch_wait_ms": fetch_wait_ms})
+    consumer_cls = type("BatchConsumer", (BatchConsumer,),
+                        {"deliveries": by_topic, "thread_class": thread_cls})
     transport_cls = type("BatchTransport", (BatchTransport,), {"Consumer": consumer_cls})
     app.transport = transport_cls(app.conf.broker_consumer, app)

@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiokafka
 import faust
 import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from runlog.processors.projector import ProjectorOptions, build_app
-from runlog.processors.projector._batches import BatchConsumer, BatchDelivery, install
+from runlog.processors.projector._batches import BatchConsumer, BatchConsumerThread, BatchDelivery, install
 from runlog.schemas.settings import Settings
 
 
@@ -231,3 +233,42 @@ def test_install_gives_each_app_its_own_topics() -> None:
     install(b, [BatchDelivery("tb")])
     assert list(a.transport.Consumer.deliveries) == ["ta"]
     assert list(b.transport.Consumer.deliveries) == ["tb"]
+
+
+def _fetch_settings(app: faust.App, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """The fetch settings of the aiokafka consumer that ``app``'s consumer thread makes: Faust's own
+    making of it returns a real aiokafka consumer (made on a loop, as aiokafka requires; never started,
+    so nothing connects), which the thread's override then sets."""
+    thread_cls = app.transport.Consumer.thread_class
+    assert issubclass(thread_cls, BatchConsumerThread)
+
+    async def make() -> tuple[int, int]:
+        made = aiokafka.AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1", group_id="g")
+        monkeypatch.setattr(faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer",
+                            lambda self, transport: made)
+        aio = object.__new__(thread_cls)._create_worker_consumer(app.transport)
+        assert aio is made
+        try:
+            return aio._fetch_min_bytes, aio._fetch_max_wait_ms
+        finally:
+            await aio.stop()
+
+    return asyncio.run(make())
+
+
+def test_the_projectors_kafka_consumer_fetches_with_its_fetch_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Faust passes neither fetch setting to aiokafka (a fetch answered at the first byte, so at a few
+    thousand events a second the consumer thread fetched every few records): the worker consumer the
+    projector's consumer thread makes has the options' values, which aiokafka's start hands its fetcher."""
+    settings = Settings.from_env().with_(topic_prefix="unit-fetch.", metrics_port=0)
+    app = build_app(settings, ProjectorOptions(app_id="unit-fetch", fetch_min_bytes=4096, fetch_wait_ms=7))
+    assert _fetch_settings(app, monkeypatch) == (4096, 7)
+    d = ProjectorOptions()
+    assert (d.fetch_min_bytes, d.fetch_wait_ms) == (65_536, 10)
+    default = build_app(settings, ProjectorOptions(app_id="unit-fetch-2"))
+    assert _fetch_settings(default, monkeypatch) == (65_536, 10)
+    # an app installed without them keeps aiokafka's own
+    plain = faust.App("unit-plain", broker="kafka://127.0.0.1:1", autodiscover=False)
+    install(plain, [BatchDelivery("tp")])
+    assert _fetch_settings(plain, monkeypatch) == (1, 1500)
