@@ -41,15 +41,6 @@ if [ "$PROFILE" = test ]; then
     toxiproxy_pid=$!
 fi
 
-# HashiCorp Vault for the transit key provider's tests (tests/integration/resume/test_transit_vault.py):
-# built from its Go module into .runlog/bin/ (the first time in a Go build cache: tens of minutes on 2
-# cores; afterwards about a minute of linking). Not waited for: it builds niced beside the whole run,
-# and the tests that need it wait for it (deploy/local/vault's lock).
-if [ "$PROFILE" = test ]; then
-    mkdir -p "$ROOT/.runlog"
-    "$ROOT/deploy/local/vault" build >/dev/null 2>"$ROOT/.runlog/vault-build.err" </dev/null &
-fi
-
 # The stamp names the pyproject.toml it was installed from and the extras; a test virtualenv
 # (extras [test,docs]) is a superset of the demo's.
 digest="$(sha256sum pyproject.toml | cut -d' ' -f1)"
@@ -109,6 +100,17 @@ if [ -n "$toxiproxy_pid" ]; then
     wait "$toxiproxy_pid" || say "deploy/local/toxiproxy build failed: the network fault tests will fail"
     cat "$toxiproxy_log" >&2
     rm -f "$toxiproxy_log"
+fi
+
+# HashiCorp Vault for the transit key provider's tests (tests/integration/resume/test_transit_vault.py):
+# built from its Go module into .runlog/bin/ (the first time in a Go build cache: tens of minutes on 2
+# cores; afterwards about a minute of linking). Not waited for: it builds niced beside the whole run,
+# and the tests that need it wait for it (deploy/local/vault's lock). Started once the toxiproxy build
+# and the Debian tools are done: on a machine without Go the toxiproxy build installs it, and two
+# apt-get runs at once would fail on dpkg's lock.
+if [ "$PROFILE" = test ]; then
+    mkdir -p "$ROOT/.runlog"
+    "$ROOT/deploy/local/vault" build >/dev/null 2>"$ROOT/.runlog/vault-build.err" </dev/null &
 fi
 
 if [ -n "$services_pid" ]; then

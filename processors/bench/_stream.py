@@ -44,7 +44,7 @@ def _stream_main(settings: Settings, opts: ProjectorOptions, workdir: str, key: 
     name = Topics.of(settings).events
     delivery = BatchDelivery(name, max_pending=max(4 * opts.batch_size, 5000))
     if batches:
-        install(app, [delivery])
+        install(app, [delivery], fetch_min_bytes=opts.fetch_min_bytes, fetch_wait_ms=opts.fetch_wait_ms)
     events = app.topic(name, **raw)
     counter = redis_client(settings)
 

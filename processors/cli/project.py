@@ -75,8 +75,9 @@ def _project(args: argparse.Namespace) -> int:
     from runlog.processors.projector import ProjectorOptions, run_projector
 
     settings = Settings.from_env()
-    if args.fetch_min_bytes < 1 or args.fetch_wait_ms < 0:
-        print("runlog project: --fetch-min-bytes must be >= 1 and --fetch-wait-ms >= 0", file=sys.stderr)
+    if args.fetch_min_bytes < 1 or args.fetch_wait_ms < 1:
+        # a wait of 0 with more than a byte to wait for: a fetch loop that never rests
+        print("runlog project: --fetch-min-bytes and --fetch-wait-ms must be >= 1", file=sys.stderr)
         return EXIT_USAGE
     opts = ProjectorOptions(app_id=args.app_id, batch_size=args.batch_size, within=args.within,
                             fetch_min_bytes=args.fetch_min_bytes, fetch_wait_ms=args.fetch_wait_ms,

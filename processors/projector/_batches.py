@@ -19,9 +19,10 @@ consumer skipped (:mod:`runlog.processors.projector._offsets`).
 
 Records of any other topic go through Faust's own path unchanged.
 
-:class:`BatchConsumerThread` sets the two fetch settings Faust does not pass to aiokafka: the fewest
-bytes a fetch waits for (``fetch_min_bytes``, aiokafka's default 1) and how long it waits for them at
-most (``fetch_max_wait_ms``). With one byte a fetch returns as soon as one record is there, so at a
+:class:`BatchConsumerThread` sets the two fetch settings Faust does not let an app choose: the fewest
+bytes a fetch waits for (``fetch_min_bytes``, which Faust leaves at aiokafka's default, 1) and how long
+it waits for them at most (``fetch_max_wait_ms``, which Faust fixes at 1,500 ms). With one byte a fetch
+returns as soon as one record is there, so at a
 few thousand events a second the consumer thread made a fetch every few records, each a round of
 Python work in its own thread, holding the interpreter against the thread that applies the batches
 (docs/performance.md, "Fetch sizes at low load").
@@ -125,8 +126,9 @@ class BatchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignor
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
-        # Faust passes neither setting; aiokafka keeps what its constructor was given in these two
-        # attributes and gives them to the fetcher it makes at start (aiokafka 0.10-0.12)
+        # Faust passes no fetch_min_bytes and a fixed fetch_max_wait_ms; aiokafka keeps what its
+        # constructor was given in these two attributes and hands them to the fetcher it makes in
+        # start() (aiokafka 0.14, this project's)
         for attr in ("_fetch_min_bytes", "_fetch_max_wait_ms"):
             if not hasattr(consumer, attr):
                 raise RuntimeError(f"aiokafka's consumer has no {attr}: this aiokafka is not one the "

@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -71,25 +72,45 @@ class Vault:
 
 
 def _vault_binary() -> Path | None:
-    proc = subprocess.run([str(ROOT / "deploy" / "local" / "vault"), "build"], capture_output=True, text=True,
-                          timeout=3600, check=False)
+    try:  # beyond the script's own 3,600 s wait for a build under way, so its message is the one seen
+        proc = subprocess.run([str(ROOT / "deploy" / "local" / "vault"), "build"], capture_output=True,
+                              text=True, timeout=3750, check=False)
+    except subprocess.TimeoutExpired as err:
+        require(False, f"deploy/local/vault build did not finish in {err.timeout:.0f} s")
+        return None
     path = Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
     require(path is not None and path.is_file(), f"no Vault binary: {proc.stderr[-1500:]}")
     return path
+
+
+def _port_pair() -> int:
+    """A free port whose next port is free too: a dev server listens on both (API, cluster)."""
+    for _ in range(50):
+        (port,) = free_ports(1)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
 
 
 @pytest.fixture(scope="module")
 def real_vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vault]:
     binary = _vault_binary()
     assert binary is not None
-    (port,) = free_ports(1)
-    token = secrets.token_urlsafe(24)  # the dev server's root token: made here, never written down
+    port = _port_pair()
+    # the dev server's root token, made here for this server alone; through its environment, not its
+    # command line (which ps shows); its banner in vault.log (pytest's temporary folder) prints it
+    token = secrets.token_urlsafe(24)
     d = tmp_path_factory.mktemp("vault")
     with open(d / "vault.log", "wb") as out:
         proc = subprocess.Popen([str(binary), "server", "-dev", "-dev-no-store-token",
-                                 f"-dev-listen-address=127.0.0.1:{port}", f"-dev-root-token-id={token}"],
+                                 f"-dev-listen-address=127.0.0.1:{port}"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                                env={"PATH": os.environ.get("PATH", ""), "HOME": str(d)})
+                                env={"PATH": os.environ.get("PATH", ""), "HOME": str(d),
+                                     "VAULT_DEV_ROOT_TOKEN_ID": token})
     v = Vault(f"http://127.0.0.1:{port}", token)
     try:
         deadline = time.monotonic() + 60
@@ -213,7 +234,8 @@ def test_a_run_sealed_under_vault_resumes_across_a_rotation_and_its_subject_is_e
     report = audit(s, AuditOptions(), progress=None)
     assert report.findings == [], [f.to_dict() for f in report.findings]
     assert report.erased == [alice]
-    # Vault's own view: a data key wrapped under v1 no longer unwraps there, with its own context
+    # Vault's own view: a data key wrapped under v1 no longer unwraps there (v1 is below the key's
+    # min_decryption_version; the server refuses it on its version, before its context is read)
     info = vault.call("GET", f"transit/keys/{key}")["data"]
     assert info["latest_version"] == 2 and info["min_decryption_version"] == 2
     key_id, old = next(iter(docs.items()))

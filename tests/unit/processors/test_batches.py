@@ -258,7 +258,7 @@ def _fetch_settings(app: faust.App, monkeypatch: pytest.MonkeyPatch) -> tuple[in
 
 def test_the_projectors_kafka_consumer_fetches_with_its_fetch_settings(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Faust passes neither fetch setting to aiokafka (a fetch answered at the first byte, so at a few
+    """Faust lets an app choose neither fetch setting (a fetch answered at its first byte, so at a few
     thousand events a second the consumer thread fetched every few records): the worker consumer the
     projector's consumer thread makes has the options' values, which aiokafka's start hands its fetcher."""
     settings = Settings.from_env().with_(topic_prefix="unit-fetch.", metrics_port=0)
@@ -268,7 +268,7 @@ def test_the_projectors_kafka_consumer_fetches_with_its_fetch_settings(
     assert (d.fetch_min_bytes, d.fetch_wait_ms) == (65_536, 10)
     default = build_app(settings, ProjectorOptions(app_id="unit-fetch-2"))
     assert _fetch_settings(default, monkeypatch) == (65_536, 10)
-    # an app installed without them keeps aiokafka's own
+    # an app installed without them keeps what Faust gives aiokafka (1 byte, 1,500 ms)
     plain = faust.App("unit-plain", broker="kafka://127.0.0.1:1", autodiscover=False)
     install(plain, [BatchDelivery("tp")])
     assert _fetch_settings(plain, monkeypatch) == (1, 1500)
