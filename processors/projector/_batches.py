@@ -22,10 +22,9 @@ Records of any other topic go through Faust's own path unchanged.
 :class:`BatchConsumerThread` sets the two fetch settings Faust does not let an app choose: the fewest
 bytes a fetch waits for (``fetch_min_bytes``, which Faust leaves at aiokafka's default, 1) and how long
 it waits for them at most (``fetch_max_wait_ms``, which Faust fixes at 1,500 ms). With one byte a fetch
-returns as soon as one record is there, so at a
-few thousand events a second the consumer thread made a fetch every few records, each a round of
-Python work in its own thread, holding the interpreter against the thread that applies the batches
-(docs/performance.md, "Fetch sizes at low load").
+returns as soon as one record is there, so at a few thousand events a second the consumer thread made a
+fetch every few records, each a round of Python work in its own thread, holding the interpreter against
+the thread that applies the batches (docs/performance.md, "Fetch sizes at low load").
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runlog.processors.chaos.services import free_ports, prepare_broker
+from runlog.processors.chaos.services import free_ports, prepare_broker, stop_process
 from runlog.processors.chaos.toxiproxy import Toxiproxy
 
 __all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
@@ -60,12 +60,7 @@ def toxiproxy_running(d: Path, binary: Path) -> Iterator[Toxiproxy]:
                 time.sleep(0.1)
         yield client
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, wait=10)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import textwrap
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from runlog.processors.chaos.services import stop_process
 from runlog.schemas import Settings
 from tests.unit.processors.test_projector_settings import Pki, make_pki
 
@@ -163,12 +163,7 @@ def secure_broker_running(d: Path) -> Iterator[SecureBroker]:
             raise RuntimeError(f"the SASL_SSL broker did not start:\n{(d / 'kafka.out').read_text()[-3000:]}")
         yield broker
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, wait=30)
 
 
 def _ready(broker: SecureBroker, proc: subprocess.Popen[bytes], timeout: float = 120) -> bool:

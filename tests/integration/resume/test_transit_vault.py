@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from runlog.processors.audit import AuditOptions, audit
-from runlog.processors.chaos.services import free_ports
+from runlog.processors.chaos.services import free_ports, stop_process
 from runlog.processors.erase import erase_subject
 from runlog.producers import DictInputSource, Runner
 from runlog.producers.internal import (
@@ -127,12 +126,7 @@ def real_vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vault]:
         v.call("POST", "sys/mounts/transit", {"type": "transit"})
         yield v
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, wait=15)
 
 
 @pytest.fixture(params=["vault", "stand-in"])
