@@ -69,7 +69,10 @@ def test_resumer_group_resumes_requests_sweeps_dead_runs_and_dead_letters_junk(
         # the sweeper: a run whose worker is alive is left alone, a dead one is requested
         from runlog.producers import Runner
 
-        with Runner.from_settings(s, source=app.source) as runner:
+        # its lease outlives any pause of this process under a loaded host: "alive" is what the
+        # sweep must see (with the 3 s ttl, a heartbeat thread starved for 3 s while project()
+        # folded the topic let the lease expire, and the sweep rightly requested the run)
+        with Runner.from_settings(s.with_(lease_ttl_ms=30_000), source=app.source) as runner:
             alive = runner.start_run(app.registry.get("content"), {"seed": 7})
             assert alive.session is not None
             project(s)
