@@ -63,7 +63,13 @@ def seal(key: DataKey, data: bytes) -> bytes:
     head = key.head or MAGIC + bytes.fromhex(key.key_id)
     # keyed BLAKE2b, a PRF like HMAC-SHA256 at an eighth of its cost on a small payload; a reader takes
     # the nonce from the envelope (envelopes written with the HMAC-SHA256 nonce open the same way)
-    nonce = blake2b(data, key=key.nonce_key, digest_size=12).digest()
+    base = key.nonce_base
+    if base is None:
+        nonce = blake2b(data, key=key.nonce_key, digest_size=12).digest()
+    else:  # the keyed state made once (DataKey.nonce_base): the same digest
+        h = base.copy()
+        h.update(data)
+        nonce = h.digest()
     return b"".join((head, nonce, key.aead.encrypt(nonce, data, head)))
 
 

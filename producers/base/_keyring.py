@@ -38,7 +38,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from hashlib import blake2b
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -265,8 +267,10 @@ class _Generation:
                 m = self._map
         return m
 
-    def value(self) -> int:
-        return int.from_bytes(self._mapped()[:8], "little")
+    def value(self) -> bytes:
+        """The counter's 8 bytes as they are (compared for equality only: no int made per payload)."""
+        m = self._map
+        return (m if m is not None else self._mapped())[:8]
 
     def bump(self) -> None:
         m = self._mapped()
@@ -291,14 +295,19 @@ class DataKey:
     hash_key: bytes
     head: bytes = b""
     """An envelope's first 21 bytes under this key (magic + key id), made once."""
+    nonce_base: Any = None
+    """``blake2b(key=nonce_key, digest_size=12)`` before any data, made once: a nonce is a copy of it
+    updated with the payload (the same digest as keying a new one, without hashing the key's block
+    again each time: 0.6 us instead of 0.8 on a 200-byte payload)."""
 
     @classmethod
     def of(cls, key_id: str, raw: bytes) -> DataKey:
         def derive(label: bytes) -> bytes:
             return hmac.new(raw, b"runlog.v1." + label, hashlib.sha256).digest()
 
-        return cls(key_id, AESGCM(derive(b"enc")), derive(b"nonce"), derive(b"hash"),
-                   b"\x00RLE\x01" + bytes.fromhex(key_id))
+        nonce_key = derive(b"nonce")
+        return cls(key_id, AESGCM(derive(b"enc")), nonce_key, derive(b"hash"),
+                   b"\x00RLE\x01" + bytes.fromhex(key_id), blake2b(key=nonce_key, digest_size=12))
 
 
 class SubjectKeys:
@@ -317,8 +326,9 @@ class SubjectKeys:
         self._subjects = self.root / "subjects"
         self._erased = self.root / "erased"
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[DataKey, int, int]] = {}  # key id -> (key, file inode, generation)
+        self._cache: dict[str, tuple[DataKey, int, bytes]] = {}  # key id -> (key, file inode, generation)
         self._ids: dict[str, str] = {}  # subject -> key id (a sha256 saved per payload)
+        self._subject_keys: dict[str, tuple[DataKey, bytes]] = {}  # subject -> (key, generation checked at)
         self._paths: dict[str, str] = {}  # key id -> its file's path as a str (os.stat without pathlib)
         self._generation = _Generation(self.root / "generation")
 
@@ -342,11 +352,15 @@ class SubjectKeys:
         Raises:
             SubjectErased: the subject was erased; nothing more is written for it.
         """
+        hit = self._subject_keys.get(subject)
+        m = self._generation._map  # the counter read in place (what value() does, a call less per payload)
+        if hit is not None and m is not None and hit[1] == m[:8]:
+            return hit[0]  # the path of every payload sealed: no erase anywhere since it was checked
         key_id = self._ids.get(subject)
         if key_id is None:
             key_id = self._ids[subject] = key_id_of(subject)
         try:
-            return self.by_id(key_id)
+            return self._checked(subject, key_id, self.by_id(key_id))
         except SubjectErased:
             raise
         except PayloadKeyError:
@@ -368,6 +382,14 @@ class SubjectKeys:
                     "wrapped": base64.b64encode(wrapped.blob).decode("ascii"),
                     "created_at": int(time.time() * 1000)}, sort_keys=True).encode())
         return self.by_id(key_id)
+
+    def _checked(self, subject: str, key_id: str, key: DataKey) -> DataKey:
+        """``key``, remembered as ``subject``'s under the generation :meth:`by_id` checked it at (read
+        before its look, so an erase made meanwhile is seen at the next payload)."""
+        entry = self._cache.get(key_id)
+        if entry is not None and entry[0] is key:
+            self._subject_keys[subject] = (key, entry[2])
+        return key
 
     def by_id(self, key_id: str) -> DataKey:
         """The data key an envelope names.

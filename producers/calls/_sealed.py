@@ -88,7 +88,7 @@ class SealedArtifactStore(ArtifactStore):
     def inline(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef | None:
         if len(data) + OVERHEAD > self.inline_max:
             return None
-        return inline_ref(seal(self._key(), data), media_type)
+        return inline_ref(seal(self.keys.for_subject(self.subject), data), media_type)  # per event: no _key()
 
     def put(self, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
         return self.base.put(seal(self._key(), data), media_type)

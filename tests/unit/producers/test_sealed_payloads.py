@@ -72,6 +72,8 @@ def test_a_subject_key_file_readable_by_others_is_refused_as_a_kek_is(tmp_path: 
 def test_erase_destroys_the_key_everywhere_and_refuses_new_writes(tmp_path: Path) -> None:
     store = _store(tmp_path, "cust-a", 0)
     ref = store.put(b"secret")
+    store.put(b"again")  # the writer's key now comes from its keyring's per-subject fast path
+    assert "cust-a" in store.keys._subject_keys
     reader = SubjectKeys(tmp_path)  # another process's keyring object, its cache warm
     assert SealedArtifactStore(store.base, reader, "x").get(ref) == b"secret"
     assert SubjectKeys(tmp_path).erase("cust-a", by="dpo", reason="request")
@@ -140,3 +142,20 @@ def test_processes_making_one_subject_key_at_once_agree_on_one_key(tmp_path: Pat
             p.join(30)
         assert len(keys) == 1, keys
         assert SubjectKeys(root).for_subject("customer-1").hash_key.hex() in keys
+
+
+def test_the_nonce_from_the_keyed_state_made_once_is_the_keyed_blake2b_of_the_payload(tmp_path: Path) -> None:
+    """``DataKey.nonce_base`` (a keyed BLAKE2b state copied per payload) gives the envelope keying a new
+    BLAKE2b each time gave: envelopes stay byte for byte what they were."""
+    import dataclasses
+    from hashlib import blake2b
+
+    from runlog.producers.base._envelope import MAGIC, seal
+
+    key = SubjectKeys(tmp_path).for_subject("cust-a")
+    assert key.nonce_base is not None
+    for payload in (b"", b"x", b'{"answer": 42}' * 40):
+        env = seal(key, payload)
+        assert env == seal(dataclasses.replace(key, nonce_base=None), payload)
+        head = len(MAGIC) + 16
+        assert env[head:head + 12] == blake2b(payload, key=key.nonce_key, digest_size=12).digest()
