@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from enum import StrEnum
+from enum import Enum, StrEnum
 from operator import attrgetter
 from typing import Any
 
@@ -367,9 +369,20 @@ state_from_dict: Callable[[Mapping[str, Any]], RunState] = STATE_JSON.from_plain
 _call = STATE_JSON.to_plain(CallRecord)
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False).encode
-"""``json.dumps(v, separators=(",", ":"), sort_keys=True)``, built once; the values are built fresh
-from frozen records (no cycles), so the circular-reference check (it changes no text) is off."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False)
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the _json module
+_C_ENCODE: Any = None if _MAKE_C_ENCODER is None else _MAKE_C_ENCODER(
+    None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+
+
+def _ENCODE(v: Any) -> str:
+    """``json.dumps(v, separators=(",", ":"), sort_keys=True)``; the values are built fresh from frozen
+    records (no cycles), so the circular-reference check (it changes no text) is off. The C encoder
+    is made once and called directly (what ``JSONEncoder.encode`` does, less a Python frame and the
+    encoder's construction per call: about 1 us of each of the many small values a state writes)."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(v)
+    return "".join(_C_ENCODE(v, 0))
 
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
 """A string's JSON text as :data:`_ENCODE` writes it (ASCII, escaped)."""
@@ -410,33 +423,81 @@ _call_text: Callable[[CallRecord], str] = _CALL_TEXTS.text
 
 
 _STATE_FIELDS = tuple(f.name for f in fields(RunState))
-_before_recent = STATE_JSON.to_plain(
-    RunState, omit=[n for n in _STATE_FIELDS if n == "calls" or n >= "recent"])
-_after_recent = STATE_JSON.to_plain(
-    RunState, omit=[n for n in _STATE_FIELDS if n == "calls" or n <= "recent"], extra={"v": JSON_VERSION})
-"""The plain state's keys that sort before ``recent`` and after it (``calls`` apart in both):
-a snapshot's text is the encoding of each with the window's text between them."""
 
 _PAIR_TEXTS = _IdentityTexts(lambda p: f"[{int(p[0])},{_encode_str(p[1])}]", 65_536)
 """``_ENCODE(list(p))`` of a pair of the ``recent`` window (:class:`_IdentityTexts`): a pair is
 shared by the 64 states whose window holds it."""
 
 
-def _rest_text(s: RunState) -> str:
-    """The encoding of :func:`state_to_dict` of ``s`` without its calls, the ``recent`` window's text
-    put together apart.
-
-    The window is most of a snapshot's text (64 seq and digest pairs, about 2 KB) and what the
-    generic encoder was slowest at (a list per pair); each pair's text is made once
-    (:data:`_PAIR_TEXTS`). The keys sorting before ``recent`` and those after it are encoded apart
-    and the three texts joined, as the encoder would have written them in one."""
+def _recent_text(recent: tuple[tuple[int, str], ...]) -> str:
+    """The ``recent`` window's text: most of a snapshot's (64 seq and digest pairs, about 2 KB) and
+    what the generic encoder was slowest at (a list per pair); each pair's text is made once
+    (:data:`_PAIR_TEXTS`)."""
     texts = _PAIR_TEXTS.current  # looked up inline: a call per pair was most of the window's cost
     pairs = [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _PAIR_TEXTS.text(p)
-             for p in s.recent]
-    before = _ENCODE(_before_recent(s))
-    after = _ENCODE(_after_recent(s))
-    return (before[:-1] + ("," if len(before) > 2 else "") + '"recent":[' + ",".join(pairs) + "],"
-            + after[1:])
+             for p in recent]
+    return "[" + ",".join(pairs) + "]"
+
+
+_FIELD_TEXTS_SIZE = 4_096
+"""Texts cached per field of the state (:func:`_rest_writer`): the runs of a batch fit many times over."""
+
+
+def _scalar_text(hint: Any, x: str) -> str | None:
+    """An expression writing ``x`` of type ``hint`` as :data:`_ENCODE` does, for the scalar types a
+    state's fields hold (``int``, ``str``, either or None, a string enum); None for any other type."""
+    args = set(typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
+        inner = _scalar_text(next(a for a in args if a is not type(None)), x)
+        return None if inner is None else f"('null' if {x} is None else {inner})"
+    if hint is int:
+        return f"_int({x})"
+    if hint is str:
+        return f"_str({x})"
+    if isinstance(hint, type) and issubclass(hint, Enum) and all(isinstance(m.value, str) for m in hint):
+        return f"_str({x}.value)"
+    return None
+
+
+def _field_text(to_plain: Callable[[Any], Any]) -> Callable[[Any], str]:
+    """A field value's text: its plain value (``to_plain``) encoded."""
+    return lambda v: _ENCODE(to_plain(v))
+
+
+def _rest_writer() -> Callable[[RunState], str]:
+    """The writer of :func:`_rest_text`, generated from :class:`RunState`'s fields.
+
+    The text is put together key by key in sorted order, as the encoder writes the plain dict: a
+    scalar written in place; ``recent`` by :func:`_recent_text`; any other value (a record, a tuple, a
+    mapping) from a text cached by the value's identity (:class:`_IdentityTexts`, one per field). The
+    state is immutable and so are the values its fields hold (the fold copies on write), and a
+    field's value is shared by every later state of the run until it changes: a snapshot encodes
+    only what changed since the last one (the checkpoint, the workflow, the usage totals... of a
+    run are encoded once, not at every event)."""
+    hints = typing.get_type_hints(RunState)
+    ns: dict[str, Any] = {"_int": int.__repr__, "_str": _encode_str, "_recent": _recent_text}
+    parts: list[str] = []
+    for i, name in enumerate(sorted([n for n in _STATE_FIELDS if n != "calls"] + ["v"])):
+        key = ("{" if i == 0 else ",") + _encode_str(name) + ":"
+        if name == "v":
+            parts.append(repr(key + _ENCODE(JSON_VERSION)))
+            continue
+        parts.append(repr(key))
+        expr = "_recent(o.recent)" if name == "recent" else _scalar_text(hints[name], f"o.{name}")
+        if expr is None:
+            ns[f"_t{i}"] = _IdentityTexts(_field_text(STATE_JSON.field_to_plain(RunState, name)),
+                                          _FIELD_TEXTS_SIZE).text
+            expr = f"_t{i}(o.{name})"
+        parts.append(expr)
+    source = "def _rest(o):\n    return ''.join((" + ", ".join(parts) + ", '}'))\n"
+    exec(compile(source, "<state text>", "exec"), ns)  # generated from the class's own field names
+    fn: Callable[[RunState], str] = ns["_rest"]
+    return fn
+
+
+_rest_text: Callable[[RunState], str] = _rest_writer()
+"""The encoding of :func:`state_to_dict` of a state without its calls (the text ``json.dumps`` with
+sorted keys gives it), put together from its fields' texts (:func:`_rest_writer`)."""
 
 
 def state_to_json(s: RunState) -> str:

@@ -70,6 +70,21 @@ class PlainMapping:
             fn = self._to[key] = self._gen_to(cls, key[1], dict(extra or {}))
         return fn
 
+    def field_to_plain(self, cls: type, name: str) -> Callable[[Any], Any]:
+        """The function writing the value of ``cls``'s field ``name`` as a plain value, as
+        :meth:`to_plain` writes it under its key (for a writer that assembles a record's parts)."""
+        hints = typing.get_type_hints(cls)
+        if name not in _field_names(cls):
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        ns: dict[str, Any] = {}
+        if (cls, name) in self._keyed:
+            value_type = _mapping_value(hints[name], cls, name)
+            item = self._to_expr(value_type, "_v", ns) or "_v"
+            expr = f"[{item} for _, _v in sorted(x.items())]"
+        else:
+            expr = self._to_expr(hints[name], "x", ns) or "x"
+        return _compile(f"def _field(x):\n    return {expr}\n", ns, "_field")
+
     def from_plain(self, cls: type) -> Callable[[Any], Any]:
         """The function reading a ``cls`` record back from its plain value."""
         fn = self._from.get(cls)

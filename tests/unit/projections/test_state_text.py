@@ -51,3 +51,21 @@ def _fold_each(events: Iterable[RunEvent]) -> Iterator[RunState]:
         assert st is not None
         yield st
 
+
+
+def test_the_field_text_caches_across_generations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each field's text is cached by its value's identity (``_state._rest_writer``): with a
+    generation turning over every 4 values, states of many runs, each written twice, in turn."""
+    caches = [fn.__self__ for name, fn in _state._rest_text.__globals__.items() if name.startswith("_t")]
+    assert len(caches) > 10  # one per field that is no scalar: workflow, checkpoint, usage, labels...
+    for cache in caches:  # emptied: what earlier tests of this process cached is not this test's
+        monkeypatch.setattr(cache, "size", 4)
+        monkeypatch.setattr(cache, "current", {})
+        monkeypatch.setattr(cache, "old", {})
+    states = [fold_all(history(f"run-f{i}", 1, 1 + 37 * i)) for i in range(1, 12)]
+    for st in [*states, *states[::-1]]:
+        assert st is not None
+        assert state_to_json(st) == _dumps(state_to_dict(st))
+        changed = evolve_state(st, labels={"queue": "q"}, last_error=None, epoch=st.epoch + 1)
+        assert state_to_json(changed) == _dumps(state_to_dict(changed))
+    assert all(len(c.current) <= 4 for c in caches)
