@@ -429,14 +429,75 @@ _PAIR_TEXTS = _IdentityTexts(lambda p: f"[{int(p[0])},{_encode_str(p[1])}]", 65_
 shared by the 64 states whose window holds it."""
 
 
+def _pairs_text(pairs: tuple[tuple[int, str], ...]) -> list[str]:
+    """Each pair's text (:data:`_PAIR_TEXTS`), looked up inline: a call per pair was most of the
+    window's cost."""
+    texts = _PAIR_TEXTS.current
+    return [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _PAIR_TEXTS.text(p)
+            for p in pairs]
+
+
+class _WindowTexts:
+    """Texts of ``recent`` windows, found by the identity of their last pair (which the window
+    holds, so the id cannot be reused while it is cached); bounded like :class:`_IdentityTexts`."""
+
+    __slots__ = ("current", "old", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.current: dict[int, tuple[tuple[tuple[int, str], ...], str]] = {}
+        self.old: dict[int, tuple[tuple[tuple[int, str], ...], str]] = {}
+
+    def get(self, pair: tuple[int, str]) -> tuple[tuple[tuple[int, str], ...], str] | None:
+        hit = self.current.get(id(pair))
+        if hit is None or hit[0][-1] is not pair:
+            hit = self.old.get(id(pair))
+            if hit is None or hit[0][-1] is not pair:
+                return None
+        return hit
+
+    def put(self, window: tuple[tuple[int, str], ...], text: str) -> None:
+        if len(self.current) >= self.size:
+            self.old, self.current = self.current, {}
+        self.current[id(window[-1])] = (window, text)
+
+
+_WINDOW_TEXTS = _WindowTexts(1_024)
+"""The last windows written (about 3 KB of text each): a run's next window is its last one with the
+oldest pairs dropped and the new ones added."""
+_WINDOW_BACK = 4
+"""How many pairs a window may have gained since the window it is made from was written."""
+
+
 def _recent_text(recent: tuple[tuple[int, str], ...]) -> str:
     """The ``recent`` window's text: most of a snapshot's (64 seq and digest pairs, about 2 KB) and
-    what the generic encoder was slowest at (a list per pair); each pair's text is made once
-    (:data:`_PAIR_TEXTS`)."""
-    texts = _PAIR_TEXTS.current  # looked up inline: a call per pair was most of the window's cost
-    pairs = [t[1] if (t := texts.get(id(p))) is not None and t[0] is p else _PAIR_TEXTS.text(p)
-             for p in recent]
-    return "[" + ",".join(pairs) + "]"
+    what the generic encoder was slowest at (a list per pair). The fold slides the window by an
+    event at a time, so a run's window is mostly the one written at its last update: its text is
+    that window's with the dropped pairs cut off the front and the new pairs' texts added
+    (:data:`_WINDOW_TEXTS`; checked pair by pair, else made from each pair's text)."""
+    n = len(recent)
+    if n == 0:
+        return "[]"
+    for added in range(min(n, _WINDOW_BACK + 1)):
+        hit = _WINDOW_TEXTS.get(recent[n - 1 - added])
+        if hit is None:
+            continue
+        prev, text = hit
+        kept = n - added
+        dropped = len(prev) - kept
+        if dropped < 0 or prev[dropped:] != recent[:kept]:
+            continue
+        if added == 0 and dropped == 0:
+            return text
+        body = text[1:-1]
+        if dropped:
+            body = body[sum(map(len, _pairs_text(prev[:dropped]))) + dropped:]
+        out = "[" + ",".join([body, *_pairs_text(recent[kept:])]) + "]"  # kept >= 1: body holds a pair
+        break
+    else:
+        out = "[" + ",".join(_pairs_text(recent)) + "]"
+    _WINDOW_TEXTS.put(recent, out)
+    return out
 
 
 _FIELD_TEXTS_SIZE = 4_096

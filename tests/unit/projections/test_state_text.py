@@ -69,3 +69,20 @@ def test_the_field_text_caches_across_generations(monkeypatch: pytest.MonkeyPatc
         changed = evolve_state(st, labels={"queue": "q"}, last_error=None, epoch=st.epoch + 1)
         assert state_to_json(changed) == _dumps(state_to_dict(changed))
     assert all(len(c.current) <= 4 for c in caches)
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 5, 7])
+def test_a_window_made_from_the_last_one_written(every: int) -> None:
+    """``_state._recent_text`` makes a run's window from the window written at its last update (the
+    oldest pairs cut, the new ones added) when at most ``_WINDOW_BACK`` pairs came since, else from
+    each pair: written every ``every`` events, two runs interleaved, and windows that are no slide."""
+    a = list(_fold_each(history("run-wa", 1, 150)))
+    b = list(_fold_each(history("run-wb", 1, 150)))
+    for sa, sb in list(zip(a, b, strict=True))[::every]:
+        for st in (sa, sb):
+            assert state_to_json(st) == _dumps(state_to_dict(st))
+    last = a[-1]
+    for odd in (last.recent[:10], last.recent[5:], last.recent[:1], (), last.recent[::2],
+                (*last.recent[:-1], (last.recent[-1][0], "other digest"))):
+        st = evolve_state(last, recent=odd)
+        assert state_to_json(st) == _dumps(state_to_dict(st))
