@@ -500,8 +500,40 @@ def _recent_text(recent: tuple[tuple[int, str], ...]) -> str:
     return out
 
 
-_FIELD_TEXTS_SIZE = 4_096
-"""Texts cached per field of the state (:func:`_rest_writer`): the runs of a batch fit many times over."""
+class _RunFieldTexts:
+    """The text of one field's value for each run, kept while that run's field holds the same value
+    (by identity): only the latest value of a run is kept, so a field whose value grows over a run
+    (the closed effects, the children) is not kept in every version; a text longer than
+    :data:`_FIELD_TEXT_MAX` is made every time. Bounded like :class:`_IdentityTexts` (runs)."""
+
+    __slots__ = ("current", "make", "old", "size")
+
+    def __init__(self, make: Callable[[Any], str], size: int) -> None:
+        self.make = make
+        self.size = size
+        self.current: dict[str, tuple[Any, str]] = {}
+        self.old: dict[str, tuple[Any, str]] = {}
+
+    def text(self, run_id: str, value: Any) -> str:
+        hit = self.current.get(run_id)
+        if hit is None or hit[0] is not value:
+            hit = self.old.get(run_id)
+            if hit is None or hit[0] is not value:
+                made = self.make(value)
+                if len(made) > _FIELD_TEXT_MAX:
+                    return made
+                hit = (value, made)
+            if len(self.current) >= self.size:
+                self.old, self.current = self.current, {}
+            self.current[run_id] = hit
+        return hit[1]
+
+
+_FIELD_TEXTS_RUNS = 4_096
+"""Runs whose field texts are kept (:class:`_RunFieldTexts`): the runs of a batch fit many times over."""
+_FIELD_TEXT_MAX = 4_096
+"""The longest field text kept: a longer one (a run with many effects or children) is encoded at each
+update, as before, instead of held in memory beside its value."""
 
 
 def _scalar_text(hint: Any, x: str) -> str | None:
@@ -511,8 +543,8 @@ def _scalar_text(hint: Any, x: str) -> str | None:
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
         inner = _scalar_text(next(a for a in args if a is not type(None)), x)
         return None if inner is None else f"('null' if {x} is None else {inner})"
-    if hint is int:
-        return f"_int({x})"
+    if hint is int:  # a bool or a float where an int belongs is written as the encoder writes it
+        return f"(_int({x}) if _type({x}) is int else _enc({x}))"
     if hint is str:
         return f"_str({x})"
     if isinstance(hint, type) and issubclass(hint, Enum) and all(isinstance(m.value, str) for m in hint):
@@ -530,13 +562,15 @@ def _rest_writer() -> Callable[[RunState], str]:
 
     The text is put together key by key in sorted order, as the encoder writes the plain dict: a
     scalar written in place; ``recent`` by :func:`_recent_text`; any other value (a record, a tuple, a
-    mapping) from a text cached by the value's identity (:class:`_IdentityTexts`, one per field). The
+    mapping) from the text kept for the run while its field holds that value (:class:`_RunFieldTexts`,
+    one per field). The
     state is immutable and so are the values its fields hold (the fold copies on write), and a
     field's value is shared by every later state of the run until it changes: a snapshot encodes
     only what changed since the last one (the checkpoint, the workflow, the usage totals... of a
     run are encoded once, not at every event)."""
     hints = typing.get_type_hints(RunState)
-    ns: dict[str, Any] = {"_int": int.__repr__, "_str": _encode_str, "_recent": _recent_text}
+    ns: dict[str, Any] = {"_int": int.__repr__, "_str": _encode_str, "_recent": _recent_text, "_type": type,
+                          "_enc": _ENCODE}
     parts: list[str] = []
     for i, name in enumerate(sorted([n for n in _STATE_FIELDS if n != "calls"] + ["v"])):
         key = ("{" if i == 0 else ",") + _encode_str(name) + ":"
@@ -546,9 +580,9 @@ def _rest_writer() -> Callable[[RunState], str]:
         parts.append(repr(key))
         expr = "_recent(o.recent)" if name == "recent" else _scalar_text(hints[name], f"o.{name}")
         if expr is None:
-            ns[f"_t{i}"] = _IdentityTexts(_field_text(STATE_JSON.field_to_plain(RunState, name)),
-                                          _FIELD_TEXTS_SIZE).text
-            expr = f"_t{i}(o.{name})"
+            ns[f"_text{i}"] = _RunFieldTexts(_field_text(STATE_JSON.field_to_plain(RunState, name)),
+                                             _FIELD_TEXTS_RUNS).text
+            expr = f"_text{i}(o.run_id, o.{name})"
         parts.append(expr)
     source = "def _rest(o):\n    return ''.join((" + ", ".join(parts) + ", '}'))\n"
     exec(compile(source, "<state text>", "exec"), ns)  # generated from the class's own field names

@@ -359,6 +359,7 @@ class SubjectKeys:
         key_id = self._ids.get(subject)
         if key_id is None:
             key_id = self._ids[subject] = key_id_of(subject)
+        self._subject_keys.pop(subject, None)  # moved on, or its key's file changed: looked at again
         try:
             return self._checked(subject, key_id, self.by_id(key_id))
         except SubjectErased:
@@ -460,6 +461,7 @@ class SubjectKeys:
                     os.fsync(f.fileno())
                 path.unlink()
             self._cache.pop(key_id, None)
+            self._subject_keys.pop(subject, None)
             self._generation.bump()  # every process's cached keys are checked again at their next use
         return not was
 

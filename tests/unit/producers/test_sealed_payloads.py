@@ -81,6 +81,7 @@ def test_erase_destroys_the_key_everywhere_and_refuses_new_writes(tmp_path: Path
         SealedArtifactStore(store.base, reader, "x").get(ref)  # the cached copy is gone too
     with pytest.raises(SubjectErased):
         store.put(b"more")
+    assert "cust-a" not in store.keys._subject_keys  # the writer holds no copy of the erased key
     assert not SubjectKeys(tmp_path).erase("cust-a", by="dpo", reason="again")
     tomb = json.loads((tmp_path / "erased" / f"{key_id_of('cust-a')}.json").read_text())
     assert tomb["by"] == "dpo" and tomb["reason"] == "request"
