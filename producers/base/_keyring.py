@@ -420,12 +420,29 @@ class SubjectKeys:
         if cached is not None and cached[1] == inode:
             self._cache[key_id] = (cached[0], inode, gen)
             return cached[0]
-        doc = json.loads(Path(where).read_text())
-        wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
-        raw = self.provider.unwrap(wrapped, key_id)
+        raw = self.provider.unwrap(self._wrapped(key_id, where), key_id)
         key = DataKey.of(key_id, raw)
         self._cache[key_id] = (key, inode, gen)
         return key
+
+    def _wrapped(self, key_id: str, where: str | Path) -> WrappedKey:
+        """The wrapped key the file at ``where`` holds.
+
+        Raises:
+            SubjectErased: the file went, or holds no wrapped key, and the subject is erased: an erase
+                (in another process) overwrote and unlinked it between a look and this read.
+            PayloadKeyError: it went, or holds no wrapped key, and the subject is not erased.
+        """
+        try:
+            doc = json.loads(Path(where).read_bytes())
+            return WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"], validate=True))
+        except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: JSON, UTF-8, base64
+            self._cache.pop(key_id, None)
+            if self.is_erased(key_id):
+                raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
+                                            "destroyed") from None
+            raise PayloadKeyError(key_id, f"the data key file of {key_id} in the keyring {self.root} "
+                                          f"holds no wrapped key ({type(err).__name__})") from None
 
     def export(self, subject: str) -> bytes:
         """``subject``'s raw 32-byte data key, for an outside consumer that opens the subject's envelopes
@@ -436,9 +453,7 @@ class SubjectKeys:
         """
         key_id = key_id_of(subject)
         self.by_id(key_id)  # erased / missing / not unwrapping: the typed errors
-        doc = json.loads(self._file(key_id).read_text())
-        wrapped = WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"]))
-        return self.provider.unwrap(wrapped, key_id)
+        return self.provider.unwrap(self._wrapped(key_id, self._file(key_id)), key_id)
 
     def erase(self, subject: str, *, by: str, reason: str) -> bool:
         """Destroy ``subject``'s data key (the wrapped file and the cached copy) and leave a tombstone.

@@ -160,3 +160,57 @@ def test_the_nonce_from_the_keyed_state_made_once_is_the_keyed_blake2b_of_the_pa
         assert env == seal(dataclasses.replace(key, nonce_base=None), payload)
         head = len(MAGIC) + 16
         assert env[head:head + 12] == blake2b(payload, key=key.nonce_key, digest_size=12).digest()
+
+
+def _mid_erase(root: Path, subject: str, *, tombstone: bool) -> Path:
+    """The keyring as another process's erase leaves it between its overwrite and its unlink: the
+    tombstone written (or not), the wrapped key's file holding random bytes."""
+    key_id = key_id_of(subject)
+    if tombstone:
+        (root / "erased").mkdir(mode=0o700, exist_ok=True)
+        (root / "erased" / f"{key_id}.json").write_text(json.dumps({"key_id": key_id}))
+    path = root / "subjects" / f"{key_id}.json"
+    path.write_bytes(b"\xff\x00" + bytes(range(256)) * 2)
+    return path
+
+
+def test_a_read_racing_an_erase_is_subject_erased_not_a_parse_error(tmp_path: Path) -> None:
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"secret")
+    _mid_erase(tmp_path, "cust-a", tombstone=True)
+    keys = SubjectKeys(tmp_path)  # a process that never held the key: it reads the file
+    with pytest.raises(SubjectErased):
+        keys.by_id(key_id_of("cust-a"))
+    with pytest.raises(SubjectErased):
+        SealedArtifactStore(InMemoryArtifactStore(), keys, "cust-a").put(b"more")
+    with pytest.raises(SubjectErased):
+        keys.export("cust-a")
+    with pytest.raises(SubjectErased):
+        SealedArtifactStore(store.base, SubjectKeys(tmp_path), "x").get(ref)
+
+
+def test_a_key_file_unlinked_between_the_look_and_the_read_is_subject_erased(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store(tmp_path, "cust-a", 0).put(b"secret")
+    key_id = key_id_of("cust-a")
+    keys = SubjectKeys(tmp_path)
+    real = Path.read_bytes
+
+    def erased_meanwhile(self: Path) -> bytes:
+        if self.name == f"{key_id}.json" and self.parent.name == "subjects":
+            _mid_erase(tmp_path, "cust-a", tombstone=True).unlink()
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", erased_meanwhile)
+    with pytest.raises(SubjectErased):
+        keys.by_id(key_id)
+
+
+def test_a_key_file_holding_no_wrapped_key_is_a_payload_key_error(tmp_path: Path) -> None:
+    _store(tmp_path, "cust-a", 0).put(b"secret")
+    _mid_erase(tmp_path, "cust-a", tombstone=False)
+    with pytest.raises(PayloadKeyError, match="holds no wrapped key"):
+        SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
+    (tmp_path / "subjects" / f"{key_id_of('cust-a')}.json").write_text(json.dumps({"kek_version": 1}))
+    with pytest.raises(PayloadKeyError, match="KeyError"):
+        SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
