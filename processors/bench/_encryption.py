@@ -2,9 +2,10 @@
 ``RUNLOG_ENCRYPTION`` off and on, side by side in one run, in alternating rounds.
 
 - **append**: events/s of ``RunSession.append`` over many runs, each event a ``TOOL_RESULT`` carrying
-  its own small payload (a JSON result of about 200 bytes, different per event) as an inline ref made
-  in the timed loop: off, ``store.inline`` base64s it; on, it is sealed first (AES-256-GCM under the
-  default subject's data key, the synthetic nonce an HMAC). ``append_on_over_off`` is on / off.
+  its own small payload (a JSON result of about 220 bytes of prose-like text, different per event:
+  :func:`_payload`) as an inline ref made in the timed loop: off, ``store.inline`` base64s it; on, it
+  is sealed first (AES-256-GCM under the default subject's data key, the synthetic nonce a keyed
+  BLAKE2b). ``append_on_over_off`` is on / off.
 - **steps**: durable calls/s of the steps section's workflow (:mod:`runlog.processors.bench._steps`,
   eight calls and one confirmed effect intent per run) on one AsyncRunner, N concurrent runs, with
   every argument, result, stage output and parameter sealed on the encrypted side.
@@ -17,7 +18,8 @@ collections, and the tenth triggers a full one), adding 6 us an event to that si
 
 Both sides write to namespaces of their own on the same broker and Redis, and the encrypted side's
 keyring is a fresh local one (its data key is unwrapped once per process and cached, as in a worker).
-Ratios are medians of rounds; the target is a cost of at most 15% (a ratio >= 0.85). Beside the
+Ratios are medians of rounds (eleven a side of appends, five of durable calls in the quick size); the
+target is a cost of at most 15% (a ratio >= 0.85). Beside the
 throughput ratios, the CPU time per event / call (the process's, every thread's) of each side, and its
 ratio off / on: on a machine shared with other work, wall-clock throughput drifts between rounds far
 more than CPU time does.
@@ -27,7 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
+import random
+import string
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,10 +50,32 @@ __all__ = ["bench_encryption"]
 
 Tick = Callable[[str], None]
 
+_WORD_LENGTHS = (2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 11)
+
+
+_WORDS = random.Random(7)
+_VOCABULARY = tuple("".join(_WORDS.choice(string.ascii_lowercase)
+                            for _ in range(_WORDS.choice(_WORD_LENGTHS))) for _ in range(4000))
+_ZIPF = tuple(itertools.accumulate(1 / (rank + 1) for rank in range(len(_VOCABULARY))))
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choices(_VOCABULARY, cum_weights=_ZIPF, k=words))
+
 
 def _payload(run: int, seq: int) -> bytes:
-    return json.dumps({"run": run, "seq": seq, "answer": f"result {run}.{seq} " + "lorem ipsum " * 14},
-                      sort_keys=True).encode()
+    """A tool's ~220-byte JSON result, different per run and event: a title and an answer of words drawn
+    from a 4,000-word vocabulary by Zipf's law (as words are in prose) and a score.
+
+    lz4 shrinks a fetch of these base64 refs about 1.9 times, as it does base64 of English text (1.8).
+    A repeated phrase (the payload until 2026-12-07: ``"lorem ipsum " * 14``, a 12-byte period that
+    base64 keeps) shrank 25 times, so the clear side sent the broker a twenty-fifth of the sealed
+    side's bytes, a saving real payloads do not give (docs/performance.md, "What the append ratio
+    measured").
+    """
+    rng = random.Random(run * 1_000_003 + seq)
+    return json.dumps({"run": run, "seq": seq, "score": round(rng.random(), 4), "title": _text(rng, 4),
+                       "answer": _text(rng, 24)}, sort_keys=True).encode()
 
 
 def _append_round(settings: Settings, env: BenchEnv, per_run: int, runs: int,
@@ -80,8 +107,9 @@ def _append_round(settings: Settings, env: BenchEnv, per_run: int, runs: int,
 
 
 def bench_encryption(env: BenchEnv, *, events: int, runs: int, rounds: int, steps_runs: int,
-                     tick: Tick) -> dict[str, Any]:
-    """Append events/s and durable calls/s with encryption off against on (see the module docstring)."""
+                     tick: Tick, append_rounds: int | None = None) -> dict[str, Any]:
+    """Append events/s and durable calls/s with encryption off against on (see the module docstring):
+    ``append_rounds`` rounds a side of appends (default ``rounds``), ``rounds`` of durable calls."""
     work = Path(env.workdir)
     off = env.settings("enc-off").with_(artifact_root=str(work / "enc-off-artifacts"))
     on = env.settings("enc-on").with_(artifact_root=str(work / "enc-on-artifacts"), encryption=True,
@@ -89,7 +117,7 @@ def bench_encryption(env: BenchEnv, *, events: int, runs: int, rounds: int, step
     per_run = max(events // runs, 1)
     rates: dict[str, list[float]] = {"off": [], "on": []}
     cpu: dict[str, list[float]] = {"off": [], "on": []}
-    for rnd in range(rounds):
+    for rnd in range(rounds if append_rounds is None else append_rounds):
         for side, s in (("off", off), ("on", on)) if rnd % 2 == 0 else (("on", on), ("off", off)):
             rate, cpu_us = _append_round(s, env, per_run, runs, f"e{side}{rnd}")
             rates[side].append(rate)
@@ -119,4 +147,5 @@ def bench_encryption(env: BenchEnv, *, events: int, runs: int, rounds: int, step
             "append_cpu_off_over_on": ratio(median(cpu["off"]), median(cpu["on"])),
             "steps_cpu_off_over_on": ratio(median(steps_cpu["off"]), median(steps_cpu["on"])),
             "append_rounds": rates, "steps_rounds": steps, "events_per_round": per_run * runs, "runs": runs,
-            "steps_runs": steps_runs, "rounds": rounds}
+            "steps_runs": steps_runs, "rounds": rounds,
+            "append_rounds_per_side": len(rates["off"])}

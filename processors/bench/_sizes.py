@@ -56,7 +56,11 @@ class BenchSize:
     limiter_samples: int = 2_000
     """Rate-limit takes timed beside raw Redis round trips."""
     encryption_rounds: int = 5
-    """Alternating rounds per side of the encryption section (wall-clock drift on a shared machine)."""
+    """Alternating rounds per side of the encryption section's durable calls (wall-clock drift on a shared
+    machine) ..."""
+    encryption_append_rounds: int = 11
+    """... and of its appends (a round of ``append_events`` takes under a second: more of them make its
+    median steadier on a noisy host)."""
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 
@@ -71,7 +75,8 @@ SIZES: dict[str, BenchSize] = {
                       concurrency_warmup=20, conversation_calls=20, steps_runs=(50,), open_loop_seconds=0.5,
                       streams_runs=10,
                       streams_rate=200, streams_seconds=2.0, fleet_runs=40, fleet_rate=40,
-                      limiter_samples=200, encryption_rounds=1),
+                      limiter_samples=200, encryption_rounds=1,
+                      encryption_append_rounds=1),
     "quick": BenchSize(name="quick"),
     "full": BenchSize(name="full", rounds=5, append_events=200_000, append_runs=1_000, intent_samples=500,
                       projector_events=1_000_000, projector_runs=1_000, projector_rounds=2,

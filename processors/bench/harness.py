@@ -123,7 +123,7 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
            "lag": 4 + (0 if "projector" in sections else 2),
            "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
            "steps": 3 * len(size.steps_runs) + 2 + len(SHARES), "streams": 2, "fleet": 4,
-           "encryption": 4 * size.encryption_rounds}
+           "encryption": 2 * (size.encryption_append_rounds + size.encryption_rounds)}
     return sum(per[s] for s in sections) + 1
 
 
@@ -383,8 +383,9 @@ def run_bench(settings: Settings, size: BenchSize | str = "quick", *, progress: 
             result["limiter"] = bench_limiter(env, samples=sz.limiter_samples, tick=tick)
         if "encryption" in sections:
             result["encryption"] = bench_encryption(env, events=sz.append_events, runs=sz.append_runs,
-                                                    rounds=sz.encryption_rounds, steps_runs=sz.steps_runs[0],
-                                                    tick=tick)
+                                                    rounds=sz.encryption_rounds,
+                                                    append_rounds=sz.encryption_append_rounds,
+                                                    steps_runs=sz.steps_runs[0], tick=tick)
     finally:
         env.close()
         tick("cleaned up")
