@@ -2,7 +2,7 @@
 ``RUNLOG_ENCRYPTION`` off and on, side by side in one run, in alternating rounds.
 
 - **append**: events/s of ``RunSession.append`` over many runs, each event a ``TOOL_RESULT`` carrying
-  its own small payload (a JSON result of about 220 bytes of prose-like text, different per event:
+  its own small payload (a JSON result of about 240 bytes of prose-like text, different per event:
   :func:`_payload`) as an inline ref made in the timed loop: off, ``store.inline`` base64s it; on, it
   is sealed first (AES-256-GCM under the default subject's data key, the synthetic nonce a keyed
   BLAKE2b). ``append_on_over_off`` is on / off.
@@ -64,8 +64,8 @@ def _text(rng: random.Random, words: int) -> str:
 
 
 def _payload(run: int, seq: int) -> bytes:
-    """A tool's ~220-byte JSON result, different per run and event: a title and an answer of words drawn
-    from a 4,000-word vocabulary by Zipf's law (as words are in prose) and a score.
+    """A tool's JSON result of about 240 bytes (200-300), different per run and event: a title and an
+    answer of words drawn from a 4,000-word vocabulary by Zipf's law (as words are in prose) and a score.
 
     lz4 shrinks a fetch of these base64 refs about 1.9 times, as it does base64 of English text (1.8).
     A repeated phrase (the payload until 2026-12-07: ``"lorem ipsum " * 14``, a 12-byte period that

@@ -235,3 +235,25 @@ def test_the_conversation_section_without_pydantic_ai_names_the_extra(
     s = Settings(kafka_bootstrap_servers="127.0.0.1:9", redis_url="redis://127.0.0.1:9/0")
     with pytest.raises(ConfigError, match=r"runlog\[pydantic-ai\]"):  # refused before any broker is asked
         run_bench(s, "tiny", progress=None, only="conversation")
+
+
+def test_the_encryption_benchs_payload_compresses_like_prose_not_like_a_repeated_phrase() -> None:
+    """The clear side's refs must not compress far better than real payloads do: a payload whose base64
+    repeats (the old ``"lorem ipsum " * 14``) let the clear side send a twenty-fifth of the bytes."""
+    import base64
+    import json
+    import zlib
+
+    from runlog.processors.bench._encryption import _payload
+
+    def shrink(refs: list[bytes]) -> float:
+        joined = b"".join(refs)
+        return len(joined) / len(zlib.compress(joined))
+
+    refs = [base64.b64encode(_payload(run, 3)) for run in range(100)]
+    assert len(set(refs)) == 100 and all(150 <= len(_payload(run, 3)) <= 350 for run in range(100))
+    assert 1.5 <= shrink(refs) <= 3.5  # zlib on base64 of English text: about 2.5
+    phrase = [base64.b64encode(json.dumps({"run": run, "seq": 3, "answer": "lorem ipsum " * 14}).encode())
+              for run in range(100)]
+    assert shrink(phrase) > 10  # the check tells the two apart
+    assert _payload(7, 9) == _payload(7, 9)  # the same bytes in every run of the bench
