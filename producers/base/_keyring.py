@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -57,6 +57,8 @@ __all__ = [
 ]
 
 _KEY_BYTES = 32
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def key_id_of(subject: str) -> str:
@@ -310,6 +312,18 @@ class DataKey:
                    b"\x00RLE\x01" + bytes.fromhex(key_id), blake2b(key=nonce_key, digest_size=12))
 
 
+def _kept(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """``cache[key] = value``, then the entry kept longest dropped while ``cache`` holds over ``limit``
+    (another thread changing it meanwhile: the next insertion drops it instead)."""
+    cache[key] = value
+    while len(cache) > limit:
+        try:
+            del cache[next(iter(cache))]
+        except (RuntimeError, StopIteration, KeyError):
+            break
+    return value
+
+
 class SubjectKeys:
     """Each subject's data key: created on first use, wrapped by the provider's current KEK and kept in
     ``<root>/subjects/<key id>.json``; unwrapped keys cached in memory while their file exists.
@@ -317,9 +331,17 @@ class SubjectKeys:
     Args:
         root: the keyring directory (``RUNLOG_KEYRING``); made 0700.
         provider: the KEK provider (default: :class:`LocalKeyProvider` on the same directory).
+        max_keys: how many subjects' unwrapped keys (and their ids and paths) one object keeps in memory;
+            past it the longest kept is dropped (first in, first out) and read again from its file at its
+            next use (with a transit provider, one call to the engine). A worker serving a key per
+            customer keeps a bounded set, not every customer it ever served.
     """
 
-    def __init__(self, root: str | os.PathLike[str], provider: KeyProvider | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], provider: KeyProvider | None = None, *,
+                 max_keys: int = 10_000) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be at least 1, not {max_keys}")
+        self.max_keys = max_keys
         self.root = Path(root)
         _private_dir(self.root)
         self.provider = provider or LocalKeyProvider(self.root)
@@ -358,7 +380,7 @@ class SubjectKeys:
             return hit[0]  # the path of every payload sealed: no erase anywhere since it was checked
         key_id = self._ids.get(subject)
         if key_id is None:
-            key_id = self._ids[subject] = key_id_of(subject)
+            key_id = _kept(self._ids, subject, key_id_of(subject), self.max_keys)
         self._subject_keys.pop(subject, None)  # moved on, or its key's file changed: looked at again
         try:
             return self._checked(subject, key_id, self.by_id(key_id))
@@ -389,7 +411,7 @@ class SubjectKeys:
         before its look, so an erase made meanwhile is seen at the next payload)."""
         entry = self._cache.get(key_id)
         if entry is not None and entry[0] is key:
-            self._subject_keys[subject] = (key, entry[2])
+            _kept(self._subject_keys, subject, (key, entry[2]), self.max_keys)
         return key
 
     def by_id(self, key_id: str) -> DataKey:
@@ -405,7 +427,7 @@ class SubjectKeys:
             return cached[0]  # no erase anywhere since this key was checked: no file system call
         where = self._paths.get(key_id)
         if where is None:
-            where = self._paths[key_id] = str(self._file(key_id))
+            where = _kept(self._paths, key_id, str(self._file(key_id)), self.max_keys)
         try:
             st = os.stat(where)
         except FileNotFoundError:
@@ -422,7 +444,7 @@ class SubjectKeys:
             return cached[0]
         raw = self.provider.unwrap(self._wrapped(key_id, where), key_id)
         key = DataKey.of(key_id, raw)
-        self._cache[key_id] = (key, inode, gen)
+        _kept(self._cache, key_id, (key, inode, gen), self.max_keys)
         return key
 
     def _wrapped(self, key_id: str, where: str | Path) -> WrappedKey:

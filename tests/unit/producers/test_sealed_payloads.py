@@ -214,3 +214,21 @@ def test_a_key_file_holding_no_wrapped_key_is_a_payload_key_error(tmp_path: Path
     (tmp_path / "subjects" / f"{key_id_of('cust-a')}.json").write_text(json.dumps({"kek_version": 1}))
     with pytest.raises(PayloadKeyError, match="KeyError"):
         SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
+
+
+def test_a_keyring_keeps_a_bounded_set_of_keys_and_reads_an_evicted_one_again(tmp_path: Path) -> None:
+    keys = SubjectKeys(tmp_path, max_keys=3)
+    stores = {f"cust-{i}": SealedArtifactStore(InMemoryArtifactStore(), keys, f"cust-{i}") for i in range(10)}
+    refs = {subject: store.put(subject.encode()) for subject, store in stores.items()}
+    first = keys.for_subject("cust-9")
+    for cache in (keys._cache, keys._ids, keys._subject_keys, keys._paths):
+        assert 0 < len(cache) <= 3
+    assert "cust-0" not in keys._subject_keys and key_id_of("cust-0") not in keys._cache
+    assert stores["cust-0"].get(refs["cust-0"]) == b"cust-0"  # read again from its file
+    assert stores["cust-0"].put(b"cust-0") == refs["cust-0"]  # the same key: the same envelope
+    assert keys.for_subject("cust-9") is first or keys.for_subject("cust-9").key_id == first.key_id
+    assert keys.erase("cust-1", by="dpo", reason="request")  # evicted long ago: erased all the same
+    with pytest.raises(SubjectErased):
+        stores["cust-1"].get(refs["cust-1"])
+    with pytest.raises(ValueError, match="max_keys"):
+        SubjectKeys(tmp_path, max_keys=0)
