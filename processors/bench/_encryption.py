@@ -19,10 +19,9 @@ collections, and the tenth triggers a full one), adding 6 us an event to that si
 Both sides write to namespaces of their own on the same broker and Redis, and the encrypted side's
 keyring is a fresh local one (its data key is unwrapped once per process and cached, as in a worker).
 Ratios are medians of rounds (eleven a side of appends, five of durable calls in the quick size); the
-target is a cost of at most 15% (a ratio >= 0.85). Beside the
-throughput ratios, the CPU time per event / call (the process's, every thread's) of each side, and its
-ratio off / on: on a machine shared with other work, wall-clock throughput drifts between rounds far
-more than CPU time does.
+target is a cost of at most 15% (a ratio >= 0.85). Beside the throughput ratios, the CPU time per event
+/ call (the process's, every thread's) of each side, and its ratio off / on: on a machine shared with
+other work, wall-clock throughput drifts between rounds far more than CPU time does.
 """
 
 from __future__ import annotations
@@ -51,8 +50,6 @@ __all__ = ["bench_encryption"]
 Tick = Callable[[str], None]
 
 _WORD_LENGTHS = (2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 11)
-
-
 _WORDS = random.Random(7)
 _VOCABULARY = tuple("".join(_WORDS.choice(string.ascii_lowercase)
                             for _ in range(_WORDS.choice(_WORD_LENGTHS))) for _ in range(4000))
