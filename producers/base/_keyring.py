@@ -463,8 +463,10 @@ class SubjectKeys:
             if self.is_erased(key_id):
                 raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
                                             "destroyed") from None
+            what = f"cannot be read ({err})" if isinstance(err, OSError) else \
+                f"holds no wrapped key ({type(err).__name__})"
             raise PayloadKeyError(key_id, f"the data key file of {key_id} in the keyring {self.root} "
-                                          f"holds no wrapped key ({type(err).__name__})") from None
+                                          f"{what}") from None
 
     def export(self, subject: str) -> bytes:
         """``subject``'s raw 32-byte data key, for an outside consumer that opens the subject's envelopes

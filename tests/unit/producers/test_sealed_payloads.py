@@ -214,6 +214,11 @@ def test_a_key_file_holding_no_wrapped_key_is_a_payload_key_error(tmp_path: Path
     (tmp_path / "subjects" / f"{key_id_of('cust-a')}.json").write_text(json.dumps({"kek_version": 1}))
     with pytest.raises(PayloadKeyError, match="KeyError"):
         SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
+    path = tmp_path / "subjects" / f"{key_id_of('cust-a')}.json"
+    path.unlink()
+    path.mkdir(mode=0o700)  # not a file: the read fails with an OSError
+    with pytest.raises(PayloadKeyError, match="cannot be read"):
+        SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
 
 
 def test_a_keyring_keeps_a_bounded_set_of_keys_and_reads_an_evicted_one_again(tmp_path: Path) -> None:
