@@ -59,8 +59,8 @@ class BenchSize:
     """Alternating rounds per side of the encryption section's durable calls (wall-clock drift on a shared
     machine) ..."""
     encryption_append_rounds: int = 11
-    """... and of its appends (a round of ``append_events`` takes under a second: more of them make its
-    median steadier on a noisy host)."""
+    """... and of its appends (a round of ``append_events`` takes under a second in the quick size: more
+    of them make its median steadier on a noisy host)."""
     """Model calls of the longest agent run in the conversation section (runs of a quarter and a half
     of it too)."""
 

@@ -123,7 +123,8 @@ def steps_of(size: BenchSize, sections: tuple[str, ...] = tuple(SECTIONS)) -> in
            "lag": 4 + (0 if "projector" in sections else 2),
            "resume": len(size.resume_lengths) + 2, "concurrency": 8, "conversation": 3,
            "steps": 3 * len(size.steps_runs) + 2 + len(SHARES), "streams": 2, "fleet": 4,
-           "encryption": 2 * (size.encryption_append_rounds + size.encryption_rounds)}
+           "encryption": 2 * (size.encryption_append_rounds + size.encryption_rounds)
+           + (2 if size.encryption_append_rounds > 1 else 0)}
     return sum(per[s] for s in sections) + 1
 
 

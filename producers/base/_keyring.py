@@ -312,6 +312,20 @@ class DataKey:
                    b"\x00RLE\x01" + bytes.fromhex(key_id), blake2b(key=nonce_key, digest_size=12))
 
 
+def _scrub(path: Path) -> None:
+    """Overwrite ``path`` with random bytes, fsync, unlink: a destroyed wrapped key's bytes do not linger
+    in the file's blocks. A file already gone (another process's erase) is fine."""
+    try:
+        size = path.stat().st_size
+        with path.open("r+b") as f:
+            f.write(secrets.token_bytes(size))
+            f.flush()
+            os.fsync(f.fileno())
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def _kept(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
     """``cache[key] = value``, then the entry kept longest dropped while ``cache`` holds over ``limit``
     (another thread changing it meanwhile: the next insertion drops it instead)."""
@@ -440,12 +454,25 @@ class SubjectKeys:
             _check_private(Path(where))  # a wrapped data key readable by others: refused, as a KEK is
         inode = st.st_ino
         if cached is not None and cached[1] == inode:
+            self._refuse_if_erased(key_id)
             self._cache[key_id] = (cached[0], inode, gen)
             return cached[0]
         raw = self.provider.unwrap(self._wrapped(key_id, where), key_id)
+        self._refuse_if_erased(key_id)
         key = DataKey.of(key_id, raw)
         _kept(self._cache, key_id, (key, inode, gen), self.max_keys)
         return key
+
+    def _refuse_if_erased(self, key_id: str) -> None:
+        """Raise SubjectErased, destroying the file, when a key file stands beside the subject's
+        tombstone: written by a process that raced the erase (a rewrap renaming the key it re-wrapped
+        into place, a first key made while the subject was being erased). The tombstone wins. Only on
+        the path that looks at the file (a first use, or the erase generation moved), never per
+        payload."""
+        if self.is_erased(key_id):
+            self._cache.pop(key_id, None)
+            _scrub(self._file(key_id))
+            raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is destroyed")
 
     def _wrapped(self, key_id: str, where: str | Path) -> WrappedKey:
         """The wrapped key the file at ``where`` holds.
@@ -458,7 +485,8 @@ class SubjectKeys:
         try:
             doc = json.loads(Path(where).read_bytes())
             return WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"], validate=True))
-        except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: JSON, UTF-8, base64
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError,
+                TypeError) as err:  # ValueError: JSON, UTF-8, base64. Other OS errors (EIO...) as they are
             self._cache.pop(key_id, None)
             if self.is_erased(key_id):
                 raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
@@ -490,15 +518,7 @@ class SubjectKeys:
                 _write_private(self._erased / f"{key_id}.json", json.dumps({
                     "key_id": key_id, "by": by, "reason": reason,
                     "at": int(time.time() * 1000)}, sort_keys=True).encode())
-            path = self._file(key_id)
-            if path.exists():
-                # overwrite before unlinking: the wrapped key's bytes do not linger in the file's blocks
-                size = path.stat().st_size
-                with path.open("r+b") as f:
-                    f.write(secrets.token_bytes(size))
-                    f.flush()
-                    os.fsync(f.fileno())
-                path.unlink()
+            _scrub(self._file(key_id))
             self._cache.pop(key_id, None)
             self._subject_keys.pop(subject, None)
             self._generation.bump()  # every process's cached keys are checked again at their next use
@@ -511,24 +531,39 @@ class SubjectKeys:
         current = self.provider.current_version()
         for path in sorted(self._subjects.glob("*.json")) if self._subjects.exists() else []:
             with self._lock:
-                _check_private(path)
-                doc = json.loads(path.read_text())
-                if int(doc["kek_version"]) == current:
+                key_id = path.stem
+                try:
+                    _check_private(path)
+                    old = self._wrapped(key_id, path)  # PayloadKeyError: a file that holds no wrapped key
+                except (SubjectErased, FileNotFoundError):
+                    continue  # erased (or being erased) since the listing: nothing to re-wrap
+                try:
+                    doc = json.loads(path.read_bytes())  # its other fields (created_at) kept
+                except (OSError, ValueError):
+                    doc = {}
+                if old.kek_version == current:
                     continue
-                key_id = doc["key_id"]
-                raw = self.provider.unwrap(WrappedKey(int(doc["kek_version"]),
-                                                      base64.b64decode(doc["wrapped"])), key_id)
+                raw = self.provider.unwrap(old, key_id)
                 wrapped = self.provider.wrap(raw, key_id)
-                doc.update(kek_version=wrapped.kek_version,
+                if self.is_erased(key_id):
+                    continue  # an erase since the read: the key is not written back
+                doc.update(key_id=key_id, kek_version=wrapped.kek_version,
                            wrapped=base64.b64encode(wrapped.blob).decode("ascii"))
                 _write_private(path, json.dumps(doc, sort_keys=True).encode())
                 self._cache.pop(key_id, None)
+                if self.is_erased(key_id):  # erased while it was written: the tombstone wins
+                    _scrub(path)
+                    continue
                 count += 1
         return count
 
     def kek_versions_in_use(self) -> set[int]:
-        """The KEK versions some subject's wrapped key still needs."""
-        if not self._subjects.exists():
-            return set()
-        return {int(json.loads(p.read_text())["kek_version"]) for p in self._subjects.glob("*.json")}
+        """The KEK versions some subject's wrapped key still needs (an erased subject's none)."""
+        versions: set[int] = set()
+        for path in self._subjects.glob("*.json") if self._subjects.exists() else []:
+            try:
+                versions.add(self._wrapped(path.stem, path).kek_version)
+            except (SubjectErased, PayloadKeyError):
+                continue
+        return versions
 

@@ -3,12 +3,15 @@ side; the encrypted side's events really carry envelopes and the clear side's do
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from runlog.processors.bench import SIZES
 from runlog.processors.bench._encryption import bench_encryption
 from runlog.processors.bench._env import BenchEnv
+from runlog.processors.bench.harness import steps_of
 from runlog.producers.internal import SealedArtifactStore
 from runlog.projections.log_reader import read_topic
 from runlog.schemas import Codec, EventType, RunEvent
@@ -26,7 +29,13 @@ def _tool_results(settings: Settings) -> list[RunEvent]:
 def test_encryption_section_measures_both_sides_and_the_sealed_side_seals(settings: Settings) -> None:
     env = BenchEnv(settings)
     try:
-        res = bench_encryption(env, events=400, runs=20, rounds=1, steps_runs=10, tick=lambda _: None)
+        ticks: list[str] = []
+        res = bench_encryption(env, events=400, runs=20, rounds=1, append_rounds=2, steps_runs=10,
+                               tick=ticks.append)
+        size = dataclasses.replace(SIZES["tiny"], encryption_rounds=1, encryption_append_rounds=2)
+        assert len(ticks) == steps_of(size, ("encryption",)) - 1  # the progress bar's count: a warm-up
+        assert ticks[:2] == ["encryption append off warm-up", "encryption append on warm-up"]  # round a side
+        assert len(res["append_rounds"]["on"]) == len(res["append_rounds"]["off"]) == 2  # untimed
         for name in ("append_on_over_off", "steps_on_over_off", "append_cpu_off_over_on",
                      "steps_cpu_off_over_on"):
             assert res[name] > 0 and not math.isnan(res[name]), name

@@ -207,6 +207,8 @@ def test_the_conversation_section_sizes_and_steps() -> None:
     assert (SIZES["tiny"].conversation_calls, SIZES["quick"].conversation_calls,
             SIZES["full"].conversation_calls) == (20, 50, 200)
     assert steps_of(SIZES["quick"], ("conversation",)) == 3 + 1
+    assert steps_of(SIZES["quick"], ("encryption",)) == 2 * (11 + 5) + 2 + 1  # a warm-up round a side
+    assert steps_of(SIZES["tiny"], ("encryption",)) == 2 * (1 + 1) + 1  # one round a side: no warm-up
 
 
 def test_the_steps_section_sizes_targets_and_progress() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runlog.producers.base._keyring import LocalKeyProvider, WrappedKey
 from runlog.producers.internal import SealedArtifactStore, SubjectKeys, key_id_of, open_text, seal_text
 from runlog.schemas.errors import ConfigError, PayloadKeyError, SubjectErased
 from runlog.testing import InMemoryArtifactStore
@@ -229,11 +230,72 @@ def test_a_keyring_keeps_a_bounded_set_of_keys_and_reads_an_evicted_one_again(tm
     for cache in (keys._cache, keys._ids, keys._subject_keys, keys._paths):
         assert 0 < len(cache) <= 3
     assert "cust-0" not in keys._subject_keys and key_id_of("cust-0") not in keys._cache
-    assert stores["cust-0"].get(refs["cust-0"]) == b"cust-0"  # read again from its file
+    unwraps: list[str] = []
+    real_unwrap = keys.provider.unwrap
+    keys.provider.unwrap = lambda wrapped, ctx: unwraps.append(ctx) or real_unwrap(wrapped, ctx)  # type: ignore[method-assign]
+    assert keys.for_subject("cust-9") is first and unwraps == []  # kept: no file read, no unwrap
+    assert stores["cust-0"].get(refs["cust-0"]) == b"cust-0"  # dropped: read again from its file
+    assert unwraps == [key_id_of("cust-0")]
     assert stores["cust-0"].put(b"cust-0") == refs["cust-0"]  # the same key: the same envelope
-    assert keys.for_subject("cust-9") is first or keys.for_subject("cust-9").key_id == first.key_id
-    assert keys.erase("cust-1", by="dpo", reason="request")  # evicted long ago: erased all the same
+    assert keys.erase("cust-1", by="dpo", reason="request")  # dropped long ago: erased all the same
     with pytest.raises(SubjectErased):
         stores["cust-1"].get(refs["cust-1"])
     with pytest.raises(ValueError, match="max_keys"):
         SubjectKeys(tmp_path, max_keys=0)
+
+
+class _ErasingProvider(LocalKeyProvider):
+    """A KEK provider that erases ``subject`` through another process's keyring while it wraps: the erase
+    lands between a keyring's read of a key and its write of the key (re-)wrapped."""
+
+    def __init__(self, root: Path, subject: str) -> None:
+        super().__init__(root)
+        self.root, self.subject = root, subject
+
+    def wrap(self, data_key: bytes, context: str) -> WrappedKey:
+        out = super().wrap(data_key, context)
+        SubjectKeys(self.root).erase(self.subject, by="dpo", reason="request")
+        return out
+
+
+def test_a_rewrap_racing_an_erase_does_not_bring_the_key_back(tmp_path: Path) -> None:
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"secret")
+    keys = SubjectKeys(tmp_path, _ErasingProvider(tmp_path, "cust-a"))
+    keys.provider.rotate()
+    assert keys.rewrap() == 0  # erased before its re-wrapped key was written back
+    assert not (tmp_path / "subjects" / f"{key_id_of('cust-a')}.json").exists()
+    with pytest.raises(SubjectErased):
+        SubjectKeys(tmp_path).for_subject("cust-a")
+    with pytest.raises(SubjectErased):
+        SealedArtifactStore(store.base, SubjectKeys(tmp_path), "x").get(ref)
+    assert SubjectKeys(tmp_path).kek_versions_in_use() == set()
+
+
+def test_a_first_key_made_while_its_subject_is_erased_is_destroyed_not_used(tmp_path: Path) -> None:
+    keys = SubjectKeys(tmp_path, _ErasingProvider(tmp_path, "cust-a"))
+    with pytest.raises(SubjectErased):
+        keys.for_subject("cust-a")  # its file was written after the tombstone
+    assert not (tmp_path / "subjects" / f"{key_id_of('cust-a')}.json").exists()
+    with pytest.raises(SubjectErased):
+        SubjectKeys(tmp_path).for_subject("cust-a")
+
+
+def test_a_key_file_beside_a_tombstone_is_never_a_key(tmp_path: Path) -> None:
+    """However it got there (a process that raced an erase), the tombstone wins: the file is destroyed
+    at its first read, in a fresh process and in one holding the key since before the erase."""
+    store = _store(tmp_path, "cust-a", 0)
+    ref = store.put(b"secret")
+    path = tmp_path / "subjects" / f"{key_id_of('cust-a')}.json"
+    saved = path.read_bytes()
+    assert SubjectKeys(tmp_path).erase("cust-a", by="dpo", reason="request")
+    path.write_bytes(saved)  # back beside its tombstone
+    path.chmod(0o600)
+    with pytest.raises(SubjectErased):
+        store.get(ref)  # the writer's keyring held the key: the generation moved, the file is looked at
+    assert not path.exists()
+    path.write_bytes(saved)
+    path.chmod(0o600)
+    with pytest.raises(SubjectErased):
+        SubjectKeys(tmp_path).by_id(key_id_of("cust-a"))
+    assert not path.exists()
