@@ -232,7 +232,12 @@ def test_a_leader_cut_off_from_its_followers_then_killed_loses_no_acknowledged_e
     on_topic = Counter((ev.run_id, ev.seq) for ev in events)
     acked = set(writer.acked)
     cut = [k for k, at in writer.produced.items() if window["cut"] <= at <= window["kill"]]
-    acked_alone = [k for k, at in writer.acked.items() if window["cut"] <= at <= window["kill"]]
+    # records produced while the leader was alone: none may be acknowledged before it dies (with acks=1
+    # those of the partitions it leads are, at once). A record produced before the cut may be
+    # acknowledged before it and its report run a moment later, inside the window (a CI-like run saw 3
+    # of 4,512): that is no ack by a lone leader.
+    acked_alone = [k for k, at in writer.acked.items()
+                   if window["cut"] <= at <= window["kill"] and writer.produced[k] >= window["cut"]]
     run_ids = {h.run_id for h in handles}
     last_type = {ev.run_id: ev.type for ev in events if ev.run_id in run_ids}
     checks = entry.checks
