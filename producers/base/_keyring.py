@@ -326,6 +326,10 @@ def _scrub(path: Path) -> None:
         pass
 
 
+def _destroyed(key_id: str) -> SubjectErased:
+    return SubjectErased(key_id, f"subject {key_id} was erased: its data key is destroyed")
+
+
 def _kept(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
     """``cache[key] = value``, then the entry kept longest dropped while ``cache`` holds over ``limit``
     (another thread changing it meanwhile: the next insertion drops it instead)."""
@@ -447,8 +451,7 @@ class SubjectKeys:
         except FileNotFoundError:
             self._cache.pop(key_id, None)
             if self.is_erased(key_id):
-                raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
-                                            "destroyed") from None
+                raise _destroyed(key_id) from None
             raise PayloadKeyError(key_id, f"no data key {key_id} in the keyring {self.root}") from None
         if st.st_mode & 0o077:
             _check_private(Path(where))  # a wrapped data key readable by others: refused, as a KEK is
@@ -472,10 +475,14 @@ class SubjectKeys:
         if self.is_erased(key_id):
             self._cache.pop(key_id, None)
             _scrub(self._file(key_id))
-            raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is destroyed")
+            raise _destroyed(key_id)
 
     def _wrapped(self, key_id: str, where: str | Path) -> WrappedKey:
-        """The wrapped key the file at ``where`` holds.
+        """The wrapped key the file at ``where`` holds (:meth:`_key_file`)."""
+        return self._key_file(key_id, where)[1]
+
+    def _key_file(self, key_id: str, where: str | Path) -> tuple[dict[str, Any], WrappedKey]:
+        """The key file at ``where``: its fields, and the wrapped key they hold.
 
         Raises:
             SubjectErased: the file went, or holds no wrapped key, and the subject is erased: an erase
@@ -484,13 +491,12 @@ class SubjectKeys:
         """
         try:
             doc = json.loads(Path(where).read_bytes())
-            return WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"], validate=True))
+            return doc, WrappedKey(int(doc["kek_version"]), base64.b64decode(doc["wrapped"], validate=True))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError,
                 TypeError) as err:  # ValueError: JSON, UTF-8, base64. Other OS errors (EIO...) as they are
             self._cache.pop(key_id, None)
             if self.is_erased(key_id):
-                raise SubjectErased(key_id, f"subject {key_id} was erased: its data key is "
-                                            "destroyed") from None
+                raise _destroyed(key_id) from None
             what = f"cannot be read ({err})" if isinstance(err, OSError) else \
                 f"holds no wrapped key ({type(err).__name__})"
             raise PayloadKeyError(key_id, f"the data key file of {key_id} in the keyring {self.root} "
@@ -534,13 +540,10 @@ class SubjectKeys:
                 key_id = path.stem
                 try:
                     _check_private(path)
-                    old = self._wrapped(key_id, path)  # PayloadKeyError: a file that holds no wrapped key
+                    # PayloadKeyError: a file that holds no wrapped key; its other fields (created_at) kept
+                    doc, old = self._key_file(key_id, path)
                 except (SubjectErased, FileNotFoundError):
                     continue  # erased (or being erased) since the listing: nothing to re-wrap
-                try:
-                    doc = json.loads(path.read_bytes())  # its other fields (created_at) kept
-                except (OSError, ValueError):
-                    doc = {}
                 if old.kek_version == current:
                     continue
                 raw = self.provider.unwrap(old, key_id)
