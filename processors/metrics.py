@@ -65,6 +65,11 @@ class ProjectorMetrics:
         self.gap_records = Counter("runlog_projector_gap_records_total",
                                    "Records the consumer skipped (across a rebalance) that the projector "
                                    "read from the log and applied before the batch after them.", registry=r)
+        self.batch_failures = Counter("runlog_projector_batch_failures_total",
+                                      "Failed attempts to apply a batch (Redis unreachable past the "
+                                      "failover window, the group coordinator moving): each is tried "
+                                      "again, or dropped by a rebalance that fetches its records again.",
+                                      registry=r)
         self.run_heals = Counter("runlog_projector_run_heals_total",
                                  "Runs whose projected state had a seq gap and were re-folded from "
                                  "their partition.", registry=r)

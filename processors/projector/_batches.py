@@ -55,6 +55,10 @@ class BatchDelivery:
         self._consumer: Any = None
         self.delivered = 0
         """Records handed over since the start (a counter for tests)."""
+        self.generation = 0
+        """Moves at each :meth:`clear` (a rebalance): a batch taken before it may hold records of
+        partitions this member no longer owns, and those it keeps are fetched again from the group's
+        commits."""
 
     def _event(self) -> asyncio.Event:
         if self._changed is None:
@@ -72,10 +76,15 @@ class BatchDelivery:
         self.delivered += len(messages)
         changed.set()
 
+    def pending_partitions(self) -> set[int]:
+        """The partitions of the records waiting to be taken."""
+        return {m.partition for m in self._pending}
+
     def clear(self) -> int:
         """Drop every record not yet taken (partitions revoked); returns how many."""
         n = len(self._pending)
         self._pending.clear()
+        self.generation += 1
         if self._changed is not None:
             self._changed.set()
         return n

@@ -63,6 +63,21 @@ class OffsetGuard:
             for p in partitions:
                 self._next.pop(p, None)
 
+    def learn(self, partitions: Iterable[int]) -> None:
+        """Read the group's commits of the partitions whose next offset is not known yet (no batch of
+        theirs since they were assigned), as the first batch of each would."""
+        with self._lock:
+            unknown = [p for p in partitions if p not in self._next]
+        if unknown:
+            learnt = self._committed(unknown)
+            with self._lock:
+                for p in unknown:
+                    self._next.setdefault(p, learnt[p])
+
+    def read(self, partition: int, start: int, end: int) -> list[RawRecord]:
+        """The records of ``partition`` at ``start`` <= offset < ``end``, from the log."""
+        return self._read(partition, start, end)
+
     def next_offsets(self) -> dict[int, int]:
         with self._lock:
             return dict(self._next)
@@ -73,13 +88,7 @@ class OffsetGuard:
         parts: dict[int, list[RawRecord]] = {}
         for r in records:
             parts.setdefault(r.partition, []).append(r)
-        with self._lock:
-            unknown = [p for p in parts if p not in self._next]
-        if unknown:
-            learnt = self._committed(unknown)
-            with self._lock:
-                for p in unknown:
-                    self._next.setdefault(p, learnt[p])
+        self.learn(parts)
         with self._lock:
             nxt = {p: self._next[p] for p in parts}
         filled: list[RawRecord] = []

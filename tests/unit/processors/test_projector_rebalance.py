@@ -496,3 +496,154 @@ def test_redis_unreachable_at_the_replay_check_is_tried_again_and_does_not_end_t
     assert ns.calls.count("check_replay") == 3
     assert sum("checking the namespace's replay failed" in r.getMessage() for r in caplog.records) == 1
     assert m.projector.replay_check_failing is False
+
+
+class Flaky(Group):
+    """A group whose coordinator moves: the next ``failures`` reads of its commits raise, as
+    confluent-kafka's ``committed`` does while the broker restarts (``NOT_COORDINATOR``)."""
+
+    def __init__(self, log: list[RawRecord], failures: int) -> None:
+        super().__init__(log)
+        self.failures = failures
+
+    def committed(self, partitions: list[int]) -> dict[int, int]:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("KafkaError{code=NOT_COORDINATOR,val=16,str=\"Failed to get committed "
+                               "offsets: Broker: Not coordinator\"}")
+        return super().committed(partitions)
+
+
+def test_a_batch_whose_apply_fails_is_tried_again_until_applied_not_dropped(
+        shutdown: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chaos test's projector took the last record of a partition in a batch whose read of the
+    group's commits failed (the coordinator moving during a broker restart): the agent crashed, Faust
+    started it again on the next batch, and that record never reached Redis (nothing came after it on
+    its partition to make the offset guard fill it). The member now applies the same batch again."""
+    monkeypatch.setattr("runlog.processors.projector._projector.RETRY_FIRST_S", 0.01)
+    log = the_log()
+    group, store = Flaky(log, failures=2), Store()
+    m = member(group, store)
+    shutdown(m)
+
+    async def main() -> BatchResult | None:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.feed(log)
+        return await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+
+    res = asyncio.run(main())
+    assert res is not None and res.applied == len(log)
+    assert group.failures == 0 and group.asked == [0]
+    assert sorted(m.consumer.acked) == [(0, r.offset) for r in log]
+    assert store.load_state("r0") == once_state(log, "r0")
+    assert m.count("runlog_projector_batch_failures_total") == 2
+
+
+def test_a_failing_batch_is_dropped_at_a_rebalance_whose_assignment_fetches_it_again(
+        shutdown: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a failed batch waits to be tried again, its partitions may move to another member: the
+    batch is then dropped (never acknowledged), and the new owner, or this member again, fetches its
+    records from the group's commits."""
+    monkeypatch.setattr("runlog.processors.projector._projector.RETRY_FIRST_S", 0.05)
+    log = the_log()
+    group, store = Flaky(log, failures=100), Store()
+    m = member(group, store)
+    shutdown(m)
+
+    async def main() -> BatchResult | None:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.feed(log)
+        batch = await m.projector.delivery.take(10_000, 0)
+        retrying = asyncio.ensure_future(m.projector.apply_until_done(batch))
+        await asyncio.sleep(0.02)
+        await m.projector.on_revoked(None, {TP(TOPIC, 0)})
+        return await asyncio.wait_for(retrying, 5)
+
+    assert asyncio.run(main()) is None
+    assert m.consumer.acked == [] and store.load_state("r0") is None
+    assert m.count("runlog_projector_batch_failures_total") >= 1
+
+
+class Holding(Consumer):
+    """A consumer assigned partition 0 of a log whose high watermark it knows."""
+
+    def __init__(self, log: list[RawRecord]) -> None:
+        super().__init__()
+        self.log = log
+
+    def assignment(self) -> set[TP]:
+        return {TP(TOPIC, 0)}
+
+    def highwater(self, tp: TP) -> int | None:
+        return len(self.log)
+
+
+def test_the_last_records_of_a_partition_the_consumer_read_but_never_delivered_are_read_from_the_log(
+        shutdown: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Records the consumer skips are filled by the offset guard when a later record of the partition
+    arrives; at the end of a partition none does. The lag check sees the partition stalled below its
+    high watermark two ticks in a row and delivers the missing records, read from the log, once."""
+    log = the_log(stages=3)
+    k = len(log) - 3  # the consumer delivers all but the last three records
+    group, store = Group(log), Store()
+    m = member(group, store)
+    shutdown(m)
+    holding = Holding(log)
+    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
+                                  consumer=lambda: holding)
+    m.consumer = holding
+
+    async def main() -> tuple[int, int, int]:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.feed(log[:k])
+        await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+        await m.projector.lag()  # first sight of the partition behind: not yet
+        before = len(m.projector.delivery._pending)
+        await m.projector.lag()  # the same again: stalled
+        swept = len(m.projector.delivery._pending)
+        await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+        await m.projector.lag()
+        await m.projector.lag()  # caught up: nothing more
+        return before, swept, len(m.projector.delivery._pending)
+
+    with caplog.at_level("WARNING"):
+        before, swept, after = asyncio.run(main())
+    assert (before, swept, after) == (0, 3, 0)
+    assert group.read == [(0, k, len(log))]
+    assert sorted(holding.acked) == [(0, r.offset) for r in log]
+    assert store.load_state("r0") == once_state(log, "r0")
+    assert m.count("runlog_projector_gap_records_total") == 3
+    assert any("never reached the projector" in r.getMessage() for r in caplog.records)
+
+
+def test_a_partition_whose_records_wait_in_the_delivery_or_a_batch_in_hand_is_not_swept(
+        shutdown: Any) -> None:
+    """Behind its high watermark but with its records on their way (waiting to be taken, or a batch
+    being applied), a partition is not stalled: nothing is read from the log."""
+    log = the_log()
+    group, store = Group(log), Store()
+    m = member(group, store)
+    shutdown(m)
+    holding = Holding(log)
+    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
+                                  consumer=lambda: holding)
+
+    async def main() -> None:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.projector.delivery.deliver(msgs(log), holding)
+        await m.projector.lag()
+        await m.projector.lag()  # waiting in the delivery
+        batch = await m.projector.delivery.take(10_000, 0)
+        m.projector.in_hand = 1
+        await m.projector.lag()
+        await m.projector.lag()  # in hand
+        m.projector.in_hand = 0
+        await m.projector.apply_until_done(batch)
+
+    asyncio.run(main())
+    assert group.read == []
+    assert sorted(holding.acked) == [(0, r.offset) for r in log]
