@@ -27,6 +27,7 @@ RETRIABLE_METADATA_ERRORS = frozenset({
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError._UNKNOWN_PARTITION,  # the client's metadata lost the partition (its connections reset)
+    KafkaError._DESTROY_BROKER,  # the broker's handle was replaced while the request waited (a restart)
 })
 """Errors a metadata or offset request gets while a just-created topic elects its leaders, or a
 partition's leadership moves: worth asking again until the deadline."""
@@ -42,12 +43,18 @@ REBALANCE_COMMIT_ERRORS = frozenset({
     KafkaError._ASSIGNMENT_LOST,  # librdkafka: the partitions were lost before the commit was sent
     KafkaError._MAX_POLL_EXCEEDED,  # the member left the group: max.poll.interval.ms passed in one request
     KafkaError._NO_OFFSET,  # nothing left to commit (the partition is no longer ours)
+    # the group's coordinator is moving (a broker restarting, its leadership of the offsets
+    # partition failing over): this commit is not stored, a later one covers it
+    KafkaError._WAIT_COORD,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 })
 """Commit errors that only say the group moved on since the record was polled (a member joined,
-left or was replaced, or this one was dropped): the offset is not stored, and the partition's
-owner now gets the record again from the last committed offset. Work that is idempotent treats
-this as ordinary (the DESIGN's "Members come and go") and goes on; every other commit error is a
-real failure."""
+left or was replaced, or this one was dropped), or that its coordinator is moving: the offset is
+not stored, and the partition's owner gets the record again from the last committed offset unless
+a later commit covers it. Work that is idempotent treats this as ordinary (the DESIGN's "Members
+come and go") and goes on; every other commit error is a real failure."""
 
 
 def commit_refused_by_rebalance(err: BaseException) -> bool:

@@ -27,3 +27,12 @@ def test_other_commit_errors_are_failures(code: int) -> None:
 def test_only_kafka_exceptions_qualify() -> None:
     assert not commit_refused_by_rebalance(RuntimeError("ILLEGAL_GENERATION"))
     assert not commit_refused_by_rebalance(KafkaException("no KafkaError inside"))
+
+
+@pytest.mark.parametrize("code", [KafkaError._WAIT_COORD, KafkaError.NOT_COORDINATOR,
+                                  KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                  KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+def test_a_commit_refused_while_the_coordinator_moves_is_ordinary(code: int) -> None:
+    """A chaos run's resumer exited on ``Commit failed: Local: Waiting for coordinator`` during a
+    broker restart: the commit is not stored, a later one covers it (or the request comes again)."""
+    assert commit_refused_by_rebalance(KafkaException(KafkaError(code)))

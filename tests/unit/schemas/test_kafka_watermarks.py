@@ -43,6 +43,14 @@ def test_a_partition_the_clients_metadata_lost_while_its_connections_reset_is_as
     assert c.calls == 3
 
 
+def test_a_broker_handle_destroyed_during_a_broker_restart_is_asked_again() -> None:
+    # a chaos run's resumer exited on "Failed to get watermark offsets: Local: Broker handle
+    # destroyed without termination" while the broker restarted
+    c = _Consumer([KafkaError._DESTROY_BROKER])
+    assert watermarks(c, "t", timeout=5) == {0: (0, 10), 1: (0, 11)}
+    assert c.calls == 3
+
+
 def test_a_non_retriable_error_fails_at_once_naming_the_topic() -> None:
     c = _Consumer([KafkaError.TOPIC_AUTHORIZATION_FAILED])
     with pytest.raises(RunlogError, match="'t'"):
