@@ -604,7 +604,7 @@ def test_the_last_records_of_a_partition_the_consumer_read_but_never_delivered_a
         before = len(m.projector.delivery._pending)
         await m.projector.lag()  # the same again: stalled
         swept = len(m.projector.delivery._pending)
-        await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+        await m.projector.apply_until_done(await asyncio.wait_for(m.projector.delivery.take(10_000, 0), 5))
         await m.projector.lag()
         await m.projector.lag()  # caught up: nothing more
         return before, swept, len(m.projector.delivery._pending)
