@@ -64,12 +64,16 @@ class ProjectorMetrics:
                          "minus next offset to process).", ["partition"], registry=r)
         self.gap_records = Counter("runlog_projector_gap_records_total",
                                    "Records the consumer skipped (across a rebalance) that the projector "
-                                   "read from the log and applied before the batch after them.", registry=r)
+                                   "read from the log: applied before the batch after them, or delivered "
+                                   "again at the end of a stalled partition.", registry=r)
         self.batch_failures = Counter("runlog_projector_batch_failures_total",
                                       "Failed attempts to apply a batch (Redis unreachable past the "
                                       "failover window, the group coordinator moving): each is tried "
                                       "again, or dropped by a rebalance that fetches its records again.",
                                       registry=r)
+        self.batch_retrying = Gauge("runlog_projector_batch_retrying",
+                                    "Seconds the batch in hand has been failing and tried again (0: none "
+                                    "failing); alert when it stays above a minute.", registry=r)
         self.run_heals = Counter("runlog_projector_run_heals_total",
                                  "Runs whose projected state had a seq gap and were re-folded from "
                                  "their partition.", registry=r)

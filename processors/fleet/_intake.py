@@ -441,8 +441,9 @@ class SubmissionIntake:
         except KafkaException as err:
             if not commit_refused_by_rebalance(err):
                 raise
-            log.warning("submission %s[%s]@%s not committed, the group moved on: the partition's owner "
-                        "takes it again (its run starts once)", msg.topic(), msg.partition(), msg.offset())
+            log.warning("submission %s[%s]@%s not committed (%s): a later commit covers it, or the "
+                        "partition's owner takes it again (its run starts once)", msg.topic(),
+                        msg.partition(), msg.offset(), err.args[0] if err.args else err)
 
     def _dead_letter(self, value: bytes, msg: Message | None, run_id: str, reason: str, detail: str) -> Taken:
         topic = str(msg.topic()) if msg is not None else self.topics.submissions

@@ -65,16 +65,21 @@ class BatchDelivery:
             self._changed = asyncio.Event()
         return self._changed
 
-    async def deliver(self, messages: list[Any], consumer: Any) -> None:
-        """From the consumer's fetch loop: hand over one fetch's records of the topic."""
+    async def deliver(self, messages: list[Any], consumer: Any, *, generation: int | None = None) -> bool:
+        """From the consumer's fetch loop: hand over one fetch's records of the topic. With
+        ``generation``, the records are dropped (False) if a rebalance cleared the delivery since
+        then, while they waited for room."""
         self._consumer = consumer
         changed = self._event()
         while len(self._pending) >= self.max_pending:
             changed.clear()
             await changed.wait()
+        if generation is not None and generation != self.generation:
+            return False
         self._pending.extend(messages)
         self.delivered += len(messages)
         changed.set()
+        return True
 
     def pending_partitions(self) -> set[int]:
         """The partitions of the records waiting to be taken."""
@@ -155,6 +160,12 @@ class BatchConsumer(faust_aiokafka.Consumer):  # type: ignore[misc]
 
     def _new_consumer_thread(self) -> Any:
         return self.thread_class(self, loop=self.loop, beacon=self.beacon)
+
+    def read_offset(self, tp: Any) -> int | None:
+        """The offset of the last record of ``tp`` the fetch loop read (None: none since the assignment
+        or the last seek)."""
+        got: int | None = self._read_offset.get(tp)
+        return got
 
     async def _drain_messages(self, fetcher: Any) -> None:
         # Faust's Consumer._drain_messages (faust-streaming 0.15), with the records of the

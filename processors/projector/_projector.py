@@ -49,6 +49,11 @@ PUBLISH_TIMEOUT_S = 120.0
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
 """A batch whose apply failed is tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S."""
+RETRY_FRESH_CLIENTS_AFTER = 3
+"""From this failed attempt of a batch, the guard's Kafka clients are closed (made again at next use)."""
+RETRY_LOUD_AFTER = 6
+"""From this failed attempt of a batch (about 15 s), each failure is logged as an error, the first with
+its traceback."""
 
 
 class Sender(Protocol):
@@ -217,6 +222,8 @@ class Projector:
         """:meth:`replay_done`'s last check failed (Redis unreachable): warned once per outage."""
         self.in_hand = 0
         """Batches taken from the delivery and not yet applied or dropped (0 or 1: one agent)."""
+        self.closing = False
+        """Set before shutdown, once the clients are closed (:meth:`close_clients`)."""
         self.behind: dict[int, tuple[int, int, int]] = {}
         """Per partition behind its high watermark at the last tick of :meth:`lag`: (next offset to
         apply, high watermark, the delivery's generation) (:meth:`sweep_tails`)."""
@@ -241,6 +248,7 @@ class Projector:
 
     async def close_clients(self, sender: Any, **kwargs: Any) -> None:
         # on the worker thread, after the batch in hand (if any)
+        self.closing = True  # no tail check makes them again
         for close in self.closers:
             await asyncio.get_running_loop().run_in_executor(self.worker, close)
 
@@ -383,8 +391,13 @@ class Projector:
                 self.inline_refused += 1
         return await self.loop.run_in_executor(self.worker, self.guarded, recs)
 
-    async def apply_batch(self, batch: list[Any]) -> BatchResult:
-        """Apply one batch taken from the delivery (Faust's messages), then acknowledge it."""
+    async def apply_batch(self, batch: list[Any],
+                          filled_before: list[RawRecord] | None = None) -> BatchResult:
+        """Apply one batch taken from the delivery (Faust's messages), then acknowledge it.
+
+        ``filled_before``: the records an earlier attempt at this batch filled in from the log (the
+        guard has moved past them, so this attempt does not fill them again); the records this one
+        fills are added to it, and all are acknowledged with the batch."""
         assert self.loop is not None, "a batch before start()"
         recs = [RawRecord(m.topic, m.partition, m.offset, m.key, m.value) for m in batch]
         links = distinct_contexts(m.headers for m in batch) if self.tracing.recording else []
@@ -397,6 +410,9 @@ class Projector:
             span.end(err)
             raise
         span.end()
+        if filled_before is not None:
+            filled_before.extend(filled)
+            filled = filled_before
         took = time.perf_counter() - t0
         dlq = self.outputs.dlq
         sent: list[Awaitable[Any]] = []
@@ -442,24 +458,43 @@ class Projector:
         generation = self.delivery.generation
         delay = RETRY_FIRST_S
         attempt = 0
-        while True:
-            try:
-                return await self.apply_batch(batch)
-            except Exception as err:  # any failure: the batch is tried again, never lost
-                attempt += 1
-                self.metrics.batch_failures.inc()
-                if self.delivery.generation != generation:
-                    log.warning("applying a batch of %d records failed (%s: %s); a rebalance since then "
-                                "fetches its records again from the group's commits", len(batch),
-                                type(err).__name__, err)
-                    return None
-                log.warning("applying a batch of %d records failed (attempt %d), trying it again in %.1fs: "
-                            "%s: %s", len(batch), attempt, delay, type(err).__name__, err,
-                            exc_info=attempt == 1)
-                await asyncio.sleep(delay)
-                if self.delivery.generation != generation:
-                    return None
-                delay = min(delay * 2, RETRY_MAX_S)
+        failing_since = 0.0
+        filled: list[RawRecord] = []
+        try:
+            while True:
+                try:
+                    return await self.apply_batch(batch, filled)
+                except Exception as err:  # any failure: the batch is tried again, never lost
+                    attempt += 1
+                    self.metrics.batch_failures.inc()
+                    now = time.monotonic()
+                    failing_since = failing_since or now
+                    self.metrics.batch_retrying.set(now - failing_since)
+                    if self.delivery.generation != generation:
+                        log.warning("applying a batch of %d records failed (%s: %s); a rebalance since then "
+                                    "fetches its records again from the group's commits", len(batch),
+                                    type(err).__name__, err)
+                        return None
+                    log.log(logging.WARNING if attempt < RETRY_LOUD_AFTER else logging.ERROR,
+                            "applying a batch of %d records failed (attempt %d, failing for %.0fs), trying "
+                            "it again in %.1fs: %s: %s", len(batch), attempt, now - failing_since, delay,
+                            type(err).__name__, err, exc_info=attempt in (1, RETRY_LOUD_AFTER))
+                    if attempt >= RETRY_FRESH_CLIENTS_AFTER:
+                        await self.close_readers()  # made again at next use: a client stuck since a fault
+                    await asyncio.sleep(delay)
+                    if self.delivery.generation != generation:
+                        return None
+                    delay = min(delay * 2, RETRY_MAX_S)
+        finally:
+            if failing_since:
+                self.metrics.batch_retrying.set(0)
+
+    async def close_readers(self) -> None:
+        """Close the clients the offset guard reads with (the group's commits, the log), on the worker
+        after the batch in hand; each is made again at its next use."""
+        assert self.loop is not None
+        for close in self.closers:
+            await self.loop.run_in_executor(self.worker, close)
 
     async def lag(self) -> None:
         lags: list[tuple[int, int | None]] = []
@@ -477,22 +512,36 @@ class Projector:
         await self.sweep_tails(marks)
 
     async def sweep_tails(self, marks: dict[int, int]) -> None:
-        """Deliver again, from the log, the records at the end of a partition that the consumer read
-        but that never reached the projector (``marks``: the high watermark of each assigned
-        partition, at each tick of :meth:`lag`).
+        """Deliver again, from the log, records at the end of a partition that the consumer read but
+        that never reached the projector (``marks``: the high watermark of each assigned partition, at
+        each tick of :meth:`lag`).
 
         The offset guard fills records the consumer skipped once a later record of their partition
         arrives; the last records of a partition have none after them. A partition is stalled when
-        two ticks in a row saw the same next offset to apply below the same high watermark, with
-        no rebalance, no batch in hand and none of its records waiting in the delivery: its
-        records from the next offset to the high watermark are read from the log and delivered as a
-        batch of their own. Were the consumer to deliver them too, they are redeliveries: the fold
-        ignores them and Faust counts each acknowledgement once."""
+        two ticks in a row saw the same next offset to apply, below the same high watermark and below
+        the consumer's read position, with no rebalance, no batch in hand and none of its records
+        waiting in the delivery: the records from the next offset up to the last one the consumer read
+        (at most ``batch_size``) are read from the log and delivered as a batch of their own. Were
+        the consumer to deliver them too, they are redeliveries: the fold ignores them and Faust
+        counts each acknowledgement once."""
+        if self.closing:
+            return
         try:
             await self._sweep_tails(marks)
         except Exception as err:  # noqa: BLE001 - a timer's exception would end the member: next tick
             log.warning("checking the ends of the assigned partitions failed, trying again at the next "
                         "check: %s: %s", type(err).__name__, err)
+
+    def _read_upto(self, partition: int, hw: int) -> int:
+        """One past the last offset of ``partition`` the consumer read (capped at ``hw``); the high
+        watermark when the consumer cannot say."""
+        from faust.types import TP
+
+        read_offset = getattr(self.outputs.consumer(), "read_offset", None)
+        if read_offset is None:
+            return hw
+        got = read_offset(TP(self.topic, partition))
+        return hw if got is None else min(hw, got + 1)
 
     async def _sweep_tails(self, marks: dict[int, int]) -> None:
         assert self.loop is not None
@@ -505,23 +554,25 @@ class Projector:
         seen, self.behind = self.behind, {}
         stalled: list[tuple[int, int, int]] = []
         for p, hw in marks.items():
-            n = nxt.get(p)
-            if n is None or n >= hw or p in waiting:
+            n, upto = nxt.get(p), self._read_upto(p, hw)
+            if n is None or n >= upto or p in waiting:
                 continue
-            self.behind[p] = (n, hw, generation)
-            if seen.get(p) == (n, hw, generation) and self.in_hand == 0:
-                stalled.append((p, n, hw))
+            self.behind[p] = (n, upto, generation)
+            if seen.get(p) == (n, upto, generation) and self.in_hand == 0:
+                stalled.append((p, n, min(upto, n + self.batch_size)))
         for p, start, end in stalled:
             recs = await self.loop.run_in_executor(self.worker, self.guard.read, p, start, end)
-            moved = self.delivery.generation != generation or self.guard.next_offsets().get(p) != start
+            moved = (self.delivery.generation != generation or self.guard.next_offsets().get(p) != start
+                     or self.in_hand or p in self.delivery.pending_partitions())
             if not recs or moved:
                 continue  # moved meanwhile: seen again at the next ticks if still stalled
-            log.warning("partition %d: records %d..%d were read by the consumer but never reached the "
-                        "projector; read %d of them from the log and delivered them again", p, start,
-                        end - 1, len(recs))
-            self.metrics.gap_records.inc(len(recs))
-            self.behind.pop(p, None)
-            await self.delivery.deliver(faust_messages(recs), self.outputs.consumer())
+            again = faust_messages(recs)
+            if await self.delivery.deliver(again, self.outputs.consumer(), generation=generation):
+                log.warning("partition %d: records %d..%d were read by the consumer but never reached the "
+                            "projector; read %d of them from the log and delivered them again", p, start,
+                            end - 1, len(recs))
+                self.metrics.gap_records.inc(len(recs))
+                self.behind.pop(p, None)
 
     async def replay_done(self) -> None:
         # A timer: Redis unreachable here (a partition, a failover) is tried again on its next tick. It

@@ -294,15 +294,16 @@ class ResumerService:
 
     def _commit(self, msg: Message) -> None:
         """Commit past ``msg``. A commit refused because the group moved on since the poll (a member
-        joined, left or replaced this one: :func:`~runlog.schemas._kafka.commit_refused_by_rebalance`) is
-        logged and ignored: the partition's owner gets the request again and resumes idempotently.
+        joined, left or replaced this one) or its coordinator is moving
+        (:func:`~runlog.schemas._kafka.commit_refused_by_rebalance`) is logged and ignored: a later commit
+        covers it, or the partition's owner gets the request again and resumes idempotently.
         Any other commit error raises."""
         try:
             self.consumer.commit(message=msg, asynchronous=False)
         except KafkaException as err:
             if not commit_refused_by_rebalance(err):
                 raise
-            log.warning("resume request %s[%s]@%s not committed, the group moved on (%s): the "
+            log.warning("resume request %s[%s]@%s not committed (%s): a later commit covers it, or the "
                         "partition's owner gets it again", msg.topic(), msg.partition(), msg.offset(),
                         err.args[0] if err.args else err)
 

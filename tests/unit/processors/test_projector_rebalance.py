@@ -569,15 +569,21 @@ def test_a_failing_batch_is_dropped_at_a_rebalance_whose_assignment_fetches_it_a
 class Holding(Consumer):
     """A consumer assigned partition 0 of a log whose high watermark it knows."""
 
-    def __init__(self, log: list[RawRecord]) -> None:
+    def __init__(self, log: list[RawRecord], read: int | None = None) -> None:
         super().__init__()
         self.log = log
+        self.read = len(log) - 1 if read is None else read
+        """The offset of the last record the fetch loop read (every record unless given)."""
 
     def assignment(self) -> set[TP]:
         return {TP(TOPIC, 0)}
 
     def highwater(self, tp: TP) -> int | None:
         return len(self.log)
+
+    def read_offset(self, tp: Any) -> int | None:
+        assert (tp.topic, tp.partition) == (TOPIC, 0)
+        return self.read
 
 
 def test_the_last_records_of_a_partition_the_consumer_read_but_never_delivered_are_read_from_the_log(
@@ -647,3 +653,92 @@ def test_a_partition_whose_records_wait_in_the_delivery_or_a_batch_in_hand_is_no
     asyncio.run(main())
     assert group.read == []
     assert sorted(holding.acked) == [(0, r.offset) for r in log]
+
+
+def _swept(log: list[RawRecord], k: int, holding: Holding,
+           between: Callable[[Member], Awaitable[None]] | None, shutdown: Any) -> tuple[Member, Group, int]:
+    """A member applies ``log[:k]``, then two lag checks run (``between`` them, if given): how many
+    records the second one delivered again."""
+    group, store = Group(log), Store()
+    m = member(group, store)
+    shutdown(m)
+    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
+                                  consumer=lambda: holding)
+
+    async def main() -> int:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.projector.delivery.deliver(msgs(log[:k]), holding)
+        await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+        group.commit(holding)  # Faust commits what was acknowledged
+        await m.projector.lag()
+        if between is not None:
+            await between(m)
+        await m.projector.lag()
+        return len(m.projector.delivery._pending)
+
+    return m, group, asyncio.run(main())
+
+
+def test_records_the_consumer_has_not_read_yet_are_not_swept(shutdown: Any) -> None:
+    """The high watermark is the broker's log end, not what the consumer read: records it has not
+    read yet (a slow fetch, a leader moving) are on their way, and only those it read are swept."""
+    log = the_log(stages=3)
+    k = len(log) - 3
+    _, group, swept = _swept(log, k, Holding(log, read=k - 1), None, shutdown)
+    assert swept == 0 and group.read == []
+    _, group, swept = _swept(log, k, Holding(log, read=k), None, shutdown)  # read one of the three
+    assert swept == 1 and group.read == [(0, k, k + 1)]
+
+
+def test_a_rebalance_between_two_checks_means_no_sweep(shutdown: Any) -> None:
+    """Assigned again between the two checks, the partition's records come from the group's commits:
+    nothing is read from the log."""
+    log = the_log(stages=3)
+
+    async def rebalance(m: Member) -> None:
+        await m.projector.on_revoked(None, {TP(TOPIC, 0)})
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+
+    _, group, swept = _swept(log, len(log) - 3, Holding(log), rebalance, shutdown)
+    assert swept == 0 and group.read == []
+
+
+def test_records_filled_by_an_attempt_that_failed_after_its_apply_are_acknowledged_by_the_next(
+        shutdown: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attempt fills skipped records from the log and applies them, then fails sending a dead
+    letter (the broker restarting): the guard has moved past the filled records, so the next attempt
+    does not fill them again, and it must still acknowledge them, or Faust never commits past them."""
+    monkeypatch.setattr("runlog.processors.projector._projector.RETRY_FIRST_S", 0.01)
+    log = the_log()
+    bad = RawRecord(TOPIC, 0, len(log), b"r0", b"not an event")
+    full = [*log, bad]
+    group, store = Group(full), Store()
+    m = member(group, store)
+    shutdown(m)
+
+    class FailingOnce(Topic):
+        failed = False
+
+        async def send(self, *, key: bytes | None = None, value: bytes | None = None,
+                       headers: Any = None) -> Awaitable[Any]:
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("KafkaTimeoutError: the broker is restarting")
+            return await super().send(key=key, value=value, headers=headers)
+
+    dlq = FailingOnce()
+    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=dlq,
+                                  consumer=lambda: m.consumer)
+
+    async def main() -> BatchResult | None:
+        await m.projector.start()
+        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await m.feed(full[2:])  # the consumer skipped records 0 and 1
+        return await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
+
+    res = asyncio.run(main())
+    assert res is not None and dlq.failed and len(dlq.sent) == 1
+    assert group.read == [(0, 0, 2)]
+    assert sorted(m.consumer.acked) == [(0, r.offset) for r in full]
+    assert m.count("runlog_projector_batch_failures_total") == 1
