@@ -94,8 +94,9 @@ except ImportError as _err:  # pragma: no cover - exercised without the extra in
                       'pip install "runlog[openai-agents]"') from _err
 
 import dataclasses
+import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agents import (
@@ -131,9 +132,15 @@ from runlog.schemas import ReplayPolicy
 from runlog.schemas.errors import TerminalToolError, WorkflowDefinitionError
 
 try:
-    from agents.run_internal.turn_preparation import get_model_settings as _resolve_settings
+    from agents.run_internal import turn_preparation as _turn_preparation
 except ImportError:  # pragma: no cover - the SDK moved its resolver: the agent's own settings
-    _resolve_settings = None  # type: ignore[assignment]
+    _turn_preparation = None  # type: ignore[assignment]
+_resolve_settings: Callable[..., ModelSettings] | None = getattr(_turn_preparation, "get_model_settings",
+                                                                 None)
+"""The SDK's own resolver of a turn's model settings: ``(agent, run_config)`` up to openai-agents 0.24,
+``(agent, run_config, model, *, has_tools=...)`` from 0.25 (the resolved model's defaults)."""
+_RESOLVER_TAKES_MODEL = (_resolve_settings is not None
+                         and "model" in inspect.signature(_resolve_settings).parameters)
 
 if TYPE_CHECKING:
     from runlog.producers import AsyncStageContext
@@ -358,7 +365,7 @@ class RunlogAgent(DurableAgent, ChildAgent):
         # the agent's own model is the durable one (an agent given as a tool keeps its own model); the
         # settings are those the SDK gives the model as named (a name's defaults, not a Model's none)
         settings = _sdk_settings(self.agent if self._model is None else self.agent.clone(model=self._model),
-                                 config)
+                                 config, model)
         durable_agent = self.agent.clone(model=durable_model,
                                          tools=[self._durable_tool(t, run) for t in self.agent.tools],
                                          handoffs=[self._durable_handoff(h, run)
@@ -394,10 +401,12 @@ def workflows_of_agents(root: RunlogAgent) -> list[RunlogAgent]:
     return out
 
 
-def _sdk_settings(agent: Agent[Any], config: RunConfig) -> ModelSettings:
-    """The model settings the SDK resolves for ``agent`` under ``config`` (its defaults for a model
-    given by name, the agent's and the run config's settings over them)."""
+def _sdk_settings(agent: Agent[Any], config: RunConfig, model: Model) -> ModelSettings:
+    """The model settings the SDK resolves for ``agent`` under ``config`` with ``model`` (its defaults
+    for a model given by name, the agent's and the run config's settings over them)."""
     if _resolve_settings is None:  # pragma: no cover - an SDK without the resolver
         return agent.model_settings.resolve(config.model_settings)
+    if _RESOLVER_TAKES_MODEL:
+        return _resolve_settings(agent, config, model, has_tools=bool(agent.tools or agent.handoffs))
     return _resolve_settings(agent, config)
 
