@@ -8,7 +8,10 @@ not be reached, 4 the Kafka broker refused the credentials.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
+import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -161,8 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def dump_on_fatal_signal() -> None:
+    """Have a crash of the interpreter (a segmentation fault in a C extension: librdkafka, hiredis,
+    fastavro) print every thread's Python stack to stderr, so a member that dies that way leaves in
+    its log where it was (a projector of a chaos run exited with signal 11 and an empty log). Left
+    as it is where already on (``python -X faulthandler``, pytest) or when stderr is no file."""
+    if faulthandler.is_enabled():
+        return
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+        faulthandler.enable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``runlog`` console script."""
+    dump_on_fatal_signal()
     try:
         return _main(argv)
     except BrokenPipeError:

@@ -131,3 +131,21 @@ def test_without_the_variables_a_command_names_the_services_it_uses_first(tmp_pa
                           env=env, capture_output=True, text=True, timeout=120)
     first = proc.stderr.splitlines()[0]
     assert first.startswith("runlog: KAFKA_BOOTSTRAP_SERVERS not set: using 127.0.0.1:19092 "), first
+
+
+def test_a_segfault_in_a_runlog_command_leaves_the_python_stack_in_its_stderr() -> None:
+    """A chaos run's projector member exited with signal 11 and an empty log: where it was is lost.
+    The CLI turns on faulthandler, so a crash in a C extension prints every thread's stack."""
+    import subprocess
+    import sys
+
+    code = ("import ctypes\n"
+            "from runlog.processors.cli import dump_on_fatal_signal\n"
+            "dump_on_fatal_signal()\n"
+            "def inside_a_member():\n"
+            "    ctypes.string_at(0)\n"
+            "inside_a_member()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -11, done
+    assert "Fatal Python error: Segmentation fault" in done.stderr
+    assert "inside_a_member" in done.stderr
