@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import faulthandler
 import importlib
-import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -171,7 +170,7 @@ def dump_on_fatal_signal() -> None:
     as it is where already on (``python -X faulthandler``, pytest) or when stderr is no file."""
     if faulthandler.is_enabled():
         return
-    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+    with contextlib.suppress(AttributeError, ValueError, OSError, RuntimeError):  # no stderr file
         faulthandler.enable()
 
 
