@@ -247,10 +247,8 @@ class Projector:
               f"{mine}", file=sys.stderr, flush=True)
 
     async def close_clients(self, sender: Any, **kwargs: Any) -> None:
-        # on the worker thread, after the batch in hand (if any)
         self.closing = True  # no tail check makes them again
-        for close in self.closers:
-            await asyncio.get_running_loop().run_in_executor(self.worker, close)
+        await self.close_readers()
 
     # the worker thread
 
@@ -492,9 +490,9 @@ class Projector:
     async def close_readers(self) -> None:
         """Close the clients the offset guard reads with (the group's commits, the log), on the worker
         after the batch in hand; each is made again at its next use."""
-        assert self.loop is not None
+        loop = asyncio.get_running_loop()
         for close in self.closers:
-            await self.loop.run_in_executor(self.worker, close)
+            await loop.run_in_executor(self.worker, close)
 
     async def lag(self) -> None:
         lags: list[tuple[int, int | None]] = []
@@ -547,9 +545,10 @@ class Projector:
         assert self.loop is not None
         generation = self.delivery.generation
         holding = [p for p, hw in marks.items() if hw > 0]
-        if any(p not in self.guard.next_offsets() for p in holding):
-            await self.loop.run_in_executor(self.worker, self.guard.learn, holding)
         nxt = self.guard.next_offsets()
+        if any(p not in nxt for p in holding):
+            await self.loop.run_in_executor(self.worker, self.guard.learn, holding)
+            nxt = self.guard.next_offsets()
         waiting = self.delivery.pending_partitions()
         seen, self.behind = self.behind, {}
         stalled: list[tuple[int, int, int]] = []

@@ -178,12 +178,20 @@ class Member:
         batch = await self.projector.delivery.take(n, 0)
         return await self.projector.apply_batch(batch)
 
+    async def assigned(self, recs: list[RawRecord]) -> None:
+        """The member starts, is assigned partition 0, and its consumer hands these records over."""
+        await self.projector.start()
+        await self.projector.on_assigned(None, {TP(TOPIC, 0)})
+        await self.feed(recs)
+
     def count(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def member(group: Group, store: Store, namespace: Namespace | None = None) -> Member:
-    consumer, checkpoints, effects = Consumer(), Topic(), Topic()
+def member(group: Group, store: Store, namespace: Namespace | None = None,
+           consumer: Consumer | None = None) -> Member:
+    consumer = consumer if consumer is not None else Consumer()
+    checkpoints, effects = Topic(), Topic()
     metrics = ProjectorMetrics()
     core = BatchProjector(store, CODEC)  # type: ignore[arg-type]
     ns = namespace if namespace is not None else Namespace(store, group.log)
@@ -527,9 +535,7 @@ def test_a_batch_whose_apply_fails_is_tried_again_until_applied_not_dropped(
     shutdown(m)
 
     async def main() -> BatchResult | None:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.feed(log)
+        await m.assigned(log)
         return await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
 
     res = asyncio.run(main())
@@ -552,9 +558,7 @@ def test_a_failing_batch_is_dropped_at_a_rebalance_whose_assignment_fetches_it_a
     shutdown(m)
 
     async def main() -> BatchResult | None:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.feed(log)
+        await m.assigned(log)
         batch = await m.projector.delivery.take(10_000, 0)
         retrying = asyncio.ensure_future(m.projector.apply_until_done(batch))
         await asyncio.sleep(0.02)
@@ -593,18 +597,12 @@ def test_the_last_records_of_a_partition_the_consumer_read_but_never_delivered_a
     high watermark two ticks in a row and delivers the missing records, read from the log, once."""
     log = the_log(stages=3)
     k = len(log) - 3  # the consumer delivers all but the last three records
-    group, store = Group(log), Store()
-    m = member(group, store)
+    group, store, holding = Group(log), Store(), Holding(log)
+    m = member(group, store, consumer=holding)
     shutdown(m)
-    holding = Holding(log)
-    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
-                                  consumer=lambda: holding)
-    m.consumer = holding
 
     async def main() -> tuple[int, int, int]:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.feed(log[:k])
+        await m.assigned(log[:k])
         await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
         await m.projector.lag()  # first sight of the partition behind: not yet
         before = len(m.projector.delivery._pending)
@@ -630,17 +628,12 @@ def test_a_partition_whose_records_wait_in_the_delivery_or_a_batch_in_hand_is_no
     """Behind its high watermark but with its records on their way (waiting to be taken, or a batch
     being applied), a partition is not stalled: nothing is read from the log."""
     log = the_log()
-    group, store = Group(log), Store()
-    m = member(group, store)
+    group, store, holding = Group(log), Store(), Holding(log)
+    m = member(group, store, consumer=holding)
     shutdown(m)
-    holding = Holding(log)
-    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
-                                  consumer=lambda: holding)
 
     async def main() -> None:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.projector.delivery.deliver(msgs(log), holding)
+        await m.assigned(log)
         await m.projector.lag()
         await m.projector.lag()  # waiting in the delivery
         batch = await m.projector.delivery.take(10_000, 0)
@@ -660,15 +653,11 @@ def _swept(log: list[RawRecord], k: int, holding: Holding,
     """A member applies ``log[:k]``, then two lag checks run (``between`` them, if given): how many
     records the second one delivered again."""
     group, store = Group(log), Store()
-    m = member(group, store)
+    m = member(group, store, consumer=holding)
     shutdown(m)
-    m.projector.outputs = Outputs(checkpoints=m.checkpoints, effects=m.effects, dlq=Topic(),
-                                  consumer=lambda: holding)
 
     async def main() -> int:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.projector.delivery.deliver(msgs(log[:k]), holding)
+        await m.assigned(log[:k])
         await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
         group.commit(holding)  # Faust commits what was acknowledged
         await m.projector.lag()
@@ -732,9 +721,7 @@ def test_records_filled_by_an_attempt_that_failed_after_its_apply_are_acknowledg
                                   consumer=lambda: m.consumer)
 
     async def main() -> BatchResult | None:
-        await m.projector.start()
-        await m.projector.on_assigned(None, {TP(TOPIC, 0)})
-        await m.feed(full[2:])  # the consumer skipped records 0 and 1
+        await m.assigned(full[2:])  # the consumer skipped records 0 and 1
         return await m.projector.apply_until_done(await m.projector.delivery.take(10_000, 0))
 
     res = asyncio.run(main())
