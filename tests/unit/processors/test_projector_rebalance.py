@@ -6,6 +6,8 @@ consumer fakes that record what they were given."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -636,14 +638,30 @@ def test_a_partition_whose_records_wait_in_the_delivery_or_a_batch_in_hand_is_no
         await m.assigned(log)
         await m.projector.lag()
         await m.projector.lag()  # waiting in the delivery
-        batch = await m.projector.delivery.take(10_000, 0)
-        m.projector.in_hand = 1
-        await m.projector.lag()
-        await m.projector.lag()  # in hand
-        m.projector.in_hand = 0
-        await m.projector.apply_until_done(batch)
+        # the agent takes the batch and holds it (its apply waits) while two more checks run
+        apply, entered, release = m.projector.apply_until_done, asyncio.Event(), asyncio.Event()
 
-    asyncio.run(main())
+        async def held(batch: list[Any]) -> BatchResult | None:
+            entered.set()
+            await release.wait()
+            return await apply(batch)
+
+        m.projector.apply_until_done = held  # type: ignore[method-assign]
+        agent = asyncio.ensure_future(m.projector.project(None))
+        try:
+            await asyncio.wait_for(entered.wait(), 5)
+            await m.projector.lag()
+            await m.projector.lag()  # in hand
+            release.set()
+            while len(holding.acked) < len(log):
+                await asyncio.sleep(0.01)
+        finally:
+            agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
+            gc.unfreeze()  # project() froze the test's heap
+
+    asyncio.run(asyncio.wait_for(main(), 10))
     assert group.read == []
     assert sorted(holding.acked) == [(0, r.offset) for r in log]
 
