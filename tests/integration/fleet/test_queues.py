@@ -40,6 +40,11 @@ def _starts_on_log(settings: Settings) -> Counter[str]:
     return out
 
 
+def _taken(members: list[_Member]) -> set[str]:
+    """Runs whose submission a member took from the topic (queued by it, or found queued already)."""
+    return {t.run_id for m in members for t in m.taken if t.outcome in ("queued", "duplicate")}
+
+
 def _submit(client: Client, counts: dict[str, int], hold_s: float) -> dict[str, str]:
     """run id -> tenant, submitted interleaved."""
     runs: dict[str, str] = {}
@@ -88,8 +93,8 @@ def test_the_queues_flushed_while_the_fleet_works_are_rebuilt_from_the_log(
         members.append(_Member(fleet_settings, _app.app_fair, concurrency=2))
         deadline = time.monotonic() + 60
         # every submission taken from the topic (so only the rebuild can queue one again) and 8 started
-        while sum(t.outcome == "started" for m in members for t in m.taken) < 8 or not set(runs) <= {
-                t.run_id for m in members for t in m.taken if t.outcome in ("queued", "duplicate")}:
+        while (sum(t.outcome == "started" for m in members for t in m.taken) < 8
+               or not set(runs) <= _taken(members)):
             assert time.monotonic() < deadline, [m.taken for m in members]
             time.sleep(0.05)
         flushed = RedisQueues(web.redis, fleet_settings.redis_prefix, members[0].worker.service.group)
@@ -117,8 +122,7 @@ def test_a_member_declaring_the_lost_queues_again_does_not_hide_the_loss_from_th
         members.append(first)
         deadline = time.monotonic() + 60
         # every submission taken from the topic (and committed): the queues alone hold what waits
-        while not (any(t.outcome == "started" for t in first.taken) and set(runs) <= {
-                t.run_id for t in first.taken if t.outcome in ("queued", "duplicate")}):
+        while not (any(t.outcome == "started" for t in first.taken) and set(runs) <= _taken([first])):
             assert time.monotonic() < deadline, first.taken
             time.sleep(0.05)
         queues = RedisQueues(web.redis, fleet_settings.redis_prefix, first.worker.service.group)

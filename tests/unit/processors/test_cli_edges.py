@@ -136,9 +136,6 @@ def test_without_the_variables_a_command_names_the_services_it_uses_first(tmp_pa
 def test_a_segfault_in_a_runlog_command_leaves_the_python_stack_in_its_stderr() -> None:
     """A chaos run's projector member exited with signal 11 and an empty log: where it was is lost.
     The CLI turns on faulthandler, so a crash in a C extension prints every thread's stack."""
-    import subprocess
-    import sys
-
     code = ("import ctypes\n"
             "from runlog.processors.cli import dump_on_fatal_signal\n"
             "dump_on_fatal_signal()\n"
