@@ -65,6 +65,10 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      " than this lets go of its run (no lease, no thread) and is woken by the fleet when the limit says it"
      " fits; a shorter wait is waited in the call's thread"),
     ("RUNLOG_SWEEP_INTERVAL_MS", "5000", "how often a resumer looks for RUNNING runs whose lease expired"),
+    ("RUNLOG_STARTUP_WAIT_MS", "60000", "how long `runlog project`, `resumer` and `worker` try again at start"
+     " while Redis (and, for the projector, Kafka) does not answer, one line on stderr per try, before"
+     " exiting 3 (services started before their dependencies); `0`: exit at the first failure; a refused"
+     " password or certificate exits at once"),
     ("RUNLOG_GROUP_INSTANCE_ID", "", "static membership: the resumer consumer's `group.instance.id`;"
      " unique per member and stable across its restarts (e.g. the pod name); a process with several"
      " consumers suffixes it per group. Unset: dynamic membership"),
@@ -214,6 +218,7 @@ def values_from_env(e: Mapping[str, str]) -> dict[str, Any]:
         resumer_group=e.get("RUNLOG_RESUMER_GROUP") or "runlog-resumer",
         sweep_interval_ms=_int(e, "RUNLOG_SWEEP_INTERVAL_MS", 5000),
         limit_durable_wait_ms=_int(e, "RUNLOG_LIMIT_DURABLE_WAIT_MS", 2000),
+        startup_wait_ms=_int(e, "RUNLOG_STARTUP_WAIT_MS", 60_000),
         group_instance_id=e.get("RUNLOG_GROUP_INSTANCE_ID", "").strip() or None,
         fault_report=e.get("RUNLOG_FAULT_REPORT") or ".runlog/reports/faults.json",
         console_token=e.get("RUNLOG_CONSOLE_TOKEN") or None,
@@ -257,6 +262,7 @@ def env_from_values(f: Mapping[str, Any]) -> dict[str, str]:
         "RUNLOG_RESUMER_GROUP": f["resumer_group"],
         "RUNLOG_SWEEP_INTERVAL_MS": str(f["sweep_interval_ms"]),
         "RUNLOG_LIMIT_DURABLE_WAIT_MS": str(f["limit_durable_wait_ms"]),
+        "RUNLOG_STARTUP_WAIT_MS": str(f["startup_wait_ms"]),
         "RUNLOG_FAULT_REPORT": f["fault_report"],
         "RUNLOG_REDIS_SSL_CHECK_HOSTNAME": "true" if f["redis_ssl_check_hostname"] else "false",
         "RUNLOG_REDIS_FAILOVER_MS": str(f["redis_failover_ms"]),

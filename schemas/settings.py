@@ -106,6 +106,11 @@ class Settings(ClientConfig):
     """Base URL of the demo's external services."""
     resumer_group: str = "runlog-resumer"
     sweep_interval_ms: int = 5000
+    startup_wait_ms: int = 60_000
+    """How long a member (``runlog project``, ``resumer``, ``worker``) tries again at start while
+    Redis (and, for the projector, Kafka) does not answer, with a line on stderr for each try, before
+    it exits 3; 0: it exits at the first failure. A refused password or certificate is never waited
+    out (:mod:`runlog.processors._startup`)."""
     limit_durable_wait_ms: int = 2000
     """A call that its rate limit makes wait longer than this lets go of its run (a durable wait: no
     lease, no thread, woken by the fleet's timers); a shorter wait is waited in the call's thread."""
@@ -193,6 +198,8 @@ class Settings(ClientConfig):
         check_version(self.schema_version)
         if self.limit_durable_wait_ms < 0:
             raise ConfigError("RUNLOG_LIMIT_DURABLE_WAIT_MS must be >= 0")
+        if self.startup_wait_ms < 0:
+            raise ConfigError("RUNLOG_STARTUP_WAIT_MS must be >= 0")
         if self.lease_ttl_ms < 100:
             raise ConfigError("RUNLOG_LEASE_TTL_MS must be >= 100")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",

@@ -145,6 +145,7 @@ def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from runlog.processors._startup import wait_for_redis
     from runlog.processors.fleet import Taken, Worker
     from runlog.processors.resume import load_app
 
@@ -180,6 +181,7 @@ def _worker(args: argparse.Namespace) -> int:
         print("worker: SIGTERM, taking nothing new; the runs in hand finish first", file=sys.stderr,
               flush=True)
 
+    wait_for_redis(settings, "worker")
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     worker = Worker(settings, app, concurrency=args.concurrency, on_outcome=resumed, on_taken=taken,
                     on_result=finished, metrics_port=args.metrics_port)

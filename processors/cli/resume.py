@@ -142,6 +142,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _resumer(args: argparse.Namespace) -> int:
+    from runlog.processors._startup import wait_for_redis
     from runlog.processors.resume import ResumerService, load_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -159,9 +160,11 @@ def _resumer(args: argparse.Namespace) -> int:
         stopping.set()  # serve() returns once the request in hand is handled and committed
         print("resumer: SIGTERM, stopping after the request in hand", file=sys.stderr, flush=True)
 
+    app = load_app(args.app)  # a wrong --app is said before any wait for the services
+    wait_for_redis(settings, "resumer")
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        with ResumerService(settings, load_app(args.app), on_outcome=report,
+        with ResumerService(settings, app, on_outcome=report,
                             metrics_port=args.metrics_port) as service:
             if service.metrics_server is not None:
                 print(f"resumer: metrics on port {service.metrics_server.port}", file=sys.stderr, flush=True)

@@ -33,6 +33,7 @@ from typing import Any
 
 import faust
 
+from runlog.processors._startup import wait_for_services
 from runlog.processors._tracing import Tracing
 from runlog.processors.metrics import MetricsServer, ProjectorMetrics
 from runlog.processors.projector._auth import check_credentials
@@ -181,9 +182,11 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
     server = MetricsServer(metrics.registry, settings.metrics_port, settings.metrics_host) \
         if settings.metrics_port else None
     try:
-        check_redis(settings)  # a redis:// URL to a cluster node, an untrusted TLS server: one line
-        check_credentials(settings)  # refused: one line (AuthenticationFailed), not Faust's traceback
-        check_kafka(settings, settings.group_id(o.app_id))  # no topics (before init), no group ACL
+        # a redis:// URL to a cluster node, an untrusted TLS server, refused credentials, no topics
+        # (before init), no group ACL: one line each; Redis or Kafka not answering yet: waited for
+        wait_for_services([lambda: check_redis(settings), lambda: check_credentials(settings),
+                           lambda: check_kafka(settings, settings.group_id(o.app_id))],
+                          who="runlog project", wait_ms=settings.startup_wait_ms)
         app = build_app(settings, o, metrics)
         if o.switch_interval_s is not None:
             sys.setswitchinterval(o.switch_interval_s)

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.integration
 SERVERS = {"console", "project", "resumer", "worker", "demo", "smoke", "bench", "init", "chaos"}
 """Commands that run until stopped or for minutes on services of their own (``chaos`` starts a private
 broker): not walked; their usage errors have tests of their own, their ``--help`` is walked below."""
-DOWN = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0"}
+DOWN = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0",
+        # members (project, resumer, worker) would wait a minute for the services to come up: the walk
+        # checks how they give up; the wait has tests of its own (tests/integration/test_startup_wait.py)
+        "RUNLOG_STARTUP_WAIT_MS": "0"}
 
 
 def _leaves() -> list[tuple[tuple[str, ...], list[str]]]:

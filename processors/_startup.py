@@ -1,0 +1,87 @@
+"""A member waits at start for the services it needs (``RUNLOG_STARTUP_WAIT_MS``).
+
+Services started together (compose, a Kubernetes rollout, a host booting) come up in any order, and
+one that restarts (Redis killed and started again) is away for seconds. ``runlog project``,
+``runlog resumer`` and ``runlog worker`` check what they need before joining their group;
+:func:`wait_for_services` tries those checks again while a service does not answer, with one line
+on stderr for each try, and gives up after the wait (the last error is raised, which the CLI reports
+in one line, exit 3). Kafka down is otherwise waited out by the clients themselves; a refused password,
+an untrusted certificate, a ``redis://`` URL to a cluster node or a missing topic are not waits: they
+are raised at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from runlog.processors.admin import RedisModeMismatch, ServiceUnavailable, check_redis
+from runlog.schemas.errors import LogUnavailable
+from runlog.schemas.settings import Settings
+
+__all__ = ["BACKOFF_S", "transient", "wait_for_redis", "wait_for_services"]
+
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 5.0)
+"""Seconds between tries: each try waits the next of these, then the last again."""
+
+
+def transient(err: BaseException) -> bool:
+    """Whether ``err`` says a service did not answer (a wait may see it answer), as opposed to one that
+    answered no: a refused password or ACL, a certificate not trusted, a URL of the wrong mode."""
+    import redis.exceptions
+
+    if isinstance(err, RedisModeMismatch) or not isinstance(err, ServiceUnavailable | LogUnavailable):
+        return False
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+            return False
+        if "CERTIFICATE_VERIFY_FAILED" in str(e) or "WRONGPASS" in str(e) or "NOAUTH" in str(e):
+            return False
+        e = e.__cause__ or e.__context__
+    return True
+
+
+def wait_for_services(checks: Sequence[Callable[[], object]], *, who: str, wait_ms: int,
+                      err: TextIO | None = None, sleep: Callable[[float], None] = time.sleep,
+                      clock: Callable[[], float] = time.monotonic) -> int:
+    """Run ``checks`` in order until each has passed once; the number of tries it took.
+
+    A check that raises a :func:`transient` error is tried again (the ones before it are not run
+    again) after the next of :data:`BACKOFF_S`, with a line on ``err`` (stderr) naming ``who``, the
+    error and the time left, until ``wait_ms`` have passed since the first try; then that error is
+    raised. Any other error is raised at once, as is every error when ``wait_ms`` is 0.
+    """
+    import sys
+
+    out = err if err is not None else sys.stderr
+    deadline = clock() + wait_ms / 1000
+    tries = failures = 0
+    for check in checks:
+        while True:
+            tries += 1
+            try:
+                check()
+                break
+            except Exception as error:
+                if not transient(error):
+                    raise
+                left = deadline - clock()
+                if left <= 0:
+                    raise
+                pause = min(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)], left)
+                failures += 1
+                print(f"{who}: waiting for the services: {error} (trying again in {pause:.1f} s, "
+                      f"{left:.0f} s left of RUNLOG_STARTUP_WAIT_MS)", file=out, flush=True)
+                sleep(pause)
+    return tries
+
+
+def wait_for_redis(settings: Settings, who: str) -> int:
+    """:func:`wait_for_services` with the one check a resumer or a worker makes before it joins its
+    groups: Redis answers (:func:`~runlog.processors.admin.check_redis`, which also refuses a URL of
+    the wrong mode). Kafka not answering is waited out by its consumers."""
+    return wait_for_services([lambda: check_redis(settings)], who=who, wait_ms=settings.startup_wait_ms)
