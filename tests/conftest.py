@@ -144,8 +144,36 @@ SERIAL: dict[str, str] = {
     "calibrations must agree within 25%: under the parallel run's load (7 busy processes on 2 cores) "
     "their CPU times differed by 40%",
 }
-"""Tests marked ``serial``: ``deploy/test`` runs them alone, after the parallel run. Path prefix (or a
-test's ``path::name``) -> why."""
+"""Tests marked ``serial``: ``deploy/test`` runs them after the parallel run, alone or in one of two
+lanes (:data:`SERIAL_LANES`). Path prefix (or a test's ``path::name``) -> why."""
+
+SERIAL_LANES: dict[str, int] = {
+    # lane 1: the chaos run (44% of the two cores, measured with vmstat over a CI-like run), the
+    # three-broker cluster (61%) and the broker and Redis restarts (12-39%), each on services of its own
+    "tests/faults/test_chaos.py": 1,
+    "tests/faults/test_cluster.py": 1,
+    "tests/faults/test_infrastructure.py": 1,
+    # lane 2: waits on timers and a rate limit that leave the cores mostly idle: the network matrix
+    # (17%), the fleet acceptance (16%, paced by its provider's limit), the queues and static members
+    "tests/faults/test_network.py": 2,
+    "tests/integration/fleet/": 2,
+    "tests/integration/resume/test_resumer_process_claims.py": 2,
+}
+"""The serial tests ``deploy/test`` runs in two lanes side by side (``--serial-lane 1`` and ``2``, two
+pytest processes): each lane is one test at a time, and the two together kept the machine under 80%
+busy, where a lane's timings have the room they need. A serial test in no lane (lane 0: the ``SCRIPT
+FLUSH`` tests of the shared Redis, the CPU calibration) runs before the lanes, with nothing beside it."""
+
+
+def serial_lane(node: str) -> int:
+    """The lane of a serial test (its ``path::name`` from the repository root): 1, 2, or 0 (alone)."""
+    return next((lane for p, lane in SERIAL_LANES.items() if node.startswith(p)), 0)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--serial-lane", type=int, choices=(0, 1, 2), default=None,
+                     help="keep only the serial tests of this lane (tests/conftest.py SERIAL_LANES; 0: the "
+                          "ones that run alone); deploy/test runs lanes 1 and 2 side by side")
 
 
 def xdist_group(nodeid: str) -> str | None:
@@ -172,13 +200,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        path = Path(str(item.path)).resolve()
-        if not path.is_relative_to(ROOT):
+        node = _node(item)
+        if node is None:
             continue  # a test file written elsewhere (tests/integration/test_namespaces.py does)
-        rel = path.relative_to(ROOT).as_posix()
-        node = rel + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else rel
         if any(node.startswith(p) for p in SERIAL):
             item.add_marker(pytest.mark.serial)
+    lane = config.getoption("--serial-lane")
+    if lane is not None:
+        kept, dropped = [], []
+        for item in items:
+            node = _node(item)
+            in_lane = node is not None and item.get_closest_marker("serial") is not None \
+                and serial_lane(node) == lane
+            (kept if in_lane else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+
+def _node(item: pytest.Item) -> str | None:
+    """A test's ``path::name`` from the repository root (None for a test file outside it)."""
+    path = Path(str(item.path)).resolve()
+    if not path.is_relative_to(ROOT):
+        return None
+    rel = path.relative_to(ROOT).as_posix()
+    return rel + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else rel
 
 
 # -- skips that CI does not accept ------------------------------------------------------------------

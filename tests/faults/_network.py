@@ -23,7 +23,11 @@ from pathlib import Path
 from runlog.processors.chaos.services import free_ports, prepare_broker, stop_process
 from runlog.processors.chaos.toxiproxy import Toxiproxy
 
-__all__ = ["ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
+PORTS = (22000, 22999)
+"""Where this matrix picks its free ports: ``runlog chaos`` picks from 21000-21999, and deploy/test runs
+the chaos test beside this one (tests/conftest.py ``SERIAL_LANES``)."""
+
+__all__ = ["PORTS", "ProxiedBroker", "Toxiproxy", "free_ports", "proxied_broker_running", "toxiproxy_binary",
            "toxiproxy_running"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +45,7 @@ def toxiproxy_binary() -> tuple[Path | None, str]:
 @contextmanager
 def toxiproxy_running(d: Path, binary: Path) -> Iterator[Toxiproxy]:
     """A ``toxiproxy-server`` of this test's own on a free port (log in ``d``), stopped on exit."""
-    (port,) = free_ports(1)
+    (port,) = free_ports(1, *PORTS)
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "toxiproxy.log", "wb") as out:
         proc = subprocess.Popen([str(binary), "-host", "127.0.0.1", "-port", str(port)],
@@ -82,7 +86,7 @@ def proxied_broker_running(d: Path, proxy: Toxiproxy, roles: Sequence[str]) -> I
         ConfigError: Java or the jar cache is missing (``prepare_broker``).
         RuntimeError: the broker did not start.
     """
-    ports = free_ports(3 + 2 * len(roles))
+    ports = free_ports(3 + 2 * len(roles), *PORTS)
     ctl, internal = ports[0], ports[1]
     real = dict(zip(roles, ports[3:3 + len(roles)], strict=True))
     proxied = dict(zip(roles, ports[3 + len(roles):], strict=True))

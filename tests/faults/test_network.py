@@ -49,6 +49,7 @@ from runlog.projections import OutcomeKind, RunStatus
 from runlog.schemas import EventType, Settings
 from tests.conftest import require
 from tests.faults._network import (
+    PORTS,
     ProxiedBroker,
     Toxiproxy,
     free_ports,
@@ -94,7 +95,7 @@ def net(settings: Settings, tmp_path: Path) -> Iterator[Net]:
             proxied_broker_running(tmp_path / "broker", proxy, ROLES) as broker:
         host_port = settings.redis_url.split("://", 1)[1].split("/", 1)[0]
         db = settings.redis_url.rsplit("/", 1)[1]
-        redis_ports = dict(zip(ROLES, free_ports(len(ROLES)), strict=True))
+        redis_ports = dict(zip(ROLES, free_ports(len(ROLES), *PORTS), strict=True))
         for r in ROLES:
             proxy.create(f"redis-{r}", redis_ports[r], host_port)
         harness = settings.with_(kafka_bootstrap_servers=broker.internal, lease_ttl_ms=LEASE_TTL_MS)
