@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SERIAL, XDIST_GROUPS, require, require_module, xdist_group
+from tests.conftest import (
+    SERIAL,
+    SERIAL_LANES,
+    XDIST_GROUPS,
+    require,
+    require_module,
+    serial_lane,
+    xdist_group,
+)
 
 
 @pytest.mark.parametrize("ci", ["true", "1", "yes"])
@@ -61,6 +69,21 @@ def test_docs_testing_lists_every_serial_entry() -> None:
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
-    table = page[page.index("### Serial: alone, after the parallel run"):]
+    table = page[page.index("### Serial: after the parallel run"):]
     missing = [p for p in SERIAL if f"| `{p}` |" not in table]
     assert not missing, missing
+    lanes = [p for p, lane in SERIAL_LANES.items() if f"| `{p}` | {lane} |" not in table]
+    assert not lanes, lanes
+
+
+def test_every_serial_lane_entry_is_serial_and_the_lanes_hold_the_long_ones() -> None:
+    """``SERIAL_LANES`` names serial tests only (a lane entry no ``SERIAL`` entry covers would never run
+    in a lane), and what is left alone (lane 0) is the few tests that must not share the machine."""
+    assert all(any(p.startswith(s) or s.startswith(p) for s in SERIAL) for p in SERIAL_LANES), SERIAL_LANES
+    alone = [s for s in SERIAL if serial_lane(s) == 0]
+    assert sorted(a.split("::")[0] for a in alone) == [
+        "tests/integration/bench/test_raw_projector.py", "tests/integration/projections/test_redis_store.py",
+        "tests/unit/bench/test_openloop_speed.py"], alone
+    assert serial_lane("tests/faults/test_chaos.py::test_a_few_minutes") == 1
+    assert serial_lane("tests/integration/fleet/test_acceptance.py::test_a_fleet") == 2
+    assert serial_lane("tests/unit/anything.py::test_x") == 0
