@@ -113,6 +113,9 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/integration/resume/test_transit_vault.py": "vault",
     # the audit world (a demo run and more) is built once per package
     "tests/integration/audit/": "audit-world",
+    # one mypy run (a module fixture, about 10 s of CPU) checks every snippet: in one worker, not one per
+    # worker its tests land on (three in a CI-like run)
+    "tests/unit/producers/test_protocol_types.py": "<module>",
     # each fault module gathers its points in module state and writes its section of the fault report
     # from them (test_bad_input's last test reads what the others saw): a module stays in one worker
     "tests/faults/": "<module>",
