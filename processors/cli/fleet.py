@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Join the App's resumer group (resume requests, the sweep of dead runs) and its intake "
                     "(submitted runs, at most --concurrency executing at once). SIGTERM stops taking "
                     "submissions and lets the runs in hand finish (a second SIGTERM abandons them: their "
-                    "leases expire and the group resumes them), exit 0.")
+                    "leases expire and the group resumes them), exit 0. A Redis that does not answer at "
+                    "start is waited for (RUNLOG_STARTUP_WAIT_MS), then exit 3.")
     p.add_argument("--app", required=True, help="module:attribute naming a runlog.App")
     p.add_argument("--concurrency", type=int, default=4, help="submitted runs executing at once (default 4)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",

@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Consume the events topic in a consumer group (scale out by starting more), fold "
             "each run's events, write Redis, publish checkpoints and effects, and send "
-            "undecodable records to the dead-letter topic. Metrics on RUNLOG_METRICS_PORT."
+            "undecodable records to the dead-letter topic. Metrics on RUNLOG_METRICS_PORT. A Redis "
+            "or Kafka that does not answer at start is waited for (RUNLOG_STARTUP_WAIT_MS), then exit 3."
         ),
     )
     p.add_argument("--app-id", default="runlog-projector",

@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "(or the end of --idle-exit) stops it cleanly: the request in hand is finished and "
                     "committed, the consumer leaves the group, exit 0; a second SIGTERM abandons the "
                     "request in hand uncommitted (the group's next owner of its partition gets it again). "
-                    "RUNLOG_GROUP_INSTANCE_ID makes it a static member of the group.")
+                    "RUNLOG_GROUP_INSTANCE_ID makes it a static member of the group. A Redis that does "
+                    "not answer at start is waited for (RUNLOG_STARTUP_WAIT_MS), then exit 3.")
     p.add_argument("--app", required=True, help="module:attribute naming a runlog.App")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="stop after this long without a request (default: run forever)")
