@@ -18,12 +18,16 @@ from typing import TextIO
 
 from runlog.processors.admin import RedisModeMismatch, ServiceUnavailable, check_redis
 from runlog.schemas.errors import LogUnavailable
+from runlog.schemas.internal import causes
 from runlog.schemas.settings import Settings
 
 __all__ = ["BACKOFF_S", "transient", "wait_for_redis", "wait_for_services"]
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 5.0)
 """Seconds between tries: each try waits the next of these, then the last again."""
+
+_REFUSALS = ("CERTIFICATE_VERIFY_FAILED", "WRONGPASS", "NOAUTH")
+"""Words of an error (or one of its causes) saying a service answered and refused."""
 
 
 def transient(err: BaseException) -> bool:
@@ -33,16 +37,8 @@ def transient(err: BaseException) -> bool:
 
     if isinstance(err, RedisModeMismatch) or not isinstance(err, ServiceUnavailable | LogUnavailable):
         return False
-    seen: set[int] = set()
-    e: BaseException | None = err
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
-            return False
-        if "CERTIFICATE_VERIFY_FAILED" in str(e) or "WRONGPASS" in str(e) or "NOAUTH" in str(e):
-            return False
-        e = e.__cause__ or e.__context__
-    return True
+    refused = redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError
+    return not any(isinstance(e, refused) or any(word in str(e) for word in _REFUSALS) for e in causes(err))
 
 
 def wait_for_services(checks: Sequence[Callable[[], object]], *, who: str, wait_ms: int,

@@ -33,6 +33,8 @@ with ``raise ... from err`` so the cause stays attached.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 __all__ = [
     "ArtifactCorrupt",
     "ArtifactError",
@@ -317,3 +319,14 @@ class EffectInDoubt(ResumeBlocked):
         self.delivery_key = delivery_key
         self.other_run = other_run
         super().__init__(run_id, detail)
+
+
+def causes(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and what caused it, at every depth (``raise ... from``, or raised while handling),
+    each once."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__

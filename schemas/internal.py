@@ -30,6 +30,7 @@ from runlog.schemas._types import (
     STAGES_ATTRIBUTE,
     SUBJECT_ATTRIBUTE,
 )
+from runlog.schemas.errors import causes
 
 if TYPE_CHECKING:
     from runlog.schemas._client_config import quiet_unreachable_lines
@@ -97,6 +98,7 @@ __all__ = [
     "awaited",
     "body_of",
     "carrying",
+    "causes",
     "commit_refused_by_rebalance",
     "current",
     "distinct_contexts",

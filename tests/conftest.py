@@ -202,23 +202,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        node = _node(item)
-        if node is None:
-            continue  # a test file written elsewhere (tests/integration/test_namespaces.py does)
-        if any(node.startswith(p) for p in SERIAL):
-            item.add_marker(pytest.mark.serial)
     lane = config.getoption("--serial-lane")
-    if lane is not None:
-        kept, dropped = [], []
-        for item in items:
-            node = _node(item)
-            in_lane = node is not None and item.get_closest_marker("serial") is not None \
-                and serial_lane(node) == lane
-            (kept if in_lane else dropped).append(item)
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
+    kept, dropped = [], []
+    for item in items:
+        node = _node(item)  # None: a test file written elsewhere (tests/integration/test_namespaces.py does)
+        serial = node is not None and any(node.startswith(p) for p in SERIAL)
+        if serial:
+            item.add_marker(pytest.mark.serial)
+        in_lane = lane is None or (serial and serial_lane(node or "") == lane)
+        (kept if in_lane else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _node(item: pytest.Item) -> str | None:

@@ -12,7 +12,7 @@ import contextlib
 import faulthandler
 import importlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
@@ -20,7 +20,7 @@ from runlog.processors._tracing import command_span
 from runlog.processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from runlog.producers.crash import arm_from_env
 from runlog.schemas.errors import AuthenticationFailed, ConfigError, LogUnavailable, RunlogError
-from runlog.schemas.internal import quiet_auth_lines, quiet_unreachable_lines
+from runlog.schemas.internal import causes, quiet_auth_lines, quiet_unreachable_lines
 
 __all__ = ["EXIT_AUTH", "EXIT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 
@@ -77,20 +77,12 @@ def _name_the_defaults() -> None:
               f"{'them' if len(unset) > 1 else 'it'} to use other services)", file=sys.stderr)
 
 
-def _causes(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and what caused it, at every depth (``raise ... from``, or raised while handling)."""
-    seen: BaseException | None = err
-    while seen is not None:
-        yield seen
-        seen = seen.__cause__ or seen.__context__
-
-
 def _redis_unreachable(err: BaseException) -> bool:
     """Whether ``err`` was caused, at any depth, by a Redis connection that failed or timed out."""
     import redis.exceptions
 
     return any(isinstance(e, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError)
-               for e in _causes(err))
+               for e in causes(err))
 
 
 def _redis_cluster_moved(err: BaseException) -> bool:
@@ -102,7 +94,7 @@ def _redis_cluster_moved(err: BaseException) -> bool:
     from runlog.projections.internal import StandaloneClientOnClusterNode
 
     return any(isinstance(e, redis.exceptions.MovedError | StandaloneClientOnClusterNode)
-               for e in _causes(err))
+               for e in causes(err))
 
 
 def _cluster_url_line() -> int:
@@ -115,7 +107,7 @@ def _cluster_url_line() -> int:
 
 def _untrusted(err: BaseException) -> str:
     """What to set when the TLS handshake with Redis failed on the server's certificate (no CA given)."""
-    if any("CERTIFICATE_VERIFY_FAILED" in str(e) for e in _causes(err)):
+    if any("CERTIFICATE_VERIFY_FAILED" in str(e) for e in causes(err)):
         return (": its TLS certificate is not trusted (set RUNLOG_REDIS_SSL_CA_CERTS or "
                 "RUNLOG_REDIS_SSL_CA_PEM to the CA that signed it)")
     return ""
@@ -277,7 +269,7 @@ def _kafka_unreachable(err: BaseException) -> bool:
 
     down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
     return any(isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError)
-               and e.args[0].code() in down for e in _causes(err))
+               and e.args[0].code() in down for e in causes(err))
 
 
 def _detach_stdout() -> None:
