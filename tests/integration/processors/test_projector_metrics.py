@@ -3,7 +3,6 @@ scraped over HTTP; every counter moved by what was produced."""
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -15,17 +14,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from runlog.schemas import RunEvent, Settings
 from tests.unit.projections.runlogs import RunBuilder, full_run, zombie
 
-from .harness import converges, garbage, interleave, produce, reference, start_projector, stop, wait_until
+from .harness import (
+    converges,
+    free_port,
+    garbage,
+    interleave,
+    produce,
+    reference,
+    start_projector,
+    stop,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> Samples | None:
@@ -61,7 +64,7 @@ def test_projector_metrics_count_what_was_produced(
     applied = sum(len(r) for r in runs) + len(b.events)
     assert produced == applied + 3 + 1 + 2 + 30
 
-    port = _free_port()
+    port = free_port()
     proc = start_projector(topics, f"{topics.topic_prefix}proj", log=tmp_path / "p.log",
                            RUNLOG_METRICS_PORT=str(port))
     seen: Samples = {}

@@ -23,7 +23,7 @@ import pytest
 from runlog.schemas import Settings
 from tests.conftest import ROOT, require
 
-from .harness import env_of, stop, wait_until
+from .harness import env_of, free_port, stop, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +34,6 @@ MEMBERS = {
     "worker": (["worker", "--app", APP], "worker: serving group"),
 }
 WAITING = "waiting for the services"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -113,7 +107,7 @@ def _start(settings: Settings, argv: list[str], log: Path, **env: str) -> subpro
 def test_a_member_started_before_its_redis_waits_for_it_then_serves(
         topics: Settings, tmp_path: Path, member: str) -> None:
     argv, ready = MEMBERS[member]
-    port = _free_port()
+    port = free_port()
     log = tmp_path / f"{member}.log"
     proc = _start(topics, argv, log, REDIS_URL=f"redis://127.0.0.1:{port}/0", RUNLOG_STARTUP_WAIT_MS="60000")
     try:
@@ -136,7 +130,7 @@ def test_a_member_started_before_its_redis_waits_for_it_then_serves(
 
 def test_a_member_gives_up_after_the_wait_with_exit_3_and_no_password_in_its_lines(
         topics: Settings, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "resumer.log"
     started = time.monotonic()
     proc = _start(topics, MEMBERS["resumer"][0], log, REDIS_URL=f"redis://:pw-startup-9@127.0.0.1:{port}/0",
@@ -152,7 +146,7 @@ def test_a_member_gives_up_after_the_wait_with_exit_3_and_no_password_in_its_lin
 
 
 def test_a_refused_password_is_not_waited_for(topics: Settings, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with _redis(port, tmp_path / "redis", "--requirepass", "the-right-one"):
         log = tmp_path / "worker.log"
         started = time.monotonic()
@@ -167,7 +161,7 @@ def test_a_refused_password_is_not_waited_for(topics: Settings, tmp_path: Path) 
 
 def test_the_projector_started_before_kafka_answers_waits_for_it_then_serves(
         topics: Settings, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "project.log"
     argv, ready = MEMBERS["project"]
     proc = _start(topics, argv, log, KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{port}",
