@@ -34,7 +34,16 @@ def test_a_resumed_run_takes_a_slot_of_its_queue(fleet_settings: Settings, membe
         after = time.monotonic() - done
     assert first.completed and second.completed
     assert _app.GAUGE.most_total == 1  # never two runs of the queue executing at once
-    outcomes = [o.result for m in members for o in m.resumed if o.run_id == sleeper.run_id]
+
+    def sleeper_outcomes() -> list[str]:
+        return [o.result for m in members for o in m.resumed if o.run_id == sleeper.run_id]
+
+    # the client reads RUN_COMPLETED from the log as soon as it is appended; the member reports the
+    # resume's outcome after that (it settles the run first): wait for the report, not only the log
+    deadline = time.monotonic() + 30
+    while "completed" not in sleeper_outcomes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outcomes = sleeper_outcomes()
     assert "queued" in outcomes, outcomes  # woken while the holder ran: no slot, asked again
     assert outcomes[-1] == "completed", outcomes
     assert after < 10, after
