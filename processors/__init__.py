@@ -14,6 +14,16 @@
   uses nothing of Runlog (:mod:`runlog.processors.examples`).
 """
 
-from runlog.processors.cli import main
+from typing import Any
 
 __all__ = ["main"]
+
+
+def __getattr__(name: str) -> Any:
+    """``main`` (the command line's entry point), imported on first use (PEP 562): importing one of this
+    package's modules does not load every command's."""
+    if name != "main":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from runlog.processors.cli import main
+
+    return main

@@ -15,48 +15,118 @@ per process, keyed by run id; effect intents are confirmed before the effect,
 everything else is confirmed at each stage end (see :mod:`runlog.producers.log._writer`).
 """
 
-from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
-from runlog.producers.calls._calls import WaitTimedOut
-from runlog.producers.calls._stored_args import load_args
-from runlog.producers.define._app import App
-from runlog.producers.define._budget import Budget
-from runlog.producers.define._inputs import DictInputSource, InputNotFound, InputSource, JsonDirInputSource
-from runlog.producers.define._limits import RateLimit
-from runlog.producers.define._prices import Price, PriceTable
-from runlog.producers.define._queues import Queue
-from runlog.producers.define._schedule import Cron, Schedule
-from runlog.producers.define._tools import CallInfo, DeliveryFn, ReconcileFn, RetryPolicy, Tool, ToolFn, tool
-from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
-from runlog.producers.run._arunner import AsyncRunner
-from runlog.producers.run._context import (
-    AsyncChildRun,
-    AsyncStageContext,
-    CallPosition,
-    ChildRun,
-    StageContext,
-)
-from runlog.producers.run._results import RunHandle, RunResult
-from runlog.producers.run._runner import Runner
-from runlog.schemas import ReplayPolicy, Usage
-from runlog.schemas.errors import (
-    ArtifactError,
-    DeliveryError,
-    Diverged,
-    EffectInDoubt,
-    LeaseLost,
-    RateLimited,
-    ResumeBlocked,
-    RetryableToolError,
-    RunCancelled,
-    RunConflict,
-    RunFailed,
-    RunlogError,
-    TerminalToolError,
-    ToolError,
-    VerificationFailed,
-    WorkflowDefinitionError,
-)
-from runlog.schemas.settings import Settings
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
+    from runlog.producers.calls._calls import WaitTimedOut
+    from runlog.producers.calls._stored_args import load_args
+    from runlog.producers.define._app import App
+    from runlog.producers.define._budget import Budget
+    from runlog.producers.define._inputs import (
+        DictInputSource,
+        InputNotFound,
+        InputSource,
+        JsonDirInputSource,
+    )
+    from runlog.producers.define._limits import RateLimit
+    from runlog.producers.define._prices import Price, PriceTable
+    from runlog.producers.define._queues import Queue
+    from runlog.producers.define._schedule import Cron, Schedule
+    from runlog.producers.define._tools import (
+        CallInfo,
+        DeliveryFn,
+        ReconcileFn,
+        RetryPolicy,
+        Tool,
+        ToolFn,
+        tool,
+    )
+    from runlog.producers.define._workflow import Rule, Stage, StageFn, Workflow, WorkflowRegistry, rule
+    from runlog.producers.run._arunner import AsyncRunner
+    from runlog.producers.run._context import (
+        AsyncChildRun,
+        AsyncStageContext,
+        CallPosition,
+        ChildRun,
+        StageContext,
+    )
+    from runlog.producers.run._results import RunHandle, RunResult
+    from runlog.producers.run._runner import Runner
+    from runlog.schemas import ReplayPolicy, Usage
+    from runlog.schemas.errors import (
+        ArtifactError,
+        DeliveryError,
+        Diverged,
+        EffectInDoubt,
+        LeaseLost,
+        RateLimited,
+        ResumeBlocked,
+        RetryableToolError,
+        RunCancelled,
+        RunConflict,
+        RunFailed,
+        RunlogError,
+        TerminalToolError,
+        ToolError,
+        VerificationFailed,
+        WorkflowDefinitionError,
+    )
+    from runlog.schemas.settings import Settings
+
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    "runlog.producers.calls._artifacts": ("ArtifactStore", "LocalArtifactStore"),
+    "runlog.producers.calls._calls": ("WaitTimedOut",),
+    "runlog.producers.calls._stored_args": ("load_args",),
+    "runlog.producers.define._app": ("App",),
+    "runlog.producers.define._budget": ("Budget",),
+    "runlog.producers.define._inputs": (
+        "DictInputSource", "InputNotFound", "InputSource", "JsonDirInputSource",
+    ),
+    "runlog.producers.define._limits": ("RateLimit",),
+    "runlog.producers.define._prices": ("Price", "PriceTable"),
+    "runlog.producers.define._queues": ("Queue",),
+    "runlog.producers.define._schedule": ("Cron", "Schedule"),
+    "runlog.producers.define._tools": (
+        "CallInfo", "DeliveryFn", "ReconcileFn", "RetryPolicy", "Tool", "ToolFn", "tool",
+    ),
+    "runlog.producers.define._workflow": (
+        "Rule", "Stage", "StageFn", "Workflow", "WorkflowRegistry", "rule",
+    ),
+    "runlog.producers.run._arunner": ("AsyncRunner",),
+    "runlog.producers.run._context": (
+        "AsyncChildRun", "AsyncStageContext", "CallPosition", "ChildRun", "StageContext",
+    ),
+    "runlog.producers.run._results": ("RunHandle", "RunResult"),
+    "runlog.producers.run._runner": ("Runner",),
+    "runlog.schemas": ("ReplayPolicy", "Usage"),
+    "runlog.schemas.errors": (
+        "ArtifactError", "DeliveryError", "Diverged", "EffectInDoubt", "LeaseLost", "RateLimited",
+        "ResumeBlocked", "RetryableToolError", "RunCancelled", "RunConflict", "RunFailed", "RunlogError",
+        "TerminalToolError", "ToolError", "VerificationFailed", "WorkflowDefinitionError",
+    ),
+    "runlog.schemas.settings": ("Settings",),
+}
+"""Where each public name is defined: imported on first use (PEP 562), so that importing one of this
+package's modules (:mod:`runlog.producers.crash`, say) or the ``runlog`` command line loads no Kafka or
+Redis client it does not use, while ``from runlog.producers import Runner`` works as usual."""
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "App",

@@ -16,9 +16,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
-from runlog.processors._tracing import command_span
 from runlog.processors.cli.codes import EXIT_AUTH, EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from runlog.producers.crash import arm_from_env
 from runlog.schemas.errors import AuthenticationFailed, ConfigError, LogUnavailable, RunlogError
 from runlog.schemas.internal import causes, quiet_auth_lines, quiet_unreachable_lines
 
@@ -181,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # What a command runs is imported once it is known to run: `runlog --help` and a refused
+    # argument load no Kafka, Redis or tracing client (each command module imports its own lazily).
+    from runlog.processors._tracing import command_span
+    from runlog.producers.crash import arm_from_env
+
     arm_from_env()  # fault tests only: RUNLOG_CRASH_AT names a point where the process kills itself
     func: Callable[[argparse.Namespace], int] = args.func
     quiet_auth_lines()  # an authentication failure is reported here, once, not in librdkafka's lines too

@@ -7,14 +7,6 @@ import json
 import sys
 from typing import Any
 
-from runlog.processors.admin import (
-    RedisModeMismatch,
-    ServiceUnavailable,
-    check_kafka,
-    check_redis,
-    ensure_topics,
-    probe_kafka,
-)
 from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from runlog.schemas.settings import Settings
 
@@ -57,6 +49,8 @@ def _report_dict(r: Any) -> dict[str, Any]:
 
 
 def _init(args: argparse.Namespace) -> int:
+    from runlog.processors.admin import ServiceUnavailable, ensure_topics, probe_kafka
+
     settings = Settings.from_env()
     try:
         probe_kafka(settings)  # a broker that does not answer: told in 10 s, not after the topics' 30 s
@@ -79,6 +73,14 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from runlog.processors.admin import (
+        RedisModeMismatch,
+        ServiceUnavailable,
+        check_kafka,
+        check_redis,
+        ensure_topics,
+    )
+
     settings = Settings.from_env()
     out: dict[str, Any] = {"settings": settings.redacted(), "ok": True}
     try:
@@ -205,7 +207,7 @@ def _smoke(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    from runlog.processors.admin import admin_client
+    from runlog.processors.admin import admin_client, probe_kafka
     from runlog.schemas import Topics
     from runlog.schemas.errors import ConfigError
     from runlog.schemas.internal import awaited

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 
 from runlog.processors.cli.codes import EXIT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from runlog.schemas.internal import redis_client
 from runlog.schemas.settings import Settings
 
 
@@ -101,6 +100,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         swap_namespaces,
     )
     from runlog.projections.redis_store import RedisStore
+    from runlog.schemas.internal import redis_client
 
     if args.workers < 1:
         print(f"runlog projections rebuild: --workers must be 1 or more, not {args.workers}", file=sys.stderr)

@@ -64,3 +64,28 @@ def test_branch_describes_its_options() -> None:
     for option in ("run_id", "--input", "--app", "--json"):
         assert option in text
     assert "new version" in text and "module:attribute" in text
+
+
+_HEAVY = ("redis", "faust", "aiokafka", "opentelemetry", "fastavro", "runlog.producers.run")
+"""What a command that runs imports, and ``runlog --help`` or a refused argument has no use for: with
+them the command line took 0.9 s to print its help (redis alone, beside opentelemetry, 0.5 s)."""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["worker", "--no-such-option"], ["runs", "--help"]])
+def test_help_and_a_refused_argument_load_no_client(argv: list[str]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        "from runlog.processors.cli import build_parser\n"
+        f"try:\n    build_parser().parse_args({argv!r})\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        f"heavy = sorted({{m for m in sys.modules if m.startswith({_HEAVY!r})}})\n"
+        "print(json.dumps([code, heavy]), file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    code, heavy = json.loads(out.stderr.strip().splitlines()[-1])
+    assert code == (0 if "--help" in argv else 2)
+    assert heavy == [], f"runlog {' '.join(argv)} imported {heavy}"
