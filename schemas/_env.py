@@ -68,7 +68,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("RUNLOG_STARTUP_WAIT_MS", "60000", "how long `runlog project`, `resumer` and `worker` try again at start"
      " while Redis (and, for the projector, Kafka) does not answer, one line on stderr per try, before"
      " exiting 3 (services started before their dependencies); `0`: exit at the first failure; a refused"
-     " password or certificate exits at once"),
+     " password or certificate exits at once; SIGTERM during the wait exits 0"),
     ("RUNLOG_GROUP_INSTANCE_ID", "", "static membership: the resumer consumer's `group.instance.id`;"
      " unique per member and stable across its restarts (e.g. the pod name); a process with several"
      " consumers suffixes it per group. Unset: dynamic membership"),

@@ -146,7 +146,7 @@ def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from runlog.processors._startup import wait_for_redis
+    from runlog.processors._startup import Stopped, wait_for_redis
     from runlog.processors.fleet import Taken, Worker
     from runlog.processors.resume import load_app
 
@@ -182,7 +182,10 @@ def _worker(args: argparse.Namespace) -> int:
         print("worker: SIGTERM, taking nothing new; the runs in hand finish first", file=sys.stderr,
               flush=True)
 
-    wait_for_redis(settings, "worker")
+    try:
+        wait_for_redis(settings, "worker")
+    except Stopped:  # SIGTERM before it joined anything: nothing to finish
+        return EXIT_OK
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     worker = Worker(settings, app, concurrency=args.concurrency, on_outcome=resumed, on_taken=taken,
                     on_result=finished, metrics_port=args.metrics_port)

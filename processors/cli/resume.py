@@ -143,7 +143,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _resumer(args: argparse.Namespace) -> int:
-    from runlog.processors._startup import wait_for_redis
+    from runlog.processors._startup import Stopped, wait_for_redis
     from runlog.processors.resume import ResumerService, load_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -162,7 +162,10 @@ def _resumer(args: argparse.Namespace) -> int:
         print("resumer: SIGTERM, stopping after the request in hand", file=sys.stderr, flush=True)
 
     app = load_app(args.app)  # a wrong --app is said before any wait for the services
-    wait_for_redis(settings, "resumer")
+    try:
+        wait_for_redis(settings, "resumer")
+    except Stopped:  # SIGTERM before it joined anything: nothing to finish
+        return EXIT_OK
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         with ResumerService(settings, app, on_outcome=report,

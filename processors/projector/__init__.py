@@ -33,7 +33,7 @@ from typing import Any
 
 import faust
 
-from runlog.processors._startup import wait_for_services
+from runlog.processors._startup import Stopped, wait_for_services
 from runlog.processors._tracing import Tracing
 from runlog.processors.metrics import MetricsServer, ProjectorMetrics
 from runlog.processors.projector._auth import check_credentials
@@ -184,9 +184,12 @@ def run_projector(settings: Settings, opts: ProjectorOptions | None = None) -> i
     try:
         # a redis:// URL to a cluster node, an untrusted TLS server, refused credentials, no topics
         # (before init), no group ACL: one line each; Redis or Kafka not answering yet: waited for
-        wait_for_services([lambda: check_redis(settings), lambda: check_credentials(settings),
-                           lambda: check_kafka(settings, settings.group_id(o.app_id))],
-                          who="runlog project", wait_ms=settings.startup_wait_ms)
+        try:
+            wait_for_services([lambda: check_redis(settings), lambda: check_credentials(settings),
+                               lambda: check_kafka(settings, settings.group_id(o.app_id))],
+                              who="runlog project", wait_ms=settings.startup_wait_ms)
+        except Stopped:  # SIGTERM before it joined its group: nothing to finish
+            return 0
         app = build_app(settings, o, metrics)
         if o.switch_interval_s is not None:
             sys.setswitchinterval(o.switch_interval_s)

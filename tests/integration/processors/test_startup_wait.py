@@ -181,3 +181,27 @@ def test_the_projector_started_before_kafka_answers_waits_for_it_then_serves(
             assert proc.returncode == 0, log.read_text()
     finally:
         stop(proc, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("member", sorted(MEMBERS))
+def test_sigterm_while_a_member_waits_stops_it_with_exit_0(
+        topics: Settings, tmp_path: Path, member: str) -> None:
+    argv, ready = MEMBERS[member]
+    port = free_port()
+    log = tmp_path / f"{member}.log"
+    proc = _start(topics, argv, log, REDIS_URL=f"redis://127.0.0.1:{port}/0", RUNLOG_STARTUP_WAIT_MS="60000")
+    try:
+        assert wait_until(lambda: WAITING in log.read_text() or proc.poll() is not None, 60, every=0.2), \
+            log.read_text()
+        assert proc.poll() is None, log.read_text()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(20)
+        text = log.read_text()
+        assert rc == 0, text  # before: killed by the signal (-15)
+        assert time.monotonic() - sent < 5, text  # the pause is cut short, not slept out
+        who = "runlog project" if member == "project" else member
+        assert f"{who}: SIGTERM while waiting for the services: stopping" in text, text
+        assert ready not in text and "Traceback" not in text, text
+    finally:
+        stop(proc, signal.SIGKILL)

@@ -5,11 +5,12 @@ members on the real services: ``tests/integration/processors/test_startup_wait.p
 from __future__ import annotations
 
 import io
+import threading
 
 import pytest
 import redis
 
-from runlog.processors._startup import BACKOFF_S, transient, wait_for_services
+from runlog.processors._startup import BACKOFF_S, Stopped, transient, wait_for_services
 from runlog.processors.admin import RedisModeMismatch, ServiceUnavailable
 from runlog.schemas.errors import ConfigError, LogUnavailable
 
@@ -112,3 +113,50 @@ def test_refused_credentials_and_untrusted_certificates_are_not_waited_for() -> 
     assert not transient(_wrapped(redis.ConnectionError(
         "Error 1 connecting to 127.0.0.1:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")))
     assert not transient(redis.ConnectionError("not wrapped: the checks' own errors are what is waited out"))
+
+
+def test_a_stop_during_the_wait_ends_it_with_a_line_and_stopped() -> None:
+    clock, out, calls = Clock(), io.StringIO(), []
+    stop = threading.Event()
+
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        if len(clock.slept) == 2:
+            stop.set()  # SIGTERM's handler, during the second pause
+
+    with pytest.raises(Stopped):
+        wait_for_services([_failing(10, _down(), calls, "redis")], who="worker", wait_ms=60_000, err=out,
+                          sleep=sleep, clock=clock, stop=stop)
+    assert calls == ["redis"] * 2  # not tried again after the stop
+    assert out.getvalue().splitlines()[-1] == \
+        "worker: SIGTERM while waiting for the services: stopping (nothing was started)"
+
+
+def test_a_stop_during_a_check_that_passes_still_stops() -> None:
+    stop = threading.Event()
+    out = io.StringIO()
+
+    def check() -> None:
+        stop.set()
+
+    with pytest.raises(Stopped):
+        wait_for_services([check], who="resumer", wait_ms=0, err=out, stop=stop)
+    assert "SIGTERM" in out.getvalue()
+
+
+def test_sigterm_sets_the_stop_and_the_handler_before_is_put_back() -> None:
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    stop = threading.Event()
+
+    def check() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (main) thread: the wait's handler
+        raise _down()
+
+    with pytest.raises(Stopped):
+        wait_for_services([check], who="resumer", wait_ms=60_000, err=io.StringIO(), stop=stop,
+                          sleep=lambda s: None)
+    assert stop.is_set()
+    assert signal.getsignal(signal.SIGTERM) is before
