@@ -49,8 +49,8 @@ def _sigterm_sets(flag: threading.Event) -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: flag.set())
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # None: a handler not installed from Python, which cannot be put back from it
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def transient(err: BaseException) -> bool:
