@@ -269,19 +269,29 @@ def test_client_certificate_from_files(pki: Pki, files: dict[str, Path], mtls: T
     assert mtls.peers[-1] == "projector-client"
 
 
-def test_client_certificate_inline_with_an_encrypted_key(pki: Pki, mtls: TlsServer, tmp_path: Path) -> None:
-    before = set(Path(tempfile_dir()).glob("runlog-tls-*"))
+def test_client_certificate_inline_with_an_encrypted_key(pki: Pki, mtls: TlsServer, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    # a temporary directory of this test's own: the shared one holds other workers' runlog-tls-* files
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    made: list[str] = []
+    real = tempfile.TemporaryDirectory
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        d = real(*args, **kwargs)
+        made.append(d.name)
+        return d
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", recorded)
     ctx = ssl_context(extra(ssl_ca_pem=pki.ca_pem, ssl_certificate_pem=pki.client_pem,
                             ssl_key_pem=pki.client_key_encrypted_pem, ssl_key_password="k3y-pass"))
     assert mtls.handshake(ctx) == b"ok"
     assert mtls.peers[-1] == "projector-client"
-    assert set(Path(tempfile_dir()).glob("runlog-tls-*")) == before  # the key's temp file is gone
-
-
-def tempfile_dir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
+    assert [Path(d).parent for d in made] == [private] and Path(made[0]).name.startswith("runlog-tls-")
+    assert list(private.iterdir()) == []  # the key's temp file is gone
 
 
 def test_encrypted_key_file_with_password(pki: Pki, files: dict[str, Path], mtls: TlsServer) -> None:
