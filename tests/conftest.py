@@ -279,14 +279,6 @@ def test_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
-TEST_PARTITIONS = 6
-"""Partitions of each topic of a test's namespace (Runlog's default is 12). Every test makes its own
-namespace, hundreds of them a run: on the shared broker a partition costs its creation, its deletion
-and a share of every metadata request, which were about a third of the broker's CPU in a profile of
-a suite run (JFR, 12 partitions), and the broker a quarter of the machine's. Six still spread a test's
-runs over partitions and give each member of a group of up to six some."""
-
-
 @pytest.fixture
 def settings(services: Services, test_id: str, tmp_path: Path) -> Iterator[Settings]:
     """Settings private to one test: its own topic prefix, Redis prefix and artifact root."""
@@ -296,7 +288,7 @@ def settings(services: Services, test_id: str, tmp_path: Path) -> Iterator[Setti
         redis_url=services.redis_url,
         topic_prefix=f"t{test_id}.",
         redis_prefix=f"t{test_id}",
-        partitions=TEST_PARTITIONS,
+        partitions=12,
         artifact_root=str(tmp_path / "artifacts"),
         lease_ttl_ms=3000,
         metrics_port=0,
