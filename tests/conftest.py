@@ -213,35 +213,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if in_lane else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = interleaved(kept)
-
-
-UNIT = ROOT / "tests" / "unit"
-"""The unit tests: no services, each busy on the CPU for the little time it takes."""
-
-
-def interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the unit tests' modules spread evenly among the other modules (each module's tests
-    kept together and in their order). The workers take tests in this order: in path order the unit
-    tests came last, after ``tests/integration/resume``, whose tests mostly wait (leases expiring,
-    timers, a thousand parked runs). A clean-clone run kept the machine 55-80% busy through those for
-    about four minutes, then 100% busy through the unit tests."""
-    modules: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(Path(str(item.path)), []).append(item)
-    unit = [tests for path, tests in modules.items() if path.is_relative_to(UNIT)]
-    other = [tests for path, tests in modules.items() if not path.is_relative_to(UNIT)]
-    if not unit or not other:
-        return items
-    out: list[pytest.Item] = []
-    placed = 0
-    for i, tests in enumerate(other, 1):
-        out += tests
-        due = len(unit) * i // len(other)  # the unit modules placed once i of the others are
-        for module in unit[placed:due]:
-            out += module
-        placed = max(placed, due)
-    return out
+        items[:] = kept
 
 
 def _node(item: pytest.Item) -> str | None:

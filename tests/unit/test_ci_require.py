@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import (
-    ROOT,
     SERIAL,
     SERIAL_LANES,
     XDIST_GROUPS,
-    interleaved,
     require,
     require_module,
     serial_lane,
@@ -89,25 +87,3 @@ def test_every_serial_lane_entry_is_serial_and_the_lanes_hold_the_long_ones() ->
     assert serial_lane("tests/faults/test_chaos.py::test_a_few_minutes") == 1
     assert serial_lane("tests/integration/fleet/test_acceptance.py::test_a_fleet") == 2
     assert serial_lane("tests/unit/anything.py::test_x") == 0
-
-
-def test_the_unit_modules_are_spread_among_the_others_each_module_kept_whole() -> None:
-    from types import SimpleNamespace
-    from typing import Any, cast
-
-    def module(path: str, n: int) -> list[Any]:
-        return [SimpleNamespace(path=ROOT / path, name=f"{path}::{i}") for i in range(n)]
-
-    others = [module(f"tests/integration/m{i}.py", 2) for i in range(6)]
-    units = [module(f"tests/unit/u{i}.py", 3) for i in range(3)]
-    items = [t for m in [*others, *units] for t in m]
-    out = interleaved(cast(Any, items))
-    assert sorted(t.name for t in out) == sorted(t.name for t in items)  # nothing lost or doubled
-    order = [str(t.path.relative_to(ROOT)) for t in out]
-    runs = [p for i, p in enumerate(order) if i == 0 or order[i - 1] != p]
-    assert len(runs) == 9  # each module's tests together, in their order
-    assert [t.name for t in out if t.path.name == "u1.py"] == [t.name for t in units[1]]
-    assert runs == ["tests/integration/m0.py", "tests/integration/m1.py", "tests/unit/u0.py",
-                    "tests/integration/m2.py", "tests/integration/m3.py", "tests/unit/u1.py",
-                    "tests/integration/m4.py", "tests/integration/m5.py", "tests/unit/u2.py"]
-    assert interleaved(cast(Any, units[0])) == units[0]  # only unit tests: as they were
