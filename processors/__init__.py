@@ -14,16 +14,9 @@
   uses nothing of Runlog (:mod:`runlog.processors.examples`).
 """
 
-from typing import Any
+from runlog.schemas.internal import lazy_names
+
+# imported on first use: importing one of this package's modules does not load every command's
+__getattr__, __dir__ = lazy_names(__name__, {"main": "runlog.processors.cli"})
 
 __all__ = ["main"]
-
-
-def __getattr__(name: str) -> Any:
-    """``main`` (the command line's entry point), imported on first use (PEP 562): importing one of this
-    package's modules does not load every command's."""
-    if name != "main":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from runlog.processors.cli import main
-
-    return main

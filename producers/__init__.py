@@ -15,8 +15,9 @@ per process, keyed by run id; effect intents are confirmed before the effect,
 everything else is confirmed at each stage end (see :mod:`runlog.producers.log._writer`).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runlog.schemas.internal import lazy_names
 
 if TYPE_CHECKING:
     from runlog.producers.calls._artifacts import ArtifactStore, LocalArtifactStore
@@ -112,20 +113,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
 """Where each public name is defined: imported on first use (PEP 562), so that importing one of this
 package's modules (:mod:`runlog.producers.crash`, say) or the ``runlog`` command line loads no Kafka or
 Redis client it does not use, while ``from runlog.producers import Runner`` works as usual."""
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
-
-def __getattr__(name: str) -> Any:
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(
+    __name__, {name: module for module, names in _HOMES.items() for name in names})
 
 
 __all__ = [
