@@ -103,16 +103,29 @@ def _start(settings: Settings, argv: list[str], log: Path, **env: str) -> subpro
                                 stderr=err, env=env_of(settings, RUNLOG_METRICS_PORT="0", **env))
 
 
+def _waiting(settings: Settings, tmp_path: Path, member: str, *, lines: int) -> tuple[
+        subprocess.Popen[bytes], Path, int]:
+    """``member`` started against a port with no Redis (a minute's wait), once it has said ``lines``
+    times that it waits, or has exited: the process, its log and the port."""
+    port = free_port()
+    log = tmp_path / f"{member}.log"
+    proc = _start(settings, MEMBERS[member][0], log, REDIS_URL=f"redis://127.0.0.1:{port}/0",
+                  RUNLOG_STARTUP_WAIT_MS="60000")
+    said = lambda: log.read_text().count(WAITING)  # noqa: E731
+    try:
+        assert wait_until(lambda: said() >= lines or proc.poll() is not None, 60, every=0.2), log.read_text()
+    except BaseException:
+        stop(proc, signal.SIGKILL)
+        raise
+    return proc, log, port
+
+
 @pytest.mark.parametrize("member", sorted(MEMBERS))
 def test_a_member_started_before_its_redis_waits_for_it_then_serves(
         topics: Settings, tmp_path: Path, member: str) -> None:
-    argv, ready = MEMBERS[member]
-    port = free_port()
-    log = tmp_path / f"{member}.log"
-    proc = _start(topics, argv, log, REDIS_URL=f"redis://127.0.0.1:{port}/0", RUNLOG_STARTUP_WAIT_MS="60000")
+    ready = MEMBERS[member][1]
+    proc, log, port = _waiting(topics, tmp_path, member, lines=2)
     try:
-        said = lambda: log.read_text().count(WAITING)  # noqa: E731
-        assert wait_until(lambda: said() >= 2 or proc.poll() is not None, 60, every=0.2), log.read_text()
         assert proc.poll() is None, log.read_text()  # it waits: before, it exited 3 here
         with _redis(port, tmp_path / "redis"):
             assert wait_until(lambda: ready in log.read_text() or proc.poll() is not None, 60, every=0.2), \
@@ -186,13 +199,9 @@ def test_the_projector_started_before_kafka_answers_waits_for_it_then_serves(
 @pytest.mark.parametrize("member", sorted(MEMBERS))
 def test_sigterm_while_a_member_waits_stops_it_with_exit_0(
         topics: Settings, tmp_path: Path, member: str) -> None:
-    argv, ready = MEMBERS[member]
-    port = free_port()
-    log = tmp_path / f"{member}.log"
-    proc = _start(topics, argv, log, REDIS_URL=f"redis://127.0.0.1:{port}/0", RUNLOG_STARTUP_WAIT_MS="60000")
+    ready = MEMBERS[member][1]
+    proc, log, _port = _waiting(topics, tmp_path, member, lines=1)
     try:
-        assert wait_until(lambda: WAITING in log.read_text() or proc.poll() is not None, 60, every=0.2), \
-            log.read_text()
         assert proc.poll() is None, log.read_text()
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
