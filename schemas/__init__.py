@@ -5,10 +5,10 @@ Runlog's other packages use beyond these names is declared in :mod:`runlog.schem
 stable API).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runlog.schemas._hash import event_hash
+from runlog.schemas._lazy import lazy_names
 from runlog.schemas._types import (
     ArtifactRef,
     Checkpoint,
@@ -71,12 +71,7 @@ _CODEC = frozenset({"SINGLE_OBJECT_MAGIC", "Codec", "SchemaRegistry", "crc64_avr
                     "load_schema"})
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _CODEC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("runlog.schemas._codec"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_CODEC, "runlog.schemas._codec"))
 
 
 __all__ = [
